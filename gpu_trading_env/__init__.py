@@ -1,3 +1,33 @@
-"""gpu-trading-env: a GPU-resident trading environment for reinforcement learning."""
+"""gpu-trading-env: a GPU-resident trading environment for reinforcement learning.
+
+``import gpu_trading_env`` registers ``GpuTrading-v0``::
+
+    import gymnasium as gym
+    import gpu_trading_env  # noqa: F401
+
+    envs = gym.make_vec("GpuTrading-v0", num_envs=4096, device="cuda")
+    env = gym.make("GpuTrading-v0")
+"""
+
+from gymnasium.envs.registration import register, registry
+
+from gpu_trading_env.config import EnvConfig
+from gpu_trading_env.env import TradingEnv
+
+try:
+    from gpu_trading_env.market_data import MarketData
+except ImportError:  # TEMP until market_data lands
+    MarketData = None
+from gpu_trading_env.state import COMPONENT_NAMES
+from gpu_trading_env.vector_env import TradingVectorEnv
 
 __version__ = "0.1.0"
+__all__ = ["COMPONENT_NAMES", "EnvConfig", "MarketData", "TradingEnv", "TradingVectorEnv"]
+
+ENV_ID = "GpuTrading-v0"
+if ENV_ID not in registry:
+    register(
+        id=ENV_ID,
+        entry_point="gpu_trading_env.env:TradingEnv",
+        vector_entry_point="gpu_trading_env.vector_env:TradingVectorEnv",
+    )

@@ -1,0 +1,95 @@
+"""``TradingEnv``: one trading episode as a plain ``gymnasium.Env`` returning NumPy.
+
+It is the NumPy vector env with one env and autoreset disabled, so single-env tools
+(``check_env``, SB3's ``DummyVecEnv``, wrappers) see exactly the vector env's semantics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from gpu_trading_env.config import EnvConfig
+from gpu_trading_env.vector_env import TradingVectorEnv
+
+
+class TradingEnv(gym.Env):
+    """A single trading env (NumPy). Keyword arguments are ``EnvConfig`` fields.
+
+    Observation ``Box(-inf, inf, (F+3,), float32)``; action ``Discrete(n_actions)``;
+    ``info`` holds the reward components and the portfolio value and position after the step.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        data: Any = None,
+        config: EnvConfig | None = None,
+        render_mode: str | None = None,
+        **config_kwargs: Any,
+    ) -> None:
+        if render_mode is not None:
+            raise ValueError(
+                f"render_mode = {render_mode!r} is invalid: this env renders nothing (allowed: None)"
+            )
+        config_kwargs["autoreset_mode"] = "disabled"
+        self._venv = TradingVectorEnv(1, "cpu", data=data, config=config, **config_kwargs)
+        self.config = self._venv.config
+        self.observation_space = self._venv.single_observation_space
+        self.action_space = self._venv.single_action_space
+        self._needs_reset = True
+
+    @property
+    def data(self) -> Any:
+        return self._venv.data
+
+    @property
+    def max_position(self) -> float:
+        return self._venv.max_position
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        opts = dict(options or {})
+        if "reset_mask" in opts:
+            raise ValueError(
+                "reset option 'reset_mask' is invalid for a single env: allowed is 'start_index'"
+            )
+        obs, _ = self._venv.reset(seed=seed, options=opts)
+        self._needs_reset = False
+        return obs[0].copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._needs_reset:
+            raise RuntimeError(
+                "step() called before reset() or after the episode ended: call reset() first"
+            )
+        a = np.asarray(action)
+        if a.size != 1 or not self.action_space.contains(
+            int(a.reshape(-1)[0]) if a.dtype.kind in "iu" else a
+        ):
+            raise ValueError(
+                f"action = {action!r} is invalid: allowed is an int in 0..{self.action_space.n - 1}"
+            )
+        obs, reward, terminated, truncated, info = self._venv.step(a.reshape(1).astype(np.int64))
+        te, tr = bool(terminated[0]), bool(truncated[0])
+        self._needs_reset = te or tr
+        step_info = {
+            "reward_components": info["reward_components"][0].copy(),
+            "portfolio_value": float(info["portfolio_value"][0]),
+            "position": float(info["position"][0]),
+            "barrier_label": int(info["barrier_label"][0]),
+        }
+        if te or tr:
+            step_info["episode"] = {
+                "r": float(info["episode"]["r"][0]),
+                "l": int(info["episode"]["l"][0]),
+            }
+        return obs[0].copy(), float(reward[0]), te, tr, step_info
+
+    def set_curiosity_weights(self, w1: Any, b1: Any, w2: Any, b2: Any) -> None:
+        self._venv.set_curiosity_weights(w1, b1, w2, b2)
