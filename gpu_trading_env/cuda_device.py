@@ -51,7 +51,9 @@ def require_cupy(what: str) -> Any:
 
 
 @functools.cache
-def load_module(filename: str, defines: tuple[tuple[str, str], ...] = ()) -> Any:
+def load_module(
+    filename: str, defines: tuple[tuple[str, str], ...] = (), options: tuple[str, ...] = ()
+) -> Any:
     """Compile ``filename`` (found in a kernel folder) with NVRTC once and return the RawModule.
 
     ``defines`` are prepended as ``#define NAME VALUE`` lines, which is how generated constants
@@ -66,8 +68,8 @@ def load_module(filename: str, defines: tuple[tuple[str, str], ...] = ()) -> Any
         raise FileNotFoundError(f"kernel file {filename!r} not found in {KERNEL_DIRS}")
     header = "".join(f"#define {k} {v}\n" for k, v in defines)
     source = header + path.read_text()
-    options = ("--std=c++17", *(f"-I{d}" for d in KERNEL_DIRS))
-    return cp.RawModule(code=source, options=options)
+    opts = ("--std=c++17", *options, *(f"-I{d}" for d in KERNEL_DIRS))
+    return cp.RawModule(code=source, options=opts)
 
 
 def torch_current_stream_for_cupy() -> Any:

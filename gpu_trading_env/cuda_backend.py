@@ -1,0 +1,204 @@
+"""The CUDA backend: the env step as one CuPy kernel launch (``kernels/trading_step.cu``).
+
+State, market data and outputs stay on the GPU. Kernels run on torch's current stream (shared
+through ``cupy.cuda.Stream.from_external``) so torch tensors handed over by DLPack never race
+with them. A step issues one launch and never waits for the GPU; an invalid action is recorded
+on the device and raised at the next check (every ``error_check_interval`` steps, at reset, and
+on :meth:`check_errors`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.backend import Backend, CuriosityWeights
+from gpu_trading_env.config import FLOAT_PARAMS, INT_PARAMS, kernel_param_defines
+from gpu_trading_env.cuda_device import load_module, require_cupy
+from gpu_trading_env.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
+
+BLOCK = 256
+KERNEL_FILE = "trading_step.cu"
+# Without contraction into FMA, float64 results equal NumPy's bit for bit (see trading_env.cuh).
+KERNEL_OPTIONS = ("--fmad=false",)
+
+
+def _torch_stream_cupy(cp: Any) -> Any:
+    try:
+        import torch
+    except ImportError:  # torch is a dependency, but keep CuPy usable alone
+        return cp.cuda.get_current_stream()
+    if not torch.cuda.is_available():
+        return cp.cuda.get_current_stream()
+    from gpu_trading_env.cuda_device import torch_current_stream_for_cupy
+
+    return torch_current_stream_for_cupy()
+
+
+class CudaBackend(Backend):
+    """Backend whose arrays are CuPy arrays on one CUDA device."""
+
+    device = "cuda"
+    error_check_interval = 1024
+
+    def __init__(self, data: Any, config: Any, num_envs: int, device_index: int | None = None) -> None:
+        cp = require_cupy("device='cuda'")
+        self.xp = cp
+        self.device_index = cp.cuda.runtime.getDevice() if device_index is None else int(device_index)
+        self._device = cp.cuda.Device(self.device_index)
+        with self._device:
+            super().__init__(data, config, num_envs)
+            self.device = f"cuda:{self.device_index}"
+            self.features = cp.asarray(np.ascontiguousarray(data.features, dtype=np.float32))
+            self.open = cp.asarray(np.ascontiguousarray(data.open, dtype=np.float64))
+            self.close = cp.asarray(np.ascontiguousarray(data.close, dtype=np.float64))
+            p = self.params
+            self._pf = cp.asarray(np.array([p.floats[k] for k in FLOAT_PARAMS], dtype=np.float64))
+            self._pi = cp.asarray(np.array([p.ints[k] for k in INT_PARAMS], dtype=np.int64))
+            self._tables = (
+                cp.asarray(p.exposure),
+                cp.asarray(p.cost_rate),
+                cp.asarray(p.category),
+            )
+            d, h = config.curiosity_state_dims, config.curiosity_hidden
+            self._cur = CuriosityWeights(
+                cp.zeros((h, d + 3), cp.float32),
+                cp.zeros(h, cp.float32),
+                cp.zeros((d, h), cp.float32),
+                cp.zeros(d, cp.float32),
+            )
+            self._error = cp.zeros(3, dtype=cp.int64)
+            module = load_module(KERNEL_FILE, kernel_param_defines(), KERNEL_OPTIONS)
+            self._k_step = module.get_function("trading_step")
+            self._k_reset = module.get_function("trading_reset")
+            self._k_observe = module.get_function("trading_observe")
+        if config.curiosity_hidden > 256:
+            raise ValueError(
+                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most 256"
+            )
+        self._grid = ((self.num_envs + BLOCK - 1) // BLOCK,)
+        self._n = np.int32(self.num_envs)
+        self._steps_since_check = 0
+        self._streams: dict[int, Any] = {}
+
+    # ---------------------------------------------------------------- launch helpers
+    def _state_args(self) -> tuple[Any, ...]:
+        return tuple(getattr(self.state, f) for f in STATE_FIELDS)
+
+    def _market_args(self) -> tuple[Any, ...]:
+        return (self.features, self.open, self.close, np.int32(self.n_features))
+
+    def _param_args(self) -> tuple[Any, ...]:
+        return (self._pf, self._pi, *self._tables)
+
+    def _curiosity_args(self) -> tuple[Any, ...]:
+        c = self._cur
+        return (c.w1, c.b1, c.w2, c.b2, np.int32(self.curiosity is not None))
+
+    def stream(self) -> Any:
+        """The CuPy view of torch's current stream (cached per stream handle)."""
+        cp = self.xp
+        try:
+            import torch
+
+            key = torch.cuda.current_stream(self.device_index).cuda_stream if torch.cuda.is_available() else 0
+        except ImportError:
+            key = 0
+        stream = self._streams.get(key)
+        if stream is None:
+            with self._device:
+                stream = _torch_stream_cupy(cp)
+            self._streams[key] = stream
+        return stream
+
+    # ---------------------------------------------------------------- contract
+    def seed(self, seeds: Any) -> None:
+        with self._device, self.stream():
+            self.state.seed[...] = self.xp.asarray(seeds, dtype=self.xp.uint64)
+            self.state.episode_count[...] = 0
+
+    def observe(self) -> Any:
+        cp = self.xp
+        with self._device, self.stream():
+            obs = cp.empty((self.num_envs, self.obs_dim), dtype=cp.float32)
+            self._k_observe(
+                self._grid, (BLOCK,),
+                (*self._state_args(), *self._market_args(), *self._param_args(), obs, self._n),
+            )
+        return obs
+
+    def reset(self, mask: Any, start_index: Any) -> Any:
+        cp = self.xp
+        with self._device, self.stream():
+            m = cp.asarray(mask, dtype=cp.bool_)
+            si = cp.asarray(start_index, dtype=cp.int64)
+            self._k_reset(self._grid, (BLOCK,), (*self._state_args(), *self._param_args(), m, si, self._n))
+        return self.observe()
+
+    def prepare_actions(self, actions: Any) -> Any:
+        """Actions as a CuPy int64 [N] array on this device, without a host round trip for
+        torch or CuPy input (NumPy input is copied to the device)."""
+        cp = self.xp
+        a = actions
+        if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
+            if getattr(a, "is_cuda", True) is False:  # a CPU torch tensor
+                a = cp.asarray(a.numpy())
+            else:
+                a = cp.from_dlpack(a)
+        else:
+            a = cp.asarray(np.asarray(a))
+        if a.shape != (self.num_envs,):
+            if a.size == self.num_envs:
+                a = a.reshape(self.num_envs)
+            else:
+                raise ValueError(f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)")
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype")
+        if a.dtype != cp.int64:
+            a = a.astype(cp.int64)
+        return a
+
+    def step(self, actions: Any) -> StepOutputs:
+        out = self._next_outputs()
+        with self._device, self.stream():
+            self._k_step(
+                self._grid, (BLOCK,),
+                (
+                    *self._state_args(), *self._market_args(), *self._param_args(), *self._curiosity_args(),
+                    actions, *(getattr(out, f) for f in OUTPUT_FIELDS), self._error, self._n,
+                ),
+            )
+        self._steps_since_check += 1
+        if self._steps_since_check >= self.error_check_interval:
+            self.check_errors()
+        return out
+
+    def check_errors(self) -> None:
+        """Raise ValueError for an invalid action recorded on the device (synchronises)."""
+        self._steps_since_check = 0
+        with self._device, self.stream():
+            err = self._error.get()
+            if err[0]:
+                self._error[...] = 0
+                raise ValueError(
+                    f"actions[{int(err[1])}] = {int(err[2])} is invalid: allowed is "
+                    f"0..{self.config.n_actions - 1} (recorded on the GPU; that env skipped the step)"
+                )
+
+    def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
+        if weights is None:
+            self.curiosity = None
+            return
+        cp = self.xp
+        with self._device, self.stream():
+            converted = {}
+            for k in ("w1", "b1", "w2", "b2"):
+                v = getattr(weights, k)
+                if hasattr(v, "detach"):
+                    v = cp.from_dlpack(v.detach().contiguous()) if v.is_cuda else cp.asarray(v.detach().numpy())
+                converted[k] = cp.asarray(v, dtype=cp.float32)
+            super().set_curiosity_weights(CuriosityWeights(**converted))
+            # Copy into persistent buffers so captured CUDA graphs see new weights.
+            for k, v in converted.items():
+                getattr(self._cur, k)[...] = v
