@@ -40,13 +40,12 @@ class StepParams:
     cost_rate: np.ndarray  # float64 [A]
     category: np.ndarray  # uint8 [A]
 
-    def __getattr__(self, name: str) -> Any:
-        # Lets the NumPy backend read p.initial_capital etc. without a second copy of the names.
-        for table in ("floats", "ints"):
-            values = object.__getattribute__(self, table)
-            if name in values:
-                return values[name]
-        raise AttributeError(name)
+    def __post_init__(self) -> None:
+        # Plain attributes (p.initial_capital, ...) for the NumPy backend's hot loop; the names
+        # come from the dicts, so there is still one list of parameters (config.py).
+        for values in (self.floats, self.ints):
+            for name, value in values.items():
+                object.__setattr__(self, name, value)
 
 
 @dataclass

@@ -42,10 +42,14 @@ class CudaBackend(Backend):
     device = "cuda"
     error_check_interval = 1024
 
-    def __init__(self, data: Any, config: Any, num_envs: int, device_index: int | None = None) -> None:
+    def __init__(
+        self, data: Any, config: Any, num_envs: int, device_index: int | None = None
+    ) -> None:
         cp = require_cupy("device='cuda'")
         self.xp = cp
-        self.device_index = cp.cuda.runtime.getDevice() if device_index is None else int(device_index)
+        self.device_index = (
+            cp.cuda.runtime.getDevice() if device_index is None else int(device_index)
+        )
         self._device = cp.cuda.Device(self.device_index)
         with self._device:
             super().__init__(data, config, num_envs)
@@ -102,7 +106,11 @@ class CudaBackend(Backend):
         try:
             import torch
 
-            key = torch.cuda.current_stream(self.device_index).cuda_stream if torch.cuda.is_available() else 0
+            key = (
+                torch.cuda.current_stream(self.device_index).cuda_stream
+                if torch.cuda.is_available()
+                else 0
+            )
         except ImportError:
             key = 0
         stream = self._streams.get(key)
@@ -123,7 +131,8 @@ class CudaBackend(Backend):
         with self._device, self.stream():
             obs = cp.empty((self.num_envs, self.obs_dim), dtype=cp.float32)
             self._k_observe(
-                self._grid, (BLOCK,),
+                self._grid,
+                (BLOCK,),
                 (*self._state_args(), *self._market_args(), *self._param_args(), obs, self._n),
             )
         return obs
@@ -133,7 +142,9 @@ class CudaBackend(Backend):
         with self._device, self.stream():
             m = cp.asarray(mask, dtype=cp.bool_)
             si = cp.asarray(start_index, dtype=cp.int64)
-            self._k_reset(self._grid, (BLOCK,), (*self._state_args(), *self._param_args(), m, si, self._n))
+            self._k_reset(
+                self._grid, (BLOCK,), (*self._state_args(), *self._param_args(), m, si, self._n)
+            )
         return self.observe()
 
     def prepare_actions(self, actions: Any) -> Any:
@@ -152,7 +163,9 @@ class CudaBackend(Backend):
             if a.size == self.num_envs:
                 a = a.reshape(self.num_envs)
             else:
-                raise ValueError(f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)")
+                raise ValueError(
+                    f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)"
+                )
         if a.dtype.kind not in "iu":
             raise ValueError(f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype")
         if a.dtype != cp.int64:
@@ -163,10 +176,17 @@ class CudaBackend(Backend):
         out = self._next_outputs()
         with self._device, self.stream():
             self._k_step(
-                self._grid, (BLOCK,),
+                self._grid,
+                (BLOCK,),
                 (
-                    *self._state_args(), *self._market_args(), *self._param_args(), *self._curiosity_args(),
-                    actions, *(getattr(out, f) for f in OUTPUT_FIELDS), self._error, self._n,
+                    *self._state_args(),
+                    *self._market_args(),
+                    *self._param_args(),
+                    *self._curiosity_args(),
+                    actions,
+                    *(getattr(out, f) for f in OUTPUT_FIELDS),
+                    self._error,
+                    self._n,
                 ),
             )
         self._steps_since_check += 1
@@ -196,7 +216,11 @@ class CudaBackend(Backend):
             for k in ("w1", "b1", "w2", "b2"):
                 v = getattr(weights, k)
                 if hasattr(v, "detach"):
-                    v = cp.from_dlpack(v.detach().contiguous()) if v.is_cuda else cp.asarray(v.detach().numpy())
+                    v = (
+                        cp.from_dlpack(v.detach().contiguous())
+                        if v.is_cuda
+                        else cp.asarray(v.detach().numpy())
+                    )
                 converted[k] = cp.asarray(v, dtype=cp.float32)
             super().set_curiosity_weights(CuriosityWeights(**converted))
             # Copy into persistent buffers so captured CUDA graphs see new weights.

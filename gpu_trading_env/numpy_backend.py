@@ -30,6 +30,8 @@ from gpu_trading_env.state import (
 )
 
 SAME_STEP, NEXT_STEP, DISABLED = (AUTORESET_CODES[m] for m in AUTORESET_CODES)
+START_CACHE = 64
+ENTROPY_TABLE_MAX_WINDOW = 512
 
 
 def draw_start_bars(
@@ -47,7 +49,7 @@ def draw_start_bars(
 
 
 def observation(
-    features: np.ndarray,
+    padded_features: np.ndarray,
     close: np.ndarray,
     p: StepParams,
     bar: np.ndarray,
@@ -56,9 +58,13 @@ def observation(
     out: np.ndarray,
 ) -> np.ndarray:
     """Observation rows into ``out`` float32 [n, F+3]: features of ``bar``, then
-    value / initial capital, position / (initial capital / close), spread."""
-    n_f = features.shape[1]
-    np.take(features, bar, axis=0, out=out[:, :n_f], mode="clip")
+    value / initial capital, position / (initial capital / close), spread.
+
+    ``padded_features`` is [T, F+3] (features, then three spare columns) so that whole rows
+    are gathered into ``out`` in one contiguous take.
+    """
+    n_f = padded_features.shape[1] - 3
+    np.take(padded_features, bar, axis=0, out=out, mode="clip")
     px = close[bar]
     c0 = p.initial_capital
     out[:, n_f] = (cash + position * px) / c0
@@ -92,16 +98,56 @@ class NumpyBackend(Backend):
 
     def __init__(self, data: Any, config: Any, num_envs: int) -> None:
         super().__init__(data, config, num_envs)
-        self.features = np.ascontiguousarray(data.features, dtype=np.float32)
+        self.features = np.zeros((data.n_bars, self.obs_dim), dtype=np.float32)
+        self.features[:, : self.n_features] = data.features
         self.open = np.ascontiguousarray(data.open, dtype=np.float64)
         self.close = np.ascontiguousarray(data.close, dtype=np.float64)
         self._env_ids = np.arange(self.num_envs, dtype=np.int64)
+        # Start bars for the next START_CACHE draws of every env, filled in one vectorised Philox
+        # call: the draws are a pure function of (seed, env, counter), so caching changes nothing.
+        self._start_cache = np.zeros((self.num_envs, START_CACHE), dtype=np.int64)
+        self._cache_base = np.zeros(self.num_envs, dtype=np.uint64)
+        self._cache_valid = False
+        n = self.config.diversity_window
+        # -(h/n) log2(h/n) for n, h in 0..window: entropy = T[n,h0] + T[n,h1] + T[n,h2] rounds
+        # exactly as 0 - a0 - a1 - a2 does (x - y == x + (-y) in IEEE arithmetic), as the kernel sums.
+        self._entropy_table = None
+        if n <= ENTROPY_TABLE_MAX_WINDOW:
+            nn = np.maximum(np.arange(n + 1, dtype=np.float64)[:, None], 1.0)
+            pr = np.arange(n + 1, dtype=np.float64)[None, :] / nn
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self._entropy_table = np.where(
+                    pr > 0, -(pr * np.log2(np.where(pr > 0, pr, 1.0))), 0.0
+                ).ravel()
         self._obs_scratch = np.zeros((self.num_envs, self.obs_dim), dtype=np.float32)
 
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: np.ndarray) -> None:
         self.state.seed[:] = np.asarray(seeds, dtype=np.uint64)
         self.state.episode_count[:] = 0
+        self._cache_valid = False
+
+    def _draw_starts(self, envs: np.ndarray) -> np.ndarray:
+        """Start bars of the next draw of ``envs`` (global indices); advances their counters."""
+        s = self.state
+        offset = (s.episode_count[envs] - self._cache_base[envs]).astype(np.int64)
+        if not self._cache_valid or offset.max() >= START_CACHE:
+            all_envs = self._env_ids
+            base = s.episode_count.copy()
+            counters = base[:, None] + np.arange(START_CACHE, dtype=np.uint64)[None, :]
+            lo, hi = s.lo[:, None], s.hi[:, None]
+            self._start_cache[...] = draw_start_bars(
+                s.seed[:, None],
+                all_envs[:, None],
+                counters,
+                lo,
+                hi - lo - self.params.episode_length,
+            )
+            self._cache_base[...] = base
+            self._cache_valid = True
+            offset = (s.episode_count[envs] - base[envs]).astype(np.int64)
+        s.episode_count[envs] += np.uint64(1)
+        return self._start_cache[envs, offset]
 
     def observe(self) -> np.ndarray:
         s = self.state
@@ -182,15 +228,11 @@ class NumpyBackend(Backend):
     # ---------------------------------------------------------------- internals
     def _reset_rows(self, idx: np.ndarray, start_index: np.ndarray) -> None:
         s, p = self.state, self.params
-        lo, hi = s.lo[idx], s.hi[idx]
+        lo = s.lo[idx]
         draw = start_index < 0
         start = lo + start_index
         if draw.any():
-            d = idx[draw]
-            start[draw] = draw_start_bars(
-                s.seed[d], d, s.episode_count[d], lo[draw], hi[draw] - lo[draw] - p.episode_length
-            )
-            s.episode_count[d] += np.uint64(1)
+            start[draw] = self._draw_starts(idx[draw])
         s.bar[idx] = start
         s.step_in_episode[idx] = 0
         s.cash[idx] = p.initial_capital
@@ -258,18 +300,21 @@ class NumpyBackend(Backend):
             )
             new_pos = np.where(target > 0.0, units, -units)
             open_cost = units * fill * rate
-            cash1 = np.where(reversal, cash_c - new_pos * fill - open_cost, cash1)
-            pos1 = np.where(reversal, new_pos, pos1)
-            cost = np.where(reversal, close_cost + open_cost, cost)
+            np.copyto(cash1, cash_c - new_pos * fill - open_cost, where=reversal)
+            np.copyto(pos1, new_pos, where=reversal)
+            np.copyto(cost, close_cost + open_cost, where=reversal)
 
         # --- triple barrier (ENV_SPEC "Triple barrier")
         opened = (reversal | (pos0 == 0.0)) & (pos1 != 0.0)
         flat = pos1 == 0.0
-        status = np.where(
-            opened, BARRIER_ARMED, np.where(flat, BARRIER_NONE, s.barrier_status)
-        ).astype(np.int8)
-        entry = np.where(opened, fill, np.where(flat, 0.0, s.entry_price))
-        entry_bar = np.where(opened, t, s.entry_bar)
+        status = s.barrier_status.copy()
+        status[flat] = BARRIER_NONE
+        status[opened] = BARRIER_ARMED
+        entry = s.entry_price.copy()
+        entry[flat] = 0.0
+        np.copyto(entry, fill, where=opened)
+        entry_bar = s.entry_bar.copy()
+        np.copyto(entry_bar, t, where=opened)
         label = np.zeros(n, dtype=np.int8)
         if p.barriers:
             armed = status == BARRIER_ARMED
@@ -296,20 +341,29 @@ class NumpyBackend(Backend):
 
         # --- action diversity (ENV_SPEC "Diversity")
         window = p.diversity_window
-        cols = np.arange(n)
         cursor, count = s.div_cursor, s.div_count
+        n_all = s.div_hist.shape[1]
+        ring = s.div_ring.reshape(-1)
+        hist = s.div_hist.reshape(-1)
+        rows_n = np.arange(n) if n != self.num_envs else self._env_ids
+        slot = cursor.astype(np.int64) * n_all + rows_n
         full = count >= window
         if full.any():
-            s.div_hist[s.div_ring[cursor[full], cols[full]], cols[full]] -= 1
-        s.div_ring[cursor, cols] = cat
-        s.div_hist[cat, cols] += 1
+            hist[ring[slot[full]].astype(np.int64) * n_all + np.flatnonzero(full)] -= 1
+        ring[slot] = cat
+        hist[cat.astype(np.int64) * n_all + rows_n] += 1
         count = np.minimum(count + 1, window)
-        nf = count.astype(np.float64)
-        entropy = np.zeros(n, dtype=np.float64)
-        for c in range(3):
-            h = s.div_hist[c]
-            pr = h / nf
-            entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
+        h0, h1, h2 = s.div_hist
+        if self._entropy_table is not None:
+            row = count * (window + 1)
+            tab = self._entropy_table
+            entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
+        else:
+            nf = count.astype(np.float64)
+            entropy = np.zeros(n, dtype=np.float64)
+            for h in (h0, h1, h2):
+                pr = h / nf
+                entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
         diversity = np.where(
             (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits),
             -p.diversity_penalty,
@@ -326,7 +380,7 @@ class NumpyBackend(Backend):
         )
         barrier = pnl * barrier_scale
         excess = np.abs(pos_feat) - p.risk_threshold
-        risk = np.where(excess > 0.0, -(p.risk_penalty_scale * excess), 0.0)
+        risk = np.minimum(-(p.risk_penalty_scale * excess), 0.0)  # = -(scale*excess) if excess > 0
 
         # --- commit state
         steps = s.step_in_episode + 1
@@ -338,7 +392,8 @@ class NumpyBackend(Backend):
         s.entry_price[...] = entry
         s.entry_bar[...] = entry_bar
         s.barrier_status[...] = status
-        s.div_cursor[...] = np.where(cursor + 1 == window, 0, cursor + 1)
+        cursor += 1
+        cursor[cursor == window] = 0
         s.div_count[...] = count
 
         sel = slice(None) if rows is None else rows
@@ -377,14 +432,17 @@ class NumpyBackend(Backend):
         out.portfolio_value[sel] = value1
         out.position[sel] = pos1
         out.barrier_label[sel] = label
-        out.episode_return[sel] = np.where(ended, s.episode_return, 0.0)
-        out.episode_length[sel] = np.where(ended, steps, 0)
+        out.episode_return[sel] = s.episode_return * ended
+        out.episode_length[sel] = steps * ended
 
 
 def _take_rows(s: EnvState, idx: np.ndarray) -> EnvState:
     values = {}
     for name, arr in vars(s).items():
-        values[name] = arr[:, idx] if name in ("div_ring", "div_hist") else arr[idx]
+        # C order matters: the step updates the ring and histogram through flat views.
+        values[name] = (
+            np.ascontiguousarray(arr[:, idx]) if name in ("div_ring", "div_hist") else arr[idx]
+        )
     return EnvState(**values)
 
 

@@ -1,0 +1,165 @@
+"""Env-step throughput: the CUDA backend, the NumPy backend, and gymnasium's SyncVectorEnv.
+
+Everything is measured in one run, side by side, with the same data and random actions:
+
+    python benchmarks/env_throughput.py                 # all backends this machine has
+    python benchmarks/env_throughput.py --backends numpy sync --out results.json
+
+Reported per row: env-steps/s (num_envs * steps / wall time, GPU work included) and the host
+time per step (Python + launch, measured without waiting for the GPU). Ratios are to
+gymnasium's SyncVectorEnv over the single TradingEnv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+from gpu_trading_env import MarketData, TradingEnv, TradingVectorEnv
+from gpu_trading_env.cuda_device import cuda_available
+
+
+def _commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+    except Exception:
+        return "unknown"
+
+
+def bench_cuda(data: MarketData, num_envs: int, steps: int) -> dict:
+    import torch
+
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env.reset(seed=0)
+    actions = torch.randint(0, env.single_action_space.n, (16, num_envs), device="cuda")
+    acts = [env.backend.prepare_actions(a) for a in actions]
+    backend = env.backend
+    for k in range(20):
+        backend.step(acts[k % 16])
+    torch.cuda.synchronize()
+    # Host cost per step through the full Gymnasium API (torch tensors in and out).
+    t0 = time.perf_counter()
+    for k in range(steps):
+        env.step(actions[k % 16])
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    # Device throughput: back-to-back kernel launches, timed with CUDA events.
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for k in range(steps):
+        backend.step(acts[k % 16])
+    end.record()
+    torch.cuda.synchronize()
+    device_s = start.elapsed_time(end) / 1e3
+    env.close()
+    return {
+        "backend": "cuda",
+        "num_envs": num_envs,
+        "steps": steps,
+        "env_steps_per_s": num_envs * steps / device_s,
+        "api_env_steps_per_s": num_envs * steps / (t2 - t0),
+        "host_us_per_step": (t1 - t0) / steps * 1e6,
+    }
+
+
+def bench_numpy(data: MarketData, num_envs: int, steps: int) -> dict:
+    env = TradingVectorEnv(num_envs=num_envs, device="cpu", data=data)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, env.single_action_space.n, (16, num_envs))
+    for k in range(5):
+        env.step(actions[k % 16])
+    t0 = time.perf_counter()
+    for k in range(steps):
+        env.step(actions[k % 16])
+    dt = time.perf_counter() - t0
+    return {
+        "backend": "numpy",
+        "num_envs": num_envs,
+        "steps": steps,
+        "env_steps_per_s": num_envs * steps / dt,
+        "host_us_per_step": dt / steps * 1e6,
+    }
+
+
+def bench_sync(data: MarketData, num_envs: int, steps: int) -> dict:
+    env = gym.vector.SyncVectorEnv([lambda: TradingEnv(data=data) for _ in range(num_envs)])
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 45, (16, num_envs))
+    t0 = time.perf_counter()
+    for k in range(steps):
+        env.step(actions[k % 16])
+    dt = time.perf_counter() - t0
+    return {
+        "backend": "gymnasium.SyncVectorEnv(TradingEnv)",
+        "num_envs": num_envs,
+        "steps": steps,
+        "env_steps_per_s": num_envs * steps / dt,
+        "host_us_per_step": dt / steps * 1e6,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=["cuda", "numpy", "sync"])
+    parser.add_argument(
+        "--cuda-envs", nargs="+", type=int, default=[2**k for k in range(10, 23, 2)]
+    )
+    parser.add_argument("--numpy-envs", nargs="+", type=int, default=[256, 1024, 4096, 16384])
+    parser.add_argument("--sync-envs", nargs="+", type=int, default=[16])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    data = MarketData.default()
+    rows = []
+    if "sync" in args.backends:
+        for n in args.sync_envs:
+            rows.append(bench_sync(data, n, max(50, args.steps // 2)))
+    if "numpy" in args.backends:
+        for n in args.numpy_envs:
+            rows.append(bench_numpy(data, n, args.steps))
+    if "cuda" in args.backends and cuda_available():
+        for n in args.cuda_envs:
+            rows.append(bench_cuda(data, n, args.steps))
+    baseline = next(
+        (r["env_steps_per_s"] for r in rows if r["backend"].startswith("gymnasium")), None
+    )
+    gpu = None
+    if "cuda" in args.backends and cuda_available():
+        import torch
+
+        gpu = torch.cuda.get_device_name()
+    meta = {
+        "commit": _commit(),
+        "gpu": gpu,
+        "cpu": platform.processor() or platform.machine(),
+        "data": repr(data),
+        "cpu_count": __import__("os").cpu_count(),
+    }
+    print(f"# env throughput  commit={meta['commit']}  gpu={gpu}  cpus={meta['cpu_count']}")
+    print(
+        f"{'backend':40s} {'num_envs':>9s} {'env-steps/s':>12s} {'host us/step':>13s} {'x sync':>9s}"
+    )
+    for r in rows:
+        ratio = r["env_steps_per_s"] / baseline if baseline else float("nan")
+        r["ratio_to_sync"] = ratio
+        print(
+            f"{r['backend']:40s} {r['num_envs']:9d} {r['env_steps_per_s']:12.3e} {r['host_us_per_step']:13.1f} {ratio:9.1f}"
+        )
+    if args.out:
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

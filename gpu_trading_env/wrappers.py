@@ -1,0 +1,287 @@
+"""``SB3VecEnv``: a Stable-Baselines3 ``VecEnv`` over a Gymnasium vector env (``TradingVectorEnv``).
+
+SB3 expects NumPy arrays, one info dict per env, automatic resets in the same step with the last
+observation of the finished episode in ``info["terminal_observation"]``, time-limit truncations
+flagged as ``info["TimeLimit.truncated"]`` and Monitor-style ``info["episode"]`` statistics. The
+trading env already resets in the same step (``AutoresetMode.SAME_STEP``) and reports episode
+returns, so this adapter only changes the layout: no extra copy of the environment is stepped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector import VectorEnv as GymVectorEnv
+from stable_baselines3.common.vec_env.base_vec_env import (
+    VecEnv,
+    VecEnvIndices,
+    VecEnvObs,
+    VecEnvStepReturn,
+)
+
+__all__ = ["SB3VecEnv"]
+
+# Keys of the vector info that are translated rather than passed through per env.
+_SPECIAL_KEYS = ("episode", "final_obs", "final_info")
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    """One host copy of a torch tensor, a CuPy array or anything array-like."""
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "get") and not isinstance(x, np.ndarray | dict):
+        return x.get()
+    return np.asarray(x)
+
+
+def _autoreset_mode(venv: GymVectorEnv) -> Any:
+    mode = getattr(venv, "autoreset_mode", None)
+    if mode is None:
+        mode = (getattr(venv, "metadata", None) or {}).get("autoreset_mode")
+    return mode
+
+
+class SB3VecEnv(VecEnv):
+    """Stable-Baselines3 ``VecEnv`` adapter for a Gymnasium ``VectorEnv`` in ``SAME_STEP`` mode.
+
+    Built for :class:`~gpu_trading_env.TradingVectorEnv` (either device), it works with any
+    Gymnasium vector env that resets in the same step and reports ``final_obs``.
+
+    ``step`` returns NumPy arrays: observations ``[N, D]`` float32 (a copy: the trading env
+    reuses its output buffers), rewards ``[N]`` float32, dones ``[N]`` bool
+    (terminated or truncated) and a list of N info dicts. On a CUDA env each array crosses to
+    the host once per step. Each info dict holds the env's per-env info values plus:
+
+    - ``"TimeLimit.truncated"``: bool, truncated and not terminated (SB3's replay buffer then
+      bootstraps through the time limit);
+    - ``"terminal_observation"``: float32 ``[D]``, the observation that ended the episode (only
+      for envs that are done in this step; the returned observation is the new episode's first);
+    - ``"episode"``: ``{"r": return, "l": length, "t": seconds since this adapter was built}``
+      in SB3 ``Monitor`` format (only for done envs), which feeds ``rollout/ep_rew_mean``.
+
+    ``get_attr``, ``set_attr`` and ``env_method`` act once on the single underlying vector env
+    and return a list with one (identical) entry per requested index, as SB3 expects.
+
+    :param venv: The Gymnasium vector env, for example
+        ``gym.make_vec("GpuTrading-v0", num_envs=N, device="cuda")``.
+    :param keep_info: Also pass the env's other per-env info values (reward components,
+        portfolio value, position, barrier label, ...). ``False`` skips them, which saves
+        Python work per env and step when N is large.
+    :raises ValueError: If ``venv`` does not autoreset in the same step.
+    """
+
+    def __init__(self, venv: GymVectorEnv, keep_info: bool = True) -> None:
+        if not isinstance(venv, GymVectorEnv):
+            raise TypeError(
+                f"venv of type {type(venv).__name__} is invalid: allowed is a gymnasium "
+                "VectorEnv such as gpu_trading_env.TradingVectorEnv"
+            )
+        mode = _autoreset_mode(venv)
+        if mode != AutoresetMode.SAME_STEP:
+            raise ValueError(
+                f"venv.autoreset_mode = {mode!r} is invalid: SB3VecEnv needs "
+                "AutoresetMode.SAME_STEP (build the env with autoreset_mode='same_step')"
+            )
+        if not isinstance(venv.single_action_space, gym.spaces.Discrete | gym.spaces.Box):
+            raise TypeError(
+                f"single_action_space {venv.single_action_space} is invalid: allowed is "
+                "Discrete or Box"
+            )
+        self.venv = venv
+        self.keep_info = bool(keep_info)
+        self._actions: np.ndarray | None = None
+        self._t_start = time.time()
+        super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
+
+    # ------------------------------------------------------------------ VecEnv API
+    def reset(self) -> VecEnvObs:
+        """Reset every env, with the seeds of :meth:`seed` and options of :meth:`set_options`.
+
+        Per-env options are merged into the vector env's single options dict: identical dicts
+        are passed as they are; differing ``start_index`` values become one ``[N]`` array.
+
+        :return: Observations ``[N, D]`` float32.
+        """
+        seed = self._merged_seeds()
+        options = self._merged_options()
+        obs, info = self.venv.reset(seed=seed, options=options)
+        self._reset_seeds()
+        self._reset_options()
+        self.reset_infos = self._split_infos(info, None, None, None)
+        return np.array(_to_numpy(obs), copy=True)
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Remember ``actions`` ``[N]`` (int for ``Discrete``) for :meth:`step_wait`."""
+        self._actions = actions
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Step every env with the actions of :meth:`step_async`.
+
+        :return: ``(obs [N, D] float32, rewards [N] float32, dones [N] bool, infos)``.
+        """
+        if self._actions is None:
+            raise RuntimeError("step_wait() called without step_async(); call step_async first")
+        actions = np.asarray(self._actions)
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            actions = actions.reshape(self.num_envs).astype(np.int64, copy=False)
+        self._actions = None
+        obs, reward, terminated, truncated, info = self.venv.step(actions)
+        obs_np = np.array(_to_numpy(obs), copy=True)
+        rewards = np.array(_to_numpy(reward), dtype=np.float32, copy=True).reshape(self.num_envs)
+        term = _to_numpy(terminated).astype(bool).reshape(self.num_envs)
+        trunc = _to_numpy(truncated).astype(bool).reshape(self.num_envs)
+        dones = term | trunc
+        infos = self._split_infos(info, dones, term, trunc)
+        return obs_np, rewards, dones, infos
+
+    def close(self) -> None:
+        self.venv.close()
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """``getattr(venv, attr_name)`` once, repeated for each index."""
+        value = getattr(self.venv, attr_name)
+        return [value for _ in self._get_indices(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """``setattr(venv, attr_name, value)`` once: the attribute is shared by all N envs."""
+        list(self._get_indices(indices))
+        setattr(self.venv, attr_name, value)
+
+    def env_method(
+        self,
+        method_name: str,
+        *method_args: Any,
+        indices: VecEnvIndices = None,
+        **method_kwargs: Any,
+    ) -> list[Any]:
+        """Call ``venv.method_name(*args, **kwargs)`` once; its result repeated per index."""
+        result = getattr(self.venv, method_name)(*method_args, **method_kwargs)
+        return [result for _ in self._get_indices(indices)]
+
+    def env_is_wrapped(
+        self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None
+    ) -> list[bool]:
+        """Always False: the envs are rows of one vector env, not wrapped ``gym.Env`` objects."""
+        return [False for _ in self._get_indices(indices)]
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        raise NotImplementedError("SB3VecEnv does not render: the trading env has no images")
+
+    # ------------------------------------------------------------------ helpers
+    def _get_indices(self, indices: VecEnvIndices) -> Iterable[int]:
+        if indices is None:
+            return range(self.num_envs)
+        if isinstance(indices, int | np.integer):
+            return [int(indices)]
+        return list(indices)
+
+    def _merged_seeds(self) -> list[int] | None:
+        seeds = list(self._seeds)
+        if all(s is None for s in seeds):
+            return None
+        if any(s is None for s in seeds):
+            raise ValueError(
+                f"seeds {seeds} are invalid: allowed is a seed for every env or for none"
+            )
+        return [int(s) for s in seeds]
+
+    def _merged_options(self) -> dict[str, Any] | None:
+        opts = [dict(o or {}) for o in self._options]
+        if all(not o for o in opts):
+            return None
+        keys = set().union(*opts)
+        merged: dict[str, Any] = {}
+        for key in keys:
+            values = [o.get(key) for o in opts]
+            if key == "start_index" and not all(_same(v, values[0]) for v in values):
+                merged[key] = np.asarray([-1 if v is None else int(v) for v in values], np.int64)
+            elif all(_same(v, values[0]) for v in values):
+                merged[key] = values[0]
+            else:
+                raise ValueError(
+                    f"reset option {key!r} differs between envs: allowed per env is only "
+                    "'start_index'; pass one value for all envs otherwise"
+                )
+        return merged
+
+    def _split_infos(
+        self,
+        info: dict[str, Any],
+        dones: np.ndarray | None,
+        terminated: np.ndarray | None,
+        truncated: np.ndarray | None,
+    ) -> list[dict[str, Any]]:
+        """The vector info dict (arrays + ``_key`` masks) as N per-env dicts."""
+        n = self.num_envs
+        infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        if self.keep_info:
+            for key, value in info.items():
+                if key.startswith("_") or key in _SPECIAL_KEYS:
+                    continue
+                _scatter(infos, key, value, info.get(f"_{key}"))
+        if dones is None:
+            return infos
+        timeouts = truncated & ~terminated
+        for i in range(n):
+            infos[i]["TimeLimit.truncated"] = bool(timeouts[i])
+        done_idx = np.flatnonzero(dones)
+        if done_idx.size == 0:
+            return infos
+        if "final_info" in info and self.keep_info:
+            final = info["final_info"]
+            for key, value in final.items():
+                if not key.startswith("_") and key not in _SPECIAL_KEYS:
+                    mask = final.get(f"_{key}", info.get("_final_info"))
+                    _scatter(infos, key, value, mask)
+        if "final_obs" in info:
+            final_obs = _to_numpy(info["final_obs"])
+            for i in done_idx:
+                infos[i]["terminal_observation"] = np.array(final_obs[i], copy=True)
+        if "episode" in info:
+            ep = info["episode"]
+            mask = info.get("_episode")
+            has_ep = dones if mask is None else _to_numpy(mask).astype(bool)
+            r = _to_numpy(ep["r"])
+            length = _to_numpy(ep["l"])
+            t = round(time.time() - self._t_start, 6)
+            for i in np.flatnonzero(has_ep):
+                infos[i]["episode"] = {"r": float(r[i]), "l": int(length[i]), "t": t}
+        return infos
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    except Exception:  # noqa: BLE001 - unlike objects simply differ
+        return a is b
+
+
+def _scatter(infos: list[dict[str, Any]], key: str, value: Any, mask: Any) -> None:
+    """Write row i of ``value`` (array or dict of arrays) into ``infos[i][key]`` where masked."""
+    n = len(infos)
+    if isinstance(value, dict):
+        sub: list[dict[str, Any]] = [{} for _ in range(n)]
+        for k, v in value.items():
+            if not k.startswith("_"):
+                _scatter(sub, k, v, value.get(f"_{k}", mask))
+        for i in range(n):
+            if sub[i]:
+                infos[i][key] = sub[i]
+        return
+    arr = _to_numpy(value)
+    if arr.ndim == 0 or arr.shape[0] != n:
+        return
+    rows = range(n) if mask is None else np.flatnonzero(_to_numpy(mask))
+    if arr.ndim == 1 and arr.dtype != object:
+        vals = arr.tolist()
+        for i in rows:
+            infos[i][key] = vals[i]
+    else:
+        for i in rows:
+            row = arr[i]
+            infos[i][key] = row.copy() if isinstance(row, np.ndarray) else row
