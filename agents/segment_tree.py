@@ -1,0 +1,572 @@
+"""Sum tree and min tree over ``priority**alpha`` for prioritized experience replay.
+
+One specification, two array backends:
+
+- :class:`NumpySumMinTree`: NumPy, runs anywhere; the reference.
+- :class:`CudaSumMinTree`: CuPy arrays and the CUDA kernels of ``agents/kernels/segment_tree.cu``,
+  launched on torch's current stream.
+
+Both produce the same sampled indices for the same seed and the same stored values.
+
+**Layout.** ``capacity`` C is rounded up to a power of two P. ``sum_tree`` and ``min_tree`` are
+float64 arrays of ``2P`` nodes: node 1 is the root, node ``n`` has children ``2n`` and ``2n+1``,
+leaf ``i`` is node ``P + i``. Empty leaves (never written, or the padding ``C <= i < P``) hold 0 in
+the sum tree and ``+inf`` in the min tree; a leaf whose value is 0 also holds ``+inf`` in the min
+tree, so ``min_tree[1]`` is the smallest *non-zero* leaf, the smallest value that can be sampled.
+
+**Update** of a batch of B (index, value) pairs: validate (indices in ``[0, n_valid)``, inputs
+finite and ``>= 0``, transformed values finite), keep the *last* occurrence of each index, write
+the leaves, then recompute level by level only the parents of touched nodes, each exactly once
+(no atomics, no races). Each touched node is recomputed from its two children, never adjusted by
+a delta, so sums do not drift: the root equals the pairwise float64 sum of the leaves.
+Work O(B log C).
+
+**Sampling** of B indices is stratified: draw ``j`` takes ``u_j = (j + U_j) / B * total`` with
+``U_j`` in ``[0, 1)`` from Philox4x32-10 keyed by ``(seed, call counter, j, STREAM_PER_SAMPLE)``
+and descends from the root: go left when the left sum is non-zero and ``u < left`` (or the right
+sum is zero), otherwise subtract the left sum and go right. A node with a non-zero sum always has
+a child with a non-zero sum, so the descent always ends on a non-zero leaf, even when rounding
+puts ``u`` at or past the total. Work O(B log C); the draws are in non-decreasing leaf order.
+
+**IS weights** ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` with ``P(i) = v_i / total``;
+the maximum weight belongs to the smallest non-zero value, so ``w_i = (v_i / min_tree[1])**-beta``,
+in ``(0, 1]``, independent of N and of the total.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.cuda_device import load_module, require_cupy
+from gpu_trading_env.philox import STREAM_PER_SAMPLE, philox4x32, split_u64, uniform_float64
+
+__all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+class SumMinTree:
+    """What both backends share: layout, validation messages, Philox keys, weight formula.
+
+    :param capacity: number of leaves C (any integer >= 1; stored as the next power of two).
+    :param seed: 64-bit key of the Philox stream used by :meth:`sample`.
+    """
+
+    backend = "abstract"
+
+    def __init__(self, capacity: int, seed: int = 0) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
+            raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
+        capacity = int(capacity)
+        if capacity < 1 or capacity >= 2**31:
+            raise ValueError(f"capacity must be in [1, 2**31), got {capacity}")
+        self.capacity = capacity
+        self.pow2 = _next_pow2(capacity)
+        self.levels = self.pow2.bit_length() - 1  # tree depth: log2(P)
+        self.seed = int(seed) & _MASK64
+        self.sample_calls = 0  # Philox counter words 1-2: one step per sample() call
+
+    # -- shared helpers ---------------------------------------------------------------------
+    def _philox_words(self) -> tuple[int, int, int, int]:
+        """(k0, k1, c1, c2) for the next sample call; advances the call counter."""
+        k0, k1 = (int(w) for w in split_u64(self.seed))
+        c1, c2 = (int(w) for w in split_u64(self.sample_calls & _MASK64))
+        self.sample_calls += 1
+        return k0, k1, c1, c2
+
+    @staticmethod
+    def _check_scalars(batch_size: int, beta: float) -> None:
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not (0.0 <= float(beta) <= 1.0):
+            raise ValueError(f"beta must be in [0, 1], got {beta}")
+
+    def _bad_entry_error(
+        self,
+        position: int,
+        index: int,
+        value: float,
+        n_valid: int,
+        name: str,
+        alpha: float,
+        epsilon: float,
+        transform: bool,
+    ) -> ValueError:
+        """The ValueError for the first rejected entry of an update batch."""
+        if not (0 <= index < n_valid):
+            return ValueError(
+                f"indices[{position}] = {index} is out of range: indices must point at filled "
+                f"slots, 0 <= index < {n_valid}"
+            )
+        if not (math.isfinite(value) and value >= 0.0):
+            return ValueError(
+                f"{name}[{position}] = {value!r} is not allowed: {name} must be finite and >= 0"
+                + (" (pass absolute TD errors |td|)" if transform else "")
+            )
+        return ValueError(
+            f"{name}[{position}] = {value!r} gives a priority ({value!r} + {epsilon})**{alpha} "
+            "that overflows float64; priorities must be finite"
+        )
+
+    @staticmethod
+    def _prepare_n_valid(n_valid: int | None, capacity: int) -> int:
+        n = capacity if n_valid is None else int(n_valid)
+        if not (0 <= n <= capacity):
+            raise ValueError(f"n_valid must be in [0, {capacity}], got {n_valid}")
+        return n
+
+    # -- interface --------------------------------------------------------------------------
+    def update(
+        self,
+        indices: Any,
+        values: Any,
+        *,
+        alpha: float = 1.0,
+        epsilon: float = 0.0,
+        n_valid: int | None = None,
+        name: str = "priorities",
+        check: bool = True,
+    ) -> None:
+        """Set leaves ``indices`` to ``(values + epsilon)**alpha`` (``values`` itself by default).
+
+        :param indices: leaf indices, shape [B], integer, ``0 <= i < n_valid``; repeated indices
+            keep the value of their last occurrence.
+        :param values: shape [B], finite and ``>= 0``.
+        :param alpha: exponent applied after adding ``epsilon``.
+        :param epsilon: added before the exponent.
+        :param n_valid: indices must be below this (default: the capacity).
+        :param name: what ``values`` are called in error messages.
+        :param check: raise ValueError on a bad entry (the CUDA tree then reads one status word
+            back, a host sync); with ``check=False`` a bad batch is still refused (the tree is
+            left untouched) but silently.
+        """
+        raise NotImplementedError
+
+    def fill_range(self, start: int, count: int) -> None:
+        """Set leaves ``start, ..., start+count-1`` (mod capacity) to the running maximum value.
+
+        This is how new transitions get the max priority; no validation, no host sync.
+        """
+        raise NotImplementedError
+
+    def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
+        """Stratified proportional sample of ``batch_size`` leaves with their IS weights.
+
+        :return: ``(indices, weights)``: int64 [B] and ``weights_dtype`` [B] arrays of the
+            backend (NumPy or CuPy), indices in non-decreasing order.
+        """
+        raise NotImplementedError
+
+    def weights(self, indices: Any, beta: float) -> Any:
+        """IS weights ``(v_i / min)**-beta`` of given leaves, float64 [B]."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Empty every leaf and set the running maximum back to 1."""
+        raise NotImplementedError
+
+    # Host-side views (copies for the CUDA tree: they synchronise).
+    def total(self) -> float:
+        """Sum of all leaves (the root), float."""
+        return float(self.to_numpy()[0][1])
+
+    def min(self) -> float:
+        """Smallest non-zero leaf (``inf`` when every leaf is 0)."""
+        return float(self.to_numpy()[1][1])
+
+    def leaves(self) -> np.ndarray:
+        """Leaf values, float64 [capacity] (a NumPy copy)."""
+        return self.to_numpy()[0][self.pow2 : self.pow2 + self.capacity].copy()
+
+    def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(sum_tree, min_tree)`` as NumPy float64 arrays of shape [2P]."""
+        raise NotImplementedError
+
+    def max_value_host(self) -> float:
+        """Running maximum of all values ever written by :meth:`update` (starts at 1)."""
+        raise NotImplementedError
+
+
+def _is_weights(leaf: np.ndarray, min_value: float, beta: float) -> np.ndarray:
+    """``(leaf / min)**-beta``; in log space when the ratio overflows (as the CUDA kernel does)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        ratio = leaf / min_value
+        w = np.power(ratio, -beta)
+        wide = ~(ratio <= np.finfo(np.float64).max)
+        if wide.any():
+            w[wide] = np.exp(-beta * (np.log(leaf[wide]) - np.log(min_value)))
+    return w
+
+
+class NumpySumMinTree(SumMinTree):
+    """The tree in NumPy (see the module docstring for the specification)."""
+
+    backend = "numpy"
+
+    def __init__(self, capacity: int, seed: int = 0) -> None:
+        super().__init__(capacity, seed)
+        self.sum_tree = np.zeros(2 * self.pow2, dtype=np.float64)
+        self.min_tree = np.full(2 * self.pow2, np.inf, dtype=np.float64)
+        self.max_value = np.ones(1, dtype=np.float64)
+
+    def reset(self) -> None:
+        self.sum_tree[:] = 0.0
+        self.min_tree[:] = np.inf
+        self.max_value[:] = 1.0
+        self.sample_calls = 0
+
+    def _write(self, leaf_idx: np.ndarray, vals: np.ndarray) -> None:
+        """Write leaves (unique, ascending indices) and recompute their ancestors once each."""
+        nodes = leaf_idx + self.pow2
+        self.sum_tree[nodes] = vals
+        self.min_tree[nodes] = np.where(vals > 0.0, vals, np.inf)
+        for _ in range(self.levels):
+            nodes = nodes >> 1
+            if nodes.size > 1:  # ascending, so duplicates are adjacent
+                keep = np.empty(nodes.size, dtype=bool)
+                keep[0] = True
+                np.not_equal(nodes[1:], nodes[:-1], out=keep[1:])
+                nodes = nodes[keep]
+            left = nodes << 1
+            self.sum_tree[nodes] = self.sum_tree[left] + self.sum_tree[left + 1]
+            self.min_tree[nodes] = np.minimum(self.min_tree[left], self.min_tree[left + 1])
+
+    def update(
+        self,
+        indices: Any,
+        values: Any,
+        *,
+        alpha: float = 1.0,
+        epsilon: float = 0.0,
+        n_valid: int | None = None,
+        name: str = "priorities",
+        check: bool = True,
+    ) -> None:
+        idx = np.asarray(indices).reshape(-1)
+        x = np.asarray(values, dtype=np.float64).reshape(-1)
+        if idx.shape != x.shape:
+            raise ValueError(
+                f"indices and {name} must have the same length, got {idx.size} and {x.size}"
+            )
+        if idx.size == 0:
+            return
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+        idx = idx.astype(np.int64, copy=False)
+        n_ok = self._prepare_n_valid(n_valid, self.capacity)
+        transform = not (alpha == 1.0 and epsilon == 0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = np.power(x + epsilon, alpha) if transform else x
+            bad = (idx < 0) | (idx >= n_ok) | ~(x >= 0.0) | ~np.isfinite(x) | ~np.isfinite(v)
+        if bad.any():
+            k = int(np.argmax(bad))
+            if not check:
+                return
+            raise self._bad_entry_error(
+                k, int(idx[k]), float(x[k]), n_ok, name, alpha, epsilon, transform
+            )
+        self.max_value[0] = max(self.max_value[0], float(v.max()))
+        # Last occurrence wins: np.unique on the reversed batch keeps first (= last) positions.
+        uniq, first = np.unique(idx[::-1], return_index=True)
+        self._write(uniq, v[::-1][first])
+
+    def fill_range(self, start: int, count: int) -> None:
+        count = int(count)
+        if count <= 0:
+            return
+        if count > self.capacity:
+            raise ValueError(f"count must be <= capacity {self.capacity}, got {count}")
+        idx = np.sort((int(start) + np.arange(count, dtype=np.int64)) % self.capacity)
+        self._write(idx, np.full(count, self.max_value[0]))
+
+    def _descend(self, u: np.ndarray) -> np.ndarray:
+        node = np.ones(u.shape, dtype=np.int64)
+        for _ in range(self.levels):
+            left_node = node << 1
+            left = self.sum_tree[left_node]
+            right = self.sum_tree[left_node + 1]
+            go_left = (left > 0.0) & ((u < left) | (right == 0.0))
+            u = np.where(go_left, u, u - left)
+            node = left_node + (~go_left)
+        return node
+
+    def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
+        self._check_scalars(batch_size, beta)
+        total = self.sum_tree[1]
+        if not total > 0.0:
+            raise ValueError("cannot sample from a tree whose values are all 0 (empty buffer)")
+        b = int(batch_size)
+        k0, k1, c1, c2 = self._philox_words()
+        j = np.arange(b, dtype=np.int64)
+        r = philox4x32(j.astype(np.uint32), c1, c2, STREAM_PER_SAMPLE, k0, k1)
+        u = (j + uniform_float64(r[0], r[1])) / float(b) * total
+        node = self._descend(u)
+        w = _is_weights(self.sum_tree[node], self.min_tree[1], float(beta))
+        return node - self.pow2, w.astype(weights_dtype, copy=False)
+
+    def weights(self, indices: Any, beta: float) -> np.ndarray:
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return _is_weights(self.sum_tree[idx + self.pow2], self.min_tree[1], float(beta))
+
+    def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.sum_tree, self.min_tree
+
+    def max_value_host(self) -> float:
+        return float(self.max_value[0])
+
+
+_THREADS = 1024  # update kernel: one block
+_SAMPLE_THREADS = 256
+_SMEM_KEYS = 4096  # keep in step with ST_SMEM_KEYS in segment_tree.cu
+
+
+def _launch_stream(cp: Any) -> Any:
+    """torch's current CUDA stream as a CuPy stream (CuPy's current one without torch CUDA)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            from gpu_trading_env.cuda_device import torch_current_stream_for_cupy
+
+            return torch_current_stream_for_cupy()
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return cp.cuda.get_current_stream()
+
+
+class CudaSumMinTree(SumMinTree):
+    """The tree on a CUDA device: CuPy arrays, kernels from ``segment_tree.cu``.
+
+    Kernels run on torch's current stream, so tensors exchanged by DLPack never race. Nothing
+    synchronises with the host except :meth:`update` with ``check=True`` (one 8-byte status
+    read) and the host views (:meth:`to_numpy`, :meth:`total`, ...).
+
+    :param capacity: number of leaves.
+    :param seed: Philox key of the sampling stream.
+    :param device: CUDA device ordinal (default: CuPy's current device).
+    """
+
+    backend = "cuda"
+
+    def __init__(self, capacity: int, seed: int = 0, device: int | None = None) -> None:
+        super().__init__(capacity, seed)
+        cp = require_cupy("CudaSumMinTree")
+        self.device = int(cp.cuda.Device().id if device is None else device)
+        with cp.cuda.Device(self.device):
+            self.sum_tree = cp.zeros(2 * self.pow2, dtype=cp.float64)
+            self.min_tree = cp.full(2 * self.pow2, np.inf, dtype=cp.float64)
+            self.max_value = cp.ones(1, dtype=cp.float64)
+            self._status = cp.full(1, -1, dtype=cp.int64)
+            self._keys = cp.zeros(1, dtype=cp.uint64)  # global sort keys when B > _SMEM_KEYS
+            self._dummy_idx = cp.zeros(1, dtype=cp.int64)
+            self._dummy_in = cp.zeros(1, dtype=cp.float64)
+
+    @staticmethod
+    def _module() -> Any:
+        return load_module("segment_tree.cu")
+
+    def reset(self) -> None:
+        cp = require_cupy("CudaSumMinTree")
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            self.sum_tree.fill(0.0)
+            self.min_tree.fill(np.inf)
+            self.max_value.fill(1.0)
+        self.sample_calls = 0
+
+    def _keys_for(self, cp: Any, n: int) -> Any:
+        if n > _SMEM_KEYS and self._keys.size < _next_pow2(n):
+            self._keys = cp.zeros(_next_pow2(n), dtype=cp.uint64)
+        return self._keys
+
+    @staticmethod
+    def _as_device(cp: Any, x: Any) -> Any:
+        """A CuPy view of a torch CUDA tensor (DLPack, zero copy) or a CuPy copy of anything else."""
+        if hasattr(x, "__dlpack__") and getattr(x, "is_cuda", False):
+            return cp.from_dlpack(x.detach())
+        return cp.asarray(x)
+
+    def _launch_update(self, cp, idx, x, n, transform, alpha, epsilon, n_valid, range_start):
+        fn = self._module().get_function(
+            "seg_tree_update_f32" if x.dtype == cp.float32 else "seg_tree_update_f64"
+        )
+        threads = min(_THREADS, max(32, (n + 31) // 32 * 32))
+        keys = self._keys_for(cp, n)
+        fn(
+            (1,),
+            (threads,),
+            (
+                self.sum_tree,
+                self.min_tree,
+                idx,
+                x,
+                np.int64(n),
+                np.int64(self.capacity),
+                np.int64(self.pow2),
+                np.int32(self.levels),
+                np.int32(1 if transform else 0),
+                np.float64(alpha),
+                np.float64(epsilon),
+                np.int64(n_valid),
+                np.int64(range_start),
+                self.max_value,
+                self._status,
+                keys,
+            ),
+        )
+
+    def update(
+        self,
+        indices: Any,
+        values: Any,
+        *,
+        alpha: float = 1.0,
+        epsilon: float = 0.0,
+        n_valid: int | None = None,
+        name: str = "priorities",
+        check: bool = True,
+    ) -> None:
+        cp = require_cupy("CudaSumMinTree")
+        n_ok = self._prepare_n_valid(n_valid, self.capacity)
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            idx = self._as_device(cp, indices).reshape(-1)
+            x = self._as_device(cp, values).reshape(-1)
+            if idx.shape != x.shape:
+                raise ValueError(
+                    f"indices and {name} must have the same length, got {idx.size} and {x.size}"
+                )
+            n = int(idx.size)
+            if n == 0:
+                return
+            if idx.dtype.kind not in "iu":
+                raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+            idx = cp.ascontiguousarray(idx, dtype=cp.int64)
+            if x.dtype not in (cp.float32, cp.float64):
+                x = x.astype(cp.float64)
+            x = cp.ascontiguousarray(x)
+            transform = not (alpha == 1.0 and epsilon == 0.0)
+            self._launch_update(cp, idx, x, n, transform, alpha, epsilon, n_ok, -1)
+            if check:
+                k = int(self._status.get()[0])  # the one host sync of an update
+                if k >= 0:
+                    raise self._bad_entry_error(
+                        k,
+                        int(idx[k].get()),
+                        float(x[k].get()),
+                        n_ok,
+                        name,
+                        alpha,
+                        epsilon,
+                        transform,
+                    )
+
+    def fill_range(self, start: int, count: int) -> None:
+        count = int(count)
+        if count <= 0:
+            return
+        if count > self.capacity:
+            raise ValueError(f"count must be <= capacity {self.capacity}, got {count}")
+        cp = require_cupy("CudaSumMinTree")
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            self._launch_update(
+                cp,
+                self._dummy_idx,
+                self._dummy_in,
+                count,
+                False,
+                1.0,
+                0.0,
+                self.capacity,
+                int(start) % self.capacity,
+            )
+
+    def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
+        self._check_scalars(batch_size, beta)
+        cp = require_cupy("CudaSumMinTree")
+        b = int(batch_size)
+        k0, k1, c1, c2 = self._philox_words()
+        f32 = np.dtype(weights_dtype) == np.float32
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            out_idx = cp.empty(b, dtype=cp.int64)
+            out_w = cp.empty(b, dtype=cp.float32 if f32 else cp.float64)
+            fn = self._module().get_function(
+                "seg_tree_sample_f32" if f32 else "seg_tree_sample_f64"
+            )
+            fn(
+                ((b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,),
+                (_SAMPLE_THREADS,),
+                (
+                    self.sum_tree,
+                    self.min_tree,
+                    np.int64(self.pow2),
+                    np.int32(self.levels),
+                    np.int64(b),
+                    np.uint32(k0),
+                    np.uint32(k1),
+                    np.uint32(c1),
+                    np.uint32(c2),
+                    np.float64(beta),
+                    out_idx,
+                    out_w,
+                ),
+            )
+        if not f32 and np.dtype(weights_dtype) != np.float64:
+            out_w = out_w.astype(weights_dtype)
+        return out_idx, out_w
+
+    def weights(self, indices: Any, beta: float) -> Any:
+        cp = require_cupy("CudaSumMinTree")
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            idx = cp.ascontiguousarray(self._as_device(cp, indices).reshape(-1), dtype=cp.int64)
+            n = int(idx.size)
+            out = cp.empty(n, dtype=cp.float64)
+            if n:
+                self._module().get_function("seg_tree_weights")(
+                    ((n + 255) // 256,),
+                    (256,),
+                    (
+                        self.sum_tree,
+                        self.min_tree,
+                        np.int64(self.pow2),
+                        idx,
+                        np.int64(n),
+                        np.float64(beta),
+                        out,
+                    ),
+                )
+        return out
+
+    def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        cp = require_cupy("CudaSumMinTree")
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            return self.sum_tree.get(), self.min_tree.get()
+
+    def total(self) -> float:
+        cp = require_cupy("CudaSumMinTree")
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            return float(self.sum_tree[1].get())
+
+    def min(self) -> float:
+        cp = require_cupy("CudaSumMinTree")
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            return float(self.min_tree[1].get())
+
+    def max_value_host(self) -> float:
+        cp = require_cupy("CudaSumMinTree")
+        with cp.cuda.Device(self.device), _launch_stream(cp):
+            return float(self.max_value.get()[0])
+
+
+def make_tree(backend: str, capacity: int, seed: int = 0, device: int | None = None) -> SumMinTree:
+    """``NumpySumMinTree`` for ``backend="numpy"``, ``CudaSumMinTree`` for ``"cuda"``."""
+    if backend == "numpy":
+        return NumpySumMinTree(capacity, seed)
+    if backend == "cuda":
+        return CudaSumMinTree(capacity, seed, device)
+    raise ValueError(f"backend must be 'numpy' or 'cuda', got {backend!r}")

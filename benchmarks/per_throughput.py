@@ -1,0 +1,273 @@
+"""Prioritized replay: time of one ``sample`` + ``update`` round, side by side.
+
+For batch B x capacity C x fill fraction f: the segment tree (``CudaSumMinTree`` on the GPU,
+``NumpySumMinTree`` on the CPU), the seed's old path (torch: ``pow`` + ``cumsum`` over the
+priority array + ``searchsorted``, scatter update) and, where ``import cpprb`` works (the
+``bench`` extra), cpprb's ``PrioritizedReplayBuffer`` on the CPU. A round is: sample B indices
+with IS weights, then write new priorities ``(|td| + eps)**alpha`` for those indices (random td).
+
+Times are medians over ``--reps`` rounds after warm-up, wall clock per round including the
+host sync that ends it (the tree's update checks its inputs, which reads one status word back);
+on the GPU also the CUDA-event time per round. Usage::
+
+    python benchmarks/per_throughput.py --out per.json            # the full grid, on a GPU
+    python benchmarks/per_throughput.py --quick --out per.json    # small grid, CPU only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agents.segment_tree import CudaSumMinTree, NumpySumMinTree  # noqa: E402
+from gpu_trading_env.cuda_device import cupy_or_none  # noqa: E402
+
+ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
+
+
+def _median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def _fill_tree(tree, n: int, rng: np.random.Generator, chunk: int = 1 << 16) -> None:
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        tree.update(np.arange(lo, hi), rng.exponential(size=hi - lo), alpha=ALPHA, epsilon=EPS)
+
+
+def bench_cuda_tree(batch, capacity, n, reps, warmup, rng):
+    import torch
+
+    cp = cupy_or_none()
+    tree = CudaSumMinTree(capacity, seed=1)
+    _fill_tree(tree, n, rng)
+    td = cp.asarray(rng.exponential(size=batch).astype(np.float32))
+
+    def round_():
+        idx, _w = tree.sample(batch, beta=BETA, weights_dtype=np.float32)
+        tree.update(idx, td, alpha=ALPHA, epsilon=EPS, n_valid=n, name="td_errors")
+
+    for _ in range(warmup):
+        round_()
+    torch.cuda.synchronize()
+    wall, gpu = [], []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        start.record()
+        round_()  # ends with the status read (a sync)
+        end.record()
+        end.synchronize()
+        wall.append(time.perf_counter() - t0)
+        gpu.append(start.elapsed_time(end) * 1e-3)
+    # Without the check: the rounds queue up, no sync until the end.
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        idx, _w = tree.sample(batch, beta=BETA, weights_dtype=np.float32)
+        tree.update(idx, td, alpha=ALPHA, epsilon=EPS, n_valid=n, check=False)
+    torch.cuda.synchronize()
+    async_us = (time.perf_counter() - t0) / reps * 1e6
+    # Sanity: the root still equals the sum of the leaves.
+    leaves = tree.leaves()
+    assert abs(tree.total() - leaves.sum()) <= 1e-9 * leaves.sum()
+    return {"wall_us": _median_us(wall), "gpu_us": _median_us(gpu), "async_us": async_us}
+
+
+def bench_numpy_tree(batch, capacity, n, reps, warmup, rng):
+    tree = NumpySumMinTree(capacity, seed=1)
+    _fill_tree(tree, n, rng)
+    td = rng.exponential(size=batch)
+    times = []
+    for r in range(warmup + reps):
+        t0 = time.perf_counter()
+        idx, _w = tree.sample(batch, beta=BETA, weights_dtype=np.float32)
+        tree.update(idx, td, alpha=ALPHA, epsilon=EPS, n_valid=n, name="td_errors")
+        if r >= warmup:
+            times.append(time.perf_counter() - t0)
+    return {"wall_us": _median_us(times)}
+
+
+def bench_torch_cumsum(batch, capacity, n, reps, warmup, rng, device):
+    """The seed's old path: pow + cumsum over the whole priority array + searchsorted."""
+    import torch
+
+    dev = torch.device(device)
+    prio = torch.zeros(capacity, dtype=torch.float32, device=dev)
+    prio[:n] = torch.as_tensor(rng.exponential(size=n).astype(np.float32) + EPS, device=dev)
+    td = torch.as_tensor(rng.exponential(size=batch).astype(np.float32), device=dev)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(0)
+
+    def round_():
+        pa = prio.pow(ALPHA)
+        cs = torch.cumsum(pa, 0)
+        total = cs[-1]
+        u = torch.rand(batch, device=dev, generator=gen) * total
+        idx = torch.searchsorted(cs, u).clamp_(max=capacity - 1)
+        pmin = pa[:n].min()
+        _w = (pa[idx] / pmin).pow(-BETA)
+        prio[idx] = td.abs() + EPS
+
+    for _ in range(warmup):
+        round_()
+    times = []
+    for _ in range(reps):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        round_()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return {"wall_us": _median_us(times)}
+
+
+def bench_cpprb(batch, capacity, n, reps, warmup, rng):
+    import cpprb
+
+    rb = cpprb.PrioritizedReplayBuffer(capacity, {"obs": {"shape": 1}}, alpha=ALPHA, eps=EPS)
+    chunk = 1 << 16
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        rb.add(obs=np.zeros((hi - lo, 1), np.float32), priorities=rng.exponential(size=hi - lo))
+    td = rng.exponential(size=batch)
+    times = []
+    for r in range(warmup + reps):
+        t0 = time.perf_counter()
+        s = rb.sample(batch, beta=BETA)
+        rb.update_priorities(s["indexes"], td)
+        if r >= warmup:
+            times.append(time.perf_counter() - t0)
+    return {"wall_us": _median_us(times)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small grid on the CPU (smoke test)")
+    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument("--reps", type=int, default=None, help="timed rounds per cell")
+    ap.add_argument("--no-numpy", action="store_true", help="skip the NumPy tree")
+    args = ap.parse_args(argv)
+
+    cp = cupy_or_none()
+    gpu = cp is not None and not args.quick
+    if args.quick:
+        batches, capacities, fills = [256, 4096], [2**10, 2**16], [0.001, 0.1, 1.0]
+        reps, warmup = args.reps or 20, 3
+    else:
+        batches, capacities, fills = [256, 4096, 65536], [2**16, 2**20, 2**24], [0.001, 0.1, 1.0]
+        reps, warmup = args.reps or 200, 20
+    try:
+        import cpprb  # noqa: F401
+
+        have_cpprb, cpprb_note = True, "cpprb present"
+    except Exception as exc:  # the `bench` extra is optional
+        have_cpprb, cpprb_note = False, f"cpprb skipped ({type(exc).__name__}: {exc})"
+    print(cpprb_note)
+    meta = {
+        "commit": _commit(),
+        "python": platform.python_version(),
+        "machine": platform.processor() or platform.machine(),
+        "gpu": None,
+        "alpha": ALPHA,
+        "beta": BETA,
+        "reps": reps,
+        "cpprb": cpprb_note,
+    }
+    if gpu:
+        import torch
+
+        meta["gpu"] = torch.cuda.get_device_name()
+        meta["cupy"] = cp.__version__
+        meta["torch"] = torch.__version__
+    rng = np.random.default_rng(0)
+    rows = []
+    header = (
+        f"{'batch':>6} {'capacity':>9} {'fill':>6} {'stored':>9} | {'tree us':>9} {'async us':>9}"
+        f" {'gpu us':>8} | {'cumsum us':>9} | {'numpy us':>9} | {'cpprb us':>9} | {'x cpprb':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for capacity in capacities:
+        for fill in fills:
+            n = max(1, int(round(fill * capacity)))
+            for batch in batches:
+                row = {"batch": batch, "capacity": capacity, "fill": fill, "stored": n}
+                if gpu:
+                    row["cuda_tree"] = bench_cuda_tree(batch, capacity, n, reps, warmup, rng)
+                    row["torch_cumsum_cuda"] = bench_torch_cumsum(
+                        batch, capacity, n, reps, warmup, rng, "cuda"
+                    )
+                else:
+                    row["torch_cumsum_cpu"] = bench_torch_cumsum(
+                        batch, capacity, n, reps, warmup, rng, "cpu"
+                    )
+                small = capacity <= 2**20 and batch <= 4096
+                if not args.no_numpy and (not gpu or small):
+                    row["numpy_tree"] = bench_numpy_tree(
+                        batch, capacity, n, max(5, reps // 10), 2, rng
+                    )
+                if have_cpprb:
+                    row["cpprb"] = bench_cpprb(batch, capacity, n, max(5, reps // 10), 2, rng)
+                rows.append(row)
+                tree = row.get("cuda_tree", {})
+                tree_us = tree.get("wall_us")
+                base = row.get("torch_cumsum_cuda", row.get("torch_cumsum_cpu", {})).get("wall_us")
+                np_us = row.get("numpy_tree", {}).get("wall_us")
+                cpprb_us = row.get("cpprb", {}).get("wall_us")
+                speedup = (cpprb_us / tree_us) if (cpprb_us and tree_us) else None
+                if speedup is not None:
+                    row["speedup_vs_cpprb"] = speedup
+
+                def f(x, w=9):
+                    return f"{x:{w}.1f}" if x is not None else f"{'-':>{w}}"
+
+                print(
+                    f"{batch:>6} {capacity:>9} {fill:>6.1%} {n:>9} | {f(tree_us)}"
+                    f" {f(tree.get('async_us'))} {f(tree.get('gpu_us'), 8)} | {f(base)} |"
+                    f" {f(np_us)} | {f(cpprb_us)} | {f(speedup, 8)}",
+                    flush=True,
+                )
+    # Flatness across fill: max/min of the tree time over the fills of each (batch, capacity).
+    flat = {}
+    key = "cuda_tree" if gpu else "numpy_tree"
+    for capacity in capacities:
+        for batch in batches:
+            ts = [
+                r[key]["wall_us"]
+                for r in rows
+                if r["capacity"] == capacity and r["batch"] == batch and key in r
+            ]
+            if ts:
+                flat[f"{batch}x{capacity}"] = max(ts) / min(ts)
+    print(f"{key} time max/min across fill per (batch x capacity):")
+    print("  " + ", ".join(f"{k}: {v:.3f}" for k, v in flat.items()))
+    result = {"meta": meta, "rows": rows, "flatness_max_over_min": flat}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
