@@ -149,7 +149,6 @@ class SB3VecEnv(VecEnv):
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """``setattr(venv, attr_name, value)`` once: the attribute is shared by all N envs."""
-        list(self._get_indices(indices))
         setattr(self.venv, attr_name, value)
 
     def env_method(

@@ -1,0 +1,528 @@
+"""``GpuDQN``: Stable-Baselines3 ``DQN`` with prioritized replay, a dueling network, double-DQN
+targets, per-env epsilon-greedy exploration, curiosity training and a fused GPU rollout path.
+
+It takes a :class:`~gpu_trading_env.TradingVectorEnv` (``gym.make_vec("GpuTrading-v0", ...)``)
+as its env and wraps it in :class:`~gpu_trading_env.wrappers.SB3VecEnv`; any SB3 ``VecEnv`` or
+Gymnasium env works too. On a CUDA trading env ``collect_rollouts`` hands the step loop to
+``agents.rollout.FusedRollout`` (acting, stepping and storing on the device); elsewhere SB3's
+own loop runs through the adapter.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from gymnasium.vector import VectorEnv as GymVectorEnv
+from stable_baselines3 import DQN
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import ActionNoise
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import (
+    GymEnv,
+    MaybeCallback,
+    RolloutReturn,
+    Schedule,
+    TrainFreq,
+    TrainFrequencyUnit,
+)
+from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+from stable_baselines3.dqn.policies import DQNPolicy
+from torch.nn import functional as F
+
+from agents.curiosity import CuriosityModel
+from agents.policies import DuelingDQNPolicy
+from agents.prioritized_buffer import PrioritizedReplayBuffer
+from gpu_trading_env.backend import N_CATEGORIES
+from gpu_trading_env.config import action_table
+from gpu_trading_env.vector_env import TradingVectorEnv
+from gpu_trading_env.wrappers import SB3VecEnv
+
+__all__ = ["GpuDQN"]
+
+SelfGpuDQN = TypeVar("SelfGpuDQN", bound="GpuDQN")
+
+PER_DEFAULTS: dict[str, float] = {"alpha": 0.6, "beta": 0.4, "epsilon": 1e-6}
+
+
+class GpuDQN(DQN):
+    """Deep Q-Network with prioritized replay, double-DQN targets and a dueling policy.
+
+    Differences from SB3's ``DQN`` (all other arguments and behaviour are SB3's):
+
+    - ``env`` may be a Gymnasium ``VectorEnv`` such as
+      ``gym.make_vec("GpuTrading-v0", num_envs=N, device=...)``; it is wrapped in
+      :class:`~gpu_trading_env.wrappers.SB3VecEnv` and the raw trading env is kept as
+      ``self.trading_env`` (``None`` for other envs).
+    - ``replay_buffer_class`` defaults to :class:`~agents.PrioritizedReplayBuffer` with
+      ``alpha=0.6, beta=0.4, epsilon=1e-6`` (override through ``replay_buffer_kwargs``); beta is
+      annealed to 1 with the training progress. A plain SB3 ``ReplayBuffer`` also works (uniform
+      sampling, unweighted loss).
+    - Loss: ``mean(w_i * smooth_l1(Q(s_i, a_i), y_i))`` with the buffer's importance weights
+      ``w_i``; target ``y = r + gamma * (1 - done) * Q_target(s', argmax_a Q(s', a))`` with
+      ``double_q=True`` (default) or ``max_a Q_target(s', a)`` otherwise. ``done`` is the
+      termination only: time-limit truncations bootstrap (``handle_timeout_termination``).
+      After each gradient step the sampled priorities become ``|y - Q|``.
+    - Exploration: every env draws its own epsilon coin in each step (SB3 draws one for the
+      whole batch).
+    - ``curiosity=True`` trains :class:`~agents.CuriosityModel` on replayed transitions every
+      ``curiosity_train_freq`` calls of :meth:`train` and installs its weights in the env, whose
+      reward then carries the curiosity bonus.
+    - On a CUDA :class:`~gpu_trading_env.TradingVectorEnv` (wrapped by nothing but the adapter)
+      with ``fused_rollout=True``, ``collect_rollouts`` runs ``agents.rollout.FusedRollout``.
+
+    Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
+    ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
+
+    :param policy: Policy name or class.
+    :param env: Environment: a Gymnasium ``VectorEnv`` (same-step autoreset), an SB3
+        ``VecEnv``, a Gymnasium env or a registered env id.
+    :param double_q: Use the double-DQN target (online network picks, target network rates).
+    :param curiosity: Train the curiosity forward model and push it to the env.
+    :param curiosity_train_freq: Train the curiosity model every this many :meth:`train` calls.
+    :param curiosity_batch_size: Replayed transitions per curiosity gradient step.
+    :param curiosity_gradient_steps: Curiosity gradient steps per curiosity round.
+    :param curiosity_learning_rate: Adam learning rate of the curiosity model.
+    :param fused_rollout: Use the fused GPU rollout when the env allows it.
+    :param kwargs: The remaining arguments are those of SB3's ``DQN`` (``learning_rate``,
+        ``buffer_size``, ``learning_starts``, ``batch_size``, ``tau``, ``gamma``, ``train_freq``,
+        ``gradient_steps``, ``replay_buffer_class``, ``replay_buffer_kwargs``,
+        ``target_update_interval``, ``exploration_*``, ``max_grad_norm``, ``tensorboard_log``,
+        ``policy_kwargs``, ``verbose``, ``seed``, ``device``, ...).
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        **DQN.policy_aliases,
+        "DuelingPolicy": DuelingDQNPolicy,
+    }
+
+    def __init__(
+        self,
+        policy: str | type[DQNPolicy],
+        env: GymEnv | GymVectorEnv | str | None,
+        learning_rate: float | Schedule = 1e-4,
+        buffer_size: int = 1_000_000,
+        learning_starts: int = 100,
+        batch_size: int = 32,
+        tau: float = 1.0,
+        gamma: float = 0.99,
+        train_freq: int | tuple[int, str] = 4,
+        gradient_steps: int = 1,
+        replay_buffer_class: type[ReplayBuffer] | None = None,
+        replay_buffer_kwargs: dict[str, Any] | None = None,
+        optimize_memory_usage: bool = False,
+        n_steps: int = 1,
+        target_update_interval: int = 10000,
+        exploration_fraction: float = 0.1,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.05,
+        max_grad_norm: float = 10,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        double_q: bool = True,
+        curiosity: bool = False,
+        curiosity_train_freq: int = 100,
+        curiosity_batch_size: int = 1024,
+        curiosity_gradient_steps: int = 1,
+        curiosity_learning_rate: float = 1e-3,
+        fused_rollout: bool = True,
+        _init_setup_model: bool = True,
+    ) -> None:
+        if replay_buffer_class is None:
+            replay_buffer_class = PrioritizedReplayBuffer
+        replay_buffer_kwargs = dict(replay_buffer_kwargs or {})
+        if issubclass(replay_buffer_class, PrioritizedReplayBuffer):
+            for key, value in PER_DEFAULTS.items():
+                replay_buffer_kwargs.setdefault(key, value)
+        if replay_buffer_kwargs.get("handle_timeout_termination", True) is False:
+            warnings.warn(
+                "replay_buffer_kwargs['handle_timeout_termination'] = False: time-limit "
+                "truncations will be treated as terminal and the TD target will stop "
+                "bootstrapping at them",
+                stacklevel=2,
+            )
+        for name, value in (
+            ("curiosity_train_freq", curiosity_train_freq),
+            ("curiosity_batch_size", curiosity_batch_size),
+            ("curiosity_gradient_steps", curiosity_gradient_steps),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} = {value!r} is invalid: allowed is an int >= 1")
+
+        super().__init__(
+            policy,
+            env,  # type: ignore[arg-type]
+            learning_rate=learning_rate,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            batch_size=batch_size,
+            tau=tau,
+            gamma=gamma,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            replay_buffer_class=replay_buffer_class,
+            replay_buffer_kwargs=replay_buffer_kwargs,
+            optimize_memory_usage=optimize_memory_usage,
+            n_steps=n_steps,
+            target_update_interval=target_update_interval,
+            exploration_fraction=exploration_fraction,
+            exploration_initial_eps=exploration_initial_eps,
+            exploration_final_eps=exploration_final_eps,
+            max_grad_norm=max_grad_norm,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        self.double_q = bool(double_q)
+        self.curiosity = bool(curiosity)
+        self.curiosity_train_freq = curiosity_train_freq
+        self.curiosity_batch_size = curiosity_batch_size
+        self.curiosity_gradient_steps = curiosity_gradient_steps
+        self.curiosity_learning_rate = curiosity_learning_rate
+        self.fused_rollout = bool(fused_rollout)
+        self.curiosity_model: CuriosityModel | None = None
+        self._train_calls = 0
+        self._fused_rollout: Any = None
+        self._category_table_t: th.Tensor | None = None
+        self.trading_env: TradingVectorEnv | None = _find_trading_env(self.env)
+        self._curiosity_dims: dict[str, int] | None = None
+        self._curiosity_categories: np.ndarray | None = None
+        if self.curiosity:
+            self._resolve_curiosity_layout()
+        if _init_setup_model:
+            self._setup_model()
+
+    # ------------------------------------------------------------------ env handling
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        """SB3's wrapping, with Gymnasium vector envs wrapped in :class:`SB3VecEnv` first."""
+        if isinstance(env, GymVectorEnv):
+            if verbose >= 1:
+                print("Wrapping the vector env in an SB3VecEnv.")
+            env = SB3VecEnv(env)  # type: ignore[assignment]
+        return OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)
+
+    def set_env(self, env: GymEnv | GymVectorEnv, force_reset: bool = True) -> None:
+        """SB3's ``set_env``; also re-reads ``trading_env`` and drops the fused rollout state."""
+        super().set_env(env, force_reset=force_reset)  # type: ignore[arg-type]
+        self.trading_env = _find_trading_env(self.env)
+        self._fused_rollout = None
+
+    def _uses_fused_rollout(self, env: VecEnv) -> bool:
+        te = self.trading_env
+        return (
+            self.fused_rollout
+            and te is not None
+            and str(te.device).startswith("cuda")
+            # A wrapper between SB3 and the adapter (VecNormalize, ...) would be bypassed.
+            and isinstance(env, SB3VecEnv)
+            and env.venv is te
+        )
+
+    # ------------------------------------------------------------------ setup
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.curiosity_model = None
+        if self.curiosity:
+            if self._curiosity_dims is None:
+                self._resolve_curiosity_layout()
+            assert self._curiosity_dims is not None
+            self.curiosity_model = CuriosityModel(
+                **self._curiosity_dims,
+                learning_rate=self.curiosity_learning_rate,
+                device=self.device,
+            )
+
+    def _resolve_curiosity_layout(self) -> None:
+        config = self.trading_env.config if self.trading_env is not None else None
+        if config is None and self.env is not None and self.env.has_attr("config"):
+            config = self.env.get_attr("config", indices=[0])[0]
+        if config is None:
+            raise ValueError(
+                "curiosity=True is invalid for this env: allowed is a gpu_trading_env env "
+                "(TradingVectorEnv or TradingEnv), whose config gives the curiosity layout"
+            )
+        self._curiosity_dims = {
+            "state_dims": int(config.curiosity_state_dims),
+            "n_categories": N_CATEGORIES,
+            "hidden": int(config.curiosity_hidden),
+        }
+        self._curiosity_categories = np.asarray(action_table(config).category, dtype=np.int64)
+
+    # ------------------------------------------------------------------ acting
+    def _random_actions(self, n: int) -> np.ndarray:
+        space = self.action_space
+        assert isinstance(space, spaces.Discrete)
+        return (int(space.start) + space.np_random.integers(int(space.n), size=n)).astype(np.int64)
+
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Epsilon-greedy actions with an independent coin per env.
+
+        :param observation: ``[N, *obs_shape]`` (or one observation).
+        :param state: Unused (no recurrent policies).
+        :param episode_start: Unused.
+        :param deterministic: Greedy actions only.
+        :return: ``(actions [N] int64, state)``.
+        """
+        if deterministic or self.exploration_rate <= 0.0:
+            return self.policy.predict(observation, state, episode_start, deterministic=True)
+        if not self.policy.is_vectorized_observation(observation) or isinstance(observation, dict):
+            return super().predict(observation, state, episode_start, deterministic)
+        n = np.asarray(observation).shape[0]
+        # The action space's generator is the one SB3 seeds (``set_random_seed``).
+        explore = self.action_space.np_random.random(n) < self.exploration_rate
+        if explore.all():
+            return self._random_actions(n), state
+        actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
+        actions = np.array(actions, dtype=np.int64, copy=True).reshape(n)
+        k = int(explore.sum())
+        if k:
+            actions[explore] = self._random_actions(k)
+        return actions, state
+
+    def _sample_action(
+        self,
+        learning_starts: int,
+        action_noise: ActionNoise | None = None,
+        n_envs: int = 1,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Uniform actions during warm-up, then :meth:`predict`; ``(env action, buffer action)``."""
+        if self.num_timesteps < learning_starts:
+            action = self._random_actions(n_envs)
+        else:
+            assert self._last_obs is not None, "self._last_obs was not set"
+            action, _ = self.predict(self._last_obs, deterministic=False)  # type: ignore[arg-type]
+        return action, action
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        train_freq: TrainFreq,
+        replay_buffer: ReplayBuffer,
+        action_noise: ActionNoise | None = None,
+        learning_starts: int = 0,
+        log_interval: int | None = None,
+    ) -> RolloutReturn:
+        """SB3's rollout loop, or the fused GPU rollout on a CUDA trading env.
+
+        The fused path steps ``train_freq.frequency`` vector steps through
+        ``agents.rollout.FusedRollout(self).collect(n_steps, callback, learning_starts)``,
+        between the callback's ``on_rollout_start`` and ``on_rollout_end`` as SB3's loop does;
+        episodes it reports are added to ``_episode_num`` unless it counted them itself.
+        """
+        if not self._uses_fused_rollout(env):
+            return super().collect_rollouts(
+                env,
+                callback,
+                train_freq,
+                replay_buffer,
+                action_noise,
+                learning_starts,
+                log_interval,
+            )
+        if train_freq.unit != TrainFrequencyUnit.STEP:
+            raise ValueError(
+                f"train_freq unit {train_freq.unit.value!r} is invalid with the fused rollout: "
+                "allowed is 'step'"
+            )
+        if self._fused_rollout is None:
+            # Imported here so the CPU path never loads CuPy or compiles kernels.
+            from agents.rollout import FusedRollout
+
+            self._fused_rollout = FusedRollout(self)
+        episodes_before = self._episode_num
+        callback.on_rollout_start()
+        steps, n_episodes, continue_training = self._fused_rollout.collect(
+            int(train_freq.frequency), callback, learning_starts
+        )
+        callback.on_rollout_end()
+        if self._episode_num == episodes_before:
+            self._episode_num += int(n_episodes)
+        if (
+            log_interval is not None
+            and log_interval > 0
+            and self._episode_num // log_interval > episodes_before // log_interval
+        ):
+            self.dump_logs()
+        return RolloutReturn(int(steps), int(n_episodes), bool(continue_training))
+
+    # ------------------------------------------------------------------ learning
+    def compute_td_target(
+        self,
+        rewards: th.Tensor,
+        next_observations: th.Tensor,
+        dones: th.Tensor,
+        discounts: th.Tensor | float | None = None,
+    ) -> th.Tensor:
+        """One-step TD target, without gradient.
+
+        ``y = r + discount * (1 - done) * q_next`` with ``q_next`` the target network's value
+        of the online network's greedy action (``double_q``) or the target network's max.
+
+        :param rewards: ``[B, 1]`` float32.
+        :param next_observations: ``[B, *obs_shape]``.
+        :param dones: ``[B, 1]`` float32, 1 for terminations only (0 for time-limit truncations).
+        :param discounts: ``[B, 1]`` or a float; ``None`` means ``gamma``.
+        :return: ``[B, 1]`` float32.
+        """
+        gamma = self.gamma if discounts is None else discounts
+        with th.no_grad():
+            next_q_target = self.q_net_target(next_observations)
+            if self.double_q:
+                next_actions = self.q_net(next_observations).argmax(dim=1, keepdim=True)
+                next_q = th.gather(next_q_target, 1, next_actions)
+            else:
+                next_q = next_q_target.max(dim=1, keepdim=True).values
+            return rewards.reshape(-1, 1) + (1.0 - dones.reshape(-1, 1)) * gamma * next_q
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        """``gradient_steps`` prioritized double-DQN updates, then priorities and curiosity.
+
+        Logs ``train/loss``, ``train/mean_td_error``, ``train/per_beta`` (prioritized buffer)
+        and ``train/curiosity_loss`` (curiosity rounds). The statistics reach the host once per
+        call, not once per gradient step.
+        """
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        buffer = self.replay_buffer
+        assert buffer is not None
+        if hasattr(buffer, "set_progress"):
+            buffer.set_progress(min(1.0, max(0.0, float(self._current_progress_remaining))))
+
+        losses: list[th.Tensor] = []
+        td_means: list[th.Tensor] = []
+        for _ in range(gradient_steps):
+            data = buffer.sample(batch_size, env=self._vec_normalize_env)
+            target = self.compute_td_target(
+                data.rewards, data.next_observations, data.dones, data.discounts
+            )
+            q = th.gather(self.q_net(data.observations), 1, data.actions.long())
+            elementwise = F.smooth_l1_loss(q, target, reduction="none")
+            weights = getattr(data, "weights", None)
+            if weights is not None:
+                loss = (weights.reshape(-1, 1).to(elementwise.dtype) * elementwise).mean()
+            else:
+                loss = elementwise.mean()
+
+            self.policy.optimizer.zero_grad()
+            loss.backward()
+            th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            self.policy.optimizer.step()
+
+            td = (q.detach() - target).abs().reshape(-1)
+            indices = getattr(data, "indices", None)
+            if indices is not None and hasattr(buffer, "update_priorities"):
+                buffer.update_priorities(indices, td)
+            losses.append(loss.detach())
+            td_means.append(td.mean())
+
+        self._n_updates += gradient_steps
+        self._train_calls += 1
+        if self.curiosity_model is not None and self._train_calls % self.curiosity_train_freq == 0:
+            self.train_curiosity()
+
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        if losses:
+            stats = th.stack([th.stack(losses).mean(), th.stack(td_means).mean()]).cpu()
+            self.logger.record("train/loss", float(stats[0]))
+            self.logger.record("train/mean_td_error", float(stats[1]))
+        beta = getattr(buffer, "beta", None)
+        if beta is not None:
+            self.logger.record("train/per_beta", float(beta))
+
+    def train_curiosity(self) -> float:
+        """One curiosity round: train on replayed transitions, then install the weights in the env.
+
+        :return: The last batch's mean squared prediction error (before its step).
+        """
+        assert self.curiosity_model is not None and self.replay_buffer is not None
+        if self._category_table_t is None:
+            self._category_table_t = th.as_tensor(self._curiosity_categories, device=self.device)
+        loss = float("nan")
+        for _ in range(self.curiosity_gradient_steps):
+            # Raw observations: the env's forward model reads unnormalised ones.
+            data = self.replay_buffer.sample(self.curiosity_batch_size)
+            loss = self.curiosity_model.train_step(
+                data.observations, data.actions, data.next_observations, self._category_table_t
+            )
+        self.logger.record("train/curiosity_loss", loss)
+        self.push_curiosity_weights()
+        return loss
+
+    def push_curiosity_weights(self) -> None:
+        """Install the curiosity model's weights in the env (trading env or via ``env_method``)."""
+        assert self.curiosity_model is not None
+        weights = self.curiosity_model.export_weights()
+        te = self.trading_env
+        if te is not None:
+            if not str(te.device).startswith("cuda"):
+                weights = tuple(w.cpu() for w in weights)  # type: ignore[assignment]
+            te.set_curiosity_weights(*weights)
+        elif self.env is not None:
+            self.env.env_method("set_curiosity_weights", *(w.cpu().numpy() for w in weights))
+
+    def learn(
+        self: SelfGpuDQN,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 4,
+        tb_log_name: str = "GpuDQN",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfGpuDQN:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
+
+    # ------------------------------------------------------------------ saving
+    def _excluded_save_params(self) -> list[str]:
+        return [
+            *super()._excluded_save_params(),
+            "trading_env",
+            "curiosity_model",
+            "_fused_rollout",
+            "_category_table_t",
+        ]
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        state_dicts, variables = super()._get_torch_save_params()
+        if self.curiosity_model is not None:
+            state_dicts = [*state_dicts, "curiosity_model", "curiosity_model.optimizer"]
+        return state_dicts, variables
+
+
+def _find_trading_env(env: VecEnv | None) -> TradingVectorEnv | None:
+    """The ``TradingVectorEnv`` under SB3 ``VecEnvWrapper``s and the adapter, if there is one."""
+    while isinstance(env, VecEnvWrapper):
+        env = env.venv
+    if isinstance(env, SB3VecEnv):
+        inner = env.venv
+        raw = getattr(inner, "unwrapped", inner)
+        if isinstance(raw, TradingVectorEnv):
+            return raw
+    return None

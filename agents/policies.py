@@ -1,0 +1,190 @@
+"""Dueling Q-network (Wang et al., 2016) as a Stable-Baselines3 DQN policy.
+
+``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')``, with a shared trunk and separate value and
+advantage heads. The default shape is the source design's network: a 256-256 shared trunk and
+128-unit heads, LeakyReLU(0.01) everywhere. ``GpuDQN("DuelingPolicy", env)`` selects it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    FlattenExtractor,
+    create_mlp,
+)
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
+from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
+from torch import nn
+
+__all__ = ["DEFAULT_DUELING_ARCH", "DuelingDQNPolicy", "DuelingQNetwork", "resolve_dueling_arch"]
+
+DEFAULT_DUELING_ARCH: dict[str, list[int]] = {
+    "shared": [256, 256],
+    "value": [128],
+    "advantage": [128],
+}
+
+
+def resolve_dueling_arch(net_arch: list[int] | dict[str, list[int]] | None) -> dict[str, list[int]]:
+    """Normalise ``net_arch`` to ``{"shared": [...], "value": [...], "advantage": [...]}``.
+
+    :param net_arch: ``None`` (the default 256-256 / 128 / 128), a list of ints (the shared
+        trunk; both heads keep 128 units) or a dict with any of the keys ``"shared"``,
+        ``"value"``, ``"advantage"`` (``"adv"`` is accepted for ``"advantage"``); missing keys
+        take their defaults.
+    :return: A new dict with all three keys, each a list of positive ints.
+    """
+    if net_arch is None:
+        arch = {k: list(v) for k, v in DEFAULT_DUELING_ARCH.items()}
+    elif isinstance(net_arch, dict):
+        unknown = sorted(set(net_arch) - {"shared", "value", "advantage", "adv"})
+        if unknown:
+            raise ValueError(
+                f"net_arch keys {unknown} are invalid: allowed are 'shared', 'value', 'advantage'"
+            )
+        arch = {k: list(v) for k, v in DEFAULT_DUELING_ARCH.items()}
+        for key, value in net_arch.items():
+            arch["advantage" if key == "adv" else key] = list(value)
+    elif isinstance(net_arch, list | tuple):
+        arch = {k: list(v) for k, v in DEFAULT_DUELING_ARCH.items()}
+        arch["shared"] = list(net_arch)
+    else:
+        raise TypeError(
+            f"net_arch of type {type(net_arch).__name__} is invalid: allowed is None, a list of "
+            "ints or a dict with 'shared', 'value', 'advantage'"
+        )
+    for key, sizes in arch.items():
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+            raise ValueError(f"net_arch[{key!r}] = {sizes!r} is invalid: allowed is ints >= 1")
+    return arch
+
+
+class DuelingQNetwork(QNetwork):
+    """Dueling action-value network: ``Q = V + A - mean(A)``.
+
+    Layers: ``shared`` (features -> trunk, activation after every layer), ``value_head``
+    (trunk -> value hidden layers -> 1) and ``advantage_head`` (trunk -> advantage hidden
+    layers -> n_actions), each an ``nn.Sequential`` of ``nn.Linear`` and activation modules
+    with weights in torch's ``[out, in]`` layout.
+
+    :param observation_space: Observation space.
+    :param action_space: Action space (``Discrete``).
+    :param features_extractor: Features extractor (``FlattenExtractor`` for vector observations).
+    :param features_dim: Number of features out of the extractor.
+    :param net_arch: ``{"shared", "value", "advantage"}`` layer sizes, see
+        :func:`resolve_dueling_arch`.
+    :param activation_fn: Activation class (default ``nn.LeakyReLU``, slope 0.01).
+    :param normalize_images: Whether to divide image observations by 255.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Discrete,
+        features_extractor: BaseFeaturesExtractor,
+        features_dim: int,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.LeakyReLU,
+        normalize_images: bool = True,
+    ) -> None:
+        # QNetwork.__init__ would build a plain MLP we do not use; BasePolicy sets up the rest.
+        BasePolicy.__init__(
+            self,
+            observation_space,
+            action_space,
+            features_extractor=features_extractor,
+            normalize_images=normalize_images,
+        )
+        arch = resolve_dueling_arch(net_arch)
+        self.net_arch = arch
+        self.activation_fn = activation_fn
+        self.features_dim = features_dim
+        n_actions = int(self.action_space.n)
+        shared = create_mlp(features_dim, -1, arch["shared"], activation_fn)
+        trunk_dim = arch["shared"][-1] if arch["shared"] else features_dim
+        self.shared = nn.Sequential(*shared)
+        self.value_head = nn.Sequential(*create_mlp(trunk_dim, 1, arch["value"], activation_fn))
+        self.advantage_head = nn.Sequential(
+            *create_mlp(trunk_dim, n_actions, arch["advantage"], activation_fn)
+        )
+
+    def forward(self, obs: PyTorchObs) -> th.Tensor:
+        """Q-values.
+
+        :param obs: Observations ``[B, *obs_shape]``.
+        :return: Q-values ``[B, n_actions]`` float32.
+        """
+        h = self.shared(self.extract_features(obs, self.features_extractor))
+        value = self.value_head(h)
+        adv = self.advantage_head(h)
+        # Subtracting the mean advantage makes V and A identifiable (Wang et al., eq. 9).
+        return value + adv - adv.mean(dim=1, keepdim=True)
+
+    def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+        """The two heads before they are combined.
+
+        :param obs: Observations ``[B, *obs_shape]``.
+        :return: ``(V [B, 1], A [B, n_actions])``.
+        """
+        h = self.shared(self.extract_features(obs, self.features_extractor))
+        return self.value_head(h), self.advantage_head(h)
+
+
+class DuelingDQNPolicy(DQNPolicy):
+    """DQN policy with a :class:`DuelingQNetwork` as online and target network.
+
+    Same arguments as SB3's ``DQNPolicy``, with dueling defaults: ``net_arch=None`` means
+    ``{"shared": [256, 256], "value": [128], "advantage": [128]}`` and ``activation_fn``
+    defaults to ``nn.LeakyReLU`` (slope 0.01).
+
+    :param observation_space: Observation space.
+    :param action_space: Action space.
+    :param lr_schedule: Learning rate schedule.
+    :param net_arch: Layer sizes (list: shared trunk; dict: see :func:`resolve_dueling_arch`).
+    :param activation_fn: Activation class.
+    :param features_extractor_class: Features extractor class.
+    :param features_extractor_kwargs: Its keyword arguments.
+    :param normalize_images: Whether to divide image observations by 255.
+    :param optimizer_class: Optimizer class (``th.optim.Adam``).
+    :param optimizer_kwargs: Optimizer keyword arguments, excluding the learning rate.
+    """
+
+    q_net: DuelingQNetwork
+    q_net_target: DuelingQNetwork
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Discrete,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.LeakyReLU,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            # DQNPolicy would turn None into [64, 64]; resolve the dueling default first.
+            net_arch=resolve_dueling_arch(net_arch),  # type: ignore[arg-type]
+            activation_fn=activation_fn,
+            features_extractor_class=features_extractor_class,
+            features_extractor_kwargs=features_extractor_kwargs,
+            normalize_images=normalize_images,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+        )
+
+    def make_q_net(self) -> DuelingQNetwork:
+        # A separate features extractor per network, as SB3's DQNPolicy does.
+        net_args = self._update_features_extractor(self.net_args, features_extractor=None)
+        return DuelingQNetwork(**net_args).to(self.device)

@@ -1,0 +1,165 @@
+"""SB3VecEnv: the Stable-Baselines3 VecEnv contract over TradingVectorEnv (NumPy backend)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import A2C, DQN, PPO
+from stable_baselines3.common.env_checker import check_env
+
+from gpu_trading_env import TradingEnv, TradingVectorEnv
+from gpu_trading_env.wrappers import SB3VecEnv
+
+N = 8
+EPISODE_LENGTH = 64
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    # Small networks: a second intra-op thread only adds contention on a busy 2-core runner.
+    previous = th.get_num_threads()
+    th.set_num_threads(1)
+    yield
+    th.set_num_threads(previous)
+
+
+@pytest.fixture
+def venv() -> SB3VecEnv:
+    return SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH))
+
+
+@pytest.mark.parametrize(
+    ("algo", "kwargs", "steps"),
+    [
+        (DQN, {"learning_starts": 64, "batch_size": 32, "train_freq": 4}, 1024),
+        (PPO, {"n_steps": 32, "batch_size": 64, "n_epochs": 2}, 512),
+        (A2C, {"n_steps": 8}, 512),
+    ],
+    ids=["DQN", "PPO", "A2C"],
+)
+def test_sb3_algorithms_learn(venv: SB3VecEnv, algo, kwargs, steps) -> None:
+    model = algo("MlpPolicy", venv, seed=0, device="cpu", **kwargs)
+    model.learn(steps)
+    assert model.num_timesteps >= steps
+    # Monitor-format episode statistics reach SB3's ep_rew_mean buffer.
+    assert len(model.ep_info_buffer) > 0
+    ep = model.ep_info_buffer[-1]
+    assert set(ep) == {"r", "l", "t"}
+    assert isinstance(ep["r"], float) and isinstance(ep["l"], int)
+    assert 1 <= ep["l"] <= EPISODE_LENGTH
+
+
+def test_step_outputs_are_numpy_copies(venv: SB3VecEnv) -> None:
+    obs0 = venv.reset()
+    assert isinstance(obs0, np.ndarray) and obs0.dtype == np.float32
+    assert obs0.shape == (N, *venv.observation_space.shape)
+    keep = obs0.copy()
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        obs, rewards, dones, infos = venv.step(rng.integers(0, 45, N))
+    # The env reuses two output buffers; what SB3 holds on to must not change under it.
+    np.testing.assert_array_equal(obs0, keep)
+    assert rewards.dtype == np.float32 and rewards.shape == (N,)
+    assert dones.dtype == bool and dones.shape == (N,)
+    assert isinstance(infos, list) and len(infos) == N
+    assert {"reward_components", "portfolio_value", "position", "barrier_label"} <= set(infos[0])
+    assert infos[0]["reward_components"].shape == (5,)
+
+
+def test_terminal_observation_and_timelimit_flags(venv: SB3VecEnv) -> None:
+    """Compare with the same env run without autoreset, resetting ended envs by hand."""
+    seed = 11
+    ref = TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="disabled")
+    venv.seed(seed)
+    obs = venv.reset()
+    ref_obs, _ = ref.reset(seed=[seed + i for i in range(N)])
+    np.testing.assert_array_equal(obs, ref_obs)
+
+    n_feat = venv.observation_space.shape[0] - 3
+    rng = np.random.default_rng(1)
+    seen_trunc = seen_term = 0
+    for _ in range(300):
+        actions = rng.integers(0, 45, N)
+        obs, rewards, dones, infos = venv.step(actions)
+        ref_obs, ref_rew, term, trunc, _ = ref.step(actions)
+        np.testing.assert_allclose(rewards, ref_rew, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(dones, term | trunc)
+        for i in range(N):
+            assert infos[i]["TimeLimit.truncated"] == bool(trunc[i] and not term[i])
+            if dones[i]:
+                # The observation that ended the episode, not the next episode's first one.
+                np.testing.assert_array_equal(infos[i]["terminal_observation"], ref_obs[i])
+                assert infos[i]["episode"]["l"] <= EPISODE_LENGTH
+                # A fresh episode: initial capital, flat.
+                assert obs[i, n_feat] == pytest.approx(1.0)
+                assert obs[i, n_feat + 1] == 0.0
+            else:
+                assert "terminal_observation" not in infos[i]
+                assert "episode" not in infos[i]
+        seen_trunc += int((trunc & ~term).sum())
+        seen_term += int(term.sum())
+        if dones.any():
+            ref_obs, _ = ref.reset(options={"reset_mask": dones.copy()})
+        np.testing.assert_array_equal(obs, ref_obs)
+    assert seen_trunc > 0 and seen_term > 0
+
+
+def test_seed_and_options_are_passed_on_reset(venv: SB3VecEnv) -> None:
+    other = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH))
+    venv.seed(5)
+    other.seed(5)
+    np.testing.assert_array_equal(venv.reset(), other.reset())
+    actions = np.arange(N) % 45
+    np.testing.assert_array_equal(venv.step(actions)[0], other.step(actions)[0])
+
+    venv.set_options({"start_index": 100})
+    a = venv.reset()
+    venv.set_options({"start_index": 100})
+    np.testing.assert_array_equal(a, venv.reset())
+    assert np.all(a == a[0])  # one instrument, same bar
+
+    venv.set_options([{"start_index": 100 + i} for i in range(N)])
+    b = venv.reset()
+    assert not np.array_equal(b[0], b[1])
+    np.testing.assert_array_equal(b[0], a[0])
+    assert venv._options == [{} for _ in range(N)]
+    assert venv._seeds == [None] * N
+
+
+def test_attr_and_method_access(venv: SB3VecEnv) -> None:
+    assert venv.get_attr("num_envs") == [N] * N
+    assert venv.get_attr("config", indices=[0, 3]) == [venv.venv.config] * 2
+    assert venv.has_attr("max_position") and not venv.has_attr("no_such_attribute")
+    venv.set_attr("custom_flag", 3)
+    assert venv.venv.custom_flag == 3
+    assert venv.get_attr("custom_flag", indices=1) == [3]
+    venv.reset()
+    out = venv.env_method("observe", indices=[0, 1])
+    assert len(out) == 2 and out[0].shape == (N, venv.observation_space.shape[0])
+    assert venv.env_is_wrapped(object) == [False] * N
+    with pytest.raises(NotImplementedError):
+        venv.get_images()
+    venv.close()
+
+
+def test_rejects_other_autoreset_modes() -> None:
+    for mode in ("next_step", "disabled"):
+        with pytest.raises(ValueError, match="autoreset_mode"):
+            SB3VecEnv(TradingVectorEnv(2, "cpu", autoreset_mode=mode))
+
+
+def test_keep_info_false_keeps_sb3_keys() -> None:
+    venv = SB3VecEnv(TradingVectorEnv(4, "cpu", episode_length=8), keep_info=False)
+    venv.reset()
+    flat = venv.venv.config.encode_action(2)  # no position, so no barrier ends it early
+    for _ in range(8):
+        _, _, dones, infos = venv.step(np.full(4, flat, dtype=np.int64))
+    assert dones.all()
+    assert set(infos[0]) == {"TimeLimit.truncated", "terminal_observation", "episode"}
+    assert all(info["TimeLimit.truncated"] for info in infos)
+    assert all(info["episode"]["l"] == 8 for info in infos)
+
+
+def test_single_env_passes_sb3_check_env() -> None:
+    check_env(TradingEnv(), warn=True)
