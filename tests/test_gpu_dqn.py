@@ -368,3 +368,32 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
     assert model._episode_num == 3
     model.fused_rollout = False
     assert not model._uses_fused_rollout(model.env)
+
+
+@pytest.mark.gpu
+def test_fused_rollout_learns_on_cuda(tmp_path) -> None:
+    env = gym.make_vec("GpuTrading-v0", num_envs=1024, device="cuda", episode_length=100)
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        learning_starts=4096,
+        train_freq=4,
+        batch_size=256,
+        buffer_size=200_000,
+        curiosity=True,
+        curiosity_train_freq=5,
+        device="cuda",
+        seed=0,
+    )
+    assert model._uses_fused_rollout(model.env)
+    model.learn(80_000)
+    assert model._n_updates > 0 and len(model.ep_info_buffer) > 0
+    assert math.isfinite(model.logger.name_to_value["train/loss"])
+    assert env.unwrapped.backend.curiosity is not None
+
+    path = tmp_path / "fused.zip"
+    model.save(path)
+    loaded = GpuDQN.load(path, device="cuda")
+    obs = model.replay_buffer.observations[:2].reshape(-1, 54)
+    with th.no_grad():
+        assert th.equal(loaded.q_net(obs), model.q_net(obs))

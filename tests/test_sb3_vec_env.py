@@ -163,3 +163,33 @@ def test_keep_info_false_keeps_sb3_keys() -> None:
 
 def test_single_env_passes_sb3_check_env() -> None:
     check_env(TradingEnv(), warn=True)
+
+
+@pytest.mark.gpu
+def test_cuda_env_matches_numpy_env_through_adapter() -> None:
+    cpu = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH))
+    gpu = SB3VecEnv(TradingVectorEnv(N, "cuda", episode_length=EPISODE_LENGTH))
+    cpu.seed(2)
+    gpu.seed(2)
+    np.testing.assert_allclose(gpu.reset(), cpu.reset(), rtol=1e-5, atol=1e-6)
+    rng = np.random.default_rng(3)
+    n_done = 0
+    for _ in range(200):
+        actions = rng.integers(0, 45, N)
+        obs_g, rew_g, done_g, infos_g = gpu.step(actions)
+        obs_c, rew_c, done_c, infos_c = cpu.step(actions)
+        assert isinstance(obs_g, np.ndarray) and obs_g.dtype == np.float32
+        np.testing.assert_array_equal(done_g, done_c)
+        np.testing.assert_allclose(rew_g, rew_c, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(obs_g, obs_c, rtol=1e-5, atol=1e-6)
+        for i in np.flatnonzero(done_g):
+            n_done += 1
+            np.testing.assert_allclose(
+                infos_g[i]["terminal_observation"],
+                infos_c[i]["terminal_observation"],
+                rtol=1e-5,
+                atol=1e-6,
+            )
+            assert infos_g[i]["TimeLimit.truncated"] == infos_c[i]["TimeLimit.truncated"]
+            assert infos_g[i]["episode"]["l"] == infos_c[i]["episode"]["l"]
+    assert n_done > 0
