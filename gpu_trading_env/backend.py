@@ -106,8 +106,9 @@ class Backend:
         return self._outputs[self._turn]
 
     # The contract each backend implements. Arrays are of the backend's array module.
-    def seed(self, seeds: np.ndarray) -> None:
-        """Set every env's Philox key (uint64 [N]) and restart its start-bar counter."""
+    def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
+        """Set the Philox key (host uint64 [N]) of the envs in ``mask`` (host bool [N]) and
+        restart their start-bar counters; other envs keep their streams."""
         raise NotImplementedError
 
     def reset(self, mask: Any, start_index: Any) -> Any:

@@ -155,7 +155,7 @@ class EnvConfig:
         if not (0.0 <= self.diversity_threshold_bits <= math.log2(3) + 1e-12):
             _fail("diversity_threshold_bits", self.diversity_threshold_bits, "[0, log2(3)]")
         _nonnegative_finite("diversity_penalty", self.diversity_penalty)
-        _int_range("diversity_min_entries", self.diversity_min_entries, 1, 2**31 - 1)
+        _int_range("diversity_min_entries", self.diversity_min_entries, 1, self.diversity_window)
         _int_range("curiosity_state_dims", self.curiosity_state_dims, 1, 4096)
         _int_range("curiosity_hidden", self.curiosity_hidden, 1, 4096)
         _nonnegative_finite("curiosity_scale", self.curiosity_scale)

@@ -121,10 +121,13 @@ class CudaBackend(Backend):
         return stream
 
     # ---------------------------------------------------------------- contract
-    def seed(self, seeds: Any) -> None:
+    def seed(self, seeds: Any, mask: Any) -> None:
+        cp = self.xp
         with self._device, self.stream():
-            self.state.seed[...] = self.xp.asarray(seeds, dtype=self.xp.uint64)
-            self.state.episode_count[...] = 0
+            m = cp.asarray(mask, dtype=cp.bool_)
+            s = cp.asarray(seeds, dtype=cp.uint64)
+            self.state.seed[...] = cp.where(m, s, self.state.seed)
+            self.state.episode_count[...] = cp.where(m, cp.uint64(0), self.state.episode_count)
 
     def observe(self) -> Any:
         cp = self.xp

@@ -122,9 +122,10 @@ class NumpyBackend(Backend):
         self._obs_scratch = np.zeros((self.num_envs, self.obs_dim), dtype=np.float32)
 
     # ---------------------------------------------------------------- contract
-    def seed(self, seeds: np.ndarray) -> None:
-        self.state.seed[:] = np.asarray(seeds, dtype=np.uint64)
-        self.state.episode_count[:] = 0
+    def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
+        mask = np.asarray(mask, dtype=bool)
+        self.state.seed[mask] = np.asarray(seeds, dtype=np.uint64)[mask]
+        self.state.episode_count[mask] = 0
         self._cache_valid = False
 
     def _draw_starts(self, envs: np.ndarray) -> np.ndarray:

@@ -147,7 +147,6 @@ class TradingVectorEnv(VectorEnv):
                 pins the start bar, counted from the env's instrument's first bar, -1 = draw;
                 reset_mask resets only those envs (the others keep their state).
         """
-        super().reset(seed=seed if isinstance(seed, int) else None)
         options = dict(options or {})
         unknown = sorted(set(options) - set(RESET_OPTIONS))
         if unknown:
@@ -159,9 +158,8 @@ class TradingVectorEnv(VectorEnv):
         start = self._start_index(options.get("start_index"))
         if seed is not None or not self._seeded:
             seeds = self._seed_array(seed)
-            current = self._host(self.backend.state.seed).astype(np.uint64)
-            current[mask] = seeds[mask]
-            self.backend.seed(self.backend.xp.asarray(current))
+            super().reset(seed=int(seeds[0] & np.uint64(2**63 - 1)) if seed is not None else None)
+            self.backend.seed(seeds, mask)
             self._seeded = True
         self._check_deferred_errors()
         obs = self.backend.reset(self.backend.xp.asarray(mask), self.backend.xp.asarray(start))
@@ -189,6 +187,11 @@ class TradingVectorEnv(VectorEnv):
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             info["final_obs"] = views["final_obs"]
             info["_final_obs"] = done
+            # The last step's info of an ended episode is this step's info at its row.
+            info["final_info"] = {
+                k: v for k, v in info.items() if k not in ("final_obs", "_final_obs")
+            }
+            info["_final_info"] = done
         return views["obs"], views["reward"], views["terminated"], views["truncated"], info
 
     def close_extras(self, **kwargs: Any) -> None:
@@ -269,7 +272,7 @@ class TradingVectorEnv(VectorEnv):
         if start is None:
             return np.full(n, -1, dtype=np.int64)
         arr = np.asarray(self._host(start) if hasattr(start, "get") else start)
-        if arr.ndim == 0:
+        if arr.ndim == 0 and arr.dtype.kind in "iu":
             arr = np.full(n, int(arr), dtype=np.int64)
         if arr.shape != (n,) or arr.dtype.kind not in "iu":
             raise ValueError(f"start_index {start!r} is invalid: allowed is an int or {n} ints")

@@ -63,10 +63,10 @@ def test_cuda_matches_numpy(case: int, market: MarketData):
     ref = NumpyBackend(market, cfg, N_ENVS)
     gpu = CudaBackend(market, cfg, N_ENVS)
     seeds = rng.integers(0, 2**63, N_ENVS, dtype=np.uint64)
-    ref.seed(seeds)
-    gpu.seed(seeds)
-    start = np.where(rng.random(N_ENVS) < 0.2, rng.integers(0, 50, N_ENVS), -1)
     mask = np.ones(N_ENVS, dtype=bool)
+    ref.seed(seeds, mask)
+    gpu.seed(seeds, mask)
+    start = np.where(rng.random(N_ENVS) < 0.2, rng.integers(0, 50, N_ENVS), -1)
     np.testing.assert_array_equal(
         ref.reset(mask, start), gpu.reset(cp.asarray(mask), cp.asarray(start)).get()
     )

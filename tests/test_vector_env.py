@@ -347,11 +347,6 @@ def test_bad_start_index():
         env.reset(seed=0, options={"start_index": np.array([0.0, 1.5, 2.0])})
 
 
-@pytest.mark.xfail(
-    reason="a scalar non-integer start_index is truncated with int() (1.5 -> bar 1) instead of "
-    "being rejected like a float array",
-    strict=True,
-)
 def test_scalar_float_start_index_is_rejected():
     env = make()
     with pytest.raises(ValueError, match="start_index"):
@@ -554,11 +549,6 @@ def test_envs_still_running_step_as_if_alone(mode):
         assert p[4]["position"][1] == q[4]["position"][0]
 
 
-@pytest.mark.xfail(
-    reason="DESIGN.md: SAME_STEP puts final_obs AND final_info in info; step() sets only "
-    "final_obs/_final_obs",
-    strict=True,
-)
 def test_same_step_info_has_final_info():
     env = make(num_envs=2, mode="same_step")
     env.reset(seed=0, options={"start_index": np.array([N_BARS - 2, 0])})
@@ -568,11 +558,6 @@ def test_same_step_info_has_final_info():
     np.testing.assert_array_equal(info["_final_info"], [True, False])
 
 
-@pytest.mark.xfail(
-    reason="reset(seed=s, options={'reset_mask': m}) restarts the start-bar stream (Philox "
-    "counter) of the envs outside m too, so their next episode repeats their first start bar",
-    strict=True,
-)
 def test_seeded_masked_reset_leaves_other_envs_streams_alone():
     only_0, only_1 = np.array([True, False]), np.array([False, True])
     a, b = make(num_envs=2, mode="disabled"), make(num_envs=2, mode="disabled")
