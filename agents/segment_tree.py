@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from gpu_trading_env.cuda_device import load_module, require_cupy
-from gpu_trading_env.philox import STREAM_PER_SAMPLE, philox4x32, split_u64, uniform_float64
+from gpu_trading_env.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
@@ -76,10 +76,10 @@ class SumMinTree:
     # -- shared helpers ---------------------------------------------------------------------
     def _philox_words(self) -> tuple[int, int, int, int]:
         """(k0, k1, c1, c2) for the next sample call; advances the call counter."""
-        k0, k1 = (int(w) for w in split_u64(self.seed))
-        c1, c2 = (int(w) for w in split_u64(self.sample_calls & _MASK64))
+        calls = self.sample_calls & _MASK64
         self.sample_calls += 1
-        return k0, k1, c1, c2
+        # The same words as gpu_trading_env.philox.split_u64, in plain ints (no NumPy overhead).
+        return self.seed & 0xFFFFFFFF, self.seed >> 32, calls & 0xFFFFFFFF, calls >> 32
 
     @staticmethod
     def _check_scalars(batch_size: int, beta: float) -> None:
@@ -322,23 +322,41 @@ class NumpySumMinTree(SumMinTree):
         return float(self.max_value[0])
 
 
-_THREADS = 1024  # update kernel: one block
+_THREADS = 1024  # check and finish kernels: one block
+_CHUNK = 128  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
 _SMEM_KEYS = 4096  # keep in step with ST_SMEM_KEYS in segment_tree.cu
 
 
+_STREAMS: dict[tuple[int, int], Any] = {}
+_KERNELS: dict[tuple[int, str], Any] = {}
+
+
 def _launch_stream(cp: Any) -> Any:
-    """torch's current CUDA stream as a CuPy stream (CuPy's current one without torch CUDA)."""
-    try:
-        import torch
+    """torch's current CUDA stream as a CuPy stream (CuPy's current one without torch CUDA).
 
-        if torch.cuda.is_available():
-            from gpu_trading_env.cuda_device import torch_current_stream_for_cupy
+    The CuPy wrapper of each torch stream is made once and cached by (device, handle).
+    """
+    import torch
 
-            return torch_current_stream_for_cupy()
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
-    return cp.cuda.get_current_stream()
+    if not torch.cuda.is_available():
+        return cp.cuda.get_current_stream()
+    ts = torch.cuda.current_stream()
+    key = (ts.device.index or 0, int(ts.cuda_stream))
+    stream = _STREAMS.get(key)
+    if stream is None:
+        from gpu_trading_env.cuda_device import torch_current_stream_for_cupy
+
+        stream = _STREAMS[key] = torch_current_stream_for_cupy()
+    return stream
+
+
+def _kernel(device: int, name: str) -> Any:
+    """A kernel of segment_tree.cu, looked up once per device."""
+    fn = _KERNELS.get((device, name))
+    if fn is None:
+        fn = _KERNELS[(device, name)] = load_module("segment_tree.cu").get_function(name)
+    return fn
 
 
 class CudaSumMinTree(SumMinTree):
@@ -364,13 +382,11 @@ class CudaSumMinTree(SumMinTree):
             self.min_tree = cp.full(2 * self.pow2, np.inf, dtype=cp.float64)
             self.max_value = cp.ones(1, dtype=cp.float64)
             self._status = cp.full(1, -1, dtype=cp.int64)
+            self._flags = cp.zeros(1, dtype=cp.int32)  # 1: the batch needs sorting
+            self._status_host = np.frombuffer(cp.cuda.alloc_pinned_memory(8), np.int64, 1)
             self._keys = cp.zeros(1, dtype=cp.uint64)  # global sort keys when B > _SMEM_KEYS
             self._dummy_idx = cp.zeros(1, dtype=cp.int64)
             self._dummy_in = cp.zeros(1, dtype=cp.float64)
-
-    @staticmethod
-    def _module() -> Any:
-        return load_module("segment_tree.cu")
 
     def reset(self) -> None:
         cp = require_cupy("CudaSumMinTree")
@@ -393,31 +409,44 @@ class CudaSumMinTree(SumMinTree):
         return cp.asarray(x)
 
     def _launch_update(self, cp, idx, x, n, transform, alpha, epsilon, n_valid, range_start):
-        fn = self._module().get_function(
-            "seg_tree_update_f32" if x.dtype == cp.float32 else "seg_tree_update_f64"
-        )
+        """check (batches only), levels (many blocks), finish (one block); no host sync."""
+        sfx = "f32" if x.dtype == cp.float32 else "f64"
         threads = min(_THREADS, max(32, (n + 31) // 32 * 32))
-        keys = self._keys_for(cp, n)
-        fn(
+        common = (
+            self.sum_tree,
+            self.min_tree,
+            idx,
+            x,
+            np.int64(n),
+            np.int64(self.capacity),
+            np.int64(self.pow2),
+            np.int32(self.levels),
+            np.int32(1 if transform else 0),
+            np.float64(alpha),
+            np.float64(epsilon),
+        )
+        if range_start < 0:
+            _kernel(self.device, "seg_tree_check_" + sfx)(
+                (1,),
+                (threads,),
+                (*common, np.int64(n_valid), self.max_value, self._status, self._flags),
+            )
+        _kernel(self.device, "seg_tree_levels_" + sfx)(
+            ((n + _CHUNK - 1) // _CHUNK,),
+            (_CHUNK,),
+            (*common, np.int64(range_start), self.max_value, self._status, self._flags),
+        )
+        _kernel(self.device, "seg_tree_finish_" + sfx)(
             (1,),
             (threads,),
             (
-                self.sum_tree,
-                self.min_tree,
-                idx,
-                x,
-                np.int64(n),
-                np.int64(self.capacity),
-                np.int64(self.pow2),
-                np.int32(self.levels),
-                np.int32(1 if transform else 0),
-                np.float64(alpha),
-                np.float64(epsilon),
-                np.int64(n_valid),
+                *common,
                 np.int64(range_start),
+                np.int64(_CHUNK),
                 self.max_value,
                 self._status,
-                keys,
+                self._flags,
+                self._keys_for(cp, n),
             ),
         )
 
@@ -453,7 +482,8 @@ class CudaSumMinTree(SumMinTree):
             transform = not (alpha == 1.0 and epsilon == 0.0)
             self._launch_update(cp, idx, x, n, transform, alpha, epsilon, n_ok, -1)
             if check:
-                k = int(self._status.get()[0])  # the one host sync of an update
+                self._status.get(out=self._status_host)  # the one host sync of an update
+                k = int(self._status_host[0])
                 if k >= 0:
                     raise self._bad_entry_error(
                         k,
@@ -495,9 +525,7 @@ class CudaSumMinTree(SumMinTree):
         with cp.cuda.Device(self.device), _launch_stream(cp):
             out_idx = cp.empty(b, dtype=cp.int64)
             out_w = cp.empty(b, dtype=cp.float32 if f32 else cp.float64)
-            fn = self._module().get_function(
-                "seg_tree_sample_f32" if f32 else "seg_tree_sample_f64"
-            )
+            fn = _kernel(self.device, "seg_tree_sample_f32" if f32 else "seg_tree_sample_f64")
             fn(
                 ((b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,),
                 (_SAMPLE_THREADS,),
@@ -527,7 +555,7 @@ class CudaSumMinTree(SumMinTree):
             n = int(idx.size)
             out = cp.empty(n, dtype=cp.float64)
             if n:
-                self._module().get_function("seg_tree_weights")(
+                _kernel(self.device, "seg_tree_weights")(
                     ((n + 255) // 256,),
                     (256,),
                     (

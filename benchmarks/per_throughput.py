@@ -86,10 +86,29 @@ def bench_cuda_tree(batch, capacity, n, reps, warmup, rng):
         tree.update(idx, td, alpha=ALPHA, epsilon=EPS, n_valid=n, check=False)
     torch.cuda.synchronize()
     async_us = (time.perf_counter() - t0) / reps * 1e6
+    # The two halves alone, queued without syncs (host launch cost or GPU time, whichever is more).
+    idx, _w = tree.sample(batch, beta=BETA, weights_dtype=np.float32)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        tree.sample(batch, beta=BETA, weights_dtype=np.float32)
+    torch.cuda.synchronize()
+    sample_us = (time.perf_counter() - t0) / reps * 1e6
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        tree.update(idx, td, alpha=ALPHA, epsilon=EPS, n_valid=n, check=False)
+    torch.cuda.synchronize()
+    update_us = (time.perf_counter() - t0) / reps * 1e6
     # Sanity: the root still equals the sum of the leaves.
     leaves = tree.leaves()
     assert abs(tree.total() - leaves.sum()) <= 1e-9 * leaves.sum()
-    return {"wall_us": _median_us(wall), "gpu_us": _median_us(gpu), "async_us": async_us}
+    return {
+        "wall_us": _median_us(wall),
+        "gpu_us": _median_us(gpu),
+        "async_us": async_us,
+        "sample_only_async_us": sample_us,
+        "update_only_async_us": update_us,
+    }
 
 
 def bench_numpy_tree(batch, capacity, n, reps, warmup, rng):
@@ -244,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{batch:>6} {capacity:>9} {fill:>6.1%} {n:>9} | {f(tree_us)}"
                     f" {f(tree.get('async_us'))} {f(tree.get('gpu_us'), 8)} | {f(base)} |"
-                    f" {f(np_us)} | {f(cpprb_us)} | {f(speedup, 8)}",
+                    f" {f(np_us)} | {f(cpprb_us)} | {f(speedup, 8)}"
+                    + (
+                        f" | s {tree['sample_only_async_us']:.1f} u {tree['update_only_async_us']:.1f}"
+                        if tree
+                        else ""
+                    ),
                     flush=True,
                 )
     # Flatness across fill: max/min of the tree time over the fills of each (batch, capacity).
