@@ -31,7 +31,7 @@ from gpu_trading_env.cuda_device import cuda_available
 from gpu_trading_env.vector_env import resolve_data
 
 # Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
-CPU_DEFAULTS = {"num_envs": 16, "timesteps": 60_000, "batch_size": 128, "buffer_size": 100_000}
+CPU_DEFAULTS = {"num_envs": 16, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
 GPU_DEFAULTS = {
     "num_envs": 4096,
     "timesteps": 4_000_000,
@@ -50,6 +50,33 @@ def resolve_device(name: str) -> str:
     if name != "cpu" and not name.startswith("cuda"):
         raise SystemExit(f"--device {name!r} is invalid: allowed is auto, cpu, cuda or cuda:N")
     return name
+
+
+# The commands' own env defaults. EnvConfig keeps the source design's penalties on, but the
+# diversity penalty fires on any two-sided strategy whose long/short mix is not exactly
+# balanced, and the risk penalty arrives one step after the trade that caused it; in a
+# minutes-long training run both drown the pnl signal the quickstart is meant to show.
+TRAIN_ENV_DEFAULTS = {"diversity_penalty": 0.0, "risk_penalty_scale": 0.0}
+
+
+def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
+    """``["key=value", ...]`` into EnvConfig overrides (values parsed as Python literals)."""
+    import ast
+
+    from gpu_trading_env.config import config_field_names
+
+    out = dict(TRAIN_ENV_DEFAULTS)
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or key not in config_field_names():
+            raise SystemExit(
+                f"--env {pair!r} is invalid: allowed is FIELD=VALUE with FIELD in {config_field_names()}"
+            )
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
 
 
 def _greedy_policy(model: Any) -> Any:
@@ -95,7 +122,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = resolve_data(args.data)
     train_data, test_data = data.split(args.train_fraction)
-    config = EnvConfig(episode_length=args.episode_length)
+    config = EnvConfig(episode_length=args.episode_length, **parse_env_overrides(args.env))
     env = gym.make_vec(
         "GpuTrading-v0", num_envs=num_envs, device=device, data=train_data, config=config
     )
@@ -182,7 +209,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     data = resolve_data(args.data)
     if args.train_fraction < 1.0:
         data = data.split(args.train_fraction)[1]
-    config = EnvConfig(episode_length=args.episode_length)
+    config = EnvConfig(episode_length=args.episode_length, **parse_env_overrides(args.env))
     result = backtest(_greedy_policy(model), data, config)
     metrics = _report(Path(args.out), result, {"model": str(args.model)}, "GpuDQN backtest")
     _print_metrics(metrics, Path(args.out))
@@ -193,7 +220,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     data = resolve_data(args.data)
     if args.train_fraction < 1.0:
         data = data.split(args.train_fraction)[1]
-    config = EnvConfig(episode_length=args.episode_length)
+    config = EnvConfig(episode_length=args.episode_length, **parse_env_overrides(args.env))
     if args.rule == "planted":
         from gpu_trading_env.synthetic import planted_rule_exposure
 
@@ -236,6 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--train-fraction", type=float, default=0.8, help="bars before the out-of-sample split"
         )
         p.add_argument("--episode-length", type=int, default=200)
+        p.add_argument(
+            "--env",
+            nargs="*",
+            metavar="FIELD=VALUE",
+            help="EnvConfig overrides; the commands default to diversity_penalty=0.0 and risk_penalty_scale=0.0",
+        )
         p.add_argument("--out", default="runs/latest", help="report folder")
 
     t = sub.add_parser("train", help="train GpuDQN and write a report")
@@ -259,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("backtest", help="backtest a fixed rule and write a report")
     common(b)
     b.add_argument("--rule", choices=["planted", "buy_and_hold"], default="planted")
-    b.add_argument("--exposure", type=float, default=0.5)
+    b.add_argument("--exposure", type=float, default=1.0)
     b.set_defaults(func=cmd_backtest)
 
     n = sub.add_parser("bench", help="env throughput on this machine")

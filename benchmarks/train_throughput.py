@@ -1,0 +1,275 @@
+"""Agent throughput: the fused rollout, the monolithic kernel, and GpuDQN.learn end to end.
+
+One run, side by side, same network (the dueling 256-256 / 128 heads policy) throughout:
+
+1. rollout alone (acting + stepping + storing) in env-steps/s: the fused rollout (fp32 and
+   bf16 acting) against the source design's monolithic kernel (one thread per env, L steps);
+2. ``GpuDQN.learn``: the fused path, the same model through ``SB3VecEnv`` (host round trips),
+   and SB3's own ``DQN`` on the NumPy env on the CPU; env-steps/s and gradient-steps/s;
+3. time of one train step (sample + forward/backward + priority update) at 1% and 100% fill.
+
+    python benchmarks/train_throughput.py --out train.json
+    python benchmarks/train_throughput.py --quick            # CPU-only smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import torch as th
+
+import gpu_trading_env  # noqa: F401
+from agents import GpuDQN
+from agents.policies import DuelingDQNPolicy
+from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.cuda_device import cuda_available
+
+
+def _commit() -> str:
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+    except Exception:
+        return "unknown"
+
+
+def _sync() -> None:
+    if th.cuda.is_available():
+        th.cuda.synchronize()
+
+
+def _model(env: Any, device: str, buffer_size: int, **kw: Any) -> GpuDQN:
+    params = dict(
+        learning_rate=1e-4,
+        buffer_size=buffer_size,
+        learning_starts=0,
+        batch_size=kw.pop("batch_size", 4096),
+        train_freq=1,
+        gradient_steps=1,
+        target_update_interval=10_000,
+        seed=0,
+        device=device,
+    )
+    params.update(kw)
+    return GpuDQN("DuelingPolicy", env, **params)
+
+
+def bench_rollout(data: MarketData, num_envs: int, steps: int, act_dtype: th.dtype) -> dict:
+    from agents.rollout import FusedRollout
+
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env.reset(seed=0)
+    model = _model(env, "cuda", buffer_size=num_envs * (steps + 8))
+    ro = FusedRollout(model, seed=0, act_dtype=act_dtype)
+    for _ in range(5):
+        ro.step(0.1)
+    _sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        ro.step(0.1)
+    _sync()
+    dt = time.perf_counter() - t0
+    name = "fused rollout" + (" (bf16 acting)" if act_dtype != th.float32 else " (fp32)")
+    return {
+        "what": name,
+        "num_envs": num_envs,
+        "steps": steps,
+        "env_steps_per_s": num_envs * steps / dt,
+    }
+
+
+def bench_monolithic(data: MarketData, num_envs: int, steps: int) -> dict:
+    from agents.monolithic import MonolithicRollout
+
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env.reset(seed=0)
+    model = _model(env, "cuda", buffer_size=1024)
+    mono = MonolithicRollout(model, seed=0)
+    mono.launch(2, 0.1, 0.99)
+    _sync()
+    t0 = time.perf_counter()
+    mono.launch(steps, 0.1, 0.99)
+    _sync()
+    dt = time.perf_counter() - t0
+    return {
+        "what": "monolithic kernel (seed design)",
+        "num_envs": num_envs,
+        "steps": steps,
+        "env_steps_per_s": num_envs * steps / dt,
+    }
+
+
+def bench_learn(
+    data: MarketData, label: str, env: Any, device: str, timesteps: int, **kw: Any
+) -> dict:
+    model = _model(env, device, **kw)
+    model.learn(total_timesteps=min(timesteps // 10, 50_000))  # warm-up: compile, allocate
+    _sync()
+    t0 = time.perf_counter()
+    grad0 = model._n_updates
+    steps0 = model.num_timesteps
+    model.learn(total_timesteps=timesteps, reset_num_timesteps=False)
+    _sync()
+    dt = time.perf_counter() - t0
+    return {
+        "what": label,
+        "num_envs": model.n_envs,
+        "env_steps_per_s": (model.num_timesteps - steps0) / dt,
+        "grad_steps_per_s": (model._n_updates - grad0) / dt,
+        "batch_size": model.batch_size,
+        "replay_ratio": model.batch_size
+        * model.gradient_steps
+        / (model.n_envs * model.train_freq.frequency),
+    }
+
+
+def bench_sb3_cpu(data: MarketData, timesteps: int, num_envs: int, batch_size: int) -> dict:
+    from stable_baselines3 import DQN
+
+    from gpu_trading_env.wrappers import SB3VecEnv
+
+    th.set_num_threads(2)  # the reference is a 2-core machine
+    env = SB3VecEnv(TradingVectorEnv(num_envs=num_envs, device="cpu", data=data))
+    model = DQN(
+        DuelingDQNPolicy,
+        env,
+        learning_starts=0,
+        batch_size=batch_size,
+        train_freq=1,
+        buffer_size=100_000,
+        device="cpu",
+        seed=0,
+    )
+    model.learn(total_timesteps=1000)
+    t0 = time.perf_counter()
+    n0, s0 = model._n_updates, model.num_timesteps
+    model.learn(total_timesteps=timesteps, reset_num_timesteps=False)
+    dt = time.perf_counter() - t0
+    return {
+        "what": "SB3 DQN, NumPy env, CPU (2 threads)",
+        "num_envs": num_envs,
+        "env_steps_per_s": (model.num_timesteps - s0) / dt,
+        "grad_steps_per_s": (model._n_updates - n0) / dt,
+        "batch_size": batch_size,
+        "replay_ratio": batch_size / num_envs,
+    }
+
+
+def bench_train_step(
+    data: MarketData, capacity: int, fills: list[float], batch_size: int, device: str
+) -> list[dict]:
+    """Seconds per ``train(1)`` call (sample, loss, backward, priority update) by buffer fill."""
+    rows = []
+    env = TradingVectorEnv(num_envs=1024, device=device if device == "cuda" else "cpu", data=data)
+    env.reset(seed=0)
+    model = _model(env, device, buffer_size=capacity, batch_size=batch_size)
+    model._setup_learn(total_timesteps=1)
+    buf = model.replay_buffer
+    obs_dim = env.single_observation_space.shape[0]
+    dev = th.device(device)
+    chunk = 1024
+    for fill in fills:
+        target = int(capacity * fill)
+        while buf.size() * buf.n_envs < target:
+            o = th.randn(chunk, obs_dim, device=dev)
+            buf.add_tensors(
+                o,
+                o,
+                th.randint(0, 45, (chunk,), device=dev),
+                th.randn(chunk, device=dev),
+                th.zeros(chunk, dtype=th.bool, device=dev),
+                th.zeros(chunk, dtype=th.bool, device=dev),
+            )
+        for _ in range(5):
+            model.train(gradient_steps=1, batch_size=batch_size)
+        _sync()
+        reps = 50
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            model.train(gradient_steps=1, batch_size=batch_size)
+        _sync()
+        rows.append(
+            {
+                "what": "train step",
+                "capacity": capacity,
+                "fill": fill,
+                "stored": int(buf.size() * buf.n_envs),
+                "batch_size": batch_size,
+                "ms_per_train_step": (time.perf_counter() - t0) / reps * 1e3,
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small CPU-only run")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    data = MarketData.default()
+    rows: list[dict] = []
+    gpu = cuda_available() and th.cuda.is_available() and not args.quick
+    if gpu:
+        for n in (8192, 65536):
+            rows.append(bench_rollout(data, n, 200, th.float32))
+            rows.append(bench_rollout(data, n, 200, th.bfloat16))
+        rows.append(bench_monolithic(data, 128, 500))
+        rows.append(bench_monolithic(data, 8192, 50))
+        rows.append(bench_monolithic(data, 65536, 10))
+        fused_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        rows.append(
+            bench_learn(
+                data,
+                "GpuDQN.learn, fused rollout",
+                fused_env,
+                "cuda",
+                4096 * 400,
+                buffer_size=2_000_000,
+            )
+        )
+        host_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        rows.append(
+            bench_learn(
+                data,
+                "GpuDQN.learn through SB3VecEnv",
+                host_env,
+                "cuda",
+                4096 * 60,
+                buffer_size=2_000_000,
+                fused_rollout=False,
+            )
+        )
+        rows.extend(bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda"))
+    rows.append(bench_sb3_cpu(data, 2000 if args.quick else 20_000, 16, 256))
+    if args.quick:
+        env = TradingVectorEnv(num_envs=16, device="cpu", data=data)
+        rows.append(
+            bench_learn(
+                data, "GpuDQN.learn, CPU", env, "cpu", 2000, buffer_size=50_000, batch_size=256
+            )
+        )
+        rows.extend(bench_train_step(data, 2**14, [0.01, 1.0], 256, "cpu"))
+    ref = next(r["env_steps_per_s"] for r in rows if r["what"].startswith("SB3 DQN"))
+    meta = {"commit": _commit(), "gpu": th.cuda.get_device_name() if gpu else None}
+    print(f"# train throughput  commit={meta['commit']}  gpu={meta['gpu']}")
+    for r in rows:
+        if "env_steps_per_s" in r:
+            r["ratio_to_sb3_cpu"] = r["env_steps_per_s"] / ref
+            extra = f"  grad-steps/s {r['grad_steps_per_s']:.1f}" if "grad_steps_per_s" in r else ""
+            print(
+                f"{r['what']:42s} N={r['num_envs']:6d}  env-steps/s {r['env_steps_per_s']:10.3e}  x SB3-CPU {r['ratio_to_sb3_cpu']:8.1f}{extra}"
+            )
+        else:
+            print(
+                f"{r['what']:42s} fill={r['fill']:5.0%} stored={r['stored']:9d}  {r['ms_per_train_step']:.3f} ms"
+            )
+    if args.out:
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
