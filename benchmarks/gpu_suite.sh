@@ -16,6 +16,6 @@ if [[ $part == tests || $part == all ]]; then
 fi
 if [[ $part == bench || $part == all ]]; then
   timeout 150 python3 benchmarks/env_throughput.py --out "$OUT/env.json" 2>&1 | tee "$OUT/env.log"
-  timeout 200 python3 benchmarks/per_throughput.py --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
+  timeout 200 python3 benchmarks/per_throughput.py --reps 50 --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
   timeout 240 python3 benchmarks/train_throughput.py --out "$OUT/train.json" 2>&1 | tee "$OUT/train.log"
 fi

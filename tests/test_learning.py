@@ -39,7 +39,7 @@ HYPER = dict(
     seed=0,
 )
 NUM_ENVS = 4096
-TIMESTEPS = 4096 * 1500
+TIMESTEPS = 4096 * 5000
 
 
 def mean_episode_return(policy, data: MarketData, episodes: int = 256) -> float:
