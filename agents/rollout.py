@@ -71,8 +71,9 @@ class FusedRollout:
         ``exploration_rate`` are used as they are at each call.
     :param seed: seed of the exploration RNG (a torch generator on the env's device).
     :param stats_interval: vector steps between host reads of finished-episode statistics.
-    :param act_dtype: dtype of the acting forward pass (``torch.float32`` by default; bfloat16
-        autocast is faster on large batches and changes only near-tie argmaxes).
+    :param act_precision: matmul precision of the acting forward pass: ``"tf32"`` (default:
+        tensor cores, about 1e-3 relative error in Q, which changes only near-tie argmaxes),
+        ``"fp32"`` (exact float32) or ``"bf16"`` (autocast).
     """
 
     def __init__(
@@ -80,7 +81,7 @@ class FusedRollout:
         model: Any,
         seed: int | None = None,
         stats_interval: int = 64,
-        act_dtype: th.dtype = th.float32,
+        act_precision: str = "tf32",
     ) -> None:
         env = model.trading_env
         if env is None or not str(env.device).startswith("cuda"):
@@ -103,7 +104,11 @@ class FusedRollout:
         self.generator = th.Generator(device=self.device)
         self.generator.manual_seed(int(seed if seed is not None else np.random.randint(2**31 - 1)))  # noqa: NPY002
         self.stats_interval = int(stats_interval)
-        self.act_dtype = act_dtype
+        if act_precision not in ("tf32", "fp32", "bf16"):
+            raise ValueError(
+                f"act_precision = {act_precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
+            )
+        self.act_precision = act_precision
         self.ring = EpisodeRing(self.device)
         self.obs: th.Tensor = env.observe()
         self._steps = 0
@@ -119,11 +124,17 @@ class FusedRollout:
         if random_only:
             return rand_actions
         coins = th.rand(n, device=self.device, generator=self.generator)
-        if self.act_dtype == th.float32:
-            q = self.model.q_net(obs)
-        else:
-            with th.autocast("cuda", dtype=self.act_dtype):
+        if self.act_precision == "bf16":
+            with th.autocast("cuda", dtype=th.bfloat16):
                 q = self.model.q_net(obs)
+        else:
+            # Set for this forward pass only, so the training step keeps the user's setting.
+            previous = th.backends.cuda.matmul.allow_tf32
+            th.backends.cuda.matmul.allow_tf32 = self.act_precision == "tf32"
+            try:
+                q = self.model.q_net(obs)
+            finally:
+                th.backends.cuda.matmul.allow_tf32 = previous
         greedy = q.argmax(dim=1)
         return th.where(coins < epsilon, rand_actions, greedy)
 

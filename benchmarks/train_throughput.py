@@ -58,13 +58,13 @@ def _model(env: Any, device: str, buffer_size: int, **kw: Any) -> GpuDQN:
     return GpuDQN("DuelingPolicy", env, **params)
 
 
-def bench_rollout(data: MarketData, num_envs: int, steps: int, act_dtype: th.dtype) -> dict:
+def bench_rollout(data: MarketData, num_envs: int, steps: int, precision: str) -> dict:
     from agents.rollout import FusedRollout
 
     env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
     env.reset(seed=0)
     model = _model(env, "cuda", buffer_size=num_envs * (steps + 8))
-    ro = FusedRollout(model, seed=0, act_dtype=act_dtype)
+    ro = FusedRollout(model, seed=0, act_precision=precision)
     for _ in range(5):
         ro.step(0.1)
     _sync()
@@ -73,13 +73,56 @@ def bench_rollout(data: MarketData, num_envs: int, steps: int, act_dtype: th.dty
         ro.step(0.1)
     _sync()
     dt = time.perf_counter() - t0
-    name = "fused rollout" + (" (bf16 acting)" if act_dtype != th.float32 else " (fp32)")
+    name = f"fused rollout ({precision} acting)"
     return {
         "what": name,
         "num_envs": num_envs,
         "steps": steps,
         "env_steps_per_s": num_envs * steps / dt,
     }
+
+
+def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list[dict]:
+    """Wall time per call of each part of one fused step (synchronised), to show where it goes."""
+    from agents.rollout import FusedRollout
+
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env.reset(seed=0)
+    model = _model(env, "cuda", buffer_size=num_envs * (3 * reps + 16))
+    ro = FusedRollout(model, seed=0)
+    obs = ro.obs
+    action = ro.act(obs, 0.1)
+    o, r, te, tr, info = env.step(action)
+    buf = model.replay_buffer
+    parts = {
+        "act (Q forward, tf32)": lambda: ro.act(obs, 0.1),
+        "env.step": lambda: env.step(action),
+        "buffer.add_tensors": lambda: buf.add_tensors(obs, o, action, r, te, tr),
+        "episode ring": lambda: ro.ring.append(
+            info["_episode"], info["episode"]["r"], info["episode"]["l"]
+        ),
+        "whole fused step": lambda: ro.step(0.1),
+    }
+    rows = []
+    for name, fn in parts.items():
+        for _ in range(3):
+            fn()
+        _sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        t1 = time.perf_counter()
+        _sync()
+        t2 = time.perf_counter()
+        rows.append(
+            {
+                "what": f"part: {name}",
+                "num_envs": num_envs,
+                "host_us": (t1 - t0) / reps * 1e6,
+                "total_us": (t2 - t0) / reps * 1e6,
+            }
+        )
+    return rows
 
 
 def bench_monolithic(data: MarketData, num_envs: int, steps: int) -> dict:
@@ -215,8 +258,10 @@ def main() -> None:
     gpu = cuda_available() and th.cuda.is_available() and not args.quick
     if gpu:
         for n in (8192, 65536):
-            rows.append(bench_rollout(data, n, 200, th.float32))
-            rows.append(bench_rollout(data, n, 200, th.bfloat16))
+            for precision in ("fp32", "tf32", "bf16"):
+                rows.append(bench_rollout(data, n, 200, precision))
+        rows.extend(bench_rollout_parts(data, 8192))
+        rows.extend(bench_rollout_parts(data, 65536))
         rows.append(bench_monolithic(data, 128, 500))
         rows.append(bench_monolithic(data, 8192, 50))
         rows.append(bench_monolithic(data, 65536, 10))
@@ -257,7 +302,11 @@ def main() -> None:
     meta = {"commit": _commit(), "gpu": th.cuda.get_device_name() if gpu else None}
     print(f"# train throughput  commit={meta['commit']}  gpu={meta['gpu']}")
     for r in rows:
-        if "env_steps_per_s" in r:
+        if "host_us" in r:
+            print(
+                f"{r['what']:42s} N={r['num_envs']:6d}  host {r['host_us']:8.1f} us  total {r['total_us']:8.1f} us"
+            )
+        elif "env_steps_per_s" in r:
             r["ratio_to_sb3_cpu"] = r["env_steps_per_s"] / ref
             extra = f"  grad-steps/s {r['grad_steps_per_s']:.1f}" if "grad_steps_per_s" in r else ""
             print(

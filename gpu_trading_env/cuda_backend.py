@@ -85,6 +85,7 @@ class CudaBackend(Backend):
         self._n = np.int32(self.num_envs)
         self._steps_since_check = 0
         self._streams: dict[int, Any] = {}
+        self._build_step_args()
 
     # ---------------------------------------------------------------- launch helpers
     def _state_args(self) -> tuple[Any, ...]:
@@ -151,47 +152,70 @@ class CudaBackend(Backend):
         return self.observe()
 
     def prepare_actions(self, actions: Any) -> Any:
-        """Actions as a CuPy int64 [N] array on this device, without a host round trip for
-        torch or CuPy input (NumPy input is copied to the device)."""
+        """Actions as an int64 [N] device array (torch or CuPy) on this GPU.
+
+        A contiguous int64 CUDA tensor is used as it is (the kernel reads it in place); other
+        torch or CuPy arrays are converted on the device; NumPy input is copied to the device.
+        Values are checked by the kernel (see :meth:`check_errors`).
+        """
         cp = self.xp
         a = actions
-        if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray):
-            if getattr(a, "is_cuda", True) is False:  # a CPU torch tensor
-                a = cp.asarray(a.numpy())
-            else:
-                a = cp.from_dlpack(a)
-        else:
-            a = cp.asarray(np.asarray(a))
-        if a.shape != (self.num_envs,):
-            if a.size == self.num_envs:
+        is_torch = hasattr(a, "data_ptr") and hasattr(a, "is_cuda")
+        if is_torch and a.is_cuda:
+            if a.dim() != 1 or a.shape[0] != self.num_envs:
+                if a.numel() != self.num_envs:
+                    raise ValueError(
+                        f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)"
+                    )
                 a = a.reshape(self.num_envs)
-            else:
+            if a.dtype.is_floating_point or a.dtype.is_complex or str(a.dtype) == "torch.bool":
+                raise ValueError(
+                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
+                )
+            if a.device.index != self.device_index:
+                a = a.to(f"cuda:{self.device_index}")
+            if str(a.dtype) != "torch.int64" or not a.is_contiguous():
+                a = a.to(dtype=__import__("torch").int64).contiguous()
+            return a
+        if is_torch:
+            a = a.numpy()
+        a = a if isinstance(a, cp.ndarray) else cp.asarray(np.asarray(a))
+        if a.shape != (self.num_envs,):
+            if a.size != self.num_envs:
                 raise ValueError(
                     f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)"
                 )
+            a = a.reshape(self.num_envs)
         if a.dtype.kind not in "iu":
             raise ValueError(f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype")
-        if a.dtype != cp.int64:
-            a = a.astype(cp.int64)
+        if a.dtype != cp.int64 or not a.flags.c_contiguous:
+            a = cp.ascontiguousarray(a, dtype=cp.int64)
         return a
+
+    def _build_step_args(self) -> None:
+        """Argument lists of trading_step for both output sets; only the actions slot changes."""
+        head = (
+            *self._state_args(),
+            *self._market_args(),
+            *self._param_args(),
+            *self._curiosity_args(),
+        )
+        self._action_slot = len(head)
+        self._step_args = [
+            [*head, None, *(getattr(out, f) for f in OUTPUT_FIELDS), self._error, self._n]
+            for out in self._outputs
+        ]
 
     def step(self, actions: Any) -> StepOutputs:
         out = self._next_outputs()
+        args = self._step_args[self._turn]
+        # A torch tensor is passed as its device address: same 8 bytes as a pointer, no wrapper.
+        args[self._action_slot] = (
+            np.uint64(actions.data_ptr()) if hasattr(actions, "data_ptr") else actions
+        )
         with self._device, self.stream():
-            self._k_step(
-                self._grid,
-                (BLOCK,),
-                (
-                    *self._state_args(),
-                    *self._market_args(),
-                    *self._param_args(),
-                    *self._curiosity_args(),
-                    actions,
-                    *(getattr(out, f) for f in OUTPUT_FIELDS),
-                    self._error,
-                    self._n,
-                ),
-            )
+            self._k_step(self._grid, (BLOCK,), tuple(args))
+        args[self._action_slot] = None
         self._steps_since_check += 1
         if self._steps_since_check >= self.error_check_interval:
             self.check_errors()
@@ -212,6 +236,7 @@ class CudaBackend(Backend):
     def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
         if weights is None:
             self.curiosity = None
+            self._build_step_args()
             return
         cp = self.xp
         with self._device, self.stream():
@@ -229,3 +254,4 @@ class CudaBackend(Backend):
             # Copy into persistent buffers so captured CUDA graphs see new weights.
             for k, v in converted.items():
                 getattr(self._cur, k)[...] = v
+        self._build_step_args()

@@ -204,7 +204,7 @@ class NumpyBackend(Backend):
                 out.terminated[quiet] = False
                 out.truncated[quiet] = False
 
-        done = out.terminated | out.truncated
+        done = np.logical_or(out.terminated, out.truncated, out=out.done)
         if mode == SAME_STEP:
             ended = np.flatnonzero(done)
             if ended.size:

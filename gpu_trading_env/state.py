@@ -87,6 +87,7 @@ class StepOutputs:
     reward: Any  # float32
     terminated: Any  # bool
     truncated: Any  # bool
+    done: Any  # bool, terminated | truncated (written by the step, so no extra launch is needed)
     components: Any  # float32 [N, 5], COMPONENT_NAMES; sums to reward
     final_obs: Any  # float32 [N, obs_dim], last observation of an ended episode (SAME_STEP)
     portfolio_value: Any  # float64, value after the step at bar t+1's close
@@ -103,6 +104,7 @@ def allocate_outputs(xp: Any, num_envs: int, obs_dim: int) -> StepOutputs:
         reward=xp.zeros(n, dtype=xp.float32),
         terminated=xp.zeros(n, dtype=xp.bool_),
         truncated=xp.zeros(n, dtype=xp.bool_),
+        done=xp.zeros(n, dtype=xp.bool_),
         components=xp.zeros((n, len(COMPONENT_NAMES)), dtype=xp.float32),
         final_obs=xp.zeros((n, obs_dim), dtype=xp.float32),
         portfolio_value=xp.zeros(n, dtype=xp.float64),

@@ -133,6 +133,7 @@ class TradingVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._seeded = False
         self._views: dict[int, dict[str, Any]] = {}
+        self._infos: dict[int, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -168,34 +169,36 @@ class TradingVectorEnv(VectorEnv):
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Advance every env by one bar. ``actions``: N ints (NumPy, torch or CuPy)."""
-        acts = (
-            self.backend.prepare_actions(actions)
-            if hasattr(self.backend, "prepare_actions")
-            else self._cpu_actions(actions)
-        )
+        prepare = getattr(self.backend, "prepare_actions", None)
+        acts = prepare(actions) if prepare is not None else self._cpu_actions(actions)
         out = self.backend.step(acts)
         views = self._output_views(out)
+        info = self._infos.get(id(out))
+        if info is None or self.array_type == "numpy" and self.device != "cpu":
+            info = self._infos[id(out)] = self._build_info(views)
+        return views["obs"], views["reward"], views["terminated"], views["truncated"], dict(info)
+
+    def _build_info(self, views: dict[str, Any]) -> dict[str, Any]:
+        """The info dict of one output buffer set; its arrays are refilled by every step."""
         info: dict[str, Any] = {
             "reward_components": views["components"],
             "portfolio_value": views["portfolio_value"],
             "position": views["position"],
             "barrier_label": views["barrier_label"],
+            "episode": {"r": views["episode_return"], "l": views["episode_length"]},
+            "_episode": views["done"],
         }
-        done = views["terminated"] | views["truncated"]
-        info["episode"] = {"r": views["episode_return"], "l": views["episode_length"]}
-        info["_episode"] = done
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
-            info["final_obs"] = views["final_obs"]
-            info["_final_obs"] = done
             # The last step's info of an ended episode is this step's info at its row.
-            info["final_info"] = {
-                k: v for k, v in info.items() if k not in ("final_obs", "_final_obs")
-            }
-            info["_final_info"] = done
-        return views["obs"], views["reward"], views["terminated"], views["truncated"], info
+            info["final_info"] = dict(info)
+            info["_final_info"] = views["done"]
+            info["final_obs"] = views["final_obs"]
+            info["_final_obs"] = views["done"]
+        return info
 
     def close_extras(self, **kwargs: Any) -> None:
         self._views.clear()
+        self._infos.clear()
 
     # ------------------------------------------------------------------ extras
     @property

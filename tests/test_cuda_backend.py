@@ -91,7 +91,7 @@ def test_cuda_matches_numpy(case: int, market: MarketData):
                 getattr(gpu.state, name).get(),
                 err_msg=f"state.{name} at step {k}",
             )
-        for name in ("obs", "reward", "components"):
+        for name in ("obs", "components"):
             np.testing.assert_allclose(
                 getattr(a, name),
                 getattr(b, name).get(),
@@ -99,6 +99,12 @@ def test_cuda_matches_numpy(case: int, market: MarketData):
                 atol=1e-7,
                 err_msg=f"{name} at step {k}",
             )
+        # The curiosity bonus is float32 on both sides with different summation orders; where
+        # it nearly cancels the pnl, the reward's error is relative to the bonus, not to the sum.
+        scale = np.maximum(np.abs(a.reward), np.abs(a.components[:, 4]))
+        np.testing.assert_array_less(
+            np.abs(a.reward - b.reward.get()), 1e-5 * scale + 1e-7, err_msg=f"reward at step {k}"
+        )
         if cfg.autoreset_mode.name == "SAME_STEP":
             done = a.terminated | a.truncated
             np.testing.assert_allclose(

@@ -41,7 +41,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
     ENV_STATE_ARGS, MARKET_ARGS, PARAM_ARGS, CURIOSITY_ARGS,
     const long long* __restrict__ actions,
     float* __restrict__ obs, float* __restrict__ reward, bool* __restrict__ terminated,
-    bool* __restrict__ truncated, float* __restrict__ components, float* __restrict__ final_obs,
+    bool* __restrict__ truncated, bool* __restrict__ done_out, float* __restrict__ components, float* __restrict__ final_obs,
     double* __restrict__ portfolio_value, double* __restrict__ position_out,
     signed char* __restrict__ barrier_label, float* __restrict__ episode_return,
     int* __restrict__ episode_length, long long* __restrict__ error, int n)
@@ -73,6 +73,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
             for (int c = 0; c < N_COMPONENTS; ++c) components[(long long)i * N_COMPONENTS + c] = 0.0f;
             terminated[i] = keep_flags && flag == WAIT_TERMINATED;
             truncated[i] = keep_flags && flag == WAIT_TRUNCATED;
+            done_out[i] = keep_flags;
             portfolio_value[i] = s.cash[i] + s.position[i] * m.close_px[s.bar[i]];
             position_out[i] = s.position[i];
             barrier_label[i] = LABEL_NONE;
@@ -90,6 +91,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
             comp[4] = (float)o.curiosity;
             terminated[i] = o.terminated;
             truncated[i] = o.truncated;
+            done_out[i] = done;
             portfolio_value[i] = o.value1;
             position_out[i] = o.position1;
             barrier_label[i] = (signed char)o.label;
