@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import time
@@ -28,6 +29,8 @@ from gpu_trading_env.cuda_device import cuda_available
 
 
 def _commit() -> str:
+    if os.environ.get("GTE_COMMIT"):
+        return os.environ["GTE_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
     except Exception:

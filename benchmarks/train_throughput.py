@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -31,6 +32,8 @@ from gpu_trading_env.cuda_device import cuda_available
 
 
 def _commit() -> str:
+    if os.environ.get("GTE_COMMIT"):
+        return os.environ["GTE_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
     except Exception:
