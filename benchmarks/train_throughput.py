@@ -61,13 +61,15 @@ def _model(env: Any, device: str, buffer_size: int, **kw: Any) -> GpuDQN:
     return GpuDQN("DuelingPolicy", env, **params)
 
 
-def bench_rollout(data: MarketData, num_envs: int, steps: int, precision: str) -> dict:
+def bench_rollout(
+    data: MarketData, num_envs: int, steps: int, precision: str, graph: bool = True
+) -> dict:
     from agents.rollout import FusedRollout
 
     env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
     env.reset(seed=0)
     model = _model(env, "cuda", buffer_size=num_envs * (steps + 8))
-    ro = FusedRollout(model, seed=0, act_precision=precision)
+    ro = FusedRollout(model, seed=0, act_precision=precision, cuda_graph=graph)
     for _ in range(5):
         ro.step(0.1)
     _sync()
@@ -76,7 +78,7 @@ def bench_rollout(data: MarketData, num_envs: int, steps: int, precision: str) -
         ro.step(0.1)
     _sync()
     dt = time.perf_counter() - t0
-    name = f"fused rollout ({precision} acting)"
+    name = f"fused rollout ({precision}, {'CUDA graph' if graph else 'eager'})"
     return {
         "what": name,
         "num_envs": num_envs,
@@ -92,7 +94,7 @@ def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list
     env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
     env.reset(seed=0)
     model = _model(env, "cuda", buffer_size=num_envs * (3 * reps + 16))
-    ro = FusedRollout(model, seed=0)
+    ro = FusedRollout(model, seed=0, cuda_graph=False)
     obs = ro.obs
     action = ro.act(obs, 0.1)
     o, r, te, tr, info = env.step(action)
@@ -104,7 +106,7 @@ def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list
         "episode ring": lambda: ro.ring.append(
             info["_episode"], info["episode"]["r"], info["episode"]["l"]
         ),
-        "whole fused step": lambda: ro.step(0.1),
+        "whole fused step (eager)": lambda: ro.step(0.1),
     }
     rows = []
     for name, fn in parts.items():
@@ -261,8 +263,13 @@ def main() -> None:
     gpu = cuda_available() and th.cuda.is_available() and not args.quick
     if gpu:
         for n in (8192, 65536):
-            for precision in ("fp32", "tf32", "bf16"):
-                rows.append(bench_rollout(data, n, 200, precision))
+            for precision, graph in (
+                ("tf32", True),
+                ("fp32", True),
+                ("tf32", False),
+                ("fp32", False),
+            ):
+                rows.append(bench_rollout(data, n, 200, precision, graph))
         rows.extend(bench_rollout_parts(data, 8192))
         rows.extend(bench_rollout_parts(data, 65536))
         rows.append(bench_monolithic(data, 128, 500))
