@@ -89,6 +89,9 @@ class GpuDQN(DQN):
     :param curiosity_gradient_steps: Curiosity gradient steps per curiosity round.
     :param curiosity_learning_rate: Adam learning rate of the curiosity model.
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
+    :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollout.FusedRollout`,
+        the default) or ``"monolithic"`` (:class:`~agents.monolithic.MonolithicRollout`, the
+        source design's one-thread-per-env kernel; dueling policy with the default layers only).
     :param kwargs: The remaining arguments are those of SB3's ``DQN`` (``learning_rate``,
         ``buffer_size``, ``learning_starts``, ``batch_size``, ``tau``, ``gamma``, ``train_freq``,
         ``gradient_steps``, ``replay_buffer_class``, ``replay_buffer_kwargs``,
@@ -135,6 +138,7 @@ class GpuDQN(DQN):
         curiosity_gradient_steps: int = 1,
         curiosity_learning_rate: float = 1e-3,
         fused_rollout: bool = True,
+        rollout_kernel: str = "fused",
         _init_setup_model: bool = True,
     ) -> None:
         if replay_buffer_class is None:
@@ -193,6 +197,11 @@ class GpuDQN(DQN):
         self.curiosity_gradient_steps = curiosity_gradient_steps
         self.curiosity_learning_rate = curiosity_learning_rate
         self.fused_rollout = bool(fused_rollout)
+        if rollout_kernel not in ("fused", "monolithic"):
+            raise ValueError(
+                f"rollout_kernel = {rollout_kernel!r} is invalid: allowed is 'fused' or 'monolithic'"
+            )
+        self.rollout_kernel = rollout_kernel
         self.curiosity_model: CuriosityModel | None = None
         self._train_calls = 0
         self._fused_rollout: Any = None
@@ -347,9 +356,14 @@ class GpuDQN(DQN):
             )
         if self._fused_rollout is None:
             # Imported here so the CPU path never loads CuPy or compiles kernels.
-            from agents.rollout import FusedRollout
+            if self.rollout_kernel == "monolithic":
+                from agents.monolithic import MonolithicRollout
 
-            self._fused_rollout = FusedRollout(self)
+                self._fused_rollout = MonolithicRollout(self, seed=self.seed or 0)
+            else:
+                from agents.rollout import FusedRollout
+
+                self._fused_rollout = FusedRollout(self)
         episodes_before = self._episode_num
         callback.on_rollout_start()
         steps, n_episodes, continue_training = self._fused_rollout.collect(
