@@ -14,27 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from run_info import commit
 
-import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+import gpu_trading_env  # noqa: F401
 from gpu_trading_env import MarketData, TradingEnv, TradingVectorEnv
 from gpu_trading_env.cuda_device import cuda_available
-
-
-def _commit() -> str:
-    if os.environ.get("GTE_COMMIT"):
-        return os.environ["GTE_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except Exception:
-        return "unknown"
 
 
 def bench_cuda(data: MarketData, num_envs: int, steps: int) -> dict:
@@ -144,7 +134,7 @@ def main() -> None:
 
         gpu = torch.cuda.get_device_name()
     meta = {
-        "commit": _commit(),
+        "commit": commit(),
         "gpu": gpu,
         "cpu": platform.processor() or platform.machine(),
         "data": repr(data),

@@ -20,7 +20,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from run_info import commit  # noqa: E402
 
 from agents.segment_tree import CudaSumMinTree, NumpySumMinTree  # noqa: E402
 from gpu_trading_env.cuda_device import cupy_or_none  # noqa: E402
@@ -37,15 +38,6 @@ ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 
 def _median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except Exception:
-        return "unknown"
 
 
 def _fill_tree(tree, n: int, rng: np.random.Generator, chunk: int = 1 << 16) -> None:
@@ -203,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         have_cpprb, cpprb_note = False, f"cpprb skipped ({type(exc).__name__}: {exc})"
     print(cpprb_note)
     meta = {
-        "commit": _commit(),
+        "commit": commit(),
         "python": platform.python_version(),
         "machine": platform.processor() or platform.machine(),
         "gpu": None,

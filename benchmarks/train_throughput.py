@@ -16,28 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import torch as th
+from run_info import commit
 
 import gpu_trading_env  # noqa: F401
 from agents import GpuDQN
 from agents.policies import DuelingDQNPolicy
 from gpu_trading_env import MarketData, TradingVectorEnv
 from gpu_trading_env.cuda_device import cuda_available
-
-
-def _commit() -> str:
-    if os.environ.get("GTE_COMMIT"):
-        return os.environ["GTE_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except Exception:
-        return "unknown"
 
 
 def _sync() -> None:
@@ -309,7 +299,7 @@ def main() -> None:
         )
         rows.extend(bench_train_step(data, 2**14, [0.01, 1.0], 256, "cpu"))
     ref = next(r["env_steps_per_s"] for r in rows if r["what"].startswith("SB3 DQN"))
-    meta = {"commit": _commit(), "gpu": th.cuda.get_device_name() if gpu else None}
+    meta = {"commit": commit(), "gpu": th.cuda.get_device_name() if gpu else None}
     print(f"# train throughput  commit={meta['commit']}  gpu={meta['gpu']}")
     for r in rows:
         if "host_us" in r:
