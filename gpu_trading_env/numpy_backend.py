@@ -21,7 +21,6 @@ from gpu_trading_env.state import (
     LABEL_NONE,
     LABEL_PROFIT,
     LABEL_STOP,
-    LABEL_TIME,
     RUNNING,
     WAIT_TERMINATED,
     WAIT_TRUNCATED,
@@ -32,6 +31,7 @@ from gpu_trading_env.state import (
 SAME_STEP, NEXT_STEP, DISABLED = (AUTORESET_CODES[m] for m in AUTORESET_CODES)
 START_CACHE = 64
 ENTROPY_TABLE_MAX_WINDOW = 512
+PENALTY_TABLE_MAX_WINDOW = 128
 
 
 def draw_start_bars(
@@ -119,6 +119,18 @@ class NumpyBackend(Backend):
                 self._entropy_table = np.where(
                     pr > 0, -(pr * np.log2(np.where(pr > 0, pr, 1.0))), 0.0
                 ).ravel()
+        self._penalised = None
+        if n <= PENALTY_TABLE_MAX_WINDOW:
+            # penalised[count, h0, h1] from the same entropy sums (h2 = count - h0 - h1).
+            w1 = n + 1
+            cnt, g0, g1 = np.meshgrid(np.arange(w1), np.arange(w1), np.arange(w1), indexing="ij")
+            g2 = np.clip(cnt - g0 - g1, 0, n)
+            tab = self._entropy_table
+            entropy = tab[cnt * w1 + g0] + tab[cnt * w1 + g1] + tab[cnt * w1 + g2]
+            self._penalised = (
+                (cnt >= self.config.diversity_min_entries)
+                & (entropy < self.config.diversity_threshold_bits)
+            ).ravel()
         self._obs_scratch = np.zeros((self.num_envs, self.obs_dim), dtype=np.float32)
 
     # ---------------------------------------------------------------- contract
@@ -281,8 +293,11 @@ class NumpyBackend(Backend):
             )
 
         # --- trade (ENV_SPEC "Portfolio")
-        value_pre = cash0 + pos0 * fill
-        reserve = p.reserve_frac * value_pre
+        # With fill="close", value_pre is value0's expression: the same bits, computed once.
+        value_pre = cash0 + pos0 * fill if p.fill_next_open else value0
+        # reserve_frac * value_pre is +-0.0 when reserve_frac == 0, which no result below
+        # can tell from the scalar 0.0.
+        reserve = p.reserve_frac * value_pre if p.reserve_frac > 0.0 else 0.0
         target = exposure * p.max_position
         delta = target - pos0
         if p.reserve_frac > 0.0:
@@ -299,24 +314,21 @@ class NumpyBackend(Backend):
             units = np.minimum(
                 np.floor(np.maximum(cash_c - reserve, 0.0) / (fill * (1.0 + rate))), np.abs(target)
             )
-            new_pos = np.where(target > 0.0, units, -units)
+            new_pos = np.copysign(units, target)  # target != 0 on a reversal
             open_cost = units * fill * rate
-            np.copyto(cash1, cash_c - new_pos * fill - open_cost, where=reversal)
-            np.copyto(pos1, new_pos, where=reversal)
-            np.copyto(cost, close_cost + open_cost, where=reversal)
+            r = np.flatnonzero(reversal)
+            cash1[r] = (cash_c - new_pos * fill - open_cost)[r]
+            pos1[r] = new_pos[r]
+            cost[r] = (close_cost + open_cost)[r]
 
         # --- triple barrier (ENV_SPEC "Triple barrier")
         opened = (reversal | (pos0 == 0.0)) & (pos1 != 0.0)
         flat = pos1 == 0.0
-        status = s.barrier_status.copy()
-        status[flat] = BARRIER_NONE
-        status[opened] = BARRIER_ARMED
-        entry = s.entry_price.copy()
-        entry[flat] = 0.0
-        np.copyto(entry, fill, where=opened)
-        entry_bar = s.entry_bar.copy()
-        np.copyto(entry_bar, t, where=opened)
-        label = np.zeros(n, dtype=np.int8)
+        keep = ~(opened | flat)
+        status = s.barrier_status * keep  # int8: 0 where opened or flat
+        status += opened  # BARRIER_ARMED == 1
+        entry = np.where(opened, fill, s.entry_price * keep)  # entry prices are > 0
+        entry_bar = np.where(opened, t, s.entry_bar)
         if p.barriers:
             armed = status == BARRIER_ARMED
             is_long = pos1 > 0.0
@@ -335,10 +347,11 @@ class NumpyBackend(Backend):
                 )
             )
             time_hit = armed & ~profit_hit & ~stop_hit & (t >= entry_bar + p.max_holding_bars)
-            label[profit_hit] = LABEL_PROFIT
-            label[stop_hit] = LABEL_STOP
-            label[time_hit] = LABEL_TIME
+            # LABEL_PROFIT = 1, LABEL_STOP = -1, LABEL_TIME = 2, from the bool masks' bytes.
+            label = profit_hit.view(np.int8) - stop_hit.view(np.int8) + 2 * time_hit.view(np.int8)
             status[profit_hit | stop_hit | time_hit] = BARRIER_FIRED
+        else:
+            label = np.zeros(n, dtype=np.int8)
 
         # --- action diversity (ENV_SPEC "Diversity")
         window = p.diversity_window
@@ -355,21 +368,23 @@ class NumpyBackend(Backend):
         hist[cat.astype(np.int64) * n_all + rows_n] += 1
         count = np.minimum(count + 1, window)
         h0, h1, h2 = s.div_hist
-        if self._entropy_table is not None:
-            row = count * (window + 1)
-            tab = self._entropy_table
-            entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
+        if self._penalised is not None:
+            # The ring's (count, h0, h1) fixes h2, so the whole penalty decision is one lookup.
+            w1 = window + 1
+            penalised = self._penalised[(count * w1 + h0) * w1 + h1]
         else:
-            nf = count.astype(np.float64)
-            entropy = np.zeros(n, dtype=np.float64)
-            for h in (h0, h1, h2):
-                pr = h / nf
-                entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
-        diversity = np.where(
-            (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits),
-            -p.diversity_penalty,
-            0.0,
-        )
+            if self._entropy_table is not None:
+                row = count * (window + 1)
+                tab = self._entropy_table
+                entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
+            else:
+                nf = count.astype(np.float64)
+                entropy = np.zeros(n, dtype=np.float64)
+                for h in (h0, h1, h2):
+                    pr = h / nf
+                    entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
+            penalised = (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
+        diversity = np.where(penalised, -p.diversity_penalty, 0.0)
 
         # --- mark to market, reward (ENV_SPEC "Reward")
         value1 = cash1 + pos1 * close_1
@@ -413,7 +428,8 @@ class NumpyBackend(Backend):
         reward = pnl + barrier + risk + diversity + curiosity
         s.episode_return[...] = s.episode_return + reward
 
-        terminated = (label == LABEL_PROFIT) | (label == LABEL_STOP) | (value1 <= 0.0)
+        # Profit (1) and stop (-1) are the odd labels; time (2) and none (0) are even.
+        terminated = (label & 1).view(np.bool_) | (value1 <= 0.0)
         truncated = ~terminated & ((steps >= p.episode_length) | (t1 + 1 >= s.hi))
         ended = terminated | truncated
 
