@@ -23,14 +23,7 @@ from gpu_trading_env import TradingVectorEnv
 from gpu_trading_env.config import action_table
 from gpu_trading_env.wrappers import SB3VecEnv
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Small networks: a second intra-op thread only adds contention on a busy 2-core runner.
-    previous = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_env(num_envs: int = 16, episode_length: int = 100) -> TradingVectorEnv:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch as th
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.env_checker import check_env
 
@@ -13,15 +12,6 @@ from gpu_trading_env.wrappers import SB3VecEnv
 
 N = 8
 EPISODE_LENGTH = 64
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    # Small networks: a second intra-op thread only adds contention on a busy 2-core runner.
-    previous = th.get_num_threads()
-    th.set_num_threads(1)
-    yield
-    th.set_num_threads(previous)
 
 
 @pytest.fixture
@@ -48,6 +38,9 @@ def test_sb3_algorithms_learn(venv: SB3VecEnv, algo, kwargs, steps) -> None:
     assert set(ep) == {"r", "l", "t"}
     assert isinstance(ep["r"], float) and isinstance(ep["l"], int)
     assert 1 <= ep["l"] <= EPISODE_LENGTH
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_step_outputs_are_numpy_copies(venv: SB3VecEnv) -> None:
