@@ -378,7 +378,8 @@ class GpuDQN(DQN):
             and self._episode_num // log_interval > episodes_before // log_interval
         ):
             self.dump_logs()
-        return RolloutReturn(int(steps), int(n_episodes), bool(continue_training))
+        # SB3 counts env-steps here (num_collected_steps * num_envs): gradient_steps=-1 uses it.
+        return RolloutReturn(int(steps) * env.num_envs, int(n_episodes), bool(continue_training))
 
     # ------------------------------------------------------------------ learning
     def compute_td_target(

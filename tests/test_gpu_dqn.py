@@ -340,7 +340,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
 
         def collect(self, n_steps: int, callback, learning_starts: int):
             calls.append(("collect", n_steps, learning_starts))
-            return n_steps * model.n_envs, 3, True
+            return n_steps, 3, True  # vector steps, as FusedRollout.collect returns
 
     # A CUDA-looking trading env routes collect_rollouts to agents.rollout.FusedRollout.
     monkeypatch.setattr(model.trading_env, "device", "cuda:0")
@@ -356,7 +356,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
         model.replay_buffer,
         learning_starts=7,
     )
-    assert tuple(out) == (8, 3, True)
+    assert tuple(out) == (8, 3, True)  # env-steps: 4 vector steps x 2 envs, as SB3 counts
     assert calls == [("init", model), "start", ("collect", 4, 7), "end"]
     assert model._episode_num == 3
     model.fused_rollout = False
