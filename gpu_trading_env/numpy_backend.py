@@ -56,20 +56,25 @@ def observation(
     cash: np.ndarray,
     position: np.ndarray,
     out: np.ndarray,
+    px: np.ndarray | None = None,
+    value: np.ndarray | None = None,
 ) -> np.ndarray:
     """Observation rows into ``out`` float32 [n, F+3]: features of ``bar``, then
     value / initial capital, position / (initial capital / close), spread.
 
-    ``padded_features`` is [T, F+3] (features, then three spare columns) so that whole rows
-    are gathered into ``out`` in one contiguous take.
+    ``padded_features`` is [T, F+3]: the features, two spare columns and the spread, so whole
+    rows are gathered into ``out`` in one contiguous take. Callers that already hold
+    ``px = close[bar]`` and ``value = cash + position * px`` pass them (same bits, fewer ops).
     """
     n_f = padded_features.shape[1] - 3
     np.take(padded_features, bar, axis=0, out=out, mode="clip")
-    px = close[bar]
+    if px is None:
+        px = close[bar]
+    if value is None:
+        value = cash + position * px
     c0 = p.initial_capital
-    out[:, n_f] = (cash + position * px) / c0
+    out[:, n_f] = value / c0
     out[:, n_f + 1] = position / (c0 / px)
-    out[:, n_f + 2] = p.spread
     return out
 
 
@@ -100,6 +105,7 @@ class NumpyBackend(Backend):
         super().__init__(data, config, num_envs)
         self.features = np.zeros((data.n_bars, self.obs_dim), dtype=np.float32)
         self.features[:, : self.n_features] = data.features
+        self.features[:, -1] = self.params.spread  # the constant last observation feature
         self.open = np.ascontiguousarray(data.open, dtype=np.float64)
         self.close = np.ascontiguousarray(data.close, dtype=np.float64)
         self._env_ids = np.arange(self.num_envs, dtype=np.int64)
@@ -421,6 +427,8 @@ class NumpyBackend(Backend):
             cash1,
             pos1,
             out.obs if rows is None else self._obs_scratch[:n],
+            px=close_1,
+            value=value1,
         )
         curiosity = np.zeros(n, dtype=np.float64)
         if need_obs0:
