@@ -22,7 +22,7 @@ class TradingEnv(gym.Env):
     ``info`` holds the reward components and the portfolio value and position after the step.
     """
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(
         self,
@@ -31,16 +31,18 @@ class TradingEnv(gym.Env):
         render_mode: str | None = None,
         **config_kwargs: Any,
     ) -> None:
-        if render_mode is not None:
+        if render_mode not in (None, "rgb_array"):
             raise ValueError(
-                f"render_mode = {render_mode!r} is invalid: this env renders nothing (allowed: None)"
+                f"render_mode = {render_mode!r} is invalid: allowed is None or 'rgb_array'"
             )
+        self.render_mode = render_mode
         config_kwargs["autoreset_mode"] = "disabled"
         self._venv = TradingVectorEnv(1, "cpu", data=data, config=config, **config_kwargs)
         self.config = self._venv.config
         self.observation_space = self._venv.single_observation_space
         self.action_space = self._venv.single_action_space
         self._needs_reset = True
+        self._history: list[tuple[float, float, float]] = []
 
     @property
     def data(self) -> Any:
@@ -61,6 +63,9 @@ class TradingEnv(gym.Env):
             )
         obs, _ = self._venv.reset(seed=seed, options=opts)
         self._needs_reset = False
+        backend = self._venv.backend
+        bar = int(backend.state.bar[0])
+        self._history = [(float(backend.close[bar]), 1.0, 0.0)]
         return obs[0].copy(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -78,6 +83,12 @@ class TradingEnv(gym.Env):
         obs, reward, terminated, truncated, info = self._venv.step(a.reshape(1).astype(np.int64))
         te, tr = bool(terminated[0]), bool(truncated[0])
         self._needs_reset = te or tr
+        if self.render_mode is not None:
+            bar = int(self._venv.backend.state.bar[0])
+            value = float(info["portfolio_value"][0]) / self.config.initial_capital
+            self._history.append(
+                (float(self._venv.backend.close[bar]), value, float(info["position"][0]))
+            )
         step_info = {
             "reward_components": info["reward_components"][0].copy(),
             "portfolio_value": float(info["portfolio_value"][0]),
@@ -90,6 +101,20 @@ class TradingEnv(gym.Env):
                 "l": int(info["episode"]["l"][0]),
             }
         return obs[0].copy(), float(reward[0]), te, tr, step_info
+
+    def render(self) -> np.ndarray | None:
+        """With ``render_mode="rgb_array"``: a uint8 [320, 480, 3] frame of the episode so far
+        (price over position shading, portfolio value); None otherwise."""
+        if self.render_mode != "rgb_array":
+            return None
+        from gpu_trading_env.render import render_episode
+
+        prices, values, positions = (
+            (np.array(c) for c in zip(*self._history, strict=True))
+            if self._history
+            else ([], [], [])
+        )
+        return render_episode(np.asarray(prices), np.asarray(values), np.asarray(positions))
 
     def set_curiosity_weights(self, w1: Any, b1: Any, w2: Any, b2: Any) -> None:
         self._venv.set_curiosity_weights(w1, b1, w2, b2)
