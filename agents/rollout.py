@@ -116,7 +116,6 @@ class FusedRollout:
         self.ring = EpisodeRing(self.device)
         self.obs: th.Tensor = env.observe()
         self._steps = 0
-        self._episodes_pending = 0
         self.cuda_graph = bool(cuda_graph)
         self._graph: dict[str, Any] | None = None
         self._eager_steps = 0

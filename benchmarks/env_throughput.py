@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -138,7 +139,7 @@ def main() -> None:
         "gpu": gpu,
         "cpu": platform.processor() or platform.machine(),
         "data": repr(data),
-        "cpu_count": __import__("os").cpu_count(),
+        "cpu_count": os.cpu_count(),
     }
     print(f"# env throughput  commit={meta['commit']}  gpu={gpu}  cpus={meta['cpu_count']}")
     print(

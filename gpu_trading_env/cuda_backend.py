@@ -46,6 +46,10 @@ class CudaBackend(Backend):
         self, data: Any, config: Any, num_envs: int, device_index: int | None = None
     ) -> None:
         cp = require_cupy("device='cuda'")
+        if config.curiosity_hidden > 256:  # the kernel's per-thread hidden array
+            raise ValueError(
+                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most 256"
+            )
         self.xp = cp
         self.device_index = (
             cp.cuda.runtime.getDevice() if device_index is None else int(device_index)
@@ -77,10 +81,6 @@ class CudaBackend(Backend):
             self._k_step = module.get_function("trading_step")
             self._k_reset = module.get_function("trading_reset")
             self._k_observe = module.get_function("trading_observe")
-        if config.curiosity_hidden > 256:
-            raise ValueError(
-                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most 256"
-            )
         self._grid = ((self.num_envs + BLOCK - 1) // BLOCK,)
         self._n = np.int32(self.num_envs)
         self._steps_since_check = 0
@@ -175,7 +175,7 @@ class CudaBackend(Backend):
             if a.device.index != self.device_index:
                 a = a.to(f"cuda:{self.device_index}")
             if str(a.dtype) != "torch.int64" or not a.is_contiguous():
-                a = a.to(dtype=__import__("torch").int64).contiguous()
+                a = a.long().contiguous()
             return a
         if is_torch:
             a = a.numpy()
