@@ -79,6 +79,11 @@ def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def env_config(args: argparse.Namespace) -> EnvConfig:
+    """The EnvConfig of a command: ``--episode-length`` and the ``--env`` overrides."""
+    return EnvConfig(episode_length=args.episode_length, **parse_env_overrides(args.env))
+
+
 def _greedy_policy(model: Any) -> Any:
     def policy(obs: np.ndarray, bar: int) -> np.ndarray:
         action, _ = model.predict(obs, deterministic=True)
@@ -122,7 +127,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = resolve_data(args.data)
     train_data, test_data = data.split(args.train_fraction)
-    config = EnvConfig(episode_length=args.episode_length, **parse_env_overrides(args.env))
+    config = env_config(args)
     env = gym.make_vec(
         "GpuTrading-v0", num_envs=num_envs, device=device, data=train_data, config=config
     )
@@ -209,7 +214,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     data = resolve_data(args.data)
     if args.train_fraction < 1.0:
         data = data.split(args.train_fraction)[1]
-    config = EnvConfig(episode_length=args.episode_length, **parse_env_overrides(args.env))
+    config = env_config(args)
     result = backtest(_greedy_policy(model), data, config)
     metrics = _report(Path(args.out), result, {"model": str(args.model)}, "GpuDQN backtest")
     _print_metrics(metrics, Path(args.out))
@@ -220,7 +225,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     data = resolve_data(args.data)
     if args.train_fraction < 1.0:
         data = data.split(args.train_fraction)[1]
-    config = EnvConfig(episode_length=args.episode_length, **parse_env_overrides(args.env))
+    config = env_config(args)
     if args.rule == "planted":
         from gpu_trading_env.synthetic import planted_rule_exposure
 
