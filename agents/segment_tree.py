@@ -36,11 +36,12 @@ in ``(0, 1]``, independent of N and of the total.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.cuda_device import load_module, require_cupy
+from gpu_trading_env.cuda_device import KernelLauncher, current_stream, load_module, require_cupy
 from gpu_trading_env.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
@@ -322,49 +323,34 @@ class NumpySumMinTree(SumMinTree):
         return float(self.max_value[0])
 
 
-_THREADS = 1024  # check and finish kernels: one block
+_CHECK_THREADS = 1024  # the check kernel is one block
 _CHUNK = 128  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
-_SMEM_KEYS = 4096  # keep in step with ST_SMEM_KEYS in segment_tree.cu
+_WEIGHT_THREADS = 256
+
+# Kernel parameter codes (see KernelLauncher): p pointer, q int64, i int32, I uint32, d float64.
+_SIGNATURES = {
+    "seg_tree_check": "ppqiddqppppp",
+    "seg_tree_levels": "ppppqqqiiddqppppp",
+    "seg_tree_sample": "ppqiqIIIIdpp",
+}
 
 
-_STREAMS: dict[tuple[int, int], Any] = {}
-_KERNELS: dict[tuple[int, str], Any] = {}
-
-
-def _launch_stream(cp: Any) -> Any:
-    """torch's current CUDA stream as a CuPy stream (CuPy's current one without torch CUDA).
-
-    The CuPy wrapper of each torch stream is made once and cached by (device, handle).
-    """
-    import torch
-
-    if not torch.cuda.is_available():
-        return cp.cuda.get_current_stream()
-    ts = torch.cuda.current_stream()
-    key = (ts.device.index or 0, int(ts.cuda_stream))
-    stream = _STREAMS.get(key)
-    if stream is None:
-        from gpu_trading_env.cuda_device import torch_current_stream_for_cupy
-
-        stream = _STREAMS[key] = torch_current_stream_for_cupy()
-    return stream
-
-
-def _kernel(device: int, name: str) -> Any:
-    """A kernel of segment_tree.cu, looked up once per device."""
-    fn = _KERNELS.get((device, name))
-    if fn is None:
-        fn = _KERNELS[(device, name)] = load_module("segment_tree.cu").get_function(name)
-    return fn
+def _torch_module() -> Any | None:
+    """``torch`` when it is already imported (a tensor argument implies it is)."""
+    return sys.modules.get("torch")
 
 
 class CudaSumMinTree(SumMinTree):
     """The tree on a CUDA device: CuPy arrays, kernels from ``segment_tree.cu``.
 
     Kernels run on torch's current stream, so tensors exchanged by DLPack never race. Nothing
-    synchronises with the host except :meth:`update` with ``check=True`` (one 8-byte status
-    read) and the host views (:meth:`to_numpy`, :meth:`total`, ...).
+    synchronises with the host except :meth:`update` with ``check=True`` (it waits for the
+    update and reads one status word that the kernel wrote to pinned host memory) and the
+    host views (:meth:`to_numpy`, :meth:`total`, ...).
+
+    Inputs of :meth:`update` may be CuPy arrays, torch CUDA tensors (read in place, by pointer)
+    or anything NumPy reads (copied to the device).
 
     :param capacity: number of leaves.
     :param seed: Philox key of the sampling stream.
@@ -375,79 +361,108 @@ class CudaSumMinTree(SumMinTree):
 
     def __init__(self, capacity: int, seed: int = 0, device: int | None = None) -> None:
         super().__init__(capacity, seed)
-        cp = require_cupy("CudaSumMinTree")
+        cp = self._cp = require_cupy("CudaSumMinTree")
         self.device = int(cp.cuda.Device().id if device is None else device)
         with cp.cuda.Device(self.device):
             self.sum_tree = cp.zeros(2 * self.pow2, dtype=cp.float64)
             self.min_tree = cp.full(2 * self.pow2, np.inf, dtype=cp.float64)
             self.max_value = cp.ones(1, dtype=cp.float64)
             self._status = cp.full(1, -1, dtype=cp.int64)
-            self._flags = cp.zeros(1, dtype=cp.int32)  # 1: the batch needs sorting
-            self._status_host = np.frombuffer(cp.cuda.alloc_pinned_memory(8), np.int64, 1)
-            self._keys = cp.zeros(1, dtype=cp.uint64)  # global sort keys when B > _SMEM_KEYS
-            self._dummy_idx = cp.zeros(1, dtype=cp.int64)
-            self._dummy_in = cp.zeros(1, dtype=cp.float64)
+            self._flags = cp.zeros(1, dtype=cp.int32)  # 1: the batch was sorted into _keys
+            self._ticket = cp.zeros(1, dtype=cp.uint32)  # blocks of the levels kernel done
+            self._keys = cp.zeros(4096, dtype=cp.uint64)  # sorted keys of an unsorted batch
+            # The check kernel writes the status word straight into this pinned, device-mapped
+            # host memory (same address on both sides), so reading it needs no copy launch.
+            flags = cp.cuda.runtime.hostAllocMapped | cp.cuda.runtime.hostAllocPortable
+            self._status_mem = cp.cuda.PinnedMemory(8, flags)
+            self._status_host = np.frombuffer(
+                cp.cuda.PinnedMemoryPointer(self._status_mem, 0), np.int64, 1
+            )
+            self._status_host[0] = -1
+            module = load_module("segment_tree.cu")
+            self._launchers = {
+                f"{base}_{sfx}": KernelLauncher(
+                    module.get_function(f"{base}_{sfx}"), sig, self.device
+                )
+                for base, sig in _SIGNATURES.items()
+                for sfx in ("f32", "f64")
+            }
+            self._k_weights = module.get_function("seg_tree_weights")
+        self._ptrs = (self.sum_tree.data.ptr, self.min_tree.data.ptr)
 
     def reset(self) -> None:
-        cp = require_cupy("CudaSumMinTree")
-        with cp.cuda.Device(self.device), _launch_stream(cp):
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
             self.sum_tree.fill(0.0)
             self.min_tree.fill(np.inf)
             self.max_value.fill(1.0)
         self.sample_calls = 0
 
-    def _keys_for(self, cp: Any, n: int) -> Any:
-        if n > _SMEM_KEYS and self._keys.size < _next_pow2(n):
-            self._keys = cp.zeros(_next_pow2(n), dtype=cp.uint64)
-        return self._keys
+    def _device_vector(self, x: Any, integer: bool, what: str) -> tuple[Any, int, bool]:
+        """``(vector, address, is_float32)``: ``x`` as a contiguous 1-D device vector.
 
-    @staticmethod
-    def _as_device(cp: Any, x: Any) -> Any:
-        """A CuPy view of a torch CUDA tensor (DLPack, zero copy) or a CuPy copy of anything else."""
-        if hasattr(x, "__dlpack__") and getattr(x, "is_cuda", False):
-            return cp.from_dlpack(x.detach())
-        return cp.asarray(x)
+        The vector is int64 (``integer``) or float32/float64. CuPy arrays and torch CUDA
+        tensors stay where they are (a cast or copy only when the dtype or layout needs one, on
+        the current stream); anything else goes through NumPy and is copied to the device.
+        """
+        cp = self._cp
+        torch = _torch_module()
+        if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
+            if x.device.index != self.device:
+                raise ValueError(f"{what} are on {x.device}, the tree on cuda:{self.device}")
+            x = x.detach().reshape(-1)
+            if integer:
+                if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+                    raise TypeError(f"{what} must be integers, got dtype {x.dtype}")
+                x = x.to(torch.int64)
+            elif x.dtype not in (torch.float32, torch.float64):
+                x = x.to(torch.float64)
+            x = x.contiguous()
+            return x, x.data_ptr(), x.dtype == torch.float32
+        if not isinstance(x, cp.ndarray):
+            x = np.asarray(x)
+        if integer:
+            if x.dtype.kind not in "iu":
+                raise TypeError(f"{what} must be integers, got dtype {x.dtype}")
+            x = cp.ascontiguousarray(cp.asarray(x, dtype=cp.int64).reshape(-1))
+        else:
+            if x.dtype not in (np.float32, np.float64):
+                x = x.astype(np.float64)
+            x = cp.ascontiguousarray(cp.asarray(x).reshape(-1))
+        return x, int(x.data.ptr), x.dtype == np.float32
 
-    def _launch_update(self, cp, idx, x, n, transform, alpha, epsilon, n_valid, range_start):
-        """check (batches only), levels (many blocks), finish (one block); no host sync."""
-        sfx = "f32" if x.dtype == cp.float32 else "f64"
-        threads = min(_THREADS, max(32, (n + 31) // 32 * 32))
-        common = (
-            self.sum_tree,
-            self.min_tree,
+    def _launch_levels(
+        self,
+        stream: int,
+        idx: int,
+        x: int,
+        f32: bool,
+        n: int,
+        transform: bool,
+        alpha: float,
+        epsilon: float,
+        range_start: int,
+    ) -> None:
+        self._launchers["seg_tree_levels_f32" if f32 else "seg_tree_levels_f64"](
+            (n + _CHUNK - 1) // _CHUNK,
+            _CHUNK,
+            stream,
+            *self._ptrs,
             idx,
             x,
-            np.int64(n),
-            np.int64(self.capacity),
-            np.int64(self.pow2),
-            np.int32(self.levels),
-            np.int32(1 if transform else 0),
-            np.float64(alpha),
-            np.float64(epsilon),
-        )
-        if range_start < 0:
-            _kernel(self.device, "seg_tree_check_" + sfx)(
-                (1,),
-                (threads,),
-                (*common, np.int64(n_valid), self.max_value, self._status, self._flags),
-            )
-        _kernel(self.device, "seg_tree_levels_" + sfx)(
-            ((n + _CHUNK - 1) // _CHUNK,),
-            (_CHUNK,),
-            (*common, np.int64(range_start), self.max_value, self._status, self._flags),
-        )
-        _kernel(self.device, "seg_tree_finish_" + sfx)(
-            (1,),
-            (threads,),
-            (
-                *common,
-                np.int64(range_start),
-                np.int64(_CHUNK),
-                self.max_value,
-                self._status,
-                self._flags,
-                self._keys_for(cp, n),
-            ),
+            n,
+            self.capacity,
+            self.pow2,
+            self.levels,
+            int(transform),
+            alpha,
+            epsilon,
+            range_start,
+            self.max_value.data.ptr,
+            self._status.data.ptr,
+            self._flags.data.ptr,
+            self._keys.data.ptr,
+            self._ticket.data.ptr,
         )
 
     def update(
@@ -461,34 +476,49 @@ class CudaSumMinTree(SumMinTree):
         name: str = "priorities",
         check: bool = True,
     ) -> None:
-        cp = require_cupy("CudaSumMinTree")
+        cp = self._cp
         n_ok = self._prepare_n_valid(n_valid, self.capacity)
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            idx = self._as_device(cp, indices).reshape(-1)
-            x = self._as_device(cp, values).reshape(-1)
-            if idx.shape != x.shape:
-                raise ValueError(
-                    f"indices and {name} must have the same length, got {idx.size} and {x.size}"
-                )
-            n = int(idx.size)
-            if n == 0:
-                return
-            if idx.dtype.kind not in "iu":
-                raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-            idx = cp.ascontiguousarray(idx, dtype=cp.int64)
-            if x.dtype not in (cp.float32, cp.float64):
-                x = x.astype(cp.float64)
-            x = cp.ascontiguousarray(x)
+        with cp.cuda.Device(self.device):
+            cstream, stream = current_stream(self.device)
+            with cstream:
+                idx, idx_ptr, _ = self._device_vector(indices, True, "indices")
+                x, x_ptr, f32 = self._device_vector(values, False, name)
+                n = int(idx.shape[0])
+                if n != int(x.shape[0]):
+                    raise ValueError(
+                        f"indices and {name} must have the same length, got {n} and {x.shape[0]}"
+                    )
+                if n == 0:
+                    return
+                if self._keys.size < n:  # room to sort an unsorted batch
+                    self._keys = cp.zeros(_next_pow2(n), dtype=cp.uint64)
             transform = not (alpha == 1.0 and epsilon == 0.0)
-            self._launch_update(cp, idx, x, n, transform, alpha, epsilon, n_ok, -1)
+            self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
+                1,
+                min(_CHECK_THREADS, (n + 31) // 32 * 32),
+                stream,
+                idx_ptr,
+                x_ptr,
+                n,
+                int(transform),
+                alpha,
+                epsilon,
+                n_ok,
+                self.max_value.data.ptr,
+                self._status.data.ptr,
+                self._status_host.ctypes.data,
+                self._flags.data.ptr,
+                self._keys.data.ptr,
+            )
+            self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
             if check:
-                self._status.get(out=self._status_host)  # the one host sync of an update
+                cp.cuda.runtime.streamSynchronize(stream)  # the one host sync of an update
                 k = int(self._status_host[0])
                 if k >= 0:
                     raise self._bad_entry_error(
                         k,
-                        int(idx[k].get()),
-                        float(x[k].get()),
+                        int(idx[k].item()),
+                        float(x[k].item()),
                         n_ok,
                         name,
                         alpha,
@@ -502,62 +532,56 @@ class CudaSumMinTree(SumMinTree):
             return
         if count > self.capacity:
             raise ValueError(f"count must be <= capacity {self.capacity}, got {count}")
-        cp = require_cupy("CudaSumMinTree")
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            self._launch_update(
-                cp,
-                self._dummy_idx,
-                self._dummy_in,
-                count,
-                False,
-                1.0,
-                0.0,
-                self.capacity,
-                int(start) % self.capacity,
+        cp = self._cp
+        with cp.cuda.Device(self.device):
+            stream = current_stream(self.device)[1]
+            self._launch_levels(
+                stream, 0, 0, False, count, False, 1.0, 0.0, int(start) % self.capacity
             )
 
     def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
         self._check_scalars(batch_size, beta)
-        cp = require_cupy("CudaSumMinTree")
+        cp = self._cp
         b = int(batch_size)
         k0, k1, c1, c2 = self._philox_words()
         f32 = np.dtype(weights_dtype) == np.float32
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            out_idx = cp.empty(b, dtype=cp.int64)
-            out_w = cp.empty(b, dtype=cp.float32 if f32 else cp.float64)
-            fn = _kernel(self.device, "seg_tree_sample_f32" if f32 else "seg_tree_sample_f64")
-            fn(
-                ((b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,),
-                (_SAMPLE_THREADS,),
-                (
-                    self.sum_tree,
-                    self.min_tree,
-                    np.int64(self.pow2),
-                    np.int32(self.levels),
-                    np.int64(b),
-                    np.uint32(k0),
-                    np.uint32(k1),
-                    np.uint32(c1),
-                    np.uint32(c2),
-                    np.float64(beta),
-                    out_idx,
-                    out_w,
-                ),
+        with cp.cuda.Device(self.device):
+            cstream, stream = current_stream(self.device)
+            with cstream:
+                out_idx = cp.empty(b, dtype=cp.int64)
+                out_w = cp.empty(b, dtype=cp.float32 if f32 else cp.float64)
+            self._launchers["seg_tree_sample_f32" if f32 else "seg_tree_sample_f64"](
+                (b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,
+                _SAMPLE_THREADS,
+                stream,
+                *self._ptrs,
+                self.pow2,
+                self.levels,
+                b,
+                k0,
+                k1,
+                c1,
+                c2,
+                float(beta),
+                out_idx.data.ptr,
+                out_w.data.ptr,
             )
         if not f32 and np.dtype(weights_dtype) != np.float64:
-            out_w = out_w.astype(weights_dtype)
+            with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+                out_w = out_w.astype(weights_dtype)
         return out_idx, out_w
 
     def weights(self, indices: Any, beta: float) -> Any:
-        cp = require_cupy("CudaSumMinTree")
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            idx = cp.ascontiguousarray(self._as_device(cp, indices).reshape(-1), dtype=cp.int64)
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            idx = self._device_vector(indices, True, "indices")[0]
+            idx = idx if isinstance(idx, cp.ndarray) else cp.from_dlpack(idx)
             n = int(idx.size)
             out = cp.empty(n, dtype=cp.float64)
             if n:
-                _kernel(self.device, "seg_tree_weights")(
-                    ((n + 255) // 256,),
-                    (256,),
+                self._k_weights(
+                    ((n + _WEIGHT_THREADS - 1) // _WEIGHT_THREADS,),
+                    (_WEIGHT_THREADS,),
                     (
                         self.sum_tree,
                         self.min_tree,
@@ -570,25 +594,22 @@ class CudaSumMinTree(SumMinTree):
                 )
         return out
 
+    def _host(self, x: Any) -> np.ndarray:
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            return x.get()
+
     def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
-        cp = require_cupy("CudaSumMinTree")
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            return self.sum_tree.get(), self.min_tree.get()
+        return self._host(self.sum_tree), self._host(self.min_tree)
 
     def total(self) -> float:
-        cp = require_cupy("CudaSumMinTree")
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            return float(self.sum_tree[1].get())
+        return float(self._host(self.sum_tree[1:2])[0])
 
     def min(self) -> float:
-        cp = require_cupy("CudaSumMinTree")
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            return float(self.min_tree[1].get())
+        return float(self._host(self.min_tree[1:2])[0])
 
     def max_value_host(self) -> float:
-        cp = require_cupy("CudaSumMinTree")
-        with cp.cuda.Device(self.device), _launch_stream(cp):
-            return float(self.max_value.get()[0])
+        return float(self._host(self.max_value)[0])
 
 
 def make_tree(backend: str, capacity: int, seed: int = 0, device: int | None = None) -> SumMinTree:

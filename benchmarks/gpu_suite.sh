@@ -20,7 +20,7 @@ if want env; then
   timeout 150 python3 benchmarks/env_throughput.py --out "$OUT/env.json" 2>&1 | tee "$OUT/env.log"
 fi
 if want per; then
-  timeout 200 python3 benchmarks/per_throughput.py --reps 50 --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
+  timeout 300 python3 benchmarks/per_throughput.py --reps 100 --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
 fi
 if want train; then
   timeout 240 python3 benchmarks/train_throughput.py --out "$OUT/train.json" 2>&1 | grep -v Warn | tee "$OUT/train.log"

@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                         batch, capacity, n, max(5, reps // 10), 2, rng
                     )
                 if have_cpprb:
-                    row["cpprb"] = bench_cpprb(batch, capacity, n, max(5, reps // 10), 2, rng)
+                    row["cpprb"] = bench_cpprb(batch, capacity, n, max(10, reps // 5), 2, rng)
                 rows.append(row)
                 tree = row.get("cuda_tree", {})
                 tree_us = tree.get("wall_us")

@@ -15,25 +15,13 @@ import numpy as np
 
 from gpu_trading_env.backend import Backend, CuriosityWeights
 from gpu_trading_env.config import FLOAT_PARAMS, INT_PARAMS, kernel_param_defines
-from gpu_trading_env.cuda_device import load_module, require_cupy
+from gpu_trading_env.cuda_device import current_stream, load_module, require_cupy
 from gpu_trading_env.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
 
 BLOCK = 256
 KERNEL_FILE = "trading_step.cu"
 # Without contraction into FMA, float64 results equal NumPy's bit for bit (see trading_env.cuh).
 KERNEL_OPTIONS = ("--fmad=false",)
-
-
-def _torch_stream_cupy(cp: Any) -> Any:
-    try:
-        import torch
-    except ImportError:  # torch is a dependency, but keep CuPy usable alone
-        return cp.cuda.get_current_stream()
-    if not torch.cuda.is_available():
-        return cp.cuda.get_current_stream()
-    from gpu_trading_env.cuda_device import torch_current_stream_for_cupy
-
-    return torch_current_stream_for_cupy()
 
 
 class CudaBackend(Backend):
@@ -84,7 +72,6 @@ class CudaBackend(Backend):
         self._grid = ((self.num_envs + BLOCK - 1) // BLOCK,)
         self._n = np.int32(self.num_envs)
         self._steps_since_check = 0
-        self._streams: dict[int, Any] = {}
         self._build_step_args()
 
     # ---------------------------------------------------------------- launch helpers
@@ -102,24 +89,8 @@ class CudaBackend(Backend):
         return (c.w1, c.b1, c.w2, c.b2, np.int32(self.curiosity is not None))
 
     def stream(self) -> Any:
-        """The CuPy view of torch's current stream (cached per stream handle)."""
-        cp = self.xp
-        try:
-            import torch
-
-            key = (
-                torch.cuda.current_stream(self.device_index).cuda_stream
-                if torch.cuda.is_available()
-                else 0
-            )
-        except ImportError:
-            key = 0
-        stream = self._streams.get(key)
-        if stream is None:
-            with self._device:
-                stream = _torch_stream_cupy(cp)
-            self._streams[key] = stream
-        return stream
+        """The CuPy view of torch's current stream on this device (see ``current_stream``)."""
+        return current_stream(self.device_index)[0]
 
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: Any, mask: Any) -> None:

@@ -72,22 +72,111 @@ def load_module(
     return cp.RawModule(code=source, options=opts)
 
 
-def torch_current_stream_for_cupy() -> Any:
-    """A CuPy stream object wrapping torch's current CUDA stream.
+_STREAMS: dict[tuple[int, int], Any] = {}
 
-    Launching CuPy kernels on it orders them with torch's own work, so tensors exchanged by
-    DLPack never race. ``cupy.cuda.Stream.from_external`` is used where present (CuPy 14);
-    ``ExternalStream`` is the fallback for older CuPy.
+
+@functools.cache
+def _raw_stream_getter() -> Any | None:
+    """A function ``device_index -> cudaStream_t`` of torch's current stream, or None.
+
+    ``torch._C._cuda_getCurrentRawStream`` returns the handle as an int in well under a
+    microsecond; ``torch.cuda.current_stream()`` builds a Stream object first (a few
+    microseconds), which matters on paths that launch every few microseconds.
     """
+    try:
+        import torch
+    except ImportError:  # torch is a dependency, but keep CuPy usable alone
+        return None
+    if not torch.cuda.is_available():
+        return None
+    fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if fast is not None:
+        return fast
+    return lambda device_index: torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _wrap_torch_stream(cp: Any, device_index: int) -> Any:
     import torch
 
-    cp = require_cupy("sharing torch's CUDA stream")
-    ts = torch.cuda.current_stream()
-    from_external = getattr(cp.cuda.Stream, "from_external", None)
+    ts = torch.cuda.current_stream(device_index)
+    from_external = getattr(cp.cuda.Stream, "from_external", None)  # CuPy >= 14
     if from_external is not None:
-        # torch streams implement the __cuda_stream__ protocol that from_external reads.
-        try:
+        try:  # torch streams implement the __cuda_stream__ protocol that from_external reads
             return from_external(ts)
         except TypeError:
             pass
-    return cp.cuda.ExternalStream(ts.cuda_stream, ts.device.index)
+    return cp.cuda.ExternalStream(ts.cuda_stream, device_index)
+
+
+def current_stream(device_index: int) -> tuple[Any, int]:
+    """``(cupy_stream, handle)`` for torch's current CUDA stream on ``device_index``.
+
+    Every CuPy kernel and allocation of the project runs on it, so torch tensors handed over by
+    DLPack or by pointer never race with our kernels. The CuPy wrapper of each torch stream is
+    made once and cached by (device, handle). Without torch CUDA: CuPy's current stream.
+    """
+    get = _raw_stream_getter()
+    if get is None:
+        cp = require_cupy("a CUDA stream")
+        stream = cp.cuda.get_current_stream()
+        return stream, int(stream.ptr)
+    handle = int(get(device_index))
+    stream = _STREAMS.get((device_index, handle))
+    if stream is None:
+        cp = require_cupy("sharing torch's CUDA stream")
+        stream = _STREAMS[(device_index, handle)] = _wrap_torch_stream(cp, device_index)
+    return stream, handle
+
+
+# Kernel argument codes of KernelLauncher and their 8-byte slots (little-endian, zero padded).
+_ARG_FORMATS = {"p": "Q", "q": "q", "i": "i4x", "I": "I4x", "d": "d"}
+_CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+class KernelLauncher:
+    """Launch one compiled kernel through the CUDA driver with a reusable argument block.
+
+    ``RawKernel.__call__`` converts each argument on every call, which on a kernel with a dozen
+    arguments costs more host time than the launch itself. Here the argument values are packed
+    by one ``struct.pack_into`` into a fixed buffer whose slot addresses were computed once, and
+    ``cuLaunchKernel`` reads them from there (it copies them at launch, so the buffer can be
+    refilled at once).
+
+    :param kernel: a ``cupy.RawKernel`` (for instance from ``RawModule.get_function``).
+    :param signature: one code per kernel parameter: ``p`` pointer (pass an int address),
+        ``q`` int64, ``i`` int32, ``I`` uint32, ``d`` float64.
+    :param device_index: the device the kernel's module belongs to.
+    """
+
+    def __init__(self, kernel: Any, signature: str, device_index: int) -> None:
+        import ctypes
+        import struct
+
+        unknown = set(signature) - set(_ARG_FORMATS)
+        if unknown:
+            raise ValueError(f"signature codes must be in {sorted(_ARG_FORMATS)}, got {unknown}")
+        cp = require_cupy("launching a kernel")
+        self._launch = cp.cuda.driver.launchKernel
+        self._function = int(kernel.kernel.ptr)
+        self._device_index = int(device_index)
+        self._struct = struct.Struct("<" + "".join(_ARG_FORMATS[c] for c in signature))
+        self._buffer = ctypes.create_string_buffer(8 * max(1, len(signature)))
+        base = ctypes.addressof(self._buffer)
+        self._params = (ctypes.c_void_p * max(1, len(signature)))(
+            *(base + 8 * k for k in range(len(signature)))
+        )
+        self._params_ptr = ctypes.addressof(self._params)
+
+    def __call__(self, grid: int, block: int, stream: int, *args: Any) -> None:
+        """Launch ``grid`` blocks of ``block`` threads on the stream handle ``stream``."""
+        self._struct.pack_into(self._buffer, 0, *args)
+        try:
+            self._launch(self._function, grid, 1, 1, block, 1, 1, 0, stream, self._params_ptr, 0)
+        except Exception as exc:
+            # A thread that never made a runtime call has no current context yet: bind the
+            # device's primary context (what the CUDA runtime does lazily) and launch again.
+            if getattr(exc, "status", None) != _CUDA_ERROR_INVALID_CONTEXT:
+                raise
+            cp = require_cupy("launching a kernel")
+            cp.cuda.runtime.setDevice(self._device_index)
+            self._launch(self._function, grid, 1, 1, block, 1, 1, 0, stream, self._params_ptr, 0)

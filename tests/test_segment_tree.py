@@ -251,7 +251,7 @@ def test_transform_and_running_max(backend):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("capacity", [1, 777, 2**16 + 3])
+@pytest.mark.parametrize("capacity", [1, 777, 2**16 + 3, 2**20 + 5])
 def test_cuda_tree_matches_numpy_tree(capacity):
     rng = np.random.default_rng(capacity)
     trees = [make_tree("numpy", capacity, seed=42), make_tree("cuda", capacity, seed=42)]
@@ -278,6 +278,15 @@ def test_cuda_tree_matches_numpy_tree(capacity):
         i1, w1 = trees[1].sample(b, beta=0.6)
         np.testing.assert_array_equal(i0, _np(i1))
         np.testing.assert_allclose(w0, _np(w1), rtol=1e-14)
+        # The hot path: new priorities for the sampled (sorted, repeating) indices, float32.
+        td = rng.exponential(size=b).astype(np.float32)
+        trees[0].update(i0, td, alpha=0.6, epsilon=1e-6)
+        trees[1].update(i1, td, alpha=0.6, epsilon=1e-6)
+        s0, m0 = trees[0].to_numpy()
+        s1, m1 = trees[1].to_numpy()
+        np.testing.assert_array_equal(s0, s1)
+        np.testing.assert_array_equal(m0, m1)
+        assert trees[0].max_value_host() == trees[1].max_value_host()
 
 
 @pytest.mark.gpu
@@ -291,6 +300,17 @@ def test_cuda_tree_accepts_torch_tensors():
     ref = NumpySumMinTree(100)
     ref.update(np.arange(10), td.cpu().numpy(), alpha=0.7, epsilon=0.01)
     np.testing.assert_allclose(tree.leaves(), ref.leaves(), rtol=1e-14)
+    # Other dtypes are cast on the device; float indices and bad values are refused by name.
+    tree.update(
+        torch.tensor([3, 3, 1], device="cuda", dtype=torch.int32),
+        torch.ones(3, device="cuda", dtype=torch.float16),
+    )
+    assert tree.leaves()[3] == 1.0 and tree.leaves()[1] == 1.0
+    with pytest.raises(TypeError, match="indices must be integers"):
+        tree.update(torch.zeros(2, device="cuda"), torch.ones(2, device="cuda"))
+    bad = torch.tensor([0.5, float("nan"), 1.0], device="cuda", dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"td_errors\[1\] = nan"):
+        tree.update(torch.tensor([0, 1, 2], device="cuda"), bad, name="td_errors")
 
 
 def test_numpy_tree_sampling_empty_raises():

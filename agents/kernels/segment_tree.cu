@@ -3,20 +3,32 @@
 // Layout: capacity C rounded up to a power of two P; two float64 arrays of 2P nodes each,
 // node 1 is the root, node n has children 2n and 2n+1, leaf i is node P+i. `sum` holds sums
 // (empty leaves 0), `mn` holds minima over the non-zero leaves (empty or zero leaves +inf).
+// Invariant: every inner node equals dadd(left, right) and fmin(left, right) of its children.
 //
-// Update (seg_tree_check_*, seg_tree_levels_*, seg_tree_finish_*): validate the batch in one
-// block (on a bad entry nothing is written and status[0] gets its position); keep the last
-// occurrence of every index; write the leaves; recompute level by level the touched parents
-// only, each exactly once, by the last batch entry under it (no atomics, no races). A batch in
-// non-decreasing index order (what stratified sampling returns, and every range fill) is
-// processed by many blocks, each owning a chunk of entries, with the few nodes whose entries
-// cross chunk boundaries finished by one block; any other batch is sorted (bitonic, keys
-// index << 32 | position) and processed by one block. Work O(B log C) (+ O(B log^2 B) to sort).
+// An update is two launches.
+// - seg_tree_check_* (one block): validates the batch (on a bad entry nothing is written and
+//   status gets its position), raises the running max, and notes whether the indices are in
+//   non-decreasing order (what stratified sampling returns). An unsorted batch is sorted here
+//   (bitonic, keys index << 32 | position) into `keys`.
+// - seg_tree_levels_* (many blocks): the sorted entries are cut into chunks of blockDim
+//   entries, one per block. The last entry of each run of equal indices writes the leaf (so
+//   the last occurrence wins). Then, ST_GROUP levels at a time, the last entry under each
+//   touched ancestor recomputes that ancestor's ST_GROUP-deep subtree from its 2^ST_GROUP
+//   bottom nodes: one round of independent loads per ST_GROUP levels instead of one dependent
+//   load per level, and each node is written by one thread only (no atomics on the tree).
+//   An ancestor whose entries cross a chunk boundary is left to the last block to finish
+//   (threadfence + ticket), which recomputes those few subtrees group by group.
+// A range fill (new transitions get the running max) is the levels kernel alone.
+// Rewriting an untouched inner node of a recomputed subtree stores the value it already holds
+// (the invariant), so results equal a level-by-level update of the touched nodes only.
+// Work O(B log C) (+ O(B log^2 B) to sort an unsorted batch).
 //
 // seg_tree_sample_*: one thread per draw. Draw j takes u_j = (j + U_j) / B * total with U_j
 // from Philox4x32-10 keyed by (seed, call counter, j, PHILOX_STREAM_PER_SAMPLE), descends from
 // the root choosing a child with a non-zero sum, and returns the leaf index and its IS weight
-// (leaf / min)^-beta. O(log C) per draw. The total and the minimum are read on the device.
+// (leaf / min)^-beta. The descent loads the whole ST_GROUP-deep subtree below the current node
+// at once and takes its ST_GROUP binary decisions in registers: the same decisions as a
+// level-by-level walk, with ST_GROUP times fewer dependent trips to memory.
 //
 // Every float64 operation that decides a sampled index (+, -, /, * and comparisons) is written
 // with explicit round-to-nearest intrinsics so no fused multiply-add changes a result: the NumPy
@@ -25,18 +37,19 @@
 
 #define ST_SMEM_KEYS 4096
 #define ST_MAX_THREADS 1024
-#define ST_ILP 4
+#define ST_GROUP 4
+#define ST_GROUP_WIDTH (1 << ST_GROUP)
 #define ST_KEY_PAD 0xFFFFFFFFFFFFFFFFull
+#define ST_BIG 1.7976931348623157e308
 
 // IS weight (leaf / min)^-beta, in log space when the ratio overflows (see _is_weights).
 __device__ __forceinline__ double st_is_weight(double leaf, double minv, double beta) {
     const double ratio = leaf / minv;
-    if (ratio <= 1.7976931348623157e308) return pow(ratio, -beta);
+    if (ratio <= ST_BIG) return pow(ratio, -beta);
     return exp(-beta * (log(leaf) - log(minv)));
 }
 
 __device__ __forceinline__ double st_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
-
 // Block-wide reductions; every thread of the block must call them, the result is broadcast.
 __device__ double st_block_max(double v, double* red) {
     for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
@@ -83,282 +96,239 @@ __device__ __forceinline__ double st_leaf_value(double x, int transform, double 
     return transform ? pow(__dadd_rn(x, eps), alpha) : x;
 }
 
-// Range mode (range_start >= 0): the batch is the n slots range_start, range_start+1, ...
-// (modulo capacity) and every leaf gets max_value[0]; nothing is validated. Batch mode
-// (range_start < 0): entries (idx[k], in[k]) for k < n, validated first; on a bad entry the
-// tree is left untouched and status[0] gets the first bad position (else -1).
+
+// The entries of an update in non-decreasing leaf order: a sorted batch (idx), an unsorted
+// batch sorted into keys by seg_tree_check, or the slots range_start, range_start + 1, ...
+// (modulo capacity) of a range fill, listed in ascending order even when the range wraps.
+struct StEntries {
+    const long long* idx;
+    const unsigned long long* keys;
+    long long range_start;  // >= 0: range fill
+    long long wrap;         // range fill: how many slots wrap around to 0, 1, ...
+    int sorted_keys;        // batch: entries come from keys
+
+    __device__ __forceinline__ long long leaf(long long k) const {
+        if (range_start >= 0) return k < wrap ? k : range_start + (k - wrap);
+        if (sorted_keys) return (long long)(keys[k] >> 32);
+        return idx[k];
+    }
+    // Position of entry k in the caller's batch (where its value is).
+    __device__ __forceinline__ long long position(long long k) const {
+        return sorted_keys ? (long long)(keys[k] & 0xFFFFFFFFull) : k;
+    }
+};
+
+// Recompute the `depth`-deep subtree below node a (depth <= ST_GROUP) from its 2^depth bottom
+// nodes (a << depth) + t, which must be final: one round of loads, the sums and minima of the
+// levels in between in registers, every inner node of the subtree stored once. Loads bypass
+// L1 (__ldcg) because other blocks wrote some of these nodes.
+__device__ __forceinline__ void st_recompute(double* __restrict__ sum, double* __restrict__ mn,
+                                             long long a, int depth) {
+    double s[ST_GROUP_WIDTH], m[ST_GROUP_WIDTH];
+    const long long base = a << depth;  // even, so 16-byte aligned pairs
+#pragma unroll
+    for (int t = 0; t < ST_GROUP_WIDTH; t += 2) {
+        if (t < (1 << depth)) {
+            const double2 sv = __ldcg(reinterpret_cast<const double2*>(sum + base + t));
+            const double2 mv = __ldcg(reinterpret_cast<const double2*>(mn + base + t));
+            s[t] = sv.x;
+            s[t + 1] = sv.y;
+            m[t] = mv.x;
+            m[t + 1] = mv.y;
+        }
+    }
+#pragma unroll
+    for (int h = ST_GROUP; h >= 1; --h) {  // h: depth of the children being combined
+        if (h <= depth) {
+            const long long parents = a << (h - 1);
+#pragma unroll
+            for (int t = 0; t < (1 << (h - 1)); ++t) {  // in place: s[t] after s[2t], s[2t+1]
+                s[t] = __dadd_rn(s[2 * t], s[2 * t + 1]);
+                m[t] = fmin(m[2 * t], m[2 * t + 1]);
+                sum[parents + t] = s[t];
+                mn[parents + t] = m[t];
+            }
+        }
+    }
+}
+
+// One block. Validate the batch: on a bad entry status[0] (and the host-mapped status_host[0])
+// gets the first bad position and nothing else happens. Otherwise raise max_value to the
+// largest leaf value of the batch, set status to -1, and flags[0] to 1 when the indices are
+// not in non-decreasing order, in which case the keys (index << 32 | position) are sorted into
+// keys[0, n) for seg_tree_levels.
 template <typename T>
-__device__ void st_update(double* __restrict__ sum, double* __restrict__ mn,
-                          const long long* __restrict__ idx, const T* __restrict__ in, long long n,
-                          long long capacity, long long pow2, int levels, int transform,
-                          double alpha, double eps, long long n_valid, long long range_start,
-                          double* __restrict__ max_value, long long* __restrict__ status,
-                          int* __restrict__ flags, unsigned long long* __restrict__ gkeys,
-                          int validate_only, int force_sort) {
+__device__ void st_check(const long long* __restrict__ idx, const T* __restrict__ in, long long n,
+                         int transform, double alpha, double eps, long long n_valid,
+                         double* __restrict__ max_value, long long* __restrict__ status,
+                         long long* status_host, int* __restrict__ flags,
+                         unsigned long long* __restrict__ gkeys) {
     __shared__ unsigned long long skeys[ST_SMEM_KEYS];
     __shared__ double red_d[32];
     __shared__ long long red_l[32];
     const long long tid = threadIdx.x, nt = blockDim.x;
-    const bool range_mode = range_start >= 0;
-    unsigned long long* keys = n <= ST_SMEM_KEYS ? skeys : gkeys;
-    int need_sort = force_sort;
 
-    if (!range_mode && !force_sort) {
-        long long bad = 0x7FFFFFFFFFFFFFFFLL;
-        int unsorted = 0;
-        double vmax = 0.0;
-        for (long long k = tid; k < n; k += nt) {
-            const long long i = idx[k];
-            const double x = (double)in[k];
-            if (i < 0 || i >= n_valid || !(x >= 0.0 && x <= 1.7976931348623157e308)) {
+    long long bad = 0x7FFFFFFFFFFFFFFFLL;
+    int unsorted = 0;
+    double vmax = 0.0;
+    for (long long k = tid; k < n; k += nt) {
+        const long long i = idx[k];
+        const double x = (double)in[k];
+        if (i < 0 || i >= n_valid || !(x >= 0.0 && x <= ST_BIG)) {
+            if (k < bad) bad = k;
+        } else {
+            const double v = st_leaf_value(x, transform, alpha, eps);
+            if (!(v >= 0.0 && v <= ST_BIG)) {
                 if (k < bad) bad = k;
             } else {
-                const double v = st_leaf_value(x, transform, alpha, eps);
-                if (!(v >= 0.0 && v <= 1.7976931348623157e308)) {
-                    if (k < bad) bad = k;
-                } else {
-                    vmax = fmax(vmax, v);
-                }
+                vmax = fmax(vmax, v);
             }
-            if (k + 1 < n && idx[k + 1] < i) unsorted = 1;
         }
-        if (__syncthreads_or(bad != 0x7FFFFFFFFFFFFFFFLL)) {
-            const long long first = st_block_min_ll(bad, red_l);
-            if (tid == 0) status[0] = first;
-            return;  // uniform across the block: the tree is not touched
-        }
-        vmax = st_block_max(vmax, red_d);
+        if (k + 1 < n && idx[k + 1] < i) unsorted = 1;
+    }
+    if (__syncthreads_or(bad != 0x7FFFFFFFFFFFFFFFLL)) {
+        const long long first = st_block_min_ll(bad, red_l);
         if (tid == 0) {
-            status[0] = -1;
-            max_value[0] = fmax(max_value[0], vmax);
+            status[0] = first;
+            *(volatile long long*)status_host = first;
         }
-        need_sort = __syncthreads_or(unsorted);
-        if (validate_only) {
-            if (tid == 0) flags[0] = need_sort;
-            return;
-        }
+        return;  // uniform across the block: the tree is not touched
     }
+    vmax = st_block_max(vmax, red_d);
+    const int need_sort = __syncthreads_or(unsorted);
+    if (tid == 0) {
+        status[0] = -1;
+        *(volatile long long*)status_host = -1;
+        max_value[0] = fmax(max_value[0], vmax);
+        flags[0] = need_sort;
+    }
+    if (!need_sort) return;
 
-    // Keys: leaf index in the high word, batch position in the low word.
-    const long long wrap = range_mode ? (range_start + n > capacity ? range_start + n - capacity : 0) : 0;
-    for (long long k = tid; k < n; k += nt) {
-        long long i;
-        if (range_mode) {
-            i = k < wrap ? k : range_start + (k - wrap);  // ascending even when the range wraps
-        } else {
-            i = idx[k];
-        }
-        keys[k] = ((unsigned long long)i << 32) | (unsigned long long)k;
+    unsigned long long* keys = n <= ST_SMEM_KEYS ? skeys : gkeys;
+    long long np2 = 1;
+    while (np2 < n) np2 <<= 1;
+    for (long long k = tid; k < np2; k += nt) {
+        keys[k] = k < n ? (((unsigned long long)idx[k] << 32) | (unsigned long long)k) : ST_KEY_PAD;
     }
-    if (need_sort) {
-        long long np2 = 1;
-        while (np2 < n) np2 <<= 1;
-        for (long long k = n + tid; k < np2; k += nt) keys[k] = ST_KEY_PAD;
-        __syncthreads();
-        for (long long size = 2; size <= np2; size <<= 1) {
-            for (long long stride = size >> 1; stride > 0; stride >>= 1) {
-                for (long long k = tid; k < np2; k += nt) {
-                    const long long partner = k ^ stride;
-                    if (partner > k) {  // each pair is handled by exactly one thread
-                        const unsigned long long a = keys[k], b = keys[partner];
-                        const bool ascending = (k & size) == 0;
-                        if ((a > b) == ascending) {
-                            keys[k] = b;
-                            keys[partner] = a;
-                        }
+    __syncthreads();
+    for (long long size = 2; size <= np2; size <<= 1) {
+        for (long long stride = size >> 1; stride > 0; stride >>= 1) {
+            for (long long k = tid; k < np2; k += nt) {
+                const long long partner = k ^ stride;
+                if (partner > k) {  // each pair is handled by exactly one thread
+                    const unsigned long long a = keys[k], b = keys[partner];
+                    const bool ascending = (k & size) == 0;
+                    if ((a > b) == ascending) {
+                        keys[k] = b;
+                        keys[partner] = a;
                     }
                 }
-                __syncthreads();
             }
+            __syncthreads();
         }
     }
-    __syncthreads();
-
-    const double fill_value = range_mode ? max_value[0] : 0.0;
-    // Leaves: the last entry of each run of equal indices wins (largest batch position).
-    for (long long k = tid; k < n; k += nt) {
-        const unsigned long long key = keys[k];
-        const long long i = (long long)(key >> 32);
-        const bool last = (k == n - 1) || ((long long)(keys[k + 1] >> 32) != i);
-        if (last) {
-            double v;
-            if (range_mode) {
-                v = fill_value;
-            } else {
-                const long long pos = (long long)(key & 0xFFFFFFFFull);
-                v = st_leaf_value((double)in[pos], transform, alpha, eps);
-            }
-            const long long node = pow2 + i;
-            sum[node] = v;
-            mn[node] = v > 0.0 ? v : st_inf();
-        }
-    }
-    __syncthreads();
-
-    // Parents, level by level: the last entry under each touched node recomputes it. Each thread
-    // takes ST_ILP entries at a time and issues all their child loads before any store, so the
-    // memory latency of a level is paid once, not once per entry.
-    for (int level = 1; level <= levels; ++level) {
-        for (long long base = tid; base < n; base += nt * ST_ILP) {
-            long long node[ST_ILP];
-            double ls[ST_ILP], rs[ST_ILP], lm[ST_ILP], rm[ST_ILP];
-#pragma unroll
-            for (int g = 0; g < ST_ILP; ++g) {
-                const long long k = base + g * nt;
-                node[g] = -1;
-                if (k < n) {
-                    const long long a = (pow2 + (long long)(keys[k] >> 32)) >> level;
-                    const bool last =
-                        (k == n - 1) || (((pow2 + (long long)(keys[k + 1] >> 32)) >> level) != a);
-                    if (last) node[g] = a;
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < ST_ILP; ++g) {
-                if (node[g] >= 0) {
-                    const long long c = node[g] << 1;
-                    ls[g] = sum[c];
-                    rs[g] = sum[c + 1];
-                    lm[g] = mn[c];
-                    rm[g] = mn[c + 1];
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < ST_ILP; ++g) {
-                if (node[g] >= 0) {
-                    sum[node[g]] = __dadd_rn(ls[g], rs[g]);
-                    mn[node[g]] = fmin(lm[g], rm[g]);
-                }
-            }
-        }
-        __syncthreads();
+    if (keys == skeys) {
+        for (long long k = tid; k < n; k += nt) gkeys[k] = skeys[k];
     }
 }
 
-// Leaf index of batch entry k: idx[k], or the k-th slot of a (possibly wrapping) range listed
-// in ascending order.
-__device__ __forceinline__ long long st_entry(const long long* idx, long long k, long long range_start,
-                                              long long wrap) {
-    if (range_start < 0) return idx[k];
-    return k < wrap ? k : range_start + (k - wrap);
-}
-
-// Multi-block part of an update of a batch in non-decreasing index order (sampled batches and
-// ranges; an unsorted batch is left to seg_tree_finish). Block b owns entries
-// [b * blockDim, (b + 1) * blockDim). It writes the leaves whose last occurrence it holds and,
-// level by level, every touched node whose run of entries lies inside its chunk (the last entry
-// of the run computes it). A node whose run crosses a chunk boundary is left to seg_tree_finish;
-// so are all its ancestors, whose runs contain it.
+// Many blocks; block b owns entries [b * blockDim, (b + 1) * blockDim) of the sorted entries.
+// It writes the leaves whose last occurrence it holds and, ST_GROUP levels at a time, the
+// subtree of every touched ancestor whose entries all lie in its chunk (the last entry under
+// the ancestor does it). Ancestors whose entries cross a chunk boundary (and so all theirs)
+// are left to the last block to finish, which recomputes them group by group, each by the
+// last boundary inside its entries.
 template <typename T>
 __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
                           const long long* __restrict__ idx, const T* __restrict__ in, long long n,
                           long long capacity, long long pow2, int levels, int transform,
                           double alpha, double eps, long long range_start,
                           const double* __restrict__ max_value, const long long* __restrict__ status,
-                          const int* __restrict__ flags) {
-    if (range_start < 0 && (status[0] >= 0 || flags[0] != 0)) return;  // rejected, or unsorted
-    const long long wrap =
-        range_start >= 0 ? (range_start + n > capacity ? range_start + n - capacity : 0) : 0;
-    const long long c0 = (long long)blockIdx.x * blockDim.x;
-    const long long c1 = c0 + blockDim.x < n ? c0 + blockDim.x : n;  // chunk end (exclusive)
+                          const int* __restrict__ flags, const unsigned long long* __restrict__ keys,
+                          unsigned int* __restrict__ ticket) {
+    __shared__ int is_last;
+    if (range_start < 0 && status[0] >= 0) return;  // rejected: no block does anything
+    StEntries e;
+    e.idx = idx;
+    e.keys = keys;
+    e.range_start = range_start;
+    e.wrap = range_start >= 0 && range_start + n > capacity ? range_start + n - capacity : 0;
+    e.sorted_keys = range_start < 0 && flags[0] != 0;
+
+    const long long chunk = blockDim.x;
+    const long long c0 = (long long)blockIdx.x * chunk;
+    const long long c1 = c0 + chunk < n ? c0 + chunk : n;  // chunk end (exclusive)
     const long long k = c0 + threadIdx.x;
-    const long long ik = k < n ? st_entry(idx, k, range_start, wrap) : -1;
-    const long long inext = k + 1 < n ? st_entry(idx, k + 1, range_start, wrap) : -1;
-    const long long ifirst = st_entry(idx, c0, range_start, wrap);
-    const long long ilast = st_entry(idx, c1 - 1, range_start, wrap);
-    const long long iprev = c0 > 0 ? st_entry(idx, c0 - 1, range_start, wrap) : -1;
-    const long long iafter = c1 < n ? st_entry(idx, c1, range_start, wrap) : -1;
+    const long long ik = k < n ? e.leaf(k) : -1;
+    const long long inext = k + 1 < n ? e.leaf(k + 1) : -1;
+    const long long ifirst = e.leaf(c0), ilast = e.leaf(c1 - 1);
+    const long long iprev = c0 > 0 ? e.leaf(c0 - 1) : -1;
+    const long long iafter = c1 < n ? e.leaf(c1) : -1;
 
     if (k < n && inext != ik) {  // last occurrence of leaf ik
-        const double v = range_start >= 0 ? max_value[0]
-                                          : st_leaf_value((double)in[k], transform, alpha, eps);
+        const double v = range_start >= 0
+                             ? max_value[0]
+                             : st_leaf_value((double)in[e.position(k)], transform, alpha, eps);
         sum[pow2 + ik] = v;
         mn[pow2 + ik] = v > 0.0 ? v : st_inf();
     }
     __syncthreads();
-    for (int level = 1; level <= levels; ++level) {
-        const long long afirst = (pow2 + ifirst) >> level, alast = (pow2 + ilast) >> level;
-        const bool left_span = iprev >= 0 && ((pow2 + iprev) >> level) == afirst;
-        const bool right_span = iafter >= 0 && ((pow2 + iafter) >> level) == alast;
+    for (int bottom = 0; bottom < levels;) {
+        const int depth = levels - bottom < ST_GROUP ? levels - bottom : ST_GROUP;
+        const int top = bottom + depth;
+        const long long afirst = (pow2 + ifirst) >> top, alast = (pow2 + ilast) >> top;
+        const bool left_span = iprev >= 0 && ((pow2 + iprev) >> top) == afirst;
+        const bool right_span = iafter >= 0 && ((pow2 + iafter) >> top) == alast;
         if (afirst == alast && (left_span || right_span)) break;  // block-uniform
         if (k < n) {
-            const long long a = (pow2 + ik) >> level;
-            const bool last = inext < 0 || ((pow2 + inext) >> level) != a;
-            if (last && !(left_span && a == afirst)) {
-                const long long c = a << 1;
-                const double ls = sum[c], rs = sum[c + 1], lm = mn[c], rm = mn[c + 1];
-                sum[a] = __dadd_rn(ls, rs);
-                mn[a] = fmin(lm, rm);
-            }
+            const long long a = (pow2 + ik) >> top;
+            const bool last = inext < 0 || ((pow2 + inext) >> top) != a;
+            if (last && !(left_span && a == afirst)) st_recompute(sum, mn, a, depth);
         }
         __syncthreads();
+        bottom = top;
     }
-}
 
-// Single-block end of an update. Sorted batch or range: the nodes whose runs cross the chunk
-// boundaries of st_levels (chunk = its blockDim), level by level; at each level the last
-// boundary inside a node's run (the next boundary's right entry is outside it) computes it. Unsorted batch: the whole update (sort, leaves,
-// levels) in this block.
-template <typename T>
-__device__ void st_finish(double* __restrict__ sum, double* __restrict__ mn,
-                          const long long* __restrict__ idx, const T* __restrict__ in, long long n,
-                          long long capacity, long long pow2, int levels, int transform,
-                          double alpha, double eps, long long range_start, long long chunk,
-                          double* __restrict__ max_value, long long* __restrict__ status,
-                          int* __restrict__ flags, unsigned long long* __restrict__ gkeys) {
-    if (range_start < 0) {
-        if (status[0] >= 0) return;
-        if (flags[0] != 0) {
-            st_update<T>(sum, mn, idx, in, n, capacity, pow2, levels, transform, alpha, eps, n,
-                         range_start, max_value, status, flags, gkeys, 0, 1);
-            return;
-        }
+    // The last block to get here finishes the ancestors that cross chunk boundaries.
+    if (threadIdx.x == 0) {
+        __threadfence();  // this block's stores are visible before its ticket is taken
+        is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     }
-    const long long wrap =
-        range_start >= 0 ? (range_start + n > capacity ? range_start + n - capacity : 0) : 0;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
     const long long nb = (n + chunk - 1) / chunk - 1;  // boundaries t = 1..nb
-    for (int level = 1; level <= levels; ++level) {
+    for (int bottom = 0; bottom < levels;) {
+        const int depth = levels - bottom < ST_GROUP ? levels - bottom : ST_GROUP;
+        const int top = bottom + depth;
         for (long long t = 1 + threadIdx.x; t <= nb; t += blockDim.x) {
-            const long long a = (pow2 + st_entry(idx, t * chunk - 1, range_start, wrap)) >> level;
-            const bool spans = ((pow2 + st_entry(idx, t * chunk, range_start, wrap)) >> level) == a;
-            if (spans &&
-                (t == nb ||
-                 ((pow2 + st_entry(idx, (t + 1) * chunk, range_start, wrap)) >> level) != a)) {
-                const long long c = a << 1;
-                const double ls = sum[c], rs = sum[c + 1], lm = mn[c], rm = mn[c + 1];
-                sum[a] = __dadd_rn(ls, rs);
-                mn[a] = fmin(lm, rm);
+            const long long a = (pow2 + e.leaf(t * chunk - 1)) >> top;
+            const bool spans = ((pow2 + e.leaf(t * chunk)) >> top) == a;
+            if (spans && (t == nb || ((pow2 + e.leaf((t + 1) * chunk)) >> top) != a)) {
+                st_recompute(sum, mn, a, depth);
             }
         }
         __syncthreads();
+        bottom = top;
     }
+    if (threadIdx.x == 0) *ticket = 0u;  // ready for the next launch on this stream
 }
 
-// An update is three launches: seg_tree_check (one block: validation, running max, order),
-// seg_tree_levels (many blocks), seg_tree_finish (one block). A range fill skips the check.
 #define ST_KERNELS(SUFFIX, INPUT_T)                                                                 \
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_check_##SUFFIX(          \
-        double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
-        long long capacity, long long pow2, int levels, int transform, double alpha, double eps,   \
-        long long n_valid, double* max_value, long long* status, int* flags) {                     \
-        st_update<INPUT_T>(sum, mn, idx, in, n, capacity, pow2, levels, transform, alpha, eps,     \
-                           n_valid, -1, max_value, status, flags, 0, 1, 0);                        \
+        const long long* idx, const INPUT_T* in, long long n, int transform, double alpha,         \
+        double eps, long long n_valid, double* max_value, long long* status,                       \
+        long long* status_host, int* flags, unsigned long long* keys) {                            \
+        st_check<INPUT_T>(idx, in, n, transform, alpha, eps, n_valid, max_value, status,           \
+                          status_host, flags, keys);                                               \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_levels_##SUFFIX(         \
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
         long long capacity, long long pow2, int levels, int transform, double alpha, double eps,   \
         long long range_start, const double* max_value, const long long* status,                   \
-        const int* flags) {                                                                         \
+        const int* flags, const unsigned long long* keys, unsigned int* ticket) {                  \
         st_levels<INPUT_T>(sum, mn, idx, in, n, capacity, pow2, levels, transform, alpha, eps,     \
-                           range_start, max_value, status, flags);                                 \
-    }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_finish_##SUFFIX(         \
-        double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
-        long long capacity, long long pow2, int levels, int transform, double alpha, double eps,   \
-        long long range_start, long long chunk, double* max_value, long long* status, int* flags,  \
-        unsigned long long* gkeys) {                                                                \
-        st_finish<INPUT_T>(sum, mn, idx, in, n, capacity, pow2, levels, transform, alpha, eps,     \
-                           range_start, chunk, max_value, status, flags, gkeys);                   \
+                           range_start, max_value, status, flags, keys, ticket);                   \
     }
 
 ST_KERNELS(f32, float)
@@ -383,22 +353,42 @@ __device__ void st_sample(const double* __restrict__ sum, const double* __restri
     const double uj = philox_uniform_double(r.x0, r.x1);
     double u = __dmul_rn(__ddiv_rn(__dadd_rn((double)j, uj), (double)batch), total);
     long long node = 1;
-    for (int level = 0; level < levels; ++level) {
-        long long c = node << 1;
-        const double left = sum[c], right = sum[c + 1];
+    double leaf = total;
+    for (int level = 0; level < levels;) {
+        const int depth = levels - level < ST_GROUP ? levels - level : ST_GROUP;
+        // The subtree below node, depth by depth: nodes (node << g) + t at offset 2^g - 2 + t.
+        double s[2 * ST_GROUP_WIDTH - 2];
+#pragma unroll
+        for (int g = 1; g <= ST_GROUP; ++g) {
+            if (g <= depth) {
+                const double* p = sum + (node << g);
+#pragma unroll
+                for (int t = 0; t < (1 << g); t += 2) {
+                    const double2 v = *reinterpret_cast<const double2*>(p + t);
+                    s[(1 << g) - 2 + t] = v.x;
+                    s[(1 << g) - 1 + t] = v.y;
+                }
+            }
+        }
         // A node with a non-zero sum has a child with a non-zero sum: take it when the threshold
         // points past a zero subtree (rounding, u == total, or padding past the filled prefix).
-        const bool go_left = left > 0.0 && (u < left || right == 0.0);
-        if (!go_left) {
-            u = __dsub_rn(u, left);
-            c += 1;
+        int c = 0;  // position of the current node among the 2^(g-1) nodes of depth g - 1
+#pragma unroll
+        for (int g = 1; g <= ST_GROUP; ++g) {
+            if (g <= depth) {
+                const double left = s[(1 << g) - 2 + 2 * c], right = s[(1 << g) - 1 + 2 * c];
+                const bool go_left = left > 0.0 && (u < left || right == 0.0);
+                if (!go_left) u = __dsub_rn(u, left);
+                c = 2 * c + (go_left ? 0 : 1);
+                leaf = go_left ? left : right;
+            }
         }
-        node = c;
+        node = (node << depth) + c;
+        level += depth;
     }
     out_idx[j] = node - pow2;
-    out_w[j] = (W)st_is_weight(sum[node], mn[1], beta);
+    out_w[j] = (W)st_is_weight(leaf, mn[1], beta);
 }
-
 extern "C" __global__ void seg_tree_sample_f32(const double* sum, const double* mn, long long pow2,
                                                int levels, long long batch, unsigned int k0,
                                                unsigned int k1, unsigned int c1, unsigned int c2,
