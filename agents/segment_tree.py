@@ -323,14 +323,14 @@ class NumpySumMinTree(SumMinTree):
         return float(self.max_value[0])
 
 
-_CHECK_THREADS = 1024  # the check kernel is one block
+_CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
 _CHUNK = 128  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
 _WEIGHT_THREADS = 256
 
 # Kernel parameter codes (see KernelLauncher): p pointer, q int64, i int32, I uint32, d float64.
 _SIGNATURES = {
-    "seg_tree_check": "ppqiddqppppp",
+    "seg_tree_check": "ppqiddqpppppp",
     "seg_tree_levels": "ppppqqqiiddqppppp",
     "seg_tree_sample": "ppqiqIIIIdpp",
 }
@@ -370,6 +370,8 @@ class CudaSumMinTree(SumMinTree):
             self._status = cp.full(1, -1, dtype=cp.int64)
             self._flags = cp.zeros(1, dtype=cp.int32)  # 1: the batch was sorted into _keys
             self._ticket = cp.zeros(1, dtype=cp.uint32)  # blocks of the levels kernel done
+            # Check kernel: first bad position, bits of the largest value, unsorted, ticket.
+            self._scratch = cp.asarray(np.array([np.iinfo(np.int64).max, 0, 0, 0], np.int64))
             self._keys = cp.zeros(4096, dtype=cp.uint64)  # sorted keys of an unsorted batch
             # The check kernel writes the status word straight into this pinned, device-mapped
             # host memory (same address on both sides), so reading it needs no copy launch.
@@ -406,6 +408,11 @@ class CudaSumMinTree(SumMinTree):
         the current stream); anything else goes through NumPy and is copied to the device.
         """
         cp = self._cp
+        if type(x) is cp.ndarray and x.ndim == 1 and x.flags.c_contiguous:  # the common case
+            if x.dtype == (np.int64 if integer else np.float32) or (
+                not integer and x.dtype == np.float64
+            ):
+                return x, x.data.ptr, x.dtype == np.float32
         torch = _torch_module()
         if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
             if x.device.index != self.device:
@@ -494,7 +501,7 @@ class CudaSumMinTree(SumMinTree):
                     self._keys = cp.zeros(_next_pow2(n), dtype=cp.uint64)
             transform = not (alpha == 1.0 and epsilon == 0.0)
             self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
-                1,
+                (n + _CHECK_THREADS - 1) // _CHECK_THREADS,
                 min(_CHECK_THREADS, (n + 31) // 32 * 32),
                 stream,
                 idx_ptr,
@@ -509,6 +516,7 @@ class CudaSumMinTree(SumMinTree):
                 self._status_host.ctypes.data,
                 self._flags.data.ptr,
                 self._keys.data.ptr,
+                self._scratch.data.ptr,
             )
             self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
             if check:

@@ -228,6 +228,29 @@ def test_bad_priorities_rejected(backend, indices, values, kwargs, match):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("presorted", [False, True])
+def test_first_bad_entry_of_a_large_batch_is_named(backend, presorted):
+    # Large enough that the CUDA check spreads the batch over several blocks.
+    rng = np.random.default_rng(5)
+    tree = make_tree(backend, 100_000)
+    tree.update(np.arange(100_000), rng.exponential(size=100_000))
+    before = tree.to_numpy()[0].copy()
+    max_before = tree.max_value_host()
+    idx = rng.integers(0, 100_000, size=9000)
+    idx = np.sort(idx) if presorted else idx
+    values = rng.exponential(size=9000) * 1e3
+    values[[7000, 8999]] = -1.0
+    values[3100] = np.nan
+    with pytest.raises(ValueError, match=r"priorities\[3100\] = nan"):
+        tree.update(idx, values)
+    np.testing.assert_array_equal(tree.to_numpy()[0], before)
+    assert tree.max_value_host() == max_before
+    values[[3100, 7000, 8999]] = 1.0
+    tree.update(idx, values)  # the scratch state of the refused batch is gone
+    assert tree.max_value_host() == max(max_before, values.max())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_length_mismatch_rejected(backend):
     tree = make_tree(backend, 10)
     with pytest.raises(ValueError, match="same length"):

@@ -38,7 +38,6 @@
 #define ST_SMEM_KEYS 4096
 #define ST_MAX_THREADS 1024
 #define ST_GROUP 4
-#define ST_GROUP_WIDTH (1 << ST_GROUP)
 #define ST_KEY_PAD 0xFFFFFFFFFFFFFFFFull
 #define ST_BIG 1.7976931348623157e308
 
@@ -118,108 +117,151 @@ struct StEntries {
     }
 };
 
-// Recompute the `depth`-deep subtree below node a (depth <= ST_GROUP) from its 2^depth bottom
-// nodes (a << depth) + t, which must be final: one round of loads, the sums and minima of the
-// levels in between in registers, every inner node of the subtree stored once. Loads bypass
-// L1 (__ldcg) because other blocks wrote some of these nodes.
-__device__ __forceinline__ void st_recompute(double* __restrict__ sum, double* __restrict__ mn,
-                                             long long a, int depth) {
-    double s[ST_GROUP_WIDTH], m[ST_GROUP_WIDTH];
-    const long long base = a << depth;  // even, so 16-byte aligned pairs
+// Combine H levels in registers: s[0, 2^H), m[0, 2^H) hold the nodes (a << H) + t; store their
+// parents (a << (H - 1)) + t and go on up to a itself. In place: s[t] is written after s[2t]
+// and s[2t + 1] were read. Templates keep every index a constant, so the arrays stay in
+// registers.
+template <int H>
+__device__ __forceinline__ void st_combine(double* s, double* m, double* __restrict__ sum,
+                                           double* __restrict__ mn, long long a) {
+    if constexpr (H > 0) {
+        const long long parents = a << (H - 1);
 #pragma unroll
-    for (int t = 0; t < ST_GROUP_WIDTH; t += 2) {
-        if (t < (1 << depth)) {
-            const double2 sv = __ldcg(reinterpret_cast<const double2*>(sum + base + t));
-            const double2 mv = __ldcg(reinterpret_cast<const double2*>(mn + base + t));
-            s[t] = sv.x;
-            s[t + 1] = sv.y;
-            m[t] = mv.x;
-            m[t + 1] = mv.y;
+        for (int t = 0; t < (1 << (H - 1)); ++t) {
+            s[t] = __dadd_rn(s[2 * t], s[2 * t + 1]);
+            m[t] = fmin(m[2 * t], m[2 * t + 1]);
+            sum[parents + t] = s[t];
+            mn[parents + t] = m[t];
         }
-    }
-#pragma unroll
-    for (int h = ST_GROUP; h >= 1; --h) {  // h: depth of the children being combined
-        if (h <= depth) {
-            const long long parents = a << (h - 1);
-#pragma unroll
-            for (int t = 0; t < (1 << (h - 1)); ++t) {  // in place: s[t] after s[2t], s[2t+1]
-                s[t] = __dadd_rn(s[2 * t], s[2 * t + 1]);
-                m[t] = fmin(m[2 * t], m[2 * t + 1]);
-                sum[parents + t] = s[t];
-                mn[parents + t] = m[t];
-            }
-        }
+        st_combine<H - 1>(s, m, sum, mn, a);
     }
 }
 
-// One block. Validate the batch: on a bad entry status[0] (and the host-mapped status_host[0])
-// gets the first bad position and nothing else happens. Otherwise raise max_value to the
-// largest leaf value of the batch, set status to -1, and flags[0] to 1 when the indices are
-// not in non-decreasing order, in which case the keys (index << 32 | position) are sorted into
-// keys[0, n) for seg_tree_levels.
+// Recompute the D-deep subtree below node a from its 2^D bottom nodes (a << D) + t, which must
+// be final: one round of loads, every inner node of the subtree stored once. Loads bypass L1
+// (__ldcg) because other blocks wrote some of these nodes.
+template <int D>
+__device__ __forceinline__ void st_recompute_d(double* __restrict__ sum, double* __restrict__ mn,
+                                               long long a) {
+    double s[1 << D], m[1 << D];
+    const double2* ps = reinterpret_cast<const double2*>(sum + (a << D));  // 16-byte aligned
+    const double2* pm = reinterpret_cast<const double2*>(mn + (a << D));
+#pragma unroll
+    for (int t = 0; t < (1 << D) / 2; ++t) {
+        const double2 sv = __ldcg(ps + t), mv = __ldcg(pm + t);
+        s[2 * t] = sv.x;
+        s[2 * t + 1] = sv.y;
+        m[2 * t] = mv.x;
+        m[2 * t + 1] = mv.y;
+    }
+    st_combine<D>(s, m, sum, mn, a);
+}
+
+__device__ __forceinline__ void st_recompute(double* __restrict__ sum, double* __restrict__ mn,
+                                             long long a, int depth) {
+    switch (depth) {
+        case 4: st_recompute_d<4>(sum, mn, a); break;
+        case 3: st_recompute_d<3>(sum, mn, a); break;
+        case 2: st_recompute_d<2>(sum, mn, a); break;
+        default: st_recompute_d<1>(sum, mn, a); break;
+    }
+}
+
+// Scratch words of the check kernel, reset by its last block for the next update.
+#define ST_SCRATCH_BAD 0       // smallest bad position (INT64_MAX: none)
+#define ST_SCRATCH_VMAX 1      // bits of the largest leaf value (non-negative doubles order as ints)
+#define ST_SCRATCH_UNSORTED 2  // 1: some index is smaller than the one before it
+#define ST_SCRATCH_TICKET 3    // blocks done
+#define ST_NONE 0x7FFFFFFFFFFFFFFFLL
+
+// Validate a batch; one entry per thread, many blocks. Each block folds its bad positions,
+// largest value and order into the scratch words; the last block to finish publishes the
+// result: on a bad entry status[0] (and the host-mapped status_host[0]) gets the first bad
+// position and nothing else changes; otherwise status gets -1, max_value rises to the largest
+// leaf value of the batch, and flags[0] gets 1 when the indices are not in non-decreasing
+// order, in which case that block also sorts the keys (index << 32 | position) into keys[0, n)
+// for seg_tree_levels.
 template <typename T>
 __device__ void st_check(const long long* __restrict__ idx, const T* __restrict__ in, long long n,
                          int transform, double alpha, double eps, long long n_valid,
                          double* __restrict__ max_value, long long* __restrict__ status,
                          long long* status_host, int* __restrict__ flags,
-                         unsigned long long* __restrict__ gkeys) {
+                         unsigned long long* __restrict__ gkeys, long long* __restrict__ scratch) {
     __shared__ unsigned long long skeys[ST_SMEM_KEYS];
     __shared__ double red_d[32];
     __shared__ long long red_l[32];
+    __shared__ int is_last;
     const long long tid = threadIdx.x, nt = blockDim.x;
+    const long long k = (long long)blockIdx.x * nt + tid;
 
-    long long bad = 0x7FFFFFFFFFFFFFFFLL;
+    long long bad = ST_NONE;
     int unsorted = 0;
     double vmax = 0.0;
-    for (long long k = tid; k < n; k += nt) {
+    if (k < n) {
         const long long i = idx[k];
         const double x = (double)in[k];
+        if (k + 1 < n && idx[k + 1] < i) unsorted = 1;
         if (i < 0 || i >= n_valid || !(x >= 0.0 && x <= ST_BIG)) {
-            if (k < bad) bad = k;
+            bad = k;
         } else {
             const double v = st_leaf_value(x, transform, alpha, eps);
             if (!(v >= 0.0 && v <= ST_BIG)) {
-                if (k < bad) bad = k;
+                bad = k;
             } else {
-                vmax = fmax(vmax, v);
+                vmax = v;
             }
         }
-        if (k + 1 < n && idx[k + 1] < i) unsorted = 1;
     }
-    if (__syncthreads_or(bad != 0x7FFFFFFFFFFFFFFFLL)) {
-        const long long first = st_block_min_ll(bad, red_l);
-        if (tid == 0) {
-            status[0] = first;
-            *(volatile long long*)status_host = first;
-        }
-        return;  // uniform across the block: the tree is not touched
-    }
+    const bool any_bad = __syncthreads_or(bad != ST_NONE);
+    const bool any_unsorted = __syncthreads_or(unsorted);
+    if (any_bad) bad = st_block_min_ll(bad, red_l);
     vmax = st_block_max(vmax, red_d);
-    const int need_sort = __syncthreads_or(unsorted);
     if (tid == 0) {
-        status[0] = -1;
-        *(volatile long long*)status_host = -1;
-        max_value[0] = fmax(max_value[0], vmax);
-        flags[0] = need_sort;
+        unsigned long long* u = reinterpret_cast<unsigned long long*>(scratch);
+        if (any_bad) atomicMin(u + ST_SCRATCH_BAD, (unsigned long long)bad);
+        if (vmax > 0.0) atomicMax(u + ST_SCRATCH_VMAX, (unsigned long long)__double_as_longlong(vmax));
+        if (any_unsorted) atomicOr(u + ST_SCRATCH_UNSORTED, 1ull);
+        __threadfence();
+        is_last = atomicAdd(u + ST_SCRATCH_TICKET, 1ull) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const long long first_bad = __ldcg(scratch + ST_SCRATCH_BAD);
+    const int need_sort = first_bad == ST_NONE && __ldcg(scratch + ST_SCRATCH_UNSORTED) != 0;
+    if (tid == 0) {
+        if (first_bad != ST_NONE) {
+            status[0] = first_bad;  // the tree is not touched
+            *(volatile long long*)status_host = first_bad;
+        } else {
+            status[0] = -1;
+            *(volatile long long*)status_host = -1;
+            max_value[0] = fmax(max_value[0], __longlong_as_double(__ldcg(scratch + ST_SCRATCH_VMAX)));
+            flags[0] = need_sort;
+        }
+        scratch[ST_SCRATCH_BAD] = ST_NONE;
+        scratch[ST_SCRATCH_VMAX] = 0;
+        scratch[ST_SCRATCH_UNSORTED] = 0;
+        scratch[ST_SCRATCH_TICKET] = 0;
     }
     if (!need_sort) return;
 
     unsigned long long* keys = n <= ST_SMEM_KEYS ? skeys : gkeys;
     long long np2 = 1;
     while (np2 < n) np2 <<= 1;
-    for (long long k = tid; k < np2; k += nt) {
-        keys[k] = k < n ? (((unsigned long long)idx[k] << 32) | (unsigned long long)k) : ST_KEY_PAD;
+    for (long long j = tid; j < np2; j += nt) {
+        keys[j] = j < n ? (((unsigned long long)idx[j] << 32) | (unsigned long long)j) : ST_KEY_PAD;
     }
     __syncthreads();
     for (long long size = 2; size <= np2; size <<= 1) {
         for (long long stride = size >> 1; stride > 0; stride >>= 1) {
-            for (long long k = tid; k < np2; k += nt) {
-                const long long partner = k ^ stride;
-                if (partner > k) {  // each pair is handled by exactly one thread
-                    const unsigned long long a = keys[k], b = keys[partner];
-                    const bool ascending = (k & size) == 0;
+            for (long long j = tid; j < np2; j += nt) {
+                const long long partner = j ^ stride;
+                if (partner > j) {  // each pair is handled by exactly one thread
+                    const unsigned long long a = keys[j], b = keys[partner];
+                    const bool ascending = (j & size) == 0;
                     if ((a > b) == ascending) {
-                        keys[k] = b;
+                        keys[j] = b;
                         keys[partner] = a;
                     }
                 }
@@ -228,7 +270,7 @@ __device__ void st_check(const long long* __restrict__ idx, const T* __restrict_
         }
     }
     if (keys == skeys) {
-        for (long long k = tid; k < n; k += nt) gkeys[k] = skeys[k];
+        for (long long j = tid; j < n; j += nt) gkeys[j] = skeys[j];
     }
 }
 
@@ -318,9 +360,9 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_check_##SUFFIX(          \
         const long long* idx, const INPUT_T* in, long long n, int transform, double alpha,         \
         double eps, long long n_valid, double* max_value, long long* status,                       \
-        long long* status_host, int* flags, unsigned long long* keys) {                            \
+        long long* status_host, int* flags, unsigned long long* keys, long long* scratch) {        \
         st_check<INPUT_T>(idx, in, n, transform, alpha, eps, n_valid, max_value, status,           \
-                          status_host, flags, keys);                                               \
+                          status_host, flags, keys, scratch);                                      \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_levels_##SUFFIX(         \
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
@@ -333,6 +375,52 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
 
 ST_KERNELS(f32, float)
 ST_KERNELS(f64, double)
+
+// Pairwise sum of v[0, N) in tree order: by the invariant, the value of the node above them.
+template <int N>
+__device__ __forceinline__ double st_pairwise(const double* v) {
+    if constexpr (N == 1) {
+        return v[0];
+    } else {
+        return __dadd_rn(st_pairwise<N / 2>(v), st_pairwise<N / 2>(v + N / 2));
+    }
+}
+
+// Take the binary decisions below a node whose N bottom nodes (N = 2^depth) are v[0, N): the
+// children's sums are rebuilt from v exactly as the tree stores them; go left when the left
+// sum is non-zero and u < left (or the right sum is zero), else subtract it and go right; keep
+// the chosen half in v[0, N/2). c collects the choices, most significant first.
+template <int N>
+__device__ __forceinline__ void st_walk(double* v, double& u, long long& c) {
+    if constexpr (N > 1) {
+        const double left = st_pairwise<N / 2>(v), right = st_pairwise<N / 2>(v + N / 2);
+        const bool go_left = left > 0.0 && (u < left || right == 0.0);
+        if (!go_left) u = __dsub_rn(u, left);
+        c = 2 * c + (go_left ? 0 : 1);
+#pragma unroll
+        for (int t = 0; t < N / 2; ++t) v[t] = go_left ? v[t] : v[t + N / 2];
+        st_walk<N / 2>(v, u, c);
+    }
+}
+
+// D levels of the descent from node in one memory trip: load the 2^D nodes D levels below it
+// (one 128-byte line for D = 4), decide in registers; returns the node reached, its sum in leaf.
+template <int D>
+__device__ __forceinline__ long long st_descend(const double* __restrict__ sum, long long node,
+                                                double& u, double& leaf) {
+    double v[1 << D];
+    const double2* p = reinterpret_cast<const double2*>(sum + (node << D));  // 16-byte aligned
+#pragma unroll
+    for (int t = 0; t < (1 << D) / 2; ++t) {
+        const double2 q = p[t];
+        v[2 * t] = q.x;
+        v[2 * t + 1] = q.y;
+    }
+    long long c = 0;
+    st_walk<1 << D>(v, u, c);
+    leaf = v[0];
+    return (node << D) + c;
+}
 
 // Stratified proportional sampling with IS weights. An empty tree (total 0) yields index -1 and
 // weight 0 (the Python side never samples an empty buffer).
@@ -356,34 +444,12 @@ __device__ void st_sample(const double* __restrict__ sum, const double* __restri
     double leaf = total;
     for (int level = 0; level < levels;) {
         const int depth = levels - level < ST_GROUP ? levels - level : ST_GROUP;
-        // The subtree below node, depth by depth: nodes (node << g) + t at offset 2^g - 2 + t.
-        double s[2 * ST_GROUP_WIDTH - 2];
-#pragma unroll
-        for (int g = 1; g <= ST_GROUP; ++g) {
-            if (g <= depth) {
-                const double* p = sum + (node << g);
-#pragma unroll
-                for (int t = 0; t < (1 << g); t += 2) {
-                    const double2 v = *reinterpret_cast<const double2*>(p + t);
-                    s[(1 << g) - 2 + t] = v.x;
-                    s[(1 << g) - 1 + t] = v.y;
-                }
-            }
+        switch (depth) {
+            case 4: node = st_descend<4>(sum, node, u, leaf); break;
+            case 3: node = st_descend<3>(sum, node, u, leaf); break;
+            case 2: node = st_descend<2>(sum, node, u, leaf); break;
+            default: node = st_descend<1>(sum, node, u, leaf); break;
         }
-        // A node with a non-zero sum has a child with a non-zero sum: take it when the threshold
-        // points past a zero subtree (rounding, u == total, or padding past the filled prefix).
-        int c = 0;  // position of the current node among the 2^(g-1) nodes of depth g - 1
-#pragma unroll
-        for (int g = 1; g <= ST_GROUP; ++g) {
-            if (g <= depth) {
-                const double left = s[(1 << g) - 2 + 2 * c], right = s[(1 << g) - 1 + 2 * c];
-                const bool go_left = left > 0.0 && (u < left || right == 0.0);
-                if (!go_left) u = __dsub_rn(u, left);
-                c = 2 * c + (go_left ? 0 : 1);
-                leaf = go_left ? left : right;
-            }
-        }
-        node = (node << depth) + c;
         level += depth;
     }
     out_idx[j] = node - pow2;
