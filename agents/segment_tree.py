@@ -324,7 +324,7 @@ class NumpySumMinTree(SumMinTree):
 
 
 _CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
-_CHUNK = 128  # entries per block of the levels kernel
+_MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
 _WEIGHT_THREADS = 256
 
@@ -450,9 +450,13 @@ class CudaSumMinTree(SumMinTree):
         epsilon: float,
         range_start: int,
     ) -> None:
+        # Chunks of c entries, c the smallest power of two >= 128 with c * c >= n (at most
+        # 1024): enough blocks to spread the work, few enough boundaries that the finishing
+        # block handles all of them in one pass per level group.
+        chunk = min(_MAX_CHUNK, max(_MIN_CHUNK, 1 << ((max(n, 1) - 1).bit_length() + 1) // 2))
         self._launchers["seg_tree_levels_f32" if f32 else "seg_tree_levels_f64"](
-            (n + _CHUNK - 1) // _CHUNK,
-            _CHUNK,
+            (n + chunk - 1) // chunk,
+            chunk,
             stream,
             *self._ptrs,
             idx,

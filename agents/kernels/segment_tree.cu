@@ -307,6 +307,20 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
     const long long iprev = c0 > 0 ? e.leaf(c0 - 1) : -1;
     const long long iafter = c1 < n ? e.leaf(c1) : -1;
 
+    // Every touched line of every phase is fetched into L2 now, all at once: the phases below
+    // then wait on L2, not each on its own trip to DRAM (and the page walks that come with it).
+    if (k < n) {
+        for (int bottom = 0; bottom < levels;) {
+            const int depth = levels - bottom < ST_GROUP ? levels - bottom : ST_GROUP;
+            const int top = bottom + depth;
+            const long long a = (pow2 + ik) >> top;
+            if (inext < 0 || ((pow2 + inext) >> top) != a) {  // one prefetch per group
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(sum + (a << depth)));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(mn + (a << depth)));
+            }
+            bottom = top;
+        }
+    }
     if (k < n && inext != ik) {  // last occurrence of leaf ik
         const double v = range_start >= 0
                              ? max_value[0]
