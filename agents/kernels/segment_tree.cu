@@ -138,9 +138,11 @@ __device__ __forceinline__ void st_combine(double* s, double* m, double* __restr
 }
 
 // Recompute the D-deep subtree below node a from its 2^D bottom nodes (a << D) + t, which must
-// be final: one round of loads, every inner node of the subtree stored once. Loads bypass L1
-// (__ldcg) because other blocks wrote some of these nodes.
-template <int D>
+// be final: one round of loads, every inner node of the subtree stored once. Nodes written by
+// this block are read through L1 (the barrier makes them visible to the block, and an
+// L1-bypassing load would first wait for the stores to reach L2); nodes written by other
+// blocks (FROM_L2, the finishing block) bypass L1, which is not coherent across blocks.
+template <int D, bool FROM_L2>
 __device__ __forceinline__ void st_recompute_d(double* __restrict__ sum, double* __restrict__ mn,
                                                long long a) {
     double s[1 << D], m[1 << D];
@@ -148,7 +150,8 @@ __device__ __forceinline__ void st_recompute_d(double* __restrict__ sum, double*
     const double2* pm = reinterpret_cast<const double2*>(mn + (a << D));
 #pragma unroll
     for (int t = 0; t < (1 << D) / 2; ++t) {
-        const double2 sv = __ldcg(ps + t), mv = __ldcg(pm + t);
+        const double2 sv = FROM_L2 ? __ldcg(ps + t) : ps[t];
+        const double2 mv = FROM_L2 ? __ldcg(pm + t) : pm[t];
         s[2 * t] = sv.x;
         s[2 * t + 1] = sv.y;
         m[2 * t] = mv.x;
@@ -157,13 +160,14 @@ __device__ __forceinline__ void st_recompute_d(double* __restrict__ sum, double*
     st_combine<D>(s, m, sum, mn, a);
 }
 
+template <bool FROM_L2>
 __device__ __forceinline__ void st_recompute(double* __restrict__ sum, double* __restrict__ mn,
                                              long long a, int depth) {
     switch (depth) {
-        case 4: st_recompute_d<4>(sum, mn, a); break;
-        case 3: st_recompute_d<3>(sum, mn, a); break;
-        case 2: st_recompute_d<2>(sum, mn, a); break;
-        default: st_recompute_d<1>(sum, mn, a); break;
+        case 4: st_recompute_d<4, FROM_L2>(sum, mn, a); break;
+        case 3: st_recompute_d<3, FROM_L2>(sum, mn, a); break;
+        case 2: st_recompute_d<2, FROM_L2>(sum, mn, a); break;
+        default: st_recompute_d<1, FROM_L2>(sum, mn, a); break;
     }
 }
 
@@ -339,17 +343,16 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
         if (k < n) {
             const long long a = (pow2 + ik) >> top;
             const bool last = inext < 0 || ((pow2 + inext) >> top) != a;
-            if (last && !(left_span && a == afirst)) st_recompute(sum, mn, a, depth);
+            if (last && !(left_span && a == afirst)) st_recompute<false>(sum, mn, a, depth);
         }
         __syncthreads();
         bottom = top;
     }
 
     // The last block to get here finishes the ancestors that cross chunk boundaries.
-    if (threadIdx.x == 0) {
-        __threadfence();  // this block's stores are visible before its ticket is taken
-        is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    }
+    __threadfence();  // every thread's stores are visible GPU-wide before the ticket is taken
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     __syncthreads();
     if (!is_last) return;
     __threadfence();
@@ -361,7 +364,7 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
             const long long a = (pow2 + e.leaf(t * chunk - 1)) >> top;
             const bool spans = ((pow2 + e.leaf(t * chunk)) >> top) == a;
             if (spans && (t == nb || ((pow2 + e.leaf((t + 1) * chunk)) >> top) != a)) {
-                st_recompute(sum, mn, a, depth);
+                st_recompute<true>(sum, mn, a, depth);
             }
         }
         __syncthreads();
