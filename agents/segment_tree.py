@@ -13,6 +13,8 @@ float64 arrays of ``2P`` nodes: node 1 is the root, node ``n`` has children ``2n
 leaf ``i`` is node ``P + i``. Empty leaves (never written, or the padding ``C <= i < P``) hold 0 in
 the sum tree and ``+inf`` in the min tree; a leaf whose value is 0 also holds ``+inf`` in the min
 tree, so ``min_tree[1]`` is the smallest *non-zero* leaf, the smallest value that can be sampled.
+This is the layout of :meth:`SumMinTree.to_numpy`; on the device, the CUDA tree keeps only every
+fourth level up to date (see :class:`CudaSumMinTree`).
 
 **Update** of a batch of B (index, value) pairs: validate (indices in ``[0, n_valid)``, inputs
 finite and ``>= 0``, transformed values finite), keep the *last* occurrence of each index, write
@@ -326,6 +328,7 @@ class NumpySumMinTree(SumMinTree):
 _CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
 _MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
+_GROUP = 4  # ST_GROUP of segment_tree.cu: levels between stored levels
 _WEIGHT_THREADS = 256
 
 # Kernel parameter codes (see KernelLauncher): p pointer, q int64, i int32, I uint32, d float64.
@@ -343,6 +346,11 @@ def _torch_module() -> Any | None:
 
 class CudaSumMinTree(SumMinTree):
     """The tree on a CUDA device: CuPy arrays, kernels from ``segment_tree.cu``.
+
+    The kernels keep only every fourth level above the leaves (and the root) up to date; the
+    arrays :attr:`sum_tree` and :attr:`min_tree` therefore hold stale values on the levels in
+    between until a host view (:meth:`to_numpy`, :meth:`leaves`) rebuilds them, bit for bit
+    equal to the NumPy tree. Read the tree through those views, not through the raw arrays.
 
     Kernels run on torch's current stream, so tensors exchanged by DLPack never race. Nothing
     synchronises with the host except :meth:`update` with ``check=True`` (it waits for the
@@ -611,8 +619,26 @@ class CudaSumMinTree(SumMinTree):
         with cp.cuda.Device(self.device), current_stream(self.device)[0]:
             return x.get()
 
+    def _rebuild_inner_levels(self) -> None:
+        """Fill the levels the kernels skip (see ``segment_tree.cu``) from the ones below.
+
+        Pairwise float64 sums level by level are what the stored levels already hold, so the
+        result is the full binary tree of the NumPy backend, bit for bit.
+        """
+        cp = self._cp
+        for level in range(1, self.levels):
+            if level % _GROUP == 0:
+                continue
+            lo = self.pow2 >> level
+            s, m = self.sum_tree, self.min_tree
+            cp.add(s[2 * lo : 4 * lo : 2], s[2 * lo + 1 : 4 * lo : 2], out=s[lo : 2 * lo])
+            cp.minimum(m[2 * lo : 4 * lo : 2], m[2 * lo + 1 : 4 * lo : 2], out=m[lo : 2 * lo])
+
     def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._host(self.sum_tree), self._host(self.min_tree)
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            self._rebuild_inner_levels()
+            return self.sum_tree.get(), self.min_tree.get()
 
     def total(self) -> float:
         return float(self._host(self.sum_tree[1:2])[0])

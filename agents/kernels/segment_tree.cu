@@ -3,32 +3,36 @@
 // Layout: capacity C rounded up to a power of two P; two float64 arrays of 2P nodes each,
 // node 1 is the root, node n has children 2n and 2n+1, leaf i is node P+i. `sum` holds sums
 // (empty leaves 0), `mn` holds minima over the non-zero leaves (empty or zero leaves +inf).
-// Invariant: every inner node equals dadd(left, right) and fmin(left, right) of its children.
+// Only the stored levels are kept up to date: the leaves, every ST_GROUP-th level above them,
+// and the root. A stored node equals the pairwise sum, in tree order, and the minimum of the
+// 2^ST_GROUP (fewer below the root) stored nodes under it, which is exactly what a binary
+// tree updated level by level holds there; the Python side rebuilds the levels in between
+// for host views. Writing one node per group instead of 15 is what makes an update cheap: the
+// levels in between live in other pages, and their stores cost more than the loads.
 //
 // An update is two launches.
-// - seg_tree_check_* (one block): validates the batch (on a bad entry nothing is written and
-//   status gets its position), raises the running max, and notes whether the indices are in
-//   non-decreasing order (what stratified sampling returns). An unsorted batch is sorted here
-//   (bitonic, keys index << 32 | position) into `keys`.
+// - seg_tree_check_* (many blocks, one entry per thread): validates the batch (on a bad entry
+//   nothing is written and status gets its position), raises the running max, and notes
+//   whether the indices are in non-decreasing order (what stratified sampling returns); the
+//   last block publishes the result and sorts an unsorted batch (bitonic, keys
+//   index << 32 | position) into `keys`.
 // - seg_tree_levels_* (many blocks): the sorted entries are cut into chunks of blockDim
 //   entries, one per block. The last entry of each run of equal indices writes the leaf (so
-//   the last occurrence wins). Then, ST_GROUP levels at a time, the last entry under each
-//   touched ancestor recomputes that ancestor's ST_GROUP-deep subtree from its 2^ST_GROUP
-//   bottom nodes: one round of independent loads per ST_GROUP levels instead of one dependent
-//   load per level, and each node is written by one thread only (no atomics on the tree).
-//   An ancestor whose entries cross a chunk boundary is left to the last block to finish
-//   (threadfence + ticket), which recomputes those few subtrees group by group.
+//   the last occurrence wins). Then, one stored level at a time, the last entry under each
+//   touched node recomputes it from the 2^ST_GROUP nodes below it: one round of independent
+//   loads per ST_GROUP levels, each node written by one thread only (no atomics on the tree).
+//   A node whose entries cross a chunk boundary is left to the last block to finish
+//   (threadfence + ticket), which recomputes those few nodes level by level.
 // A range fill (new transitions get the running max) is the levels kernel alone.
-// Rewriting an untouched inner node of a recomputed subtree stores the value it already holds
-// (the invariant), so results equal a level-by-level update of the touched nodes only.
 // Work O(B log C) (+ O(B log^2 B) to sort an unsorted batch).
 //
 // seg_tree_sample_*: one thread per draw. Draw j takes u_j = (j + U_j) / B * total with U_j
 // from Philox4x32-10 keyed by (seed, call counter, j, PHILOX_STREAM_PER_SAMPLE), descends from
 // the root choosing a child with a non-zero sum, and returns the leaf index and its IS weight
-// (leaf / min)^-beta. The descent loads the whole ST_GROUP-deep subtree below the current node
-// at once and takes its ST_GROUP binary decisions in registers: the same decisions as a
-// level-by-level walk, with ST_GROUP times fewer dependent trips to memory.
+// (leaf / min)^-beta. From each stored node it loads the 2^ST_GROUP stored nodes below it (one
+// 128-byte line), rebuilds the binary levels in between by pairwise sums and takes their
+// decisions in registers: the same decisions as a level-by-level walk of the binary tree,
+// with ST_GROUP times fewer dependent trips to memory.
 //
 // Every float64 operation that decides a sampled index (+, -, /, * and comparisons) is written
 // with explicit round-to-nearest intrinsics so no fused multiply-add changes a result: the NumPy
@@ -117,31 +121,23 @@ struct StEntries {
     }
 };
 
-// Combine H levels in registers: s[0, 2^H), m[0, 2^H) hold the nodes (a << H) + t; store their
-// parents (a << (H - 1)) + t and go on up to a itself. In place: s[t] is written after s[2t]
-// and s[2t + 1] were read. Templates keep every index a constant, so the arrays stay in
-// registers.
-template <int H>
-__device__ __forceinline__ void st_combine(double* s, double* m, double* __restrict__ sum,
-                                           double* __restrict__ mn, long long a) {
-    if constexpr (H > 0) {
-        const long long parents = a << (H - 1);
-#pragma unroll
-        for (int t = 0; t < (1 << (H - 1)); ++t) {
-            s[t] = __dadd_rn(s[2 * t], s[2 * t + 1]);
-            m[t] = fmin(m[2 * t], m[2 * t + 1]);
-            sum[parents + t] = s[t];
-            mn[parents + t] = m[t];
-        }
-        st_combine<H - 1>(s, m, sum, mn, a);
+// Pairwise sum of v[0, N) in tree order: by the invariant, the value of the node above them.
+template <int N>
+__device__ __forceinline__ double st_pairwise(const double* v) {
+    if constexpr (N == 1) {
+        return v[0];
+    } else {
+        return __dadd_rn(st_pairwise<N / 2>(v), st_pairwise<N / 2>(v + N / 2));
     }
 }
 
-// Recompute the D-deep subtree below node a from its 2^D bottom nodes (a << D) + t, which must
-// be final: one round of loads, every inner node of the subtree stored once. Nodes written by
-// this block are read through L1 (the barrier makes them visible to the block, and an
-// L1-bypassing load would first wait for the stores to reach L2); nodes written by other
-// blocks (FROM_L2, the finishing block) bypass L1, which is not coherent across blocks.
+// Recompute node a (D levels above the stored level below it) from its 2^D descendants
+// (a << D) + t on that level, which must be final: one round of loads, one store per tree. The
+// sum is the pairwise sum in tree order, so it equals what a binary tree updated level by
+// level holds. Nodes written by this block are read through L1 (the barrier makes them
+// visible to the block, and an L1-bypassing load would first wait for the stores to reach
+// L2); nodes written by other blocks (FROM_L2, the finishing block) bypass L1, which is not
+// coherent across blocks.
 template <int D, bool FROM_L2>
 __device__ __forceinline__ void st_recompute_d(double* __restrict__ sum, double* __restrict__ mn,
                                                long long a) {
@@ -157,7 +153,11 @@ __device__ __forceinline__ void st_recompute_d(double* __restrict__ sum, double*
         m[2 * t] = mv.x;
         m[2 * t + 1] = mv.y;
     }
-    st_combine<D>(s, m, sum, mn, a);
+    double lowest = m[0];
+#pragma unroll
+    for (int t = 1; t < (1 << D); ++t) lowest = fmin(lowest, m[t]);
+    sum[a] = st_pairwise<1 << D>(s);
+    mn[a] = lowest;
 }
 
 template <bool FROM_L2>
@@ -393,16 +393,6 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
 ST_KERNELS(f32, float)
 ST_KERNELS(f64, double)
 
-// Pairwise sum of v[0, N) in tree order: by the invariant, the value of the node above them.
-template <int N>
-__device__ __forceinline__ double st_pairwise(const double* v) {
-    if constexpr (N == 1) {
-        return v[0];
-    } else {
-        return __dadd_rn(st_pairwise<N / 2>(v), st_pairwise<N / 2>(v + N / 2));
-    }
-}
-
 // Take the binary decisions below a node whose N bottom nodes (N = 2^depth) are v[0, N): the
 // children's sums are rebuilt from v exactly as the tree stores them; go left when the left
 // sum is non-zero and u < left (or the right sum is zero), else subtract it and go right; keep
@@ -459,8 +449,10 @@ __device__ void st_sample(const double* __restrict__ sum, const double* __restri
     double u = __dmul_rn(__ddiv_rn(__dadd_rn((double)j, uj), (double)batch), total);
     long long node = 1;
     double leaf = total;
-    for (int level = 0; level < levels;) {
-        const int depth = levels - level < ST_GROUP ? levels - level : ST_GROUP;
+    // Stored levels are multiples of ST_GROUP above the leaves (and the root): the first group
+    // below the root takes the remainder.
+    int depth = levels - ST_GROUP * ((levels - 1) / ST_GROUP);
+    for (int level = 0; level < levels; depth = ST_GROUP) {
         switch (depth) {
             case 4: node = st_descend<4>(sum, node, u, leaf); break;
             case 3: node = st_descend<3>(sum, node, u, leaf); break;
