@@ -328,6 +328,7 @@ class NumpySumMinTree(SumMinTree):
 _CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
 _MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
+_SMEM_KEYS = 4096  # ST_SMEM_KEYS of segment_tree.cu: the largest batch updated in one launch
 _GROUP = 4  # ST_GROUP of segment_tree.cu: levels between stored levels
 _WEIGHT_THREADS = 256
 
@@ -336,6 +337,7 @@ _SIGNATURES = {
     "seg_tree_check": "ppqiddqpppppp",
     "seg_tree_levels": "ppppqqqiiddqppppp",
     "seg_tree_sample": "ppqiqIIIIdpp",
+    "seg_tree_update": "ppppqqiiddqpppp",
 }
 
 
@@ -371,6 +373,7 @@ class CudaSumMinTree(SumMinTree):
         super().__init__(capacity, seed)
         cp = self._cp = require_cupy("CudaSumMinTree")
         self.device = int(cp.cuda.Device().id if device is None else device)
+        self._device_scope = cp.cuda.Device(self.device)
         with cp.cuda.Device(self.device):
             self.sum_tree = cp.zeros(2 * self.pow2, dtype=cp.float64)
             self.min_tree = cp.full(2 * self.pow2, np.inf, dtype=cp.float64)
@@ -380,7 +383,7 @@ class CudaSumMinTree(SumMinTree):
             self._ticket = cp.zeros(1, dtype=cp.uint32)  # blocks of the levels kernel done
             # Check kernel: first bad position, bits of the largest value, unsorted, ticket.
             self._scratch = cp.asarray(np.array([np.iinfo(np.int64).max, 0, 0, 0], np.int64))
-            self._keys = cp.zeros(4096, dtype=cp.uint64)  # sorted keys of an unsorted batch
+            self._keys = cp.zeros(1, dtype=cp.uint64)  # sorted keys of a large unsorted batch
             # The check kernel writes the status word straight into this pinned, device-mapped
             # host memory (same address on both sides), so reading it needs no copy launch.
             flags = cp.cuda.runtime.hostAllocMapped | cp.cuda.runtime.hostAllocPortable
@@ -408,12 +411,15 @@ class CudaSumMinTree(SumMinTree):
             self.max_value.fill(1.0)
         self.sample_calls = 0
 
-    def _device_vector(self, x: Any, integer: bool, what: str) -> tuple[Any, int, bool]:
+    def _device_vector(
+        self, x: Any, integer: bool, what: str, stream: Any
+    ) -> tuple[Any, int, bool]:
         """``(vector, address, is_float32)``: ``x`` as a contiguous 1-D device vector.
 
         The vector is int64 (``integer``) or float32/float64. CuPy arrays and torch CUDA
         tensors stay where they are (a cast or copy only when the dtype or layout needs one, on
-        the current stream); anything else goes through NumPy and is copied to the device.
+        ``stream``, the CuPy view of torch's current stream); anything else goes through NumPy
+        and is copied to the device.
         """
         cp = self._cp
         if type(x) is cp.ndarray and x.ndim == 1 and x.flags.c_contiguous:  # the common case
@@ -421,6 +427,11 @@ class CudaSumMinTree(SumMinTree):
                 not integer and x.dtype == np.float64
             ):
                 return x, x.data.ptr, x.dtype == np.float32
+        with stream:
+            return self._convert(x, integer, what)
+
+    def _convert(self, x: Any, integer: bool, what: str) -> tuple[Any, int, bool]:
+        cp = self._cp
         torch = _torch_module()
         if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
             if x.device.index != self.device:
@@ -497,40 +508,62 @@ class CudaSumMinTree(SumMinTree):
     ) -> None:
         cp = self._cp
         n_ok = self._prepare_n_valid(n_valid, self.capacity)
-        with cp.cuda.Device(self.device):
+        with self._device_scope:
             cstream, stream = current_stream(self.device)
-            with cstream:
-                idx, idx_ptr, _ = self._device_vector(indices, True, "indices")
-                x, x_ptr, f32 = self._device_vector(values, False, name)
-                n = int(idx.shape[0])
-                if n != int(x.shape[0]):
-                    raise ValueError(
-                        f"indices and {name} must have the same length, got {n} and {x.shape[0]}"
-                    )
-                if n == 0:
-                    return
-                if self._keys.size < n:  # room to sort an unsorted batch
-                    self._keys = cp.zeros(_next_pow2(n), dtype=cp.uint64)
+            idx, idx_ptr, _ = self._device_vector(indices, True, "indices", cstream)
+            x, x_ptr, f32 = self._device_vector(values, False, name, cstream)
+            n = int(idx.shape[0])
+            if n != int(x.shape[0]):
+                raise ValueError(
+                    f"indices and {name} must have the same length, got {n} and {x.shape[0]}"
+                )
+            if n == 0:
+                return
             transform = not (alpha == 1.0 and epsilon == 0.0)
-            self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
-                (n + _CHECK_THREADS - 1) // _CHECK_THREADS,
-                min(_CHECK_THREADS, (n + 31) // 32 * 32),
-                stream,
-                idx_ptr,
-                x_ptr,
-                n,
-                int(transform),
-                alpha,
-                epsilon,
-                n_ok,
-                self.max_value.data.ptr,
-                self._status.data.ptr,
-                self._status_host.ctypes.data,
-                self._flags.data.ptr,
-                self._keys.data.ptr,
-                self._scratch.data.ptr,
-            )
-            self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
+            if n <= _SMEM_KEYS:  # one launch
+                chunk = _MIN_CHUNK
+                self._launchers["seg_tree_update_f32" if f32 else "seg_tree_update_f64"](
+                    (n + chunk - 1) // chunk,
+                    chunk,
+                    stream,
+                    *self._ptrs,
+                    idx_ptr,
+                    x_ptr,
+                    n,
+                    self.pow2,
+                    self.levels,
+                    int(transform),
+                    alpha,
+                    epsilon,
+                    n_ok,
+                    self.max_value.data.ptr,
+                    self._status.data.ptr,
+                    self._status_host.ctypes.data,
+                    self._ticket.data.ptr,
+                )
+            else:  # check (and sort) first, then write
+                if self._keys.size < n:  # room to sort an unsorted batch
+                    with cstream:
+                        self._keys = cp.zeros(_next_pow2(n), dtype=cp.uint64)
+                self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
+                    (n + _CHECK_THREADS - 1) // _CHECK_THREADS,
+                    _CHECK_THREADS,
+                    stream,
+                    idx_ptr,
+                    x_ptr,
+                    n,
+                    int(transform),
+                    alpha,
+                    epsilon,
+                    n_ok,
+                    self.max_value.data.ptr,
+                    self._status.data.ptr,
+                    self._status_host.ctypes.data,
+                    self._flags.data.ptr,
+                    self._keys.data.ptr,
+                    self._scratch.data.ptr,
+                )
+                self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
             if check:
                 cp.cuda.runtime.streamSynchronize(stream)  # the one host sync of an update
                 k = int(self._status_host[0])
@@ -565,7 +598,7 @@ class CudaSumMinTree(SumMinTree):
         b = int(batch_size)
         k0, k1, c1, c2 = self._philox_words()
         f32 = np.dtype(weights_dtype) == np.float32
-        with cp.cuda.Device(self.device):
+        with self._device_scope:
             cstream, stream = current_stream(self.device)
             with cstream:
                 out_idx = cp.empty(b, dtype=cp.int64)
@@ -594,7 +627,7 @@ class CudaSumMinTree(SumMinTree):
     def weights(self, indices: Any, beta: float) -> Any:
         cp = self._cp
         with cp.cuda.Device(self.device), current_stream(self.device)[0]:
-            idx = self._device_vector(indices, True, "indices")[0]
+            idx = self._convert(indices, True, "indices")[0]
             idx = idx if isinstance(idx, cp.ndarray) else cp.from_dlpack(idx)
             n = int(idx.size)
             out = cp.empty(n, dtype=cp.float64)

@@ -10,7 +10,9 @@
 // for host views. Writing one node per group instead of 15 is what makes an update cheap: the
 // levels in between live in other pages, and their stores cost more than the loads.
 //
-// An update is two launches.
+// An update of up to ST_SMEM_KEYS entries is one launch, seg_tree_update_*: every block
+// validates the whole batch itself, so all blocks agree on the verdict without a second
+// launch, then goes on as seg_tree_levels_* below. A larger batch is two launches:
 // - seg_tree_check_* (many blocks, one entry per thread): validates the batch (on a bad entry
 //   nothing is written and status gets its position), raises the running max, and notes
 //   whether the indices are in non-decreasing order (what stratified sampling returns); the
@@ -178,13 +180,50 @@ __device__ __forceinline__ void st_recompute(double* __restrict__ sum, double* _
 #define ST_SCRATCH_TICKET 3    // blocks done
 #define ST_NONE 0x7FFFFFFFFFFFFFFFLL
 
+// Entry k of a batch: false when it is refused (index outside [0, n_valid), input not finite
+// and >= 0, or leaf value not finite); else its leaf value in v.
+__device__ __forceinline__ bool st_entry_ok(long long i, double x, long long n_valid,
+                                            int transform, double alpha, double eps, double& v) {
+    if (i < 0 || i >= n_valid || !(x >= 0.0 && x <= ST_BIG)) return false;
+    v = st_leaf_value(x, transform, alpha, eps);
+    return v >= 0.0 && v <= ST_BIG;
+}
+
+// One block sorts the keys (index << 32 | position) of a batch into keys[0, n) (bitonic, padded
+// to a power of two; keys must have room for it). Every thread of the block must call it.
+__device__ void st_sort_keys(unsigned long long* keys, const long long* __restrict__ idx,
+                             long long n) {
+    const long long tid = threadIdx.x, nt = blockDim.x;
+    long long np2 = 1;
+    while (np2 < n) np2 <<= 1;
+    for (long long j = tid; j < np2; j += nt) {
+        keys[j] = j < n ? (((unsigned long long)idx[j] << 32) | (unsigned long long)j) : ST_KEY_PAD;
+    }
+    __syncthreads();
+    for (long long size = 2; size <= np2; size <<= 1) {
+        for (long long stride = size >> 1; stride > 0; stride >>= 1) {
+            for (long long j = tid; j < np2; j += nt) {
+                const long long partner = j ^ stride;
+                if (partner > j) {  // each pair is handled by exactly one thread
+                    const unsigned long long a = keys[j], b = keys[partner];
+                    const bool ascending = (j & size) == 0;
+                    if ((a > b) == ascending) {
+                        keys[j] = b;
+                        keys[partner] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
 // Validate a batch; one entry per thread, many blocks. Each block folds its bad positions,
 // largest value and order into the scratch words; the last block to finish publishes the
 // result: on a bad entry status[0] (and the host-mapped status_host[0]) gets the first bad
 // position and nothing else changes; otherwise status gets -1, max_value rises to the largest
 // leaf value of the batch, and flags[0] gets 1 when the indices are not in non-decreasing
-// order, in which case that block also sorts the keys (index << 32 | position) into keys[0, n)
-// for seg_tree_levels.
+// order, in which case that block also sorts the keys into keys[0, n) for seg_tree_levels.
 template <typename T>
 __device__ void st_check(const long long* __restrict__ idx, const T* __restrict__ in, long long n,
                          int transform, double alpha, double eps, long long n_valid,
@@ -195,25 +234,19 @@ __device__ void st_check(const long long* __restrict__ idx, const T* __restrict_
     __shared__ double red_d[32];
     __shared__ long long red_l[32];
     __shared__ int is_last;
-    const long long tid = threadIdx.x, nt = blockDim.x;
-    const long long k = (long long)blockIdx.x * nt + tid;
+    const long long tid = threadIdx.x, k = (long long)blockIdx.x * blockDim.x + tid;
 
     long long bad = ST_NONE;
     int unsorted = 0;
     double vmax = 0.0;
     if (k < n) {
         const long long i = idx[k];
-        const double x = (double)in[k];
+        double v;
         if (k + 1 < n && idx[k + 1] < i) unsorted = 1;
-        if (i < 0 || i >= n_valid || !(x >= 0.0 && x <= ST_BIG)) {
-            bad = k;
+        if (st_entry_ok(i, (double)in[k], n_valid, transform, alpha, eps, v)) {
+            vmax = v;
         } else {
-            const double v = st_leaf_value(x, transform, alpha, eps);
-            if (!(v >= 0.0 && v <= ST_BIG)) {
-                bad = k;
-            } else {
-                vmax = v;
-            }
+            bad = k;
         }
     }
     const bool any_bad = __syncthreads_or(bad != ST_NONE);
@@ -249,58 +282,25 @@ __device__ void st_check(const long long* __restrict__ idx, const T* __restrict_
         scratch[ST_SCRATCH_TICKET] = 0;
     }
     if (!need_sort) return;
-
     unsigned long long* keys = n <= ST_SMEM_KEYS ? skeys : gkeys;
-    long long np2 = 1;
-    while (np2 < n) np2 <<= 1;
-    for (long long j = tid; j < np2; j += nt) {
-        keys[j] = j < n ? (((unsigned long long)idx[j] << 32) | (unsigned long long)j) : ST_KEY_PAD;
-    }
-    __syncthreads();
-    for (long long size = 2; size <= np2; size <<= 1) {
-        for (long long stride = size >> 1; stride > 0; stride >>= 1) {
-            for (long long j = tid; j < np2; j += nt) {
-                const long long partner = j ^ stride;
-                if (partner > j) {  // each pair is handled by exactly one thread
-                    const unsigned long long a = keys[j], b = keys[partner];
-                    const bool ascending = (j & size) == 0;
-                    if ((a > b) == ascending) {
-                        keys[j] = b;
-                        keys[partner] = a;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    }
+    st_sort_keys(keys, idx, n);
     if (keys == skeys) {
-        for (long long j = tid; j < n; j += nt) gkeys[j] = skeys[j];
+        for (long long j = tid; j < n; j += blockDim.x) gkeys[j] = skeys[j];
     }
 }
 
-// Many blocks; block b owns entries [b * blockDim, (b + 1) * blockDim) of the sorted entries.
-// It writes the leaves whose last occurrence it holds and, ST_GROUP levels at a time, the
-// subtree of every touched ancestor whose entries all lie in its chunk (the last entry under
-// the ancestor does it). Ancestors whose entries cross a chunk boundary (and so all theirs)
-// are left to the last block to finish, which recomputes them group by group, each by the
-// last boundary inside its entries.
+// Write the entries into the tree. Block b owns entries [b * blockDim, (b + 1) * blockDim).
+// It writes the leaves whose last occurrence it holds and, one stored level at a time, every
+// touched node whose entries all lie in its chunk (the last entry under the node does it).
+// Nodes whose entries cross a chunk boundary (and so all nodes above them) are left to the
+// last block to finish, which recomputes them level by level, each by the last boundary
+// inside its entries. Range fills write max_value[0] into every leaf.
 template <typename T>
-__device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
-                          const long long* __restrict__ idx, const T* __restrict__ in, long long n,
-                          long long capacity, long long pow2, int levels, int transform,
-                          double alpha, double eps, long long range_start,
-                          const double* __restrict__ max_value, const long long* __restrict__ status,
-                          const int* __restrict__ flags, const unsigned long long* __restrict__ keys,
-                          unsigned int* __restrict__ ticket) {
+__device__ void st_apply(double* __restrict__ sum, double* __restrict__ mn, const StEntries& e,
+                         const T* __restrict__ in, long long n, long long pow2, int levels,
+                         int transform, double alpha, double eps,
+                         const double* __restrict__ max_value, unsigned int* __restrict__ ticket) {
     __shared__ int is_last;
-    if (range_start < 0 && status[0] >= 0) return;  // rejected: no block does anything
-    StEntries e;
-    e.idx = idx;
-    e.keys = keys;
-    e.range_start = range_start;
-    e.wrap = range_start >= 0 && range_start + n > capacity ? range_start + n - capacity : 0;
-    e.sorted_keys = range_start < 0 && flags[0] != 0;
-
     const long long chunk = blockDim.x;
     const long long c0 = (long long)blockIdx.x * chunk;
     const long long c1 = c0 + chunk < n ? c0 + chunk : n;  // chunk end (exclusive)
@@ -311,22 +311,8 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
     const long long iprev = c0 > 0 ? e.leaf(c0 - 1) : -1;
     const long long iafter = c1 < n ? e.leaf(c1) : -1;
 
-    // Every touched line of every phase is fetched into L2 now, all at once: the phases below
-    // then wait on L2, not each on its own trip to DRAM (and the page walks that come with it).
-    if (k < n) {
-        for (int bottom = 0; bottom < levels;) {
-            const int depth = levels - bottom < ST_GROUP ? levels - bottom : ST_GROUP;
-            const int top = bottom + depth;
-            const long long a = (pow2 + ik) >> top;
-            if (inext < 0 || ((pow2 + inext) >> top) != a) {  // one prefetch per group
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(sum + (a << depth)));
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(mn + (a << depth)));
-            }
-            bottom = top;
-        }
-    }
     if (k < n && inext != ik) {  // last occurrence of leaf ik
-        const double v = range_start >= 0
+        const double v = e.range_start >= 0
                              ? max_value[0]
                              : st_leaf_value((double)in[e.position(k)], transform, alpha, eps);
         sum[pow2 + ik] = v;
@@ -349,7 +335,7 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
         bottom = top;
     }
 
-    // The last block to get here finishes the ancestors that cross chunk boundaries.
+    // The last block to get here finishes the nodes that cross chunk boundaries.
     __threadfence();  // every thread's stores are visible GPU-wide before the ticket is taken
     __syncthreads();
     if (threadIdx.x == 0) is_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
@@ -373,6 +359,80 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
     if (threadIdx.x == 0) *ticket = 0u;  // ready for the next launch on this stream
 }
 
+// Second launch of a large batch (after seg_tree_check), and range fills (range_start >= 0).
+template <typename T>
+__device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
+                          const long long* __restrict__ idx, const T* __restrict__ in, long long n,
+                          long long capacity, long long pow2, int levels, int transform,
+                          double alpha, double eps, long long range_start,
+                          const double* __restrict__ max_value, const long long* __restrict__ status,
+                          const int* __restrict__ flags, const unsigned long long* __restrict__ keys,
+                          unsigned int* __restrict__ ticket) {
+    if (range_start < 0 && status[0] >= 0) return;  // rejected: no block does anything
+    StEntries e;
+    e.idx = idx;
+    e.keys = keys;
+    e.range_start = range_start;
+    e.wrap = range_start >= 0 && range_start + n > capacity ? range_start + n - capacity : 0;
+    e.sorted_keys = range_start < 0 && flags[0] != 0;
+    st_apply<T>(sum, mn, e, in, n, pow2, levels, transform, alpha, eps, max_value, ticket);
+}
+
+// A whole update of a batch of at most ST_SMEM_KEYS entries in one launch. Every block
+// validates the whole batch itself (a few microseconds of redundant work, cheaper than a
+// second launch and the wait between the two): all blocks reach the same verdict without
+// talking to each other. Block 0 publishes it (status, status_host, max_value). An unsorted
+// batch is sorted by every block into its own shared memory.
+template <typename T>
+__device__ void st_update_small(double* __restrict__ sum, double* __restrict__ mn,
+                                const long long* __restrict__ idx, const T* __restrict__ in,
+                                long long n, long long pow2, int levels, int transform,
+                                double alpha, double eps, long long n_valid,
+                                double* __restrict__ max_value, long long* __restrict__ status,
+                                long long* status_host, unsigned int* __restrict__ ticket) {
+    __shared__ unsigned long long skeys[ST_SMEM_KEYS];
+    __shared__ double red_d[32];
+    __shared__ long long red_l[32];
+    long long bad = ST_NONE;
+    int unsorted = 0;
+    double vmax = 0.0;
+#pragma unroll 4
+    for (long long k = threadIdx.x; k < n; k += blockDim.x) {
+        const long long i = idx[k];
+        double v;
+        if (k + 1 < n && idx[k + 1] < i) unsorted = 1;
+        if (st_entry_ok(i, (double)in[k], n_valid, transform, alpha, eps, v)) {
+            vmax = fmax(vmax, v);
+        } else if (k < bad) {
+            bad = k;
+        }
+    }
+    const bool publish = blockIdx.x == 0 && threadIdx.x == 0;
+    if (__syncthreads_or(bad != ST_NONE)) {
+        bad = st_block_min_ll(bad, red_l);
+        if (publish) {
+            status[0] = bad;  // the tree is not touched
+            *(volatile long long*)status_host = bad;
+        }
+        return;  // block-uniform
+    }
+    const int need_sort = __syncthreads_or(unsorted);
+    vmax = st_block_max(vmax, red_d);
+    if (publish) {
+        status[0] = -1;
+        *(volatile long long*)status_host = -1;
+        max_value[0] = fmax(max_value[0], vmax);
+    }
+    if (need_sort) st_sort_keys(skeys, idx, n);
+    StEntries e;
+    e.idx = idx;
+    e.keys = skeys;
+    e.range_start = -1;
+    e.wrap = 0;
+    e.sorted_keys = need_sort;
+    st_apply<T>(sum, mn, e, in, n, pow2, levels, transform, alpha, eps, max_value, ticket);
+}
+
 #define ST_KERNELS(SUFFIX, INPUT_T)                                                                 \
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_check_##SUFFIX(          \
         const long long* idx, const INPUT_T* in, long long n, int transform, double alpha,         \
@@ -388,6 +448,13 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
         const int* flags, const unsigned long long* keys, unsigned int* ticket) {                  \
         st_levels<INPUT_T>(sum, mn, idx, in, n, capacity, pow2, levels, transform, alpha, eps,     \
                            range_start, max_value, status, flags, keys, ticket);                   \
+    }                                                                                               \
+    extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_update_##SUFFIX(         \
+        double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
+        long long pow2, int levels, int transform, double alpha, double eps, long long n_valid,    \
+        double* max_value, long long* status, long long* status_host, unsigned int* ticket) {      \
+        st_update_small<INPUT_T>(sum, mn, idx, in, n, pow2, levels, transform, alpha, eps,         \
+                                 n_valid, max_value, status, status_host, ticket);                 \
     }
 
 ST_KERNELS(f32, float)
