@@ -329,6 +329,7 @@ _CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
 _MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
 _SMEM_KEYS = 4096  # ST_SMEM_KEYS of segment_tree.cu: the largest batch updated in one launch
+_UPDATE_THREADS = 256  # ST_UPDATE_THREADS of segment_tree.cu
 _GROUP = 4  # ST_GROUP of segment_tree.cu: levels between stored levels
 _WEIGHT_THREADS = 256
 
@@ -337,7 +338,7 @@ _SIGNATURES = {
     "seg_tree_check": "ppqiddqpppppp",
     "seg_tree_levels": "ppppqqqiiddqppppp",
     "seg_tree_sample": "ppqiqIIIIdpp",
-    "seg_tree_update": "ppppqqiiddqpppp",
+    "seg_tree_update": "ppppqqiiddiqpppp",
 }
 
 
@@ -521,10 +522,12 @@ class CudaSumMinTree(SumMinTree):
                 return
             transform = not (alpha == 1.0 and epsilon == 0.0)
             if n <= _SMEM_KEYS:  # one launch
-                chunk = _MIN_CHUNK
+                # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block
+                # of the kernel checks the indices and inputs only).
+                may_overflow = transform and not (0.0 <= alpha <= 1.0 and 0.0 <= epsilon < 1e290)
                 self._launchers["seg_tree_update_f32" if f32 else "seg_tree_update_f64"](
-                    (n + chunk - 1) // chunk,
-                    chunk,
+                    (n + _UPDATE_THREADS - 1) // _UPDATE_THREADS,
+                    _UPDATE_THREADS,
                     stream,
                     *self._ptrs,
                     idx_ptr,
@@ -535,6 +538,7 @@ class CudaSumMinTree(SumMinTree):
                     int(transform),
                     alpha,
                     epsilon,
+                    int(may_overflow),
                     n_ok,
                     self.max_value.data.ptr,
                     self._status.data.ptr,

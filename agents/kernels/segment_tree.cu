@@ -298,9 +298,10 @@ __device__ void st_check(const long long* __restrict__ idx, const T* __restrict_
 template <typename T>
 __device__ void st_apply(double* __restrict__ sum, double* __restrict__ mn, const StEntries& e,
                          const T* __restrict__ in, long long n, long long pow2, int levels,
-                         int transform, double alpha, double eps,
-                         const double* __restrict__ max_value, unsigned int* __restrict__ ticket) {
+                         int transform, double alpha, double eps, double* __restrict__ max_value,
+                         int raise_max, unsigned int* __restrict__ ticket) {
     __shared__ int is_last;
+    __shared__ double red_d[32];
     const long long chunk = blockDim.x;
     const long long c0 = (long long)blockIdx.x * chunk;
     const long long c1 = c0 + chunk < n ? c0 + chunk : n;  // chunk end (exclusive)
@@ -311,12 +312,21 @@ __device__ void st_apply(double* __restrict__ sum, double* __restrict__ mn, cons
     const long long iprev = c0 > 0 ? e.leaf(c0 - 1) : -1;
     const long long iafter = c1 < n ? e.leaf(c1) : -1;
 
-    if (k < n && inext != ik) {  // last occurrence of leaf ik
-        const double v = e.range_start >= 0
-                             ? max_value[0]
-                             : st_leaf_value((double)in[e.position(k)], transform, alpha, eps);
-        sum[pow2 + ik] = v;
-        mn[pow2 + ik] = v > 0.0 ? v : st_inf();
+    double v = 0.0;
+    if (k < n) {
+        v = e.range_start >= 0 ? max_value[0]
+                               : st_leaf_value((double)in[e.position(k)], transform, alpha, eps);
+        if (inext != ik) {  // last occurrence of leaf ik
+            sum[pow2 + ik] = v;
+            mn[pow2 + ik] = v > 0.0 ? v : st_inf();
+        }
+    }
+    if (raise_max) {  // the running max over every entry of a validated batch (values >= 0)
+        v = st_block_max(v, red_d);
+        if (threadIdx.x == 0 && v > max_value[0]) {
+            atomicMax(reinterpret_cast<unsigned long long*>(max_value),
+                      (unsigned long long)__double_as_longlong(v));
+        }
     }
     __syncthreads();
     for (int bottom = 0; bottom < levels;) {
@@ -365,7 +375,7 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
                           const long long* __restrict__ idx, const T* __restrict__ in, long long n,
                           long long capacity, long long pow2, int levels, int transform,
                           double alpha, double eps, long long range_start,
-                          const double* __restrict__ max_value, const long long* __restrict__ status,
+                          double* __restrict__ max_value, const long long* __restrict__ status,
                           const int* __restrict__ flags, const unsigned long long* __restrict__ keys,
                           unsigned int* __restrict__ ticket) {
     if (range_start < 0 && status[0] >= 0) return;  // rejected: no block does anything
@@ -375,36 +385,52 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
     e.range_start = range_start;
     e.wrap = range_start >= 0 && range_start + n > capacity ? range_start + n - capacity : 0;
     e.sorted_keys = range_start < 0 && flags[0] != 0;
-    st_apply<T>(sum, mn, e, in, n, pow2, levels, transform, alpha, eps, max_value, ticket);
+    st_apply<T>(sum, mn, e, in, n, pow2, levels, transform, alpha, eps, max_value, 0, ticket);
 }
 
 // A whole update of a batch of at most ST_SMEM_KEYS entries in one launch. Every block
-// validates the whole batch itself (a few microseconds of redundant work, cheaper than a
-// second launch and the wait between the two): all blocks reach the same verdict without
-// talking to each other. Block 0 publishes it (status, status_host, max_value). An unsorted
-// batch is sorted by every block into its own shared memory.
+// validates the whole batch itself (a microsecond or two of redundant work, cheaper than a
+// second launch and the wait between the two), so all blocks reach the same verdict without
+// talking to each other; block 0 publishes it (status, status_host). The leaf values are
+// computed by the block that owns each entry, which also raises max_value (atomicMax on the
+// bits: values are >= 0). Only when the host cannot rule out an overflowing leaf value
+// (may_overflow: alpha outside [0, 1], or a huge eps) does every block compute every value.
+// An unsorted batch is sorted by every block into its own shared memory.
+#define ST_VALIDATE_ILP 8
+#define ST_UPDATE_THREADS 256  // block size (and chunk) of seg_tree_update_*
 template <typename T>
 __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ mn,
                                 const long long* __restrict__ idx, const T* __restrict__ in,
                                 long long n, long long pow2, int levels, int transform,
-                                double alpha, double eps, long long n_valid,
+                                double alpha, double eps, int may_overflow, long long n_valid,
                                 double* __restrict__ max_value, long long* __restrict__ status,
                                 long long* status_host, unsigned int* __restrict__ ticket) {
     __shared__ unsigned long long skeys[ST_SMEM_KEYS];
-    __shared__ double red_d[32];
     __shared__ long long red_l[32];
+    const long long nt = blockDim.x;
     long long bad = ST_NONE;
     int unsorted = 0;
-    double vmax = 0.0;
-#pragma unroll 4
-    for (long long k = threadIdx.x; k < n; k += blockDim.x) {
-        const long long i = idx[k];
-        double v;
-        if (k + 1 < n && idx[k + 1] < i) unsorted = 1;
-        if (st_entry_ok(i, (double)in[k], n_valid, transform, alpha, eps, v)) {
-            vmax = fmax(vmax, v);
-        } else if (k < bad) {
-            bad = k;
+    for (long long base = threadIdx.x; base < n; base += ST_VALIDATE_ILP * nt) {
+        long long i[ST_VALIDATE_ILP], inext[ST_VALIDATE_ILP];
+        double x[ST_VALIDATE_ILP];
+#pragma unroll
+        for (int u = 0; u < ST_VALIDATE_ILP; ++u) {  // all loads first
+            const long long k = base + u * nt;
+            i[u] = k < n ? idx[k] : 0;
+            inext[u] = k + 1 < n ? idx[k + 1] : ST_NONE;
+            x[u] = k < n ? (double)in[k] : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < ST_VALIDATE_ILP; ++u) {
+            const long long k = base + u * nt;
+            if (k >= n) continue;
+            if (inext[u] < i[u]) unsorted = 1;
+            bool ok = i[u] >= 0 && i[u] < n_valid && x[u] >= 0.0 && x[u] <= ST_BIG;
+            if (ok && may_overflow) {
+                const double v = st_leaf_value(x[u], transform, alpha, eps);
+                ok = v >= 0.0 && v <= ST_BIG;
+            }
+            if (!ok && k < bad) bad = k;
         }
     }
     const bool publish = blockIdx.x == 0 && threadIdx.x == 0;
@@ -417,11 +443,9 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
         return;  // block-uniform
     }
     const int need_sort = __syncthreads_or(unsorted);
-    vmax = st_block_max(vmax, red_d);
     if (publish) {
         status[0] = -1;
         *(volatile long long*)status_host = -1;
-        max_value[0] = fmax(max_value[0], vmax);
     }
     if (need_sort) st_sort_keys(skeys, idx, n);
     StEntries e;
@@ -430,7 +454,7 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
     e.range_start = -1;
     e.wrap = 0;
     e.sorted_keys = need_sort;
-    st_apply<T>(sum, mn, e, in, n, pow2, levels, transform, alpha, eps, max_value, ticket);
+    st_apply<T>(sum, mn, e, in, n, pow2, levels, transform, alpha, eps, max_value, 1, ticket);
 }
 
 #define ST_KERNELS(SUFFIX, INPUT_T)                                                                 \
@@ -444,17 +468,18 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_levels_##SUFFIX(         \
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
         long long capacity, long long pow2, int levels, int transform, double alpha, double eps,   \
-        long long range_start, const double* max_value, const long long* status,                   \
+        long long range_start, double* max_value, const long long* status,                         \
         const int* flags, const unsigned long long* keys, unsigned int* ticket) {                  \
         st_levels<INPUT_T>(sum, mn, idx, in, n, capacity, pow2, levels, transform, alpha, eps,     \
                            range_start, max_value, status, flags, keys, ticket);                   \
     }                                                                                               \
-    extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_update_##SUFFIX(         \
+    extern "C" __global__ void __launch_bounds__(ST_UPDATE_THREADS) seg_tree_update_##SUFFIX(      \
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
-        long long pow2, int levels, int transform, double alpha, double eps, long long n_valid,    \
-        double* max_value, long long* status, long long* status_host, unsigned int* ticket) {      \
+        long long pow2, int levels, int transform, double alpha, double eps, int may_overflow,     \
+        long long n_valid, double* max_value, long long* status, long long* status_host,           \
+        unsigned int* ticket) {                                                                     \
         st_update_small<INPUT_T>(sum, mn, idx, in, n, pow2, levels, transform, alpha, eps,         \
-                                 n_valid, max_value, status, status_host, ticket);                 \
+                                 may_overflow, n_valid, max_value, status, status_host, ticket);   \
     }
 
 ST_KERNELS(f32, float)
