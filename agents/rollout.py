@@ -120,16 +120,31 @@ class FusedRollout:
         self._graph: dict[str, Any] | None = None
         self._eager_steps = 0
 
+    def _draw(
+        self,
+        n: int,
+        coins: bool = True,
+        out_actions: th.Tensor | None = None,
+        out_coins: th.Tensor | None = None,
+    ) -> tuple[th.Tensor, th.Tensor | None]:
+        """The exploration draws of one step: n random actions, then n coins in [0, 1).
+
+        Eager and graph steps both draw here, in this order, so they consume the generator
+        alike and their transitions are identical.
+        """
+        actions = th.randint(
+            0, self.n_actions, (n,), device=self.device, generator=self.generator, out=out_actions
+        )
+        if not coins:
+            return actions, None
+        return actions, th.rand(n, device=self.device, generator=self.generator, out=out_coins)
+
     @th.no_grad()
     def act(self, obs: th.Tensor, epsilon: float, random_only: bool = False) -> th.Tensor:
         """Epsilon-greedy actions int64 [N], one exploration coin per env."""
-        n = obs.shape[0]
-        rand_actions = th.randint(
-            0, self.n_actions, (n,), device=self.device, generator=self.generator
-        )
+        rand_actions, coins = self._draw(obs.shape[0], coins=not random_only)
         if random_only:
             return rand_actions
-        coins = th.rand(n, device=self.device, generator=self.generator)
         # TF32 is set for this forward pass only, so training keeps the user's setting.
         greedy = self._greedy(obs)
         return th.where(coins < epsilon, rand_actions, greedy)
@@ -187,15 +202,7 @@ class FusedRollout:
         if self.obs is not g["obs"]:
             g["obs"].copy_(self.obs)
         g["eps"].fill_(float(epsilon))
-        th.randint(
-            0,
-            self.n_actions,
-            (self.num_envs,),
-            device=self.device,
-            generator=self.generator,
-            out=g["rand"],
-        )
-        th.rand(self.num_envs, device=self.device, generator=self.generator, out=g["coin"])
+        self._draw(self.num_envs, out_actions=g["rand"], out_coins=g["coin"])
         g["graph"].replay()
         reward, terminated, truncated = g["out"]
         self.model.replay_buffer.add_tensors(
