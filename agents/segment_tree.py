@@ -604,9 +604,10 @@ class CudaSumMinTree(SumMinTree):
         f32 = np.dtype(weights_dtype) == np.float32
         with self._device_scope:
             cstream, stream = current_stream(self.device)
-            with cstream:
-                out_idx = cp.empty(b, dtype=cp.int64)
-                out_w = cp.empty(b, dtype=cp.float32 if f32 else cp.float64)
+            with cstream:  # one allocation for both outputs, from the stream's pool
+                memory = cp.cuda.alloc(b * (12 if f32 else 16))
+            out_idx = cp.ndarray((b,), cp.int64, memory)
+            out_w = cp.ndarray((b,), cp.float32 if f32 else cp.float64, memory + 8 * b)
             self._launchers["seg_tree_sample_f32" if f32 else "seg_tree_sample_f64"](
                 (b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,
                 _SAMPLE_THREADS,
