@@ -16,16 +16,15 @@ from gpu_trading_env.config import AUTORESET_CODES
 from gpu_trading_env.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 from gpu_trading_env.state import (
     BARRIER_ARMED,
-    BARRIER_FIRED,
     BARRIER_NONE,
     LABEL_NONE,
-    LABEL_PROFIT,
-    LABEL_STOP,
+    OUTPUT_FIELDS,
     RUNNING,
     WAIT_TERMINATED,
     WAIT_TRUNCATED,
     EnvState,
     StepOutputs,
+    allocate_outputs,
 )
 
 SAME_STEP, NEXT_STEP, DISABLED = (AUTORESET_CODES[m] for m in AUTORESET_CODES)
@@ -69,7 +68,7 @@ def observation(
     n_f = padded_features.shape[1] - 3
     np.take(padded_features, bar, axis=0, out=out, mode="clip")
     if px is None:
-        px = close[bar]
+        px = close.take(bar)
     if value is None:
         value = cash + position * px
     c0 = p.initial_capital
@@ -138,6 +137,8 @@ class NumpyBackend(Backend):
                 & (entropy < self.config.diversity_threshold_bits)
             ).ravel()
         self._obs_scratch = np.zeros((self.num_envs, self.obs_dim), dtype=np.float32)
+        # Per-action target position: exposure[a] * max_position, the same product per action.
+        self._target = self.params.exposure * self.params.max_position
 
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
@@ -149,7 +150,8 @@ class NumpyBackend(Backend):
     def _draw_starts(self, envs: np.ndarray) -> np.ndarray:
         """Start bars of the next draw of ``envs`` (global indices); advances their counters."""
         s = self.state
-        offset = (s.episode_count[envs] - self._cache_base[envs]).astype(np.int64)
+        count = s.episode_count[envs]
+        offset = (count - self._cache_base[envs]).astype(np.int64)
         if not self._cache_valid or offset.max() >= START_CACHE:
             all_envs = self._env_ids
             base = s.episode_count.copy()
@@ -164,9 +166,9 @@ class NumpyBackend(Backend):
             )
             self._cache_base[...] = base
             self._cache_valid = True
-            offset = (s.episode_count[envs] - base[envs]).astype(np.int64)
-        s.episode_count[envs] += np.uint64(1)
-        return self._start_cache[envs, offset]
+            offset = (count - base[envs]).astype(np.int64)
+        s.episode_count[envs] = count + np.uint64(1)
+        return self._start_cache.reshape(-1).take(envs * START_CACHE + offset)
 
     def observe(self) -> np.ndarray:
         s = self.state
@@ -176,7 +178,12 @@ class NumpyBackend(Backend):
     def reset(self, mask: np.ndarray, start_index: np.ndarray) -> np.ndarray:
         idx = np.flatnonzero(mask)
         if idx.size:
-            self._reset_rows(idx, np.asarray(start_index, dtype=np.int64)[idx])
+            start_index = np.asarray(start_index, dtype=np.int64)[idx]
+            start = self.state.lo[idx] + start_index
+            draw = start_index < 0
+            if draw.any():
+                start[draw] = self._draw_starts(idx[draw])
+            self._reset_rows(idx, start)
         return self.observe()
 
     def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
@@ -192,25 +199,47 @@ class NumpyBackend(Backend):
     def step(self, actions: np.ndarray) -> StepOutputs:
         s, p, out = self.state, self.params, self._next_outputs()
         mode = p.autoreset_mode
-        waiting = s.done_flag != RUNNING
-        any_waiting = bool(waiting.any())
-        if not any_waiting:
-            self._transition(s, actions, self._env_ids, out, rows=None)
+        px = value = None
+        if not s.done_flag.any():  # every env is RUNNING (0)
+            px, value = self._transition(s, actions, out)
+            if mode == SAME_STEP:
+                ended = out.done.nonzero()[0]
+                if ended.size:
+                    out.final_obs[ended] = observation(
+                        self.features,
+                        self.close,
+                        p,
+                        s.bar[ended],
+                        s.cash[ended],
+                        s.position[ended],
+                        np.empty((ended.size, self.obs_dim), dtype=np.float32),
+                        px=px[ended],
+                        value=value[ended],
+                    )
+                    self._reset_rows(ended)
+                    # The new episodes' price and value, by observation()'s own expressions.
+                    px[ended] = self.close.take(s.bar[ended])
+                    value[ended] = s.cash[ended] + s.position[ended] * px[ended]
         else:
+            waiting = s.done_flag != RUNNING
             if mode == NEXT_STEP:
                 # Envs that ended last step start anew; their actions are ignored this step.
-                self._reset_rows(np.flatnonzero(waiting), np.full(int(waiting.sum()), -1))
-            active = np.flatnonzero(~waiting)
+                self._reset_rows(waiting.nonzero()[0])
+            active = (~waiting).nonzero()[0]
             if active.size:
                 sub = _take_rows(s, active)
-                self._transition(sub, actions[active], active, out, rows=active)
+                # obs_dim 0: the observations of all envs are gathered below.
+                sub_out = allocate_outputs(np, active.size, 0)
+                self._transition(sub, actions[active], sub_out, rows=active)
                 _put_rows(s, active, sub)
-            quiet = np.flatnonzero(waiting)
-            obs = self.observe()
-            out.obs[quiet] = obs[quiet]
+                for name in OUTPUT_FIELDS:
+                    if name not in ("obs", "final_obs"):
+                        getattr(out, name)[active] = getattr(sub_out, name)
+            quiet = waiting.nonzero()[0]
             out.reward[quiet] = 0.0
             out.components[quiet] = 0.0
-            out.portfolio_value[quiet] = (s.cash + s.position * self.close[s.bar])[quiet]
+            px_quiet = self.close.take(s.bar[quiet])
+            out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
             out.position[quiet] = s.position[quiet]
             out.barrier_label[quiet] = LABEL_NONE
             out.episode_return[quiet] = 0.0
@@ -221,38 +250,24 @@ class NumpyBackend(Backend):
             else:
                 out.terminated[quiet] = False
                 out.truncated[quiet] = False
+            np.logical_or(out.terminated, out.truncated, out=out.done)
 
-        done = np.logical_or(out.terminated, out.truncated, out=out.done)
-        if mode == SAME_STEP:
-            ended = np.flatnonzero(done)
-            if ended.size:
-                out.final_obs[ended] = out.obs[ended]
-                self._reset_rows(ended, np.full(ended.size, -1))
-                obs = observation(
-                    self.features,
-                    self.close,
-                    p,
-                    s.bar[ended],
-                    s.cash[ended],
-                    s.position[ended],
-                    np.empty((ended.size, self.obs_dim), dtype=np.float32),
-                )
-                out.obs[ended] = obs
-        else:
-            fresh = done & (s.done_flag == RUNNING)
+        if mode != SAME_STEP:
+            fresh = out.done & (s.done_flag == RUNNING)
             s.done_flag[fresh & out.terminated] = WAIT_TERMINATED
             s.done_flag[fresh & ~out.terminated] = WAIT_TRUNCATED
+        # One gather for every env, after any reset: for an env that stepped, the state holds
+        # (t+1, cash', pos'), so this is obs(t+1); otherwise the first or the frozen observation.
+        observation(
+            self.features, self.close, p, s.bar, s.cash, s.position, out.obs, px=px, value=value
+        )
         return out
 
     # ---------------------------------------------------------------- internals
-    def _reset_rows(self, idx: np.ndarray, start_index: np.ndarray) -> None:
+    def _reset_rows(self, idx: np.ndarray, start: np.ndarray | None = None) -> None:
+        """Start new episodes for envs ``idx`` at global bars ``start`` (None: drawn)."""
         s, p = self.state, self.params
-        lo = s.lo[idx]
-        draw = start_index < 0
-        start = lo + start_index
-        if draw.any():
-            start[draw] = self._draw_starts(idx[draw])
-        s.bar[idx] = start
+        s.bar[idx] = self._draw_starts(idx) if start is None else start
         s.step_in_episode[idx] = 0
         s.cash[idx] = p.initial_capital
         s.position[idx] = 0.0
@@ -262,32 +277,41 @@ class NumpyBackend(Backend):
         s.barrier_status[idx] = BARRIER_NONE
         s.div_cursor[idx] = 0
         s.div_count[idx] = 0
-        s.div_hist[:, idx] = 0
+        for hist in s.div_hist:  # a 1-D scatter per category row beats one [:, idx] scatter
+            hist[idx] = 0
         s.done_flag[idx] = RUNNING
         s.episode_return[idx] = 0.0
 
     def _transition(
-        self, s: EnvState, a: np.ndarray, env_ids: np.ndarray, out: StepOutputs, rows: Any
-    ) -> None:
-        """Advance the envs of ``s`` by one bar; write outputs at ``rows`` (None = all)."""
+        self, s: EnvState, a: np.ndarray, out: StepOutputs, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Advance the envs of ``s`` by one bar and fill every field of ``out`` (the same rows)
+        except ``obs`` and ``final_obs``, which the caller gathers after any reset. ``rows``:
+        the global env ids of a state from ``_take_rows`` (None: ``s`` holds every env).
+
+        Returns new arrays ``close[t+1]`` and the value after the step, the observation's inputs.
+        State fields are updated in place once nothing reads their old values, and arrays are
+        dropped as soon as they are dead: at 4096 envs the step is bound by memory traffic, and
+        memory that is reused soon is still in cache.
+        """
         p = self.params
         n = s.bar.shape[0]
+        c0 = p.initial_capital
         t = s.bar
         t1 = t + 1
-        close_t = self.close[t]
-        close_1 = self.close[t1]
-        fill = self.open[t1] if p.fill_next_open else close_t
-        exposure = p.exposure[a]
-        rate = p.cost_rate[a]
-        cat = p.category[a]
-        c0 = p.initial_capital
-
+        close_t = self.close.take(t)
+        close_1 = self.close.take(t1)
+        fill = self.open.take(t1) if p.fill_next_open else close_t
+        cat = p.category.take(a)
         pos0 = s.position
         cash0 = s.cash
         value0 = cash0 + pos0 * close_t
-        pos_feat = pos0 / (c0 / close_t)
-        need_obs0 = self.curiosity is not None
-        if need_obs0:
+        # --- risk (ENV_SPEC "Risk"), from the position feature before the trade
+        excess = np.abs(pos0 / (c0 / close_t)) - p.risk_threshold
+        risk = np.minimum(-(p.risk_penalty_scale * excess), 0.0)  # = -(scale*excess) if excess > 0
+        del excess
+        obs0 = None
+        if self.curiosity is not None:
             obs0 = observation(
                 self.features,
                 self.close,
@@ -304,80 +328,122 @@ class NumpyBackend(Backend):
         # reserve_frac * value_pre is +-0.0 when reserve_frac == 0, which no result below
         # can tell from the scalar 0.0.
         reserve = p.reserve_frac * value_pre if p.reserve_frac > 0.0 else 0.0
-        target = exposure * p.max_position
-        delta = target - pos0
-        if p.reserve_frac > 0.0:
-            capped = (delta > 0.0) & (cash0 - delta * fill < reserve)
-            affordable = np.floor(np.maximum(cash0 - reserve, 0.0) / fill)
-            delta = np.where(capped, np.minimum(delta, affordable), delta)
-        cost = np.abs(delta) * fill * rate
-        cash1 = cash0 - delta * fill - cost
-        pos1 = pos0 + delta
-        reversal = ((pos0 > 0.0) & (target < 0.0)) | ((pos0 < 0.0) & (target > 0.0))
-        if reversal.any():
-            close_cost = np.abs(pos0) * fill * rate
-            cash_c = cash0 + pos0 * fill - close_cost
-            units = np.minimum(
-                np.floor(np.maximum(cash_c - reserve, 0.0) / (fill * (1.0 + rate))), np.abs(target)
-            )
-            new_pos = np.copysign(units, target)  # target != 0 on a reversal
-            open_cost = units * fill * rate
-            r = np.flatnonzero(reversal)
-            cash1[r] = (cash_c - new_pos * fill - open_cost)[r]
-            pos1[r] = new_pos[r]
-            cost[r] = (close_cost + open_cost)[r]
+        del value_pre
+        cash1, pos1, cost, reversal = _trade(
+            p, self._target.take(a), p.cost_rate.take(a), fill, cash0, pos0, reserve
+        )
+        del reserve
+        opened = (reversal | (pos0 == 0.0)) & (pos1 != 0.0)
+        del reversal
+        # Nothing below reads the cash and position before the trade.
+        s.cash[...] = cash1
+        s.position[...] = pos1
+        s.costs += cost
+        del cash0, pos0, cash1, cost  # cash0 and pos0 are views of the updated state
 
         # --- triple barrier (ENV_SPEC "Triple barrier")
-        opened = (reversal | (pos0 == 0.0)) & (pos1 != 0.0)
-        flat = pos1 == 0.0
-        keep = ~(opened | flat)
-        status = s.barrier_status * keep  # int8: 0 where opened or flat
-        status += opened  # BARRIER_ARMED == 1
-        entry = np.where(opened, fill, s.entry_price * keep)  # entry prices are > 0
-        entry_bar = np.where(opened, t, s.entry_bar)
-        if p.barriers:
-            armed = status == BARRIER_ARMED
-            is_long = pos1 > 0.0
-            profit_hit = armed & np.where(
-                is_long,
-                fill >= entry * (1.0 + p.profit_frac),
-                fill <= entry * (1.0 - p.profit_frac),
-            )
-            stop_hit = (
-                armed
-                & ~profit_hit
-                & np.where(
-                    is_long,
-                    fill <= entry * (1.0 - p.stop_frac),
-                    fill >= entry * (1.0 + p.stop_frac),
-                )
-            )
-            time_hit = armed & ~profit_hit & ~stop_hit & (t >= entry_bar + p.max_holding_bars)
-            # LABEL_PROFIT = 1, LABEL_STOP = -1, LABEL_TIME = 2, from the bool masks' bytes.
-            label = profit_hit.view(np.int8) - stop_hit.view(np.int8) + 2 * time_hit.view(np.int8)
-            status[profit_hit | stop_hit | time_hit] = BARRIER_FIRED
-        else:
-            label = np.zeros(n, dtype=np.int8)
+        closing_sign, label, closing = _barrier(p, s, t, fill, pos1, opened)
+        del opened
 
         # --- action diversity (ENV_SPEC "Diversity")
+        diversity = self._diversity(s, cat, rows)
+
+        # --- mark to market, reward (ENV_SPEC "Reward"), summed in the spec's order
+        value1 = s.cash + pos1 * close_1
+        pnl = (value1 - value0) / value0
+        del value0
+        # barrier_scale: +-barrier_half_scale on a profit or stop label, else 0 (+-1 * h is exact).
+        barrier = pnl * (closing_sign * p.barrier_half_scale)
+        comp = out.components
+        reward = pnl + barrier
+        comp[:, 0] = pnl
+        comp[:, 1] = barrier
+        del pnl, barrier
+        reward += risk
+        comp[:, 2] = risk
+        del risk
+        reward += diversity
+        comp[:, 3] = diversity
+        del diversity
+        if obs0 is not None:
+            obs1 = observation(
+                self.features,
+                self.close,
+                p,
+                t1,
+                s.cash,
+                pos1,
+                self._obs_scratch[:n],
+                px=close_1,
+                value=value1,
+            )
+            curiosity = curiosity_bonus(self.curiosity, obs0, obs1, cat, p).astype(np.float64)
+        else:
+            curiosity = 0.0  # the scalar 0.0 adds as a zero array does (-0.0 + 0.0 is 0.0)
+        reward += curiosity
+        comp[:, 4] = curiosity
+        out.reward[...] = reward
+        s.episode_return += reward
+        del reward
+
+        steps = s.step_in_episode
+        steps += 1
+        terminated = np.less_equal(value1, 0.0, out=out.terminated)
+        if closing is not None:
+            terminated |= closing  # profit and stop end the episode, time does not
+        truncated = np.greater_equal(steps, p.episode_length, out=out.truncated)
+        truncated |= t1 + 1 >= s.hi
+        truncated &= ~terminated
+        ended = np.logical_or(terminated, truncated, out=out.done)
+        s.bar[...] = t1
+
+        out.portfolio_value[...] = value1
+        out.position[...] = pos1
+        out.barrier_label[...] = label
+        np.multiply(s.episode_return, ended, out=out.episode_return)
+        np.multiply(steps, ended, out=out.episode_length)
+        return close_1, value1
+
+    def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
+
+        ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``_take_rows``
+        leaves whole (None: ``s`` holds every env).
+        """
+        p = self.params
         window = p.diversity_window
-        cursor, count = s.div_cursor, s.div_count
+        n = cat.shape[0]
         n_all = s.div_hist.shape[1]
+        ids = self._env_ids if rows is None else rows
+        # Flat indices into the [window, N] ring and the [3, N] histogram: row * N + env.
         ring = s.div_ring.reshape(-1)
         hist = s.div_hist.reshape(-1)
-        rows_n = np.arange(n) if n != self.num_envs else self._env_ids
-        slot = cursor.astype(np.int64) * n_all + rows_n
-        full = count >= window
-        if full.any():
-            hist[ring[slot[full]].astype(np.int64) * n_all + np.flatnonzero(full)] -= 1
+        slot = np.multiply(s.div_cursor, n_all, dtype=np.int64)
+        slot += ids
+        full = (s.div_count >= window).nonzero()[0]
+        if full.size:
+            # The entry at the cursor is the oldest one; it leaves a full ring.
+            dropped = ring.take(slot.take(full)).astype(np.int64)
+            hist[dropped * n_all + ids.take(full)] -= 1
         ring[slot] = cat
-        hist[cat.astype(np.int64) * n_all + rows_n] += 1
-        count = np.minimum(count + 1, window)
-        h0, h1, h2 = s.div_hist
+        del slot
+        cell = np.multiply(cat, n_all, dtype=np.int64)
+        cell += ids
+        hist[cell] += 1
+        if rows is None:
+            h0, h1, h2 = s.div_hist
+        else:
+            h0, h1, h2 = (h.take(rows) for h in s.div_hist)
+        cursor = s.div_cursor
+        cursor += 1
+        cursor[cursor == window] = 0
+        count = s.div_count
+        count += 1
+        np.minimum(count, window, out=count)
         if self._penalised is not None:
             # The ring's (count, h0, h1) fixes h2, so the whole penalty decision is one lookup.
             w1 = window + 1
-            penalised = self._penalised[(count * w1 + h0) * w1 + h1]
+            penalised = self._penalised.take((count * w1 + h0) * w1 + h1)
         else:
             if self._entropy_table is not None:
                 row = count * (window + 1)
@@ -390,90 +456,113 @@ class NumpyBackend(Backend):
                     pr = h / nf
                     entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
             penalised = (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
-        diversity = np.where(penalised, -p.diversity_penalty, 0.0)
+        diversity = np.zeros(n)  # a scatter: np.where costs several times more inside a step
+        diversity[penalised.nonzero()[0]] = -p.diversity_penalty
+        return diversity
 
-        # --- mark to market, reward (ENV_SPEC "Reward")
-        value1 = cash1 + pos1 * close_1
-        pnl = (value1 - value0) / value0
-        barrier_scale = np.where(
-            label == LABEL_PROFIT,
-            p.barrier_half_scale,
-            np.where(label == LABEL_STOP, -p.barrier_half_scale, 0.0),
+
+def _trade(
+    p: StepParams,
+    target: np.ndarray,
+    rate: np.ndarray,
+    fill: np.ndarray,
+    cash: np.ndarray,
+    pos: np.ndarray,
+    reserve: np.ndarray | float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cash, position and cost after trading towards ``target`` (ENV_SPEC "Trade"), and
+    where the trade was a reversal."""
+    delta = target - pos
+    if p.reserve_frac > 0.0:
+        capped = (delta > 0.0) & (cash - delta * fill < reserve)
+        affordable = np.floor(np.maximum(cash - reserve, 0.0) / fill)
+        delta = np.where(capped, np.minimum(delta, affordable), delta)
+    cost = np.abs(delta) * fill * rate
+    cash1 = cash - delta * fill - cost
+    pos1 = pos + delta
+    del delta
+    reversal = ((pos > 0.0) & (target < 0.0)) | ((pos < 0.0) & (target > 0.0))
+    r = reversal.nonzero()[0]
+    if r.size:
+        # Reversals, on their rows only (elementwise, so the same bits as on all rows).
+        fill_r, rate_r, pos_r, target_r = fill[r], rate[r], pos[r], target[r]
+        reserve_r = reserve[r] if p.reserve_frac > 0.0 else 0.0
+        close_cost = np.abs(pos_r) * fill_r * rate_r
+        cash_c = cash[r] + pos_r * fill_r - close_cost
+        units = np.minimum(
+            np.floor(np.maximum(cash_c - reserve_r, 0.0) / (fill_r * (1.0 + rate_r))),
+            np.abs(target_r),
         )
-        barrier = pnl * barrier_scale
-        excess = np.abs(pos_feat) - p.risk_threshold
-        risk = np.minimum(-(p.risk_penalty_scale * excess), 0.0)  # = -(scale*excess) if excess > 0
+        new_pos = np.copysign(units, target_r)  # target != 0 on a reversal
+        open_cost = units * fill_r * rate_r
+        cash1[r] = cash_c - new_pos * fill_r - open_cost
+        pos1[r] = new_pos
+        cost[r] = close_cost + open_cost
+    return cash1, pos1, cost, reversal
 
-        # --- commit state
-        steps = s.step_in_episode + 1
-        s.bar[...] = t1
-        s.step_in_episode[...] = steps
-        s.cash[...] = cash1
-        s.position[...] = pos1
-        s.costs[...] = s.costs + cost
-        s.entry_price[...] = entry
-        s.entry_bar[...] = entry_bar
-        s.barrier_status[...] = status
-        cursor += 1
-        cursor[cursor == window] = 0
-        s.div_count[...] = count
 
-        sel = slice(None) if rows is None else rows
-        obs1 = observation(
-            self.features,
-            self.close,
-            p,
-            t1,
-            cash1,
-            pos1,
-            out.obs if rows is None else self._obs_scratch[:n],
-            px=close_1,
-            value=value1,
-        )
-        curiosity = np.zeros(n, dtype=np.float64)
-        if need_obs0:
-            curiosity = curiosity_bonus(self.curiosity, obs0, obs1, cat, p).astype(np.float64)
-        reward = pnl + barrier + risk + diversity + curiosity
-        s.episode_return[...] = s.episode_return + reward
+def _barrier(
+    p: StepParams,
+    s: EnvState,
+    t: np.ndarray,
+    fill: np.ndarray,
+    pos1: np.ndarray,
+    opened: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Set, keep or clear the barriers of ``s`` (in place) and check them at ``fill``.
 
-        # Profit (1) and stop (-1) are the odd labels; time (2) and none (0) are even.
-        terminated = (label & 1).view(np.bool_) | (value1 <= 0.0)
-        truncated = ~terminated & ((steps >= p.episode_length) | (t1 + 1 >= s.hi))
-        ended = terminated | truncated
-
-        if rows is not None:
-            out.obs[rows] = obs1
-        out.reward[sel] = reward
-        out.terminated[sel] = terminated
-        out.truncated[sel] = truncated
-        comp = out.components if rows is None else np.empty((n, 5), dtype=np.float32)
-        comp[:, 0] = pnl
-        comp[:, 1] = barrier
-        comp[:, 2] = risk
-        comp[:, 3] = diversity
-        comp[:, 4] = curiosity
-        if rows is not None:
-            out.components[rows] = comp
-        out.portfolio_value[sel] = value1
-        out.position[sel] = pos1
-        out.barrier_label[sel] = label
-        out.episode_return[sel] = s.episode_return * ended
-        out.episode_length[sel] = steps * ended
+    Returns ``(profit - stop, label, profit | stop)`` as int8, int8 and bool arrays (the last
+    None with barriers off).
+    """
+    flat = pos1 == 0.0
+    keep = ~(opened | flat)
+    status = s.barrier_status
+    status *= keep  # 0 where opened or flat
+    status += opened  # BARRIER_ARMED == 1
+    # Scatters at the opened rows: np.where costs several times more inside a step.
+    o = opened.nonzero()[0]
+    entry = s.entry_price
+    entry *= keep  # 0 where flat; entry prices are > 0
+    entry[o] = fill[o]
+    entry_bar = s.entry_bar
+    entry_bar[o] = t[o]
+    if not p.barriers:
+        zeros = np.zeros(t.shape[0], dtype=np.int8)
+        return zeros, zeros, None
+    armed = status == BARRIER_ARMED
+    is_long = pos1 > 0.0
+    is_short = ~is_long
+    # (long & x) | (short & y) is np.where(is_long, x, y) on bools, without np.where.
+    profit_hit = armed & (
+        (is_long & (fill >= entry * (1.0 + p.profit_frac)))
+        | (is_short & (fill <= entry * (1.0 - p.profit_frac)))
+    )
+    unhit = armed & ~profit_hit
+    stop_hit = unhit & (
+        (is_long & (fill <= entry * (1.0 - p.stop_frac)))
+        | (is_short & (fill >= entry * (1.0 + p.stop_frac)))
+    )
+    time_hit = unhit & ~stop_hit & (t >= entry_bar + p.max_holding_bars)
+    # LABEL_PROFIT = 1, LABEL_STOP = -1, LABEL_TIME = 2, from the bool masks' bytes.
+    closing_sign = profit_hit.view(np.int8) - stop_hit.view(np.int8)
+    label = closing_sign + 2 * time_hit.view(np.int8)
+    closing = profit_hit | stop_hit
+    status += closing | time_hit  # a hit needs BARRIER_ARMED (1): +1 is BARRIER_FIRED
+    return closing_sign, label, closing
 
 
 def _take_rows(s: EnvState, idx: np.ndarray) -> EnvState:
-    values = {}
-    for name, arr in vars(s).items():
-        # C order matters: the step updates the ring and histogram through flat views.
-        values[name] = (
-            np.ascontiguousarray(arr[:, idx]) if name in ("div_ring", "div_hist") else arr[idx]
-        )
-    return EnvState(**values)
+    """The envs ``idx`` of ``s`` as a new state. The ring and the histogram stay the whole
+    arrays (shared, not copied): ``_diversity`` addresses their columns by ``idx``."""
+    return EnvState(
+        **{
+            name: arr if name in ("div_ring", "div_hist") else arr[idx]
+            for name, arr in vars(s).items()
+        }
+    )
 
 
 def _put_rows(s: EnvState, idx: np.ndarray, sub: EnvState) -> None:
     for name, arr in vars(s).items():
-        if name in ("div_ring", "div_hist"):
-            arr[:, idx] = getattr(sub, name)
-        else:
+        if name not in ("div_ring", "div_hist"):
             arr[idx] = getattr(sub, name)

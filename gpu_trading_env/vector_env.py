@@ -241,8 +241,8 @@ class TradingVectorEnv(VectorEnv):
                 raise ValueError(
                     f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
                 )
-        bad = (a < 0) | (a >= self.config.n_actions)
-        if bad.any():
+        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
+            bad = (a < 0) | (a >= self.config.n_actions)
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
                 f"actions[{i}] = {int(a[i])} is invalid: allowed is 0..{self.config.n_actions - 1}"
