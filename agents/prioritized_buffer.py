@@ -346,8 +346,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ``>= 0``; float32 or float64; torch, NumPy or CuPy.
         :raises ValueError: on NaN, inf or negative ``td_errors``, on a priority that overflows,
             or on an index that is not a filled slot; the error names the first offending position
-            and value, and no priority is changed. On a CUDA device this check reads one status
-            word back (one host sync per call); everything else stays on the device.
+            and value, and no priority is changed. On a CUDA device this check waits for the
+            kernel's verdict on the batch (written to host-mapped memory before the tree is
+            touched); everything else stays on the device and runs asynchronously.
         """
         if isinstance(td_errors, th.Tensor):
             td_errors = td_errors.detach()

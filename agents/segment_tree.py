@@ -146,9 +146,9 @@ class SumMinTree:
         :param epsilon: added before the exponent.
         :param n_valid: indices must be below this (default: the capacity).
         :param name: what ``values`` are called in error messages.
-        :param check: raise ValueError on a bad entry (the CUDA tree then reads one status word
-            back, a host sync); with ``check=False`` a bad batch is still refused (the tree is
-            left untouched) but silently.
+        :param check: raise ValueError on a bad entry (the CUDA tree then waits for the
+            kernel's verdict on the batch, not for the update itself); with ``check=False`` a
+            bad batch is still refused (the tree is left untouched) but silently.
         """
         raise NotImplementedError
 
@@ -330,15 +330,16 @@ _MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
 _SMEM_KEYS = 4096  # ST_SMEM_KEYS of segment_tree.cu: the largest batch updated in one launch
 _UPDATE_THREADS = 256  # ST_UPDATE_THREADS of segment_tree.cu
+_VERDICT_POLLS = 2000  # reads of the verdict word (about 0.1 µs each) before waiting on the stream
 _GROUP = 4  # ST_GROUP of segment_tree.cu: levels between stored levels
 _WEIGHT_THREADS = 256
 
 # Kernel parameter codes (see KernelLauncher): p pointer, q int64, i int32, I uint32, d float64.
 _SIGNATURES = {
-    "seg_tree_check": "ppqiddqpppppp",
+    "seg_tree_check": "ppqiddqpppIppp",
     "seg_tree_levels": "ppppqqqiiddqppppp",
     "seg_tree_sample": "ppqiqIIIIdpp",
-    "seg_tree_update": "ppppqqiiddiqpppp",
+    "seg_tree_update": "ppppqqiiddiqpppIp",
 }
 
 
@@ -356,9 +357,10 @@ class CudaSumMinTree(SumMinTree):
     equal to the NumPy tree. Read the tree through those views, not through the raw arrays.
 
     Kernels run on torch's current stream, so tensors exchanged by DLPack never race. Nothing
-    synchronises with the host except :meth:`update` with ``check=True`` (it waits for the
-    update and reads one status word that the kernel wrote to pinned host memory) and the
-    host views (:meth:`to_numpy`, :meth:`total`, ...).
+    synchronises with the host except :meth:`update` with ``check=True`` and the host views
+    (:meth:`to_numpy`, :meth:`total`, ...). ``update(check=True)`` waits only for the verdict
+    on the batch, which the kernel writes to pinned, device-mapped host memory before it
+    touches the tree; the writes themselves finish asynchronously, in stream order.
 
     Inputs of :meth:`update` may be CuPy arrays, torch CUDA tensors (read in place, by pointer)
     or anything NumPy reads (copied to the device).
@@ -390,9 +392,10 @@ class CudaSumMinTree(SumMinTree):
             flags = cp.cuda.runtime.hostAllocMapped | cp.cuda.runtime.hostAllocPortable
             self._status_mem = cp.cuda.PinnedMemory(8, flags)
             self._status_host = np.frombuffer(
-                cp.cuda.PinnedMemoryPointer(self._status_mem, 0), np.int64, 1
+                cp.cuda.PinnedMemoryPointer(self._status_mem, 0), np.uint64, 1
             )
-            self._status_host[0] = -1
+            self._status_host[0] = 0
+            self._update_seq = 0  # numbers the updates; the kernels echo it with their verdict
             module = load_module("segment_tree.cu")
             self._launchers = {
                 f"{base}_{sfx}": KernelLauncher(
@@ -521,6 +524,7 @@ class CudaSumMinTree(SumMinTree):
             if n == 0:
                 return
             transform = not (alpha == 1.0 and epsilon == 0.0)
+            self._update_seq = seq = (self._update_seq + 1) & 0xFFFFFFFF
             if n <= _SMEM_KEYS:  # one launch
                 # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block
                 # of the kernel checks the indices and inputs only).
@@ -543,6 +547,7 @@ class CudaSumMinTree(SumMinTree):
                     self.max_value.data.ptr,
                     self._status.data.ptr,
                     self._status_host.ctypes.data,
+                    seq,
                     self._ticket.data.ptr,
                 )
             else:  # check (and sort) first, then write
@@ -563,14 +568,14 @@ class CudaSumMinTree(SumMinTree):
                     self.max_value.data.ptr,
                     self._status.data.ptr,
                     self._status_host.ctypes.data,
+                    seq,
                     self._flags.data.ptr,
                     self._keys.data.ptr,
                     self._scratch.data.ptr,
                 )
                 self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
             if check:
-                cp.cuda.runtime.streamSynchronize(stream)  # the one host sync of an update
-                k = int(self._status_host[0])
+                k = self._wait_verdict(seq, stream)
                 if k >= 0:
                     raise self._bad_entry_error(
                         k,
@@ -582,6 +587,25 @@ class CudaSumMinTree(SumMinTree):
                         epsilon,
                         transform,
                     )
+
+    def _wait_verdict(self, seq: int, stream: int) -> int:
+        """First bad position of update ``seq`` (-1: accepted), as soon as the GPU knows it.
+
+        The kernels write the verdict to host-mapped memory before they touch the tree, so this
+        waits for the validation, not for the update to finish (later work on the stream sees
+        the finished update anyway). It polls the word briefly; when the GPU is still busy with
+        earlier work it waits on the stream instead, which also surfaces CUDA errors.
+        """
+        word = self._status_host
+        for _ in range(_VERDICT_POLLS):
+            value = int(word[0])
+            if value >> 32 == seq:
+                return (value & 0xFFFFFFFF) - 1
+        self._cp.cuda.runtime.streamSynchronize(stream)
+        value = int(word[0])
+        if value >> 32 != seq:
+            raise RuntimeError(f"update {seq} of the CUDA tree finished without a verdict")
+        return (value & 0xFFFFFFFF) - 1
 
     def fill_range(self, start: int, count: int) -> None:
         count = int(count)

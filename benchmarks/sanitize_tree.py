@@ -27,7 +27,9 @@ for capacity in (1000, 2**17 + 3):
     except ValueError:
         pass
     i, w = tree.sample(5000, beta=0.4)
-    tree.update(i, rng.exponential(size=5000))
+    vals = rng.exponential(size=5000)
+    tree.update(i, vals)
+    ref.update(i.get(), vals)
     tree.weights(i, 0.4)
     s0, s1 = ref.to_numpy()[0], tree.to_numpy()[0]
     assert np.allclose(s0, s1, rtol=1e-12), "trees differ"

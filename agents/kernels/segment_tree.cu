@@ -46,6 +46,7 @@
 #define ST_GROUP 4
 #define ST_KEY_PAD 0xFFFFFFFFFFFFFFFFull
 #define ST_BIG 1.7976931348623157e308
+#define ST_NONE 0x7FFFFFFFFFFFFFFFLL  // no bad position
 
 // IS weight (leaf / min)^-beta, in log space when the ratio overflows (see _is_weights).
 __device__ __forceinline__ double st_is_weight(double leaf, double minv, double beta) {
@@ -173,12 +174,22 @@ __device__ __forceinline__ void st_recompute(double* __restrict__ sum, double* _
     }
 }
 
+// The verdict of update number seq for the host, in one 8-byte store to host-mapped memory:
+// seq in the high word, 0 (accepted) or first bad position + 1 in the low word. It is written
+// as soon as the batch is validated, before the tree is touched, so a host that only needs the
+// verdict waits for the validation, not for the whole update.
+__device__ __forceinline__ void st_publish_verdict(long long* status_host, unsigned int seq,
+                                                   long long first_bad) {
+    const unsigned long long low = first_bad == ST_NONE ? 0ull : (unsigned long long)first_bad + 1;
+    *(volatile unsigned long long*)status_host = ((unsigned long long)seq << 32) | low;
+    __threadfence_system();
+}
+
 // Scratch words of the check kernel, reset by its last block for the next update.
 #define ST_SCRATCH_BAD 0       // smallest bad position (INT64_MAX: none)
 #define ST_SCRATCH_VMAX 1      // bits of the largest leaf value (non-negative doubles order as ints)
 #define ST_SCRATCH_UNSORTED 2  // 1: some index is smaller than the one before it
 #define ST_SCRATCH_TICKET 3    // blocks done
-#define ST_NONE 0x7FFFFFFFFFFFFFFFLL
 
 // Entry k of a batch: false when it is refused (index outside [0, n_valid), input not finite
 // and >= 0, or leaf value not finite); else its leaf value in v.
@@ -220,15 +231,15 @@ __device__ void st_sort_keys(unsigned long long* keys, const long long* __restri
 
 // Validate a batch; one entry per thread, many blocks. Each block folds its bad positions,
 // largest value and order into the scratch words; the last block to finish publishes the
-// result: on a bad entry status[0] (and the host-mapped status_host[0]) gets the first bad
-// position and nothing else changes; otherwise status gets -1, max_value rises to the largest
+// result: on a bad entry status[0] gets the first bad position (and the host its verdict, see
+// st_publish_verdict) and nothing else changes; otherwise status gets -1, max_value rises to the largest
 // leaf value of the batch, and flags[0] gets 1 when the indices are not in non-decreasing
 // order, in which case that block also sorts the keys into keys[0, n) for seg_tree_levels.
 template <typename T>
 __device__ void st_check(const long long* __restrict__ idx, const T* __restrict__ in, long long n,
                          int transform, double alpha, double eps, long long n_valid,
                          double* __restrict__ max_value, long long* __restrict__ status,
-                         long long* status_host, int* __restrict__ flags,
+                         long long* status_host, unsigned int seq, int* __restrict__ flags,
                          unsigned long long* __restrict__ gkeys, long long* __restrict__ scratch) {
     __shared__ unsigned long long skeys[ST_SMEM_KEYS];
     __shared__ double red_d[32];
@@ -269,10 +280,10 @@ __device__ void st_check(const long long* __restrict__ idx, const T* __restrict_
     if (tid == 0) {
         if (first_bad != ST_NONE) {
             status[0] = first_bad;  // the tree is not touched
-            *(volatile long long*)status_host = first_bad;
+            st_publish_verdict(status_host, seq, first_bad);
         } else {
             status[0] = -1;
-            *(volatile long long*)status_host = -1;
+            st_publish_verdict(status_host, seq, ST_NONE);
             max_value[0] = fmax(max_value[0], __longlong_as_double(__ldcg(scratch + ST_SCRATCH_VMAX)));
             flags[0] = need_sort;
         }
@@ -391,7 +402,7 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
 // A whole update of a batch of at most ST_SMEM_KEYS entries in one launch. Every block
 // validates the whole batch itself (a microsecond or two of redundant work, cheaper than a
 // second launch and the wait between the two), so all blocks reach the same verdict without
-// talking to each other; block 0 publishes it (status, status_host). The leaf values are
+// talking to each other; block 0 publishes it (status, st_publish_verdict). The leaf values are
 // computed by the block that owns each entry, which also raises max_value (atomicMax on the
 // bits: values are >= 0). Only when the host cannot rule out an overflowing leaf value
 // (may_overflow: alpha outside [0, 1], or a huge eps) does every block compute every value.
@@ -404,7 +415,8 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
                                 long long n, long long pow2, int levels, int transform,
                                 double alpha, double eps, int may_overflow, long long n_valid,
                                 double* __restrict__ max_value, long long* __restrict__ status,
-                                long long* status_host, unsigned int* __restrict__ ticket) {
+                                long long* status_host, unsigned int seq,
+                                unsigned int* __restrict__ ticket) {
     __shared__ unsigned long long skeys[ST_SMEM_KEYS];
     __shared__ long long red_l[32];
     const long long nt = blockDim.x;
@@ -438,14 +450,14 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
         bad = st_block_min_ll(bad, red_l);
         if (publish) {
             status[0] = bad;  // the tree is not touched
-            *(volatile long long*)status_host = bad;
+            st_publish_verdict(status_host, seq, bad);
         }
         return;  // block-uniform
     }
     const int need_sort = __syncthreads_or(unsorted);
     if (publish) {
         status[0] = -1;
-        *(volatile long long*)status_host = -1;
+        st_publish_verdict(status_host, seq, ST_NONE);
     }
     if (need_sort) st_sort_keys(skeys, idx, n);
     StEntries e;
@@ -461,9 +473,10 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_check_##SUFFIX(          \
         const long long* idx, const INPUT_T* in, long long n, int transform, double alpha,         \
         double eps, long long n_valid, double* max_value, long long* status,                       \
-        long long* status_host, int* flags, unsigned long long* keys, long long* scratch) {        \
+        long long* status_host, unsigned int seq, int* flags, unsigned long long* keys,            \
+        long long* scratch) {                                                                       \
         st_check<INPUT_T>(idx, in, n, transform, alpha, eps, n_valid, max_value, status,           \
-                          status_host, flags, keys, scratch);                                      \
+                          status_host, seq, flags, keys, scratch);                                 \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_levels_##SUFFIX(         \
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
@@ -477,9 +490,10 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
         long long pow2, int levels, int transform, double alpha, double eps, int may_overflow,     \
         long long n_valid, double* max_value, long long* status, long long* status_host,           \
-        unsigned int* ticket) {                                                                     \
+        unsigned int seq, unsigned int* ticket) {                                                   \
         st_update_small<INPUT_T>(sum, mn, idx, in, n, pow2, levels, transform, alpha, eps,         \
-                                 may_overflow, n_valid, max_value, status, status_host, ticket);   \
+                                 may_overflow, n_valid, max_value, status, status_host, seq,       \
+                                 ticket);                                                          \
     }
 
 ST_KERNELS(f32, float)
