@@ -396,6 +396,7 @@ class CudaSumMinTree(SumMinTree):
             )
             self._status_host[0] = 0
             self._update_seq = 0  # numbers the updates; the kernels echo it with their verdict
+            self._inputs_in_flight: tuple[Any, Any] | None = None
             module = load_module("segment_tree.cu")
             self._launchers = {
                 f"{base}_{sfx}": KernelLauncher(
@@ -525,6 +526,9 @@ class CudaSumMinTree(SumMinTree):
                 return
             transform = not (alpha == 1.0 and epsilon == 0.0)
             self._update_seq = seq = (self._update_seq + 1) & 0xFFFFFFFF
+            # update() may return before its kernels have read the inputs (it waits for the
+            # verdict only): converted inputs stay referenced until the next update.
+            self._inputs_in_flight = (idx, x)
             if n <= _SMEM_KEYS:  # one launch
                 # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block
                 # of the kernel checks the indices and inputs only).
