@@ -740,3 +740,17 @@ def test_config_default_layout():
     assert cfg.n_actions == 45
     assert cfg.decode_action(act(HALF_LONG, 2, 1)) == (HALF_LONG, 2, 1)
     assert cfg.encode_action(SHORT, 1, 2) == act(SHORT, 1, 2)
+
+
+def test_state_codes_that_the_reference_step_computes_with():
+    # numpy_backend builds labels as profit - stop + 2 * time and fires barriers by += 1.
+    from gpu_trading_env import state
+
+    assert (state.BARRIER_NONE, state.BARRIER_ARMED, state.BARRIER_FIRED) == (0, 1, 2)
+    assert (state.LABEL_NONE, state.LABEL_PROFIT, state.LABEL_STOP, state.LABEL_TIME) == (
+        0,
+        1,
+        -1,
+        2,
+    )
+    assert state.RUNNING == 0
