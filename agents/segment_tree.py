@@ -118,6 +118,20 @@ class SumMinTree:
             "that overflows float64; priorities must be finite"
         )
 
+    def _prepare_count(self, count: int) -> int:
+        """``count`` of :meth:`fill_range` as an int (<= 0: nothing to fill), or ValueError."""
+        count = int(count)
+        if count > self.capacity:
+            raise ValueError(f"count must be <= capacity {self.capacity}, got {count}")
+        return count
+
+    @staticmethod
+    def _check_lengths(n_indices: int, n_values: int, name: str) -> None:
+        if n_indices != n_values:
+            raise ValueError(
+                f"indices and {name} must have the same length, got {n_indices} and {n_values}"
+            )
+
     @staticmethod
     def _prepare_n_valid(n_valid: int | None, capacity: int) -> int:
         n = capacity if n_valid is None else int(n_valid)
@@ -254,10 +268,7 @@ class NumpySumMinTree(SumMinTree):
     ) -> None:
         idx = np.asarray(indices).reshape(-1)
         x = np.asarray(values, dtype=np.float64).reshape(-1)
-        if idx.shape != x.shape:
-            raise ValueError(
-                f"indices and {name} must have the same length, got {idx.size} and {x.size}"
-            )
+        self._check_lengths(idx.size, x.size, name)
         if idx.size == 0:
             return
         if not np.issubdtype(idx.dtype, np.integer):
@@ -281,11 +292,9 @@ class NumpySumMinTree(SumMinTree):
         self._write(uniq, v[::-1][first])
 
     def fill_range(self, start: int, count: int) -> None:
-        count = int(count)
+        count = self._prepare_count(count)
         if count <= 0:
             return
-        if count > self.capacity:
-            raise ValueError(f"count must be <= capacity {self.capacity}, got {count}")
         idx = np.sort((int(start) + np.arange(count, dtype=np.int64)) % self.capacity)
         self._write(idx, np.full(count, self.max_value[0]))
 
@@ -518,10 +527,7 @@ class CudaSumMinTree(SumMinTree):
             idx, idx_ptr, _ = self._device_vector(indices, True, "indices", cstream)
             x, x_ptr, f32 = self._device_vector(values, False, name, cstream)
             n = int(idx.shape[0])
-            if n != int(x.shape[0]):
-                raise ValueError(
-                    f"indices and {name} must have the same length, got {n} and {x.shape[0]}"
-                )
+            self._check_lengths(n, int(x.shape[0]), name)
             if n == 0:
                 return
             transform = not (alpha == 1.0 and epsilon == 0.0)
@@ -612,11 +618,9 @@ class CudaSumMinTree(SumMinTree):
         return (value & 0xFFFFFFFF) - 1
 
     def fill_range(self, start: int, count: int) -> None:
-        count = int(count)
+        count = self._prepare_count(count)
         if count <= 0:
             return
-        if count > self.capacity:
-            raise ValueError(f"count must be <= capacity {self.capacity}, got {count}")
         cp = self._cp
         with cp.cuda.Device(self.device):
             stream = current_stream(self.device)[1]
