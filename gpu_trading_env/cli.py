@@ -40,6 +40,13 @@ GPU_DEFAULTS = {
 }
 
 
+def tensorboard_installed() -> bool:
+    """TensorBoard is optional: ``train`` logs to it only where it is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
+
+
 def resolve_device(name: str) -> str:
     if name == "auto":
         return "cuda" if cuda_available() else "cpu"
@@ -151,6 +158,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             return True
 
     curve = LearningCurve(every=max(timesteps // 100, num_envs))
+    tensorboard_log = str(out / "tensorboard") if tensorboard_installed() else None
     model = GpuDQN(
         "DuelingPolicy",
         env,
@@ -165,7 +173,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         exploration_fraction=0.3,
         exploration_final_eps=0.02,
         curiosity=args.curiosity,
-        tensorboard_log=str(out / "tensorboard"),
+        tensorboard_log=tensorboard_log,
         verbose=args.verbose,
         seed=args.seed,
         device="cuda" if device != "cpu" else "cpu",
@@ -204,6 +212,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             out / "learning_curve.json",
         )
     _print_metrics(metrics, out)
+    if tensorboard_log is None:
+        print(
+            "TensorBoard logs not written: tensorboard is not installed (pip install tensorboard)"
+        )
     return 0
 
 

@@ -1,0 +1,43 @@
+"""The README's first command on a machine without the optional extras."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from gpu_trading_env import cli
+
+
+@pytest.mark.slow
+def test_train_writes_a_report_without_tensorboard(tmp_path, monkeypatch, capsys):
+    real_find_spec = importlib.util.find_spec
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name == "tensorboard" or name.startswith("tensorboard."):
+            return None
+        return real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", no_tensorboard)
+    out = tmp_path / "run"
+    code = cli.main(
+        [
+            "train",
+            "--device",
+            "cpu",
+            "--timesteps",
+            "2000",
+            "--num-envs",
+            "4",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["timesteps"] >= 2000
+    assert (out / "model.zip").exists() and (out / "equity_curve.png").exists()
+    assert not (out / "tensorboard").exists()
+    assert "tensorboard is not installed" in capsys.readouterr().out
