@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gpu_trading_env.config import EnvConfig
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 
@@ -107,7 +107,7 @@ class TradingEnv(gym.Env):
         (price over position shading, portfolio value); None otherwise."""
         if self.render_mode != "rgb_array":
             return None
-        from gpu_trading_env.render import render_episode
+        from gpu_trading_env.reports.render import render_episode
 
         prices, values, positions = (
             (np.array(c) for c in zip(*self._history, strict=True))

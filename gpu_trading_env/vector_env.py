@@ -1,7 +1,7 @@
 """``TradingVectorEnv``: the Gymnasium ``VectorEnv`` over a NumPy or CUDA backend.
 
 This class only translates the Gymnasium contract (spaces, seeding, options, autoreset modes,
-info dicts, array types) onto a :class:`~gpu_trading_env.backend.Backend`; the step itself is
+info dicts, array types) onto a :class:`~gpu_trading_env.backends.base.Backend`; the step itself is
 the backend's. On ``device="cuda"`` every array it returns is a torch CUDA tensor (or a CuPy
 array with ``array_type="cupy"``) that shares memory with the backend's buffers through DLPack;
 no step synchronises with the host.
@@ -19,9 +19,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from gpu_trading_env.backend import Backend, CuriosityWeights
-from gpu_trading_env.config import EnvConfig, config_field_names
-from gpu_trading_env.state import COMPONENT_NAMES, StepOutputs
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.core.config import EnvConfig, config_field_names
+from gpu_trading_env.core.state import COMPONENT_NAMES, StepOutputs
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
@@ -29,7 +29,7 @@ RESET_OPTIONS = ("start_index", "reset_mask")
 
 def resolve_data(data: Any) -> Any:
     """``MarketData`` from None (the built-in default), a DataFrame, a CSV/Parquet path, or itself."""
-    from gpu_trading_env.market_data import MarketData
+    from gpu_trading_env.data.market_data import MarketData
 
     if data is None:
         return MarketData.default()
@@ -71,11 +71,11 @@ def resolve_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvCo
 def make_backend(device: Any, data: Any, config: EnvConfig, num_envs: int) -> Backend:
     name = str(device)
     if name == "cpu":
-        from gpu_trading_env.numpy_backend import NumpyBackend
+        from gpu_trading_env.backends.numpy_backend import NumpyBackend
 
         return NumpyBackend(data, config, num_envs)
     if name == "cuda" or name.startswith("cuda:"):
-        from gpu_trading_env.cuda_backend import CudaBackend
+        from gpu_trading_env.backends.cuda_backend import CudaBackend
 
         index = int(name.split(":")[1]) if ":" in name else None
         return CudaBackend(data, config, num_envs, device_index=index)

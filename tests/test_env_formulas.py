@@ -18,7 +18,7 @@ import pytest
 from hand_market import hand_feature, hand_market
 
 from gpu_trading_env import EnvConfig, TradingEnv, TradingVectorEnv
-from gpu_trading_env.market_data import MarketData
+from gpu_trading_env.data.market_data import MarketData
 
 SHORT, HALF_SHORT, FLAT, HALF_LONG, LONG = range(5)
 C0 = 1000.0

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from gpu_trading_env.config import kernel_param_defines
-from gpu_trading_env.cuda_device import KERNEL_DIRS
+from gpu_trading_env.core.config import kernel_param_defines
+from gpu_trading_env.gpu.device import INCLUDE_DIR
 
 NVCC = shutil.which("nvcc")
-SOURCES = sorted(p for d in KERNEL_DIRS for p in d.glob("*.cu"))
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted(p for pkg in ("gpu_trading_env", "agents") for p in (ROOT / pkg).rglob("*.cu"))
+HEADER_DIRS = sorted(
+    {p.parent for pkg in ("gpu_trading_env", "agents") for p in (ROOT / pkg).rglob("*.cuh")}
+)
 
 
 def test_kernel_sources_exist():
@@ -24,7 +28,7 @@ def test_kernel_sources_exist():
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_compiles_with_nvcc(source: Path, tmp_path: Path):
     defines = [f"-D{k}={v}" for k, v in kernel_param_defines()]
-    includes = [f"-I{d}" for d in KERNEL_DIRS]
+    includes = [f"-I{d}" for d in (source.parent, INCLUDE_DIR, *HEADER_DIRS)]
     cmd = [
         NVCC,
         "--std=c++17",

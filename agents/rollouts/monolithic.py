@@ -2,7 +2,7 @@
 
 One launch runs ``steps`` env steps for every env, each thread doing scalar dueling Q forward
 passes (online net to act, target net for a TD-error estimate) in local memory. It is slower
-than :class:`~agents.rollout.FusedRollout` at every size we measured (see
+than :class:`~agents.rollouts.fused.FusedRollout` at every size we measured (see
 docs/PERFORMANCE.md) and is kept as a selectable path (``GpuDQN(rollout="monolithic")``) and as
 the benchmark baseline. Only the default dueling architecture (256-256 trunk, 128 heads) fits
 its fixed-size local arrays.
@@ -10,17 +10,20 @@ its fixed-size local arrays.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch as th
 from torch import nn
 
-from gpu_trading_env.config import kernel_param_defines
-from gpu_trading_env.cuda_backend import BLOCK, KERNEL_OPTIONS
-from gpu_trading_env.cuda_device import load_module
-from gpu_trading_env.state import STATE_FIELDS
+from gpu_trading_env.backends.cuda_backend import BLOCK, KERNEL_OPTIONS
+from gpu_trading_env.backends.cuda_backend import KERNEL_DIR as BACKEND_KERNEL_DIR
+from gpu_trading_env.core.config import kernel_param_defines
+from gpu_trading_env.core.state import STATE_FIELDS
+from gpu_trading_env.gpu.device import load_module
 
+KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "monolithic_rollout.cu"
 MONO_LAYERS = (256, 256, 128, 128)  # trunk 1, trunk 2, value hidden, advantage hidden
 MONO_MAX_OBS = 128
 MONO_MAX_ACTIONS = 128
@@ -69,7 +72,9 @@ class MonolithicRollout:
                 f"the monolithic kernel supports observations up to {MONO_MAX_OBS} dims and up to "
                 f"{MONO_MAX_ACTIONS} actions; got {self.obs_dim} and {self.n_actions}"
             )
-        module = load_module("monolithic_rollout.cu", kernel_param_defines(), KERNEL_OPTIONS)
+        module = load_module(
+            KERNEL_FILE, kernel_param_defines(), KERNEL_OPTIONS, (BACKEND_KERNEL_DIR,)
+        )
         self.kernel = module.get_function("monolithic_rollout")
         self.seed = int(seed)
         self.round = 0

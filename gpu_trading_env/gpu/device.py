@@ -11,11 +11,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-KERNEL_DIRS = (
-    Path(__file__).resolve().parent / "kernels",
-    Path(__file__).resolve().parent.parent / "agents" / "kernels",
-)
-KERNEL_DIR = KERNEL_DIRS[0]
+# Headers of this layer (philox.cuh) that kernels of either package include.
+INCLUDE_DIR = Path(__file__).resolve().parent / "kernels"
 
 
 @functools.cache
@@ -52,24 +49,26 @@ def require_cupy(what: str) -> Any:
 
 @functools.cache
 def load_module(
-    filename: str, defines: tuple[tuple[str, str], ...] = (), options: tuple[str, ...] = ()
+    source: Path,
+    defines: tuple[tuple[str, str], ...] = (),
+    options: tuple[str, ...] = (),
+    include_dirs: tuple[Path, ...] = (),
 ) -> Any:
-    """Compile ``filename`` (found in a kernel folder) with NVRTC once and return the RawModule.
+    """Compile the kernel file ``source`` with NVRTC once and return the RawModule.
 
     ``defines`` are prepended as ``#define NAME VALUE`` lines, which is how generated constants
-    (parameter slots shared with Python) reach the kernel source.
+    (parameter slots shared with Python) reach the kernel source. ``include_dirs`` are searched
+    for ``#include "..."`` after the source's own folder and :data:`INCLUDE_DIR`.
     """
-    cp = require_cupy(f"compiling {filename}")
-    for folder in KERNEL_DIRS:
-        path = folder / filename
-        if path.exists():
-            break
-    else:
-        raise FileNotFoundError(f"kernel file {filename!r} not found in {KERNEL_DIRS}")
+    source = Path(source)
+    cp = require_cupy(f"compiling {source.name}")
+    if not source.exists():
+        raise FileNotFoundError(f"kernel file {str(source)!r} not found")
     header = "".join(f"#define {k} {v}\n" for k, v in defines)
-    source = header + path.read_text()
-    opts = ("--std=c++17", *options, *(f"-I{d}" for d in KERNEL_DIRS))
-    return cp.RawModule(code=source, options=opts)
+    code = header + source.read_text()
+    folders = (source.parent, INCLUDE_DIR, *include_dirs)
+    opts = ("--std=c++17", *options, *(f"-I{d}" for d in folders))
+    return cp.RawModule(code=code, options=opts)
 
 
 _STREAMS: dict[tuple[int, int], Any] = {}

@@ -9,17 +9,20 @@ on :meth:`check_errors`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backend import Backend, CuriosityWeights
-from gpu_trading_env.config import FLOAT_PARAMS, INT_PARAMS, kernel_param_defines
-from gpu_trading_env.cuda_device import current_stream, load_module, require_cupy
-from gpu_trading_env.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_param_defines
+from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
+from gpu_trading_env.gpu.device import current_stream, load_module, require_cupy
 
 BLOCK = 256
-KERNEL_FILE = "trading_step.cu"
+# trading_env.cuh (device functions of one env step), included by other packages' kernels too.
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+KERNEL_FILE = KERNEL_DIR / "trading_step.cu"
 # Without contraction into FMA, float64 results equal NumPy's bit for bit (see trading_env.cuh).
 KERNEL_OPTIONS = ("--fmad=false",)
 

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.cuda_device import KernelLauncher, current_stream, load_module, require_cupy
-from gpu_trading_env.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
+from gpu_trading_env.gpu.device import KernelLauncher, current_stream, load_module, require_cupy
+from gpu_trading_env.gpu.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
@@ -81,7 +82,7 @@ class SumMinTree:
         """(k0, k1, c1, c2) for the next sample call; advances the call counter."""
         calls = self.sample_calls & _MASK64
         self.sample_calls += 1
-        # The same words as gpu_trading_env.philox.split_u64, in plain ints (no NumPy overhead).
+        # The same words as gpu_trading_env.gpu.philox.split_u64, in plain ints (no NumPy overhead).
         return self.seed & 0xFFFFFFFF, self.seed >> 32, calls & 0xFFFFFFFF, calls >> 32
 
     @staticmethod
@@ -334,6 +335,7 @@ class NumpySumMinTree(SumMinTree):
         return float(self.max_value[0])
 
 
+KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "segment_tree.cu"
 _CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
 _MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
@@ -406,7 +408,7 @@ class CudaSumMinTree(SumMinTree):
             self._status_host[0] = 0
             self._update_seq = 0  # numbers the updates; the kernels echo it with their verdict
             self._inputs_in_flight: tuple[Any, Any] | None = None
-            module = load_module("segment_tree.cu")
+            module = load_module(KERNEL_FILE)
             self._launchers = {
                 f"{base}_{sfx}": KernelLauncher(
                     module.get_function(f"{base}_{sfx}"), sig, self.device

@@ -1,7 +1,7 @@
 """What the NumPy and CUDA backends share: setup from (data, config), buffers, and their contract.
 
-A backend owns the market arrays on its device, the :class:`~gpu_trading_env.state.EnvState`
-and two sets of :class:`~gpu_trading_env.state.StepOutputs` that steps fill in turn (so the
+A backend owns the market arrays on its device, the :class:`~gpu_trading_env.core.state.EnvState`
+and two sets of :class:`~gpu_trading_env.core.state.StepOutputs` that steps fill in turn (so the
 observation returned by step k is not overwritten by step k+1). It knows nothing of Gymnasium;
 :class:`~gpu_trading_env.vector_env.TradingVectorEnv` translates the Gymnasium contract onto it.
 """
@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.config import (
+from gpu_trading_env.core.config import (
     EnvConfig,
     action_table,
     resolve_max_position,
     step_scalars,
 )
-from gpu_trading_env.state import (
+from gpu_trading_env.core.state import (
     EnvState,
     StepOutputs,
     allocate_outputs,

@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backend import Backend, CuriosityWeights, StepParams
-from gpu_trading_env.config import AUTORESET_CODES
-from gpu_trading_env.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
-from gpu_trading_env.state import (
+from gpu_trading_env.backends.base import Backend, CuriosityWeights, StepParams
+from gpu_trading_env.core.config import AUTORESET_CODES
+from gpu_trading_env.core.state import (
     BARRIER_ARMED,
     BARRIER_NONE,
     LABEL_NONE,
@@ -26,6 +25,7 @@ from gpu_trading_env.state import (
     StepOutputs,
     allocate_outputs,
 )
+from gpu_trading_env.gpu.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 
 SAME_STEP, NEXT_STEP, DISABLED = (AUTORESET_CODES[m] for m in AUTORESET_CODES)
 START_CACHE = 64
