@@ -38,8 +38,8 @@ from torch.nn import functional as F
 from agents.curiosity import CuriosityModel
 from agents.policies import DuelingDQNPolicy
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
-from gpu_trading_env.backends.base import N_CATEGORIES
 from gpu_trading_env.core.config import action_table
+from gpu_trading_env.core.constants import N_CATEGORIES
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 

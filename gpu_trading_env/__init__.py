@@ -12,7 +12,7 @@
 from gymnasium.envs.registration import register, registry
 
 from gpu_trading_env.core.config import EnvConfig
-from gpu_trading_env.core.state import COMPONENT_NAMES
+from gpu_trading_env.core.constants import COMPONENT_NAMES
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.env import TradingEnv
 from gpu_trading_env.vector_env import TradingVectorEnv

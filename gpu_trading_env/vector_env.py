@@ -21,7 +21,8 @@ from gymnasium.vector.utils import batch_space
 
 from gpu_trading_env.backends.base import Backend, CuriosityWeights
 from gpu_trading_env.core.config import EnvConfig, config_field_names
-from gpu_trading_env.core.state import COMPONENT_NAMES, StepOutputs
+from gpu_trading_env.core.constants import COMPONENT_NAMES
+from gpu_trading_env.core.state import StepOutputs
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")

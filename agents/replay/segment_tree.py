@@ -339,11 +339,22 @@ KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "segment_tree.cu"
 _CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
 _MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
-_SMEM_KEYS = 4096  # ST_SMEM_KEYS of segment_tree.cu: the largest batch updated in one launch
-_UPDATE_THREADS = 256  # ST_UPDATE_THREADS of segment_tree.cu
+_SMEM_KEYS = 4096  # the largest batch updated in one launch (keys sorted in shared memory)
+_UPDATE_THREADS = 256  # block size (and chunk) of seg_tree_update_*
 _VERDICT_POLLS = 2000  # reads of the verdict word (about 0.1 µs each) before waiting on the stream
-_GROUP = 4  # ST_GROUP of segment_tree.cu: levels between stored levels
+_GROUP = 4  # levels between stored levels
 _WEIGHT_THREADS = 256
+
+
+def tree_kernel_defines() -> tuple[tuple[str, str], ...]:
+    """The tree geometry ``segment_tree.cu`` is compiled with: the one copy of these numbers."""
+    return (
+        ("ST_SMEM_KEYS", str(_SMEM_KEYS)),
+        ("ST_MAX_THREADS", str(max(_CHECK_THREADS, _MAX_CHUNK))),
+        ("ST_GROUP", str(_GROUP)),
+        ("ST_UPDATE_THREADS", str(_UPDATE_THREADS)),
+    )
+
 
 # Kernel parameter codes (see KernelLauncher): p pointer, q int64, i int32, I uint32, d float64.
 _SIGNATURES = {
@@ -408,7 +419,7 @@ class CudaSumMinTree(SumMinTree):
             self._status_host[0] = 0
             self._update_seq = 0  # numbers the updates; the kernels echo it with their verdict
             self._inputs_in_flight: tuple[Any, Any] | None = None
-            module = load_module(KERNEL_FILE)
+            module = load_module(KERNEL_FILE, tree_kernel_defines())
             self._launchers = {
                 f"{base}_{sfx}": KernelLauncher(
                     module.get_function(f"{base}_{sfx}"), sig, self.device

@@ -19,7 +19,7 @@ from torch import nn
 
 from gpu_trading_env.backends.cuda_backend import BLOCK, KERNEL_OPTIONS
 from gpu_trading_env.backends.cuda_backend import KERNEL_DIR as BACKEND_KERNEL_DIR
-from gpu_trading_env.core.config import kernel_param_defines
+from gpu_trading_env.core.config import kernel_defines
 from gpu_trading_env.core.state import STATE_FIELDS
 from gpu_trading_env.gpu.device import load_module
 
@@ -72,9 +72,7 @@ class MonolithicRollout:
                 f"the monolithic kernel supports observations up to {MONO_MAX_OBS} dims and up to "
                 f"{MONO_MAX_ACTIONS} actions; got {self.obs_dim} and {self.n_actions}"
             )
-        module = load_module(
-            KERNEL_FILE, kernel_param_defines(), KERNEL_OPTIONS, (BACKEND_KERNEL_DIR,)
-        )
+        module = load_module(KERNEL_FILE, kernel_defines(), KERNEL_OPTIONS, (BACKEND_KERNEL_DIR,))
         self.kernel = module.get_function("monolithic_rollout")
         self.seed = int(seed)
         self.round = 0

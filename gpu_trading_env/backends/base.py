@@ -19,6 +19,7 @@ from gpu_trading_env.core.config import (
     resolve_max_position,
     step_scalars,
 )
+from gpu_trading_env.core.constants import N_CATEGORIES
 from gpu_trading_env.core.state import (
     EnvState,
     StepOutputs,
@@ -26,8 +27,6 @@ from gpu_trading_env.core.state import (
     allocate_state,
     instrument_bounds,
 )
-
-N_CATEGORIES = 3
 
 
 @dataclass(frozen=True)

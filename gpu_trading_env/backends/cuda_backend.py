@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from gpu_trading_env.backends.base import Backend, CuriosityWeights
-from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_param_defines
+from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
+from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
 from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
 from gpu_trading_env.gpu.device import current_stream, load_module, require_cupy
 
-BLOCK = 256
 # trading_env.cuh (device functions of one env step), included by other packages' kernels too.
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 KERNEL_FILE = KERNEL_DIR / "trading_step.cu"
@@ -37,9 +37,9 @@ class CudaBackend(Backend):
         self, data: Any, config: Any, num_envs: int, device_index: int | None = None
     ) -> None:
         cp = require_cupy("device='cuda'")
-        if config.curiosity_hidden > 256:  # the kernel's per-thread hidden array
+        if config.curiosity_hidden > CURIOSITY_MAX_HIDDEN:  # the kernel's per-thread hidden array
             raise ValueError(
-                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most 256"
+                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most {CURIOSITY_MAX_HIDDEN}"
             )
         self.xp = cp
         self.device_index = (
@@ -62,13 +62,13 @@ class CudaBackend(Backend):
             )
             d, h = config.curiosity_state_dims, config.curiosity_hidden
             self._cur = CuriosityWeights(
-                cp.zeros((h, d + 3), cp.float32),
+                cp.zeros((h, d + N_CATEGORIES), cp.float32),
                 cp.zeros(h, cp.float32),
                 cp.zeros((d, h), cp.float32),
                 cp.zeros(d, cp.float32),
             )
             self._error = cp.zeros(3, dtype=cp.int64)
-            module = load_module(KERNEL_FILE, kernel_param_defines(), KERNEL_OPTIONS)
+            module = load_module(KERNEL_FILE, kernel_defines(), KERNEL_OPTIONS)
             self._k_step = module.get_function("trading_step")
             self._k_reset = module.get_function("trading_reset")
             self._k_observe = module.get_function("trading_observe")

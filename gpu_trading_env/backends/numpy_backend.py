@@ -12,22 +12,28 @@ from typing import Any
 import numpy as np
 
 from gpu_trading_env.backends.base import Backend, CuriosityWeights, StepParams
-from gpu_trading_env.core.config import AUTORESET_CODES
-from gpu_trading_env.core.state import (
+from gpu_trading_env.core.constants import (
     BARRIER_ARMED,
     BARRIER_NONE,
     LABEL_NONE,
-    OUTPUT_FIELDS,
+    LEAKY_RELU_SLOPE,
+    MODE_DISABLED,
+    MODE_NEXT_STEP,
+    MODE_SAME_STEP,
+    N_CATEGORIES,
     RUNNING,
     WAIT_TERMINATED,
     WAIT_TRUNCATED,
+)
+from gpu_trading_env.core.state import (
+    OUTPUT_FIELDS,
     EnvState,
     StepOutputs,
     allocate_outputs,
 )
 from gpu_trading_env.gpu.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 
-SAME_STEP, NEXT_STEP, DISABLED = (AUTORESET_CODES[m] for m in AUTORESET_CODES)
+SAME_STEP, NEXT_STEP, DISABLED = MODE_SAME_STEP, MODE_NEXT_STEP, MODE_DISABLED
 START_CACHE = 64
 ENTROPY_TABLE_MAX_WINDOW = 512
 PENALTY_TABLE_MAX_WINDOW = 128
@@ -83,11 +89,11 @@ def curiosity_bonus(
     """ICM forward-model bonus, float32 [n]: min(MSE(f(s[:D], onehot), s'[:D]), cap) * scale."""
     d = p.curiosity_state_dims
     n = obs0.shape[0]
-    x = np.zeros((n, d + 3), dtype=np.float32)
+    x = np.zeros((n, d + N_CATEGORIES), dtype=np.float32)
     x[:, :d] = obs0[:, :d]
     x[np.arange(n), d + category] = 1.0
     h = x @ w.w1.T + w.b1
-    h = np.where(h > 0, h, np.float32(0.01) * h)
+    h = np.where(h > 0, h, np.float32(LEAKY_RELU_SLOPE) * h)
     pred = h @ w.w2.T + w.b2
     err = pred - obs1[:, :d]
     mse = np.mean(err * err, axis=1, dtype=np.float32)
