@@ -37,6 +37,7 @@ from torch.nn import functional as F
 
 from agents.curiosity import CuriosityModel
 from agents.policies import DuelingDQNPolicy
+from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
 from gpu_trading_env.core.config import action_table
 from gpu_trading_env.core.constants import N_CATEGORIES
@@ -239,6 +240,8 @@ class GpuDQN(DQN):
             # A wrapper between SB3 and the adapter (VecNormalize, ...) would be bypassed.
             and isinstance(env, SB3VecEnv)
             and env.venv is te
+            # The rollouts store device tensors: the buffer must take them (add_tensors).
+            and isinstance(self.replay_buffer, DeviceReplayBuffer)
         )
 
     # ------------------------------------------------------------------ setup
@@ -421,7 +424,8 @@ class GpuDQN(DQN):
         self._update_learning_rate(self.policy.optimizer)
         buffer = self.replay_buffer
         assert buffer is not None
-        if hasattr(buffer, "set_progress"):
+        device_buffer = isinstance(buffer, DeviceReplayBuffer)
+        if device_buffer:
             buffer.set_progress(min(1.0, max(0.0, float(self._current_progress_remaining))))
 
         losses: list[th.Tensor] = []
@@ -446,7 +450,7 @@ class GpuDQN(DQN):
 
             td = (q.detach() - target).abs().reshape(-1)
             indices = getattr(data, "indices", None)
-            if indices is not None and hasattr(buffer, "update_priorities"):
+            if indices is not None and device_buffer:
                 buffer.update_priorities(indices, td)
             losses.append(loss.detach())
             td_means.append(td.mean())

@@ -107,7 +107,7 @@ class TradingEnv(gym.Env):
         (price over position shading, portfolio value); None otherwise."""
         if self.render_mode != "rgb_array":
             return None
-        from gpu_trading_env.reports.render import render_episode
+        from gpu_trading_env.render import render_episode
 
         prices, values, positions = (
             (np.array(c) for c in zip(*self._history, strict=True))

@@ -163,15 +163,14 @@ class TradingVectorEnv(VectorEnv):
             super().reset(seed=int(seeds[0] & np.uint64(2**63 - 1)) if seed is not None else None)
             self.backend.seed(seeds, mask)
             self._seeded = True
-        self._check_deferred_errors()
+        self.backend.check_errors()
         obs = self.backend.reset(self.backend.xp.asarray(mask), self.backend.xp.asarray(start))
         assert obs.shape[0] == n
         return self._to_array(obs), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Advance every env by one bar. ``actions``: N ints (NumPy, torch or CuPy)."""
-        prepare = getattr(self.backend, "prepare_actions", None)
-        acts = prepare(actions) if prepare is not None else self._cpu_actions(actions)
+        acts = self.backend.prepare_actions(actions)
         out = self.backend.step(acts)
         views = self._output_views(out)
         info = self._infos.get(id(out))
@@ -224,37 +223,6 @@ class TradingVectorEnv(VectorEnv):
         return self._to_array(self.backend.observe())
 
     # ------------------------------------------------------------------ helpers
-    def _cpu_actions(self, actions: Any) -> np.ndarray:
-        a = actions
-        if hasattr(a, "detach"):
-            a = a.detach().cpu().numpy()
-        a = np.asarray(a)
-        if a.shape != (self.num_envs,):
-            a = a.reshape(-1) if a.size == self.num_envs else a
-        if a.shape != (self.num_envs,):
-            raise ValueError(
-                f"actions of shape {np.shape(actions)} are invalid: allowed is ({self.num_envs},)"
-            )
-        if a.dtype.kind not in "iu":
-            if a.dtype.kind == "f" and np.all(np.equal(np.mod(a, 1), 0)):
-                a = a.astype(np.int64)
-            else:
-                raise ValueError(
-                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
-                )
-        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
-            bad = (a < 0) | (a >= self.config.n_actions)
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"actions[{i}] = {int(a[i])} is invalid: allowed is 0..{self.config.n_actions - 1}"
-            )
-        return a.astype(np.int64, copy=False)
-
-    def _check_deferred_errors(self) -> None:
-        check = getattr(self.backend, "check_errors", None)
-        if check is not None:
-            check()
-
     def _host(self, arr: Any) -> np.ndarray:
         return arr.get() if hasattr(arr, "get") else np.asarray(arr)
 

@@ -17,11 +17,7 @@ import numpy as np
 import torch as th
 from torch import nn
 
-from gpu_trading_env.backends.cuda_backend import BLOCK, KERNEL_OPTIONS
-from gpu_trading_env.backends.cuda_backend import KERNEL_DIR as BACKEND_KERNEL_DIR
-from gpu_trading_env.core.config import kernel_defines
-from gpu_trading_env.core.state import STATE_FIELDS
-from gpu_trading_env.gpu.device import load_module
+from gpu_trading_env.core.constants import BLOCK
 
 KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "monolithic_rollout.cu"
 MONO_LAYERS = (256, 256, 128, 128)  # trunk 1, trunk 2, value hidden, advantage hidden
@@ -72,7 +68,7 @@ class MonolithicRollout:
                 f"the monolithic kernel supports observations up to {MONO_MAX_OBS} dims and up to "
                 f"{MONO_MAX_ACTIONS} actions; got {self.obs_dim} and {self.n_actions}"
             )
-        module = load_module(KERNEL_FILE, kernel_defines(), KERNEL_OPTIONS, (BACKEND_KERNEL_DIR,))
+        module = self.backend.compile_module(KERNEL_FILE)
         self.kernel = module.get_function("monolithic_rollout")
         self.seed = int(seed)
         self.round = 0
@@ -95,13 +91,9 @@ class MonolithicRollout:
         }
         online = flat_dueling_weights(self.model.q_net, d, self.n_actions).to(dev)
         target = flat_dueling_weights(self.model.q_net_target, d, self.n_actions).to(dev)
-        state = tuple(getattr(b.state, f) for f in STATE_FIELDS)
-        with b._device, b.stream():
+        with b.device_scope(), b.stream():
             args = (
-                *state,
-                *b._market_args(),
-                *b._param_args(),
-                *b._curiosity_args(),
+                *b.kernel_args().all(),
                 cp.from_dlpack(online),
                 cp.from_dlpack(target),
                 np.float32(epsilon),

@@ -117,9 +117,23 @@ class Backend:
         """
         raise NotImplementedError
 
-    def step(self, actions: Any) -> StepOutputs:
-        """One vector step for int64 actions [N] (validated by the caller)."""
+    def prepare_actions(self, actions: Any) -> Any:
+        """Actions (NumPy, torch or CuPy, N integers) as the int64 [N] array :meth:`step` takes.
+
+        Raises ValueError naming the shape, dtype or first bad value; a backend that checks
+        values on its device instead reports them through :meth:`check_errors`.
+        """
         raise NotImplementedError
+
+    def step(self, actions: Any) -> StepOutputs:
+        """One vector step for int64 actions [N] from :meth:`prepare_actions`."""
+        raise NotImplementedError
+
+    def check_errors(self) -> None:
+        """Raise ValueError for an invalid action the backend recorded but has not raised yet.
+
+        The NumPy backend raises in :meth:`prepare_actions`, so it has nothing deferred.
+        """
 
     def observe(self) -> Any:
         """The current observation of every env, float32 [N, obs_dim]."""

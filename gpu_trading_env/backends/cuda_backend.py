@@ -9,6 +9,7 @@ on :meth:`check_errors`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,25 @@ KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 KERNEL_FILE = KERNEL_DIR / "trading_step.cu"
 # Without contraction into FMA, float64 results equal NumPy's bit for bit (see trading_env.cuh).
 KERNEL_OPTIONS = ("--fmad=false",)
+
+
+@dataclass(frozen=True)
+class KernelArgs:
+    """The argument groups of the env kernels, in the order ``trading_env.cuh`` declares them.
+
+    Other kernels that step the env in place (``#include "trading_env.cuh"``) pass these groups
+    in this order: ``ENV_STATE_ARGS`` (``state``), ``MARKET_ARGS`` (``market``), ``PARAM_ARGS``
+    (``params``) and ``CURIOSITY_ARGS`` (``curiosity``). The arrays are the backend's own, so
+    a kernel that writes the state advances the env.
+    """
+
+    state: tuple[Any, ...]
+    market: tuple[Any, ...]
+    params: tuple[Any, ...]
+    curiosity: tuple[Any, ...]
+
+    def all(self) -> tuple[Any, ...]:
+        return (*self.state, *self.market, *self.params, *self.curiosity)
 
 
 class CudaBackend(Backend):
@@ -90,6 +110,26 @@ class CudaBackend(Backend):
     def _curiosity_args(self) -> tuple[Any, ...]:
         c = self._cur
         return (c.w1, c.b1, c.w2, c.b2, np.int32(self.curiosity is not None))
+
+    def kernel_args(self) -> KernelArgs:
+        """The env's device arrays and scalars as kernel arguments (see :class:`KernelArgs`)."""
+        return KernelArgs(
+            self._state_args(), self._market_args(), self._param_args(), self._curiosity_args()
+        )
+
+    def device_scope(self) -> Any:
+        """Context manager that makes this backend's GPU the current CuPy device."""
+        return self._device
+
+    def compile_module(self, source: Path) -> Any:
+        """Compile a kernel file that includes ``trading_env.cuh`` as this backend's kernels are:
+        same generated #defines, same options (no FMA contraction), same include folders."""
+        return load_module(Path(source), kernel_defines(), KERNEL_OPTIONS, (KERNEL_DIR,))
+
+    def restart_error_countdown(self) -> None:
+        """Count ``error_check_interval`` steps from now before the next host read of the error
+        word (a CUDA graph capture of a step must not contain that read)."""
+        self._steps_since_check = 0
 
     def stream(self) -> Any:
         """The CuPy view of torch's current stream on this device (see ``current_stream``)."""

@@ -202,6 +202,33 @@ class NumpyBackend(Backend):
             )
         super().set_curiosity_weights(weights)
 
+    def prepare_actions(self, actions: Any) -> np.ndarray:
+        """Actions as an int64 [N] NumPy array; raises ValueError naming the first bad one."""
+        a = actions
+        if hasattr(a, "detach"):
+            a = a.detach().cpu().numpy()
+        a = np.asarray(a)
+        if a.shape != (self.num_envs,):
+            a = a.reshape(-1) if a.size == self.num_envs else a
+        if a.shape != (self.num_envs,):
+            raise ValueError(
+                f"actions of shape {np.shape(actions)} are invalid: allowed is ({self.num_envs},)"
+            )
+        if a.dtype.kind not in "iu":
+            if a.dtype.kind == "f" and np.all(np.equal(np.mod(a, 1), 0)):
+                a = a.astype(np.int64)
+            else:
+                raise ValueError(
+                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
+                )
+        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
+            bad = (a < 0) | (a >= self.config.n_actions)
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"actions[{i}] = {int(a[i])} is invalid: allowed is 0..{self.config.n_actions - 1}"
+            )
+        return a.astype(np.int64, copy=False)
+
     def step(self, actions: np.ndarray) -> StepOutputs:
         s, p, out = self.state, self.params, self._next_outputs()
         mode = p.autoreset_mode
