@@ -1,8 +1,10 @@
-"""The NumPy reference backend: the executable form of ``docs/ENV_SPEC.md``.
+"""The NumPy backend: the env step tuned for the CPU, bit-identical to the reference step.
 
-Every formula of a step is written once here, vectorised over envs. The CUDA kernel
-(``kernels/trading_step.cu``) performs the same float64 operations in the same order, compiled
-without fused multiply-add, so both backends hold bit-identical positions and cash.
+:func:`gpu_trading_env.core.reference_step.step` states the semantics plainly; this backend
+computes the same float64 operations in the same order, with in-place updates, lookup tables
+for the diversity entropy and a cache of start-bar draws (``tests/test_reference_step.py``
+holds the two bit-identical). The CUDA kernel (``kernels/trading_step.cu``) matches it too,
+compiled without fused multiply-add, so all three hold bit-identical positions and cash.
 """
 
 from __future__ import annotations
@@ -16,88 +18,25 @@ from gpu_trading_env.core.constants import (
     BARRIER_ARMED,
     BARRIER_NONE,
     LABEL_NONE,
-    LEAKY_RELU_SLOPE,
     MODE_DISABLED,
     MODE_NEXT_STEP,
     MODE_SAME_STEP,
-    N_CATEGORIES,
     RUNNING,
     WAIT_TERMINATED,
     WAIT_TRUNCATED,
 )
+from gpu_trading_env.core.reference_step import curiosity_bonus, draw_start_bars, observation
 from gpu_trading_env.core.state import (
     OUTPUT_FIELDS,
     EnvState,
     StepOutputs,
     allocate_outputs,
 )
-from gpu_trading_env.gpu.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 
 SAME_STEP, NEXT_STEP, DISABLED = MODE_SAME_STEP, MODE_NEXT_STEP, MODE_DISABLED
 START_CACHE = 64
 ENTROPY_TABLE_MAX_WINDOW = 512
 PENALTY_TABLE_MAX_WINDOW = 128
-
-
-def draw_start_bars(
-    seed: np.ndarray, env_id: np.ndarray, counter: np.ndarray, lo: np.ndarray, n_starts: np.ndarray
-) -> np.ndarray:
-    """Start bar of an episode: ``lo + uniform_index(philox(counter, env, STREAM).x0, n_starts)``.
-
-    Keyed by the env's seed; the counter is the number of draws the env has taken, so the k-th
-    episode of env i starts at the same bar on every backend and in every run.
-    """
-    k0, k1 = split_u64(seed)
-    c0, c1 = split_u64(counter)
-    x0, _, _, _ = philox4x32(c0, c1, env_id.astype(np.uint32), STREAM_START_BAR, k0, k1)
-    return lo + uniform_index(x0, n_starts)
-
-
-def observation(
-    padded_features: np.ndarray,
-    close: np.ndarray,
-    p: StepParams,
-    bar: np.ndarray,
-    cash: np.ndarray,
-    position: np.ndarray,
-    out: np.ndarray,
-    px: np.ndarray | None = None,
-    value: np.ndarray | None = None,
-) -> np.ndarray:
-    """Observation rows into ``out`` float32 [n, F+3]: features of ``bar``, then
-    value / initial capital, position / (initial capital / close), spread.
-
-    ``padded_features`` is [T, F+3]: the features, two spare columns and the spread, so whole
-    rows are gathered into ``out`` in one contiguous take. Callers that already hold
-    ``px = close[bar]`` and ``value = cash + position * px`` pass them (same bits, fewer ops).
-    """
-    n_f = padded_features.shape[1] - 3
-    np.take(padded_features, bar, axis=0, out=out, mode="clip")
-    if px is None:
-        px = close.take(bar)
-    if value is None:
-        value = cash + position * px
-    c0 = p.initial_capital
-    out[:, n_f] = value / c0
-    out[:, n_f + 1] = position / (c0 / px)
-    return out
-
-
-def curiosity_bonus(
-    w: CuriosityWeights, obs0: np.ndarray, obs1: np.ndarray, category: np.ndarray, p: StepParams
-) -> np.ndarray:
-    """ICM forward-model bonus, float32 [n]: min(MSE(f(s[:D], onehot), s'[:D]), cap) * scale."""
-    d = p.curiosity_state_dims
-    n = obs0.shape[0]
-    x = np.zeros((n, d + N_CATEGORIES), dtype=np.float32)
-    x[:, :d] = obs0[:, :d]
-    x[np.arange(n), d + category] = 1.0
-    h = x @ w.w1.T + w.b1
-    h = np.where(h > 0, h, np.float32(LEAKY_RELU_SLOPE) * h)
-    pred = h @ w.w2.T + w.b2
-    err = pred - obs1[:, :d]
-    mse = np.mean(err * err, axis=1, dtype=np.float32)
-    return np.minimum(mse, np.float32(p.curiosity_max_reward)) * np.float32(p.curiosity_scale)
 
 
 class NumpyBackend(Backend):
