@@ -22,7 +22,7 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
-from agents.replay.segment_tree import CudaSumMinTree, NumpySumMinTree, SumMinTree
+from agents.replay.segment_tree import SumMinTree, make_tree
 from gpu_trading_env.gpu.device import require_cupy
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples", "BetaAnnealingCallback"]
@@ -161,9 +161,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if self.device.type == "cuda":
             require_cupy("PrioritizedReplayBuffer on a CUDA device")
             index = self.device.index if self.device.index is not None else th.cuda.current_device()
-            return CudaSumMinTree(capacity, seed=seed, device=index)
+            return make_tree("cuda", capacity, seed=seed, device=index)
         if self.device.type == "cpu":
-            return NumpySumMinTree(capacity, seed=seed)
+            return make_tree("numpy", capacity, seed=seed)
         raise ValueError(f"device must be a CPU or CUDA device, got {self.device}")
 
     # -- beta ---------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import numpy as np
 from gpu_trading_env.backends.base import Backend, CuriosityWeights, StepParams
 from gpu_trading_env.core.constants import (
     BARRIER_ARMED,
-    BARRIER_NONE,
     LABEL_NONE,
     MODE_DISABLED,
     MODE_NEXT_STEP,
@@ -25,7 +24,12 @@ from gpu_trading_env.core.constants import (
     WAIT_TERMINATED,
     WAIT_TRUNCATED,
 )
-from gpu_trading_env.core.reference_step import curiosity_bonus, draw_start_bars, observation
+from gpu_trading_env.core.reference_step import (
+    curiosity_bonus,
+    draw_start_bars,
+    observation,
+    reset_rows,
+)
 from gpu_trading_env.core.state import (
     OUTPUT_FIELDS,
     EnvState,
@@ -238,21 +242,7 @@ class NumpyBackend(Backend):
     # ---------------------------------------------------------------- internals
     def _reset_rows(self, idx: np.ndarray, start: np.ndarray | None = None) -> None:
         """Start new episodes for envs ``idx`` at global bars ``start`` (None: drawn)."""
-        s, p = self.state, self.params
-        s.bar[idx] = self._draw_starts(idx) if start is None else start
-        s.step_in_episode[idx] = 0
-        s.cash[idx] = p.initial_capital
-        s.position[idx] = 0.0
-        s.costs[idx] = 0.0
-        s.entry_price[idx] = 0.0
-        s.entry_bar[idx] = 0
-        s.barrier_status[idx] = BARRIER_NONE
-        s.div_cursor[idx] = 0
-        s.div_count[idx] = 0
-        for hist in s.div_hist:  # a 1-D scatter per category row beats one [:, idx] scatter
-            hist[idx] = 0
-        s.done_flag[idx] = RUNNING
-        s.episode_return[idx] = 0.0
+        reset_rows(self.state, self.params, idx, self._draw_starts(idx) if start is None else start)
 
     def _transition(
         self, s: EnvState, a: np.ndarray, out: StepOutputs, rows: np.ndarray | None = None

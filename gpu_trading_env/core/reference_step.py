@@ -116,11 +116,9 @@ def _observe(market: Market, p: Any, s: EnvState, rows: np.ndarray) -> np.ndarra
     )
 
 
-def _reset(s: EnvState, p: Any, rows: np.ndarray) -> None:
-    """New episodes for ``rows`` of ``s`` (in place), at drawn start bars (ENV_SPEC "Reset")."""
-    n_starts = s.hi[rows] - s.lo[rows] - p.episode_length
-    s.bar[rows] = draw_start_bars(s.seed[rows], rows, s.episode_count[rows], s.lo[rows], n_starts)
-    s.episode_count[rows] += np.uint64(1)
+def reset_rows(s: EnvState, p: Any, rows: np.ndarray, start: np.ndarray) -> None:
+    """New episodes for ``rows`` of ``s`` (in place) at global bars ``start`` (ENV_SPEC "Reset")."""
+    s.bar[rows] = start
     s.step_in_episode[rows] = 0
     s.cash[rows] = p.initial_capital
     s.position[rows] = 0.0
@@ -130,9 +128,18 @@ def _reset(s: EnvState, p: Any, rows: np.ndarray) -> None:
     s.barrier_status[rows] = BARRIER_NONE
     s.div_cursor[rows] = 0
     s.div_count[rows] = 0
-    s.div_hist[:, rows] = 0
+    for hist in s.div_hist:  # a 1-D scatter per category row beats one [:, rows] scatter
+        hist[rows] = 0
     s.done_flag[rows] = RUNNING
     s.episode_return[rows] = 0.0
+
+
+def _reset(s: EnvState, p: Any, rows: np.ndarray) -> None:
+    """New episodes for ``rows``, at start bars drawn from each env's Philox stream."""
+    n_starts = s.hi[rows] - s.lo[rows] - p.episode_length
+    start = draw_start_bars(s.seed[rows], rows, s.episode_count[rows], s.lo[rows], n_starts)
+    s.episode_count[rows] += np.uint64(1)
+    reset_rows(s, p, rows, start)
 
 
 def _trade(p: Any, target, rate, fill, cash, pos, reserve):
