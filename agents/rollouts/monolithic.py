@@ -3,7 +3,7 @@
 One launch runs ``steps`` env steps for every env, each thread doing scalar dueling Q forward
 passes (online net to act, target net for a TD-error estimate) in local memory. It is slower
 than :class:`~agents.rollouts.fused.FusedRollout` at every size we measured (see
-docs/PERFORMANCE.md) and is kept as a selectable path (``GpuDQN(rollout="monolithic")``) and as
+docs/PERFORMANCE.md) and is kept as a selectable path (``GpuDQN(rollout_kernel="monolithic")``) and as
 the benchmark baseline. Only the default dueling architecture (256-256 trunk, 128 heads) fits
 its fixed-size local arrays.
 """
