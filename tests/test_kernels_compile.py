@@ -16,7 +16,7 @@ import pytest
 
 from agents.replay.segment_tree import tree_kernel_defines
 from gpu_trading_env.core.config import kernel_defines
-from gpu_trading_env.gpu.device import INCLUDE_DIR
+from gpu_trading_env.gpu.device import F64, I32, I64, INCLUDE_DIR, PTR, U32
 
 NVCC = shutil.which("nvcc")
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +78,25 @@ def test_compiles_with_nvcc(source: Path, tmp_path: Path):
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+
+
+def c_kernel_params(source: str, kernel: str) -> list[tuple[str, str]]:
+    """``(name, type)`` of a kernel's parameters in a .cu source (types as KernelLauncher's)."""
+    match = re.search(rf"\b{kernel}(?:_##SUFFIX|_f64)?\s*\((.*?)\)\s*\{{", source, flags=re.S)
+    assert match, f"kernel {kernel} not found"
+    scalar = {"long long": I64, "int": I32, "unsigned int": U32, "double": F64}
+    params = []
+    for decl in match.group(1).replace("\\", " ").split(","):
+        words = decl.replace("*", " * ").split()
+        name = words[-1]
+        ctype = " ".join(w for w in words[:-1] if w not in ("const", "__restrict__"))
+        params.append((name, PTR if "*" in ctype else scalar[ctype]))
+    return params
+
+
+def test_tree_launch_parameters_match_the_kernel_source():
+    from agents.replay.segment_tree import KERNEL_FILE, TREE_KERNEL_PARAMS
+
+    source = KERNEL_FILE.read_text()
+    for kernel, declared in TREE_KERNEL_PARAMS.items():
+        assert list(declared) == c_kernel_params(source, kernel), kernel

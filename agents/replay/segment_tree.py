@@ -48,7 +48,18 @@ import numpy as np
 
 from agents.replay.numpy_tree import NumpySumMinTree
 from agents.replay.sum_min_tree import SumMinTree, next_pow2
-from gpu_trading_env.gpu.device import KernelLauncher, current_stream, load_module, require_cupy
+from gpu_trading_env.gpu.device import (
+    F64,
+    I32,
+    I64,
+    PTR,
+    U32,
+    KernelLauncher,
+    KernelParams,
+    current_stream,
+    load_module,
+    require_cupy,
+)
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
@@ -74,12 +85,70 @@ def tree_kernel_defines() -> tuple[tuple[str, str], ...]:
     )
 
 
-# Kernel parameter codes (see KernelLauncher): p pointer, q int64, i int32, I uint32, d float64.
-_SIGNATURES = {
-    "seg_tree_check": "ppqiddqpppIppp",
-    "seg_tree_levels": "ppppqqqiiddqppppp",
-    "seg_tree_sample": "ppqiqIIIIdpp",
-    "seg_tree_update": "ppppqqiiddiqpppIp",
+# The kernels' parameters, named and typed as in segment_tree.cu (tests/test_kernels_compile.py
+# compares them with the source). "in" and the weights are float or double per variant.
+_TREE = (("sum", PTR), ("mn", PTR))
+_INPUT = (("idx", PTR), ("in", PTR), ("n", I64))
+TREE_KERNEL_PARAMS: dict[str, KernelParams] = {
+    "seg_tree_check": (
+        *_INPUT,
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("n_valid", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("status_host", PTR),
+        ("seq", U32),
+        ("flags", PTR),
+        ("keys", PTR),
+        ("scratch", PTR),
+    ),
+    "seg_tree_levels": (
+        *_TREE,
+        *_INPUT,
+        ("capacity", I64),
+        ("pow2", I64),
+        ("levels", I32),
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("range_start", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("flags", PTR),
+        ("keys", PTR),
+        ("ticket", PTR),
+    ),
+    "seg_tree_sample": (
+        *_TREE,
+        ("pow2", I64),
+        ("levels", I32),
+        ("batch", I64),
+        ("k0", U32),
+        ("k1", U32),
+        ("c1", U32),
+        ("c2", U32),
+        ("beta", F64),
+        ("out_idx", PTR),
+        ("out_w", PTR),
+    ),
+    "seg_tree_update": (
+        *_TREE,
+        *_INPUT,
+        ("pow2", I64),
+        ("levels", I32),
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("may_overflow", I32),
+        ("n_valid", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("status_host", PTR),
+        ("seq", U32),
+        ("ticket", PTR),
+    ),
 }
 
 
@@ -142,7 +211,7 @@ class CudaSumMinTree(SumMinTree):
                 f"{base}_{sfx}": KernelLauncher(
                     module.get_function(f"{base}_{sfx}"), sig, self.device
                 )
-                for base, sig in _SIGNATURES.items()
+                for base, sig in TREE_KERNEL_PARAMS.items()
                 for sfx in ("f32", "f64")
             }
             self._k_weights = module.get_function("seg_tree_weights")

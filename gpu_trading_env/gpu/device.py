@@ -127,9 +127,15 @@ def current_stream(device_index: int) -> tuple[Any, int]:
     return stream, handle
 
 
-# Kernel argument codes of KernelLauncher and their 8-byte slots (little-endian, zero padded).
-_ARG_FORMATS = {"p": "Q", "q": "q", "i": "i4x", "I": "I4x", "d": "d"}
+# Kernel parameter types of KernelLauncher: the C type they stand for, and the 8-byte slot each
+# is packed into (little-endian, zero padded).
+PTR, I64, I32, U32, F64 = "ptr", "i64", "i32", "u32", "f64"
+C_TYPES = {PTR: "T*", I64: "long long", I32: "int", U32: "unsigned int", F64: "double"}
+_ARG_FORMATS = {PTR: "Q", I64: "q", I32: "i4x", U32: "I4x", F64: "d"}
 _CUDA_ERROR_INVALID_CONTEXT = 201
+
+KernelParams = tuple[tuple[str, str], ...]
+"""A kernel's parameters in order, as ``(name, type)`` with type one of PTR, I64, I32, U32, F64."""
 
 
 class KernelLauncher:
@@ -142,18 +148,21 @@ class KernelLauncher:
     refilled at once).
 
     :param kernel: a ``cupy.RawKernel`` (for instance from ``RawModule.get_function``).
-    :param signature: one code per kernel parameter: ``p`` pointer (pass an int address),
-        ``q`` int64, ``i`` int32, ``I`` uint32, ``d`` float64.
+    :param params: the kernel's parameters in order, ``(name, type)`` pairs (see
+        :data:`KernelParams`); a pointer is passed as an int address. Calls pass the values
+        positionally in this order (no per-call name lookup on the hot path).
     :param device_index: the device the kernel's module belongs to.
     """
 
-    def __init__(self, kernel: Any, signature: str, device_index: int) -> None:
+    def __init__(self, kernel: Any, params: KernelParams, device_index: int) -> None:
         import ctypes
         import struct
 
-        unknown = set(signature) - set(_ARG_FORMATS)
+        unknown = {t for _, t in params} - set(_ARG_FORMATS)
         if unknown:
-            raise ValueError(f"signature codes must be in {sorted(_ARG_FORMATS)}, got {unknown}")
+            raise ValueError(f"parameter types must be in {sorted(_ARG_FORMATS)}, got {unknown}")
+        self.params = tuple(params)
+        signature = [t for _, t in params]
         cp = require_cupy("launching a kernel")
         self._launch = cp.cuda.driver.launchKernel
         self._function = int(kernel.kernel.ptr)
@@ -167,7 +176,8 @@ class KernelLauncher:
         self._params_ptr = ctypes.addressof(self._params)
 
     def __call__(self, grid: int, block: int, stream: int, *args: Any) -> None:
-        """Launch ``grid`` blocks of ``block`` threads on the stream handle ``stream``."""
+        """Launch ``grid`` blocks of ``block`` threads on the stream handle ``stream``; ``args``
+        are the values of :attr:`params`, in order."""
         self._struct.pack_into(self._buffer, 0, *args)
         try:
             self._launch(self._function, grid, 1, 1, block, 1, 1, 0, stream, self._params_ptr, 0)
