@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.base import Backend, CuriosityWeights, StepParams
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
 from gpu_trading_env.core.constants import (
-    BARRIER_ARMED,
     LABEL_NONE,
     MODE_DISABLED,
     MODE_NEXT_STEP,
@@ -203,11 +203,11 @@ class NumpyBackend(Backend):
                 self._reset_rows(waiting.nonzero()[0])
             active = (~waiting).nonzero()[0]
             if active.size:
-                sub = _take_rows(s, active)
+                sub = take_rows(s, active)
                 # obs_dim 0: the observations of all envs are gathered below.
                 sub_out = allocate_outputs(np, active.size, 0)
                 self._transition(sub, actions[active], sub_out, rows=active)
-                _put_rows(s, active, sub)
+                put_rows(s, active, sub)
                 for name in OUTPUT_FIELDS:
                     if name not in ("obs", "final_obs"):
                         getattr(out, name)[active] = getattr(sub_out, name)
@@ -249,7 +249,7 @@ class NumpyBackend(Backend):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Advance the envs of ``s`` by one bar and fill every field of ``out`` (the same rows)
         except ``obs`` and ``final_obs``, which the caller gathers after any reset. ``rows``:
-        the global env ids of a state from ``_take_rows`` (None: ``s`` holds every env).
+        the global env ids of a state from ``take_rows`` (None: ``s`` holds every env).
 
         Returns new arrays ``close[t+1]`` and the value after the step, the observation's inputs.
         State fields are updated in place once nothing reads their old values, and arrays are
@@ -291,7 +291,7 @@ class NumpyBackend(Backend):
         # can tell from the scalar 0.0.
         reserve = p.reserve_frac * value_pre if p.reserve_frac > 0.0 else 0.0
         del value_pre
-        cash1, pos1, cost, reversal = _trade(
+        cash1, pos1, cost, reversal = trade(
             p, self._target.take(a), p.cost_rate.take(a), fill, cash0, pos0, reserve
         )
         del reserve
@@ -304,7 +304,7 @@ class NumpyBackend(Backend):
         del cash0, pos0, cash1, cost  # cash0 and pos0 are views of the updated state
 
         # --- triple barrier (ENV_SPEC "Triple barrier")
-        closing_sign, label, closing = _barrier(p, s, t, fill, pos1, opened)
+        closing_sign, label, closing = check_barriers(p, s, t, fill, pos1, opened)
         del opened
 
         # --- action diversity (ENV_SPEC "Diversity")
@@ -369,7 +369,7 @@ class NumpyBackend(Backend):
     def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
 
-        ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``_take_rows``
+        ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``take_rows``
         leaves whole (None: ``s`` holds every env).
         """
         p = self.params
@@ -421,110 +421,3 @@ class NumpyBackend(Backend):
         diversity = np.zeros(n)  # a scatter: np.where costs several times more inside a step
         diversity[penalised.nonzero()[0]] = -p.diversity_penalty
         return diversity
-
-
-def _trade(
-    p: StepParams,
-    target: np.ndarray,
-    rate: np.ndarray,
-    fill: np.ndarray,
-    cash: np.ndarray,
-    pos: np.ndarray,
-    reserve: np.ndarray | float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Cash, position and cost after trading towards ``target`` (ENV_SPEC "Trade"), and
-    where the trade was a reversal."""
-    delta = target - pos
-    if p.reserve_frac > 0.0:
-        capped = (delta > 0.0) & (cash - delta * fill < reserve)
-        affordable = np.floor(np.maximum(cash - reserve, 0.0) / fill)
-        delta = np.where(capped, np.minimum(delta, affordable), delta)
-    cost = np.abs(delta) * fill * rate
-    cash1 = cash - delta * fill - cost
-    pos1 = pos + delta
-    del delta
-    reversal = ((pos > 0.0) & (target < 0.0)) | ((pos < 0.0) & (target > 0.0))
-    r = reversal.nonzero()[0]
-    if r.size:
-        # Reversals, on their rows only (elementwise, so the same bits as on all rows).
-        fill_r, rate_r, pos_r, target_r = fill[r], rate[r], pos[r], target[r]
-        reserve_r = reserve[r] if p.reserve_frac > 0.0 else 0.0
-        close_cost = np.abs(pos_r) * fill_r * rate_r
-        cash_c = cash[r] + pos_r * fill_r - close_cost
-        units = np.minimum(
-            np.floor(np.maximum(cash_c - reserve_r, 0.0) / (fill_r * (1.0 + rate_r))),
-            np.abs(target_r),
-        )
-        new_pos = np.copysign(units, target_r)  # target != 0 on a reversal
-        open_cost = units * fill_r * rate_r
-        cash1[r] = cash_c - new_pos * fill_r - open_cost
-        pos1[r] = new_pos
-        cost[r] = close_cost + open_cost
-    return cash1, pos1, cost, reversal
-
-
-def _barrier(
-    p: StepParams,
-    s: EnvState,
-    t: np.ndarray,
-    fill: np.ndarray,
-    pos1: np.ndarray,
-    opened: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Set, keep or clear the barriers of ``s`` (in place) and check them at ``fill``.
-
-    Returns ``(profit - stop, label, profit | stop)`` as int8, int8 and bool arrays (the last
-    None with barriers off).
-    """
-    flat = pos1 == 0.0
-    keep = ~(opened | flat)
-    status = s.barrier_status
-    status *= keep  # 0 where opened or flat
-    status += opened  # BARRIER_ARMED == 1
-    # Scatters at the opened rows: np.where costs several times more inside a step.
-    o = opened.nonzero()[0]
-    entry = s.entry_price
-    entry *= keep  # 0 where flat; entry prices are > 0
-    entry[o] = fill[o]
-    entry_bar = s.entry_bar
-    entry_bar[o] = t[o]
-    if not p.barriers:
-        zeros = np.zeros(t.shape[0], dtype=np.int8)
-        return zeros, zeros, None
-    armed = status == BARRIER_ARMED
-    is_long = pos1 > 0.0
-    is_short = ~is_long
-    # (long & x) | (short & y) is np.where(is_long, x, y) on bools, without np.where.
-    profit_hit = armed & (
-        (is_long & (fill >= entry * (1.0 + p.profit_frac)))
-        | (is_short & (fill <= entry * (1.0 - p.profit_frac)))
-    )
-    unhit = armed & ~profit_hit
-    stop_hit = unhit & (
-        (is_long & (fill <= entry * (1.0 - p.stop_frac)))
-        | (is_short & (fill >= entry * (1.0 + p.stop_frac)))
-    )
-    time_hit = unhit & ~stop_hit & (t >= entry_bar + p.max_holding_bars)
-    # LABEL_PROFIT = 1, LABEL_STOP = -1, LABEL_TIME = 2, from the bool masks' bytes.
-    closing_sign = profit_hit.view(np.int8) - stop_hit.view(np.int8)
-    label = closing_sign + 2 * time_hit.view(np.int8)
-    closing = profit_hit | stop_hit
-    status += closing | time_hit  # a hit needs BARRIER_ARMED (1): +1 is BARRIER_FIRED
-    return closing_sign, label, closing
-
-
-def _take_rows(s: EnvState, idx: np.ndarray) -> EnvState:
-    """The envs ``idx`` of ``s`` as a new state. The ring and the histogram stay the whole
-    arrays (shared, not copied): ``_diversity`` addresses their columns by ``idx``."""
-    return EnvState(
-        **{
-            name: arr if name in ("div_ring", "div_hist") else arr[idx]
-            for name, arr in vars(s).items()
-        }
-    )
-
-
-def _put_rows(s: EnvState, idx: np.ndarray, sub: EnvState) -> None:
-    for name, arr in vars(s).items():
-        if name not in ("div_ring", "div_hist"):
-            arr[idx] = getattr(sub, name)

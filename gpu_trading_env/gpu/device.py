@@ -127,10 +127,9 @@ def current_stream(device_index: int) -> tuple[Any, int]:
     return stream, handle
 
 
-# Kernel parameter types of KernelLauncher: the C type they stand for, and the 8-byte slot each
-# is packed into (little-endian, zero padded).
+# Kernel parameter types of KernelLauncher (C: pointer, long long, int, unsigned int, double)
+# and the 8-byte slot each is packed into (little-endian, zero padded).
 PTR, I64, I32, U32, F64 = "ptr", "i64", "i32", "u32", "f64"
-C_TYPES = {PTR: "T*", I64: "long long", I32: "int", U32: "unsigned int", F64: "double"}
 _ARG_FORMATS = {PTR: "Q", I64: "q", I32: "i4x", U32: "I4x", F64: "d"}
 _CUDA_ERROR_INVALID_CONTEXT = 201
 
