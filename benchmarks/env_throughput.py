@@ -25,7 +25,7 @@ from run_info import commit
 
 import gpu_trading_env  # noqa: F401
 from gpu_trading_env import MarketData, TradingEnv, TradingVectorEnv
-from gpu_trading_env.cuda_device import cuda_available
+from gpu_trading_env.gpu.device import cuda_available
 
 
 def bench_cuda(data: MarketData, num_envs: int, steps: int) -> dict:

@@ -1,7 +1,7 @@
 """What the NumPy and CUDA backends share: setup from (data, config), buffers, and their contract.
 
-A backend owns the market arrays on its device, the :class:`~gpu_trading_env.state.EnvState`
-and two sets of :class:`~gpu_trading_env.state.StepOutputs` that steps fill in turn (so the
+A backend owns the market arrays on its device, the :class:`~gpu_trading_env.core.state.EnvState`
+and two sets of :class:`~gpu_trading_env.core.state.StepOutputs` that steps fill in turn (so the
 observation returned by step k is not overwritten by step k+1). It knows nothing of Gymnasium;
 :class:`~gpu_trading_env.vector_env.TradingVectorEnv` translates the Gymnasium contract onto it.
 """
@@ -13,21 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.config import (
+from gpu_trading_env.core.config import (
     EnvConfig,
     action_table,
     resolve_max_position,
     step_scalars,
 )
-from gpu_trading_env.state import (
+from gpu_trading_env.core.constants import N_CATEGORIES
+from gpu_trading_env.core.state import (
     EnvState,
     StepOutputs,
     allocate_outputs,
     allocate_state,
     instrument_bounds,
 )
-
-N_CATEGORIES = 3
 
 
 @dataclass(frozen=True)
@@ -118,9 +117,23 @@ class Backend:
         """
         raise NotImplementedError
 
-    def step(self, actions: Any) -> StepOutputs:
-        """One vector step for int64 actions [N] (validated by the caller)."""
+    def prepare_actions(self, actions: Any) -> Any:
+        """Actions (NumPy, torch or CuPy, N integers) as the int64 [N] array :meth:`step` takes.
+
+        Raises ValueError naming the shape, dtype or first bad value; a backend that checks
+        values on its device instead reports them through :meth:`check_errors`.
+        """
         raise NotImplementedError
+
+    def step(self, actions: Any) -> StepOutputs:
+        """One vector step for int64 actions [N] from :meth:`prepare_actions`."""
+        raise NotImplementedError
+
+    def check_errors(self) -> None:
+        """Raise ValueError for an invalid action the backend recorded but has not raised yet.
+
+        The NumPy backend raises in :meth:`prepare_actions`, so it has nothing deferred.
+        """
 
     def observe(self) -> Any:
         """The current observation of every env, float32 [N, obs_dim]."""

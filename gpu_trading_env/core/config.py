@@ -15,6 +15,16 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from gpu_trading_env.core.constants import (
+    CATEGORY_FLAT,
+    CATEGORY_LONG,
+    CATEGORY_SHORT,
+    MODE_DISABLED,
+    MODE_NEXT_STEP,
+    MODE_SAME_STEP,
+    kernel_constant_defines,
+)
+
 FILL_MODES = ("close", "next_open")
 
 _AUTORESET_ALIASES = {
@@ -24,9 +34,6 @@ _AUTORESET_ALIASES = {
     "nextstep": AutoresetMode.NEXT_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
-
-# Action categories used by the diversity ring and the curiosity one-hot.
-CATEGORY_SHORT, CATEGORY_FLAT, CATEGORY_LONG = 0, 1, 2
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -293,9 +300,9 @@ INT_PARAMS = (
     "autoreset_mode",
 )
 AUTORESET_CODES = {
-    AutoresetMode.SAME_STEP: 0,
-    AutoresetMode.NEXT_STEP: 1,
-    AutoresetMode.DISABLED: 2,
+    AutoresetMode.SAME_STEP: MODE_SAME_STEP,
+    AutoresetMode.NEXT_STEP: MODE_NEXT_STEP,
+    AutoresetMode.DISABLED: MODE_DISABLED,
 }
 
 
@@ -337,3 +344,8 @@ def kernel_param_defines() -> tuple[tuple[str, str], ...]:
     defs = [(f"PF_{n.upper()}", str(i)) for i, n in enumerate(FLOAT_PARAMS)]
     defs += [(f"PI_{n.upper()}", str(i)) for i, n in enumerate(INT_PARAMS)]
     return tuple(defs)
+
+
+def kernel_defines() -> tuple[tuple[str, str], ...]:
+    """Every ``#define`` the env kernels are compiled with: parameter slots and shared constants."""
+    return kernel_param_defines() + kernel_constant_defines()

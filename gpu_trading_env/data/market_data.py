@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_trading_env.features import FEATURE_NAMES, WARMUP_BARS, compute_features
-from gpu_trading_env.synthetic import gbm, planted_signal, regime_switching
+from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
+from gpu_trading_env.data.synthetic import gbm, planted_signal, regime_switching
 
 __all__ = ["MarketData"]
 
@@ -55,7 +55,7 @@ class MarketData:
     """Bars and features of one or several instruments, concatenated along the row axis.
 
     Attributes (all read-only NumPy arrays):
-        features: float32 [T, F], C-contiguous; dimensionless (see ``gpu_trading_env.features``).
+        features: float32 [T, F], C-contiguous; dimensionless (see ``gpu_trading_env.data.features``).
         open, high, low, close: float64 [T], prices in the data's currency unit.
         volume: float64 [T], traded units per bar.
         timestamps: datetime64[ns] [T], naive UTC; increasing within each instrument.
@@ -392,7 +392,7 @@ class MarketData:
         seed: int = 0,
         **kwargs: Any,
     ) -> MarketData:
-        """Seeded synthetic market (see ``gpu_trading_env.synthetic``).
+        """Seeded synthetic market (see ``gpu_trading_env.data.synthetic``).
 
         Args:
             kind: ``"planted"`` (AR(1) momentum with a known rule and return), ``"gbm"`` or

@@ -9,19 +9,42 @@ on :meth:`check_errors`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backend import Backend, CuriosityWeights
-from gpu_trading_env.config import FLOAT_PARAMS, INT_PARAMS, kernel_param_defines
-from gpu_trading_env.cuda_device import current_stream, load_module, require_cupy
-from gpu_trading_env.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
+from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
+from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
+from gpu_trading_env.gpu.device import current_stream, load_module, require_cupy
 
-BLOCK = 256
-KERNEL_FILE = "trading_step.cu"
+# trading_env.cuh (device functions of one env step), included by other packages' kernels too.
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+KERNEL_FILE = KERNEL_DIR / "trading_step.cu"
 # Without contraction into FMA, float64 results equal NumPy's bit for bit (see trading_env.cuh).
 KERNEL_OPTIONS = ("--fmad=false",)
+
+
+@dataclass(frozen=True)
+class KernelArgs:
+    """The argument groups of the env kernels, in the order ``trading_env.cuh`` declares them.
+
+    Other kernels that step the env in place (``#include "trading_env.cuh"``) pass these groups
+    in this order: ``ENV_STATE_ARGS`` (``state``), ``MARKET_ARGS`` (``market``), ``PARAM_ARGS``
+    (``params``) and ``CURIOSITY_ARGS`` (``curiosity``). The arrays are the backend's own, so
+    a kernel that writes the state advances the env.
+    """
+
+    state: tuple[Any, ...]
+    market: tuple[Any, ...]
+    params: tuple[Any, ...]
+    curiosity: tuple[Any, ...]
+
+    def all(self) -> tuple[Any, ...]:
+        return (*self.state, *self.market, *self.params, *self.curiosity)
 
 
 class CudaBackend(Backend):
@@ -34,9 +57,9 @@ class CudaBackend(Backend):
         self, data: Any, config: Any, num_envs: int, device_index: int | None = None
     ) -> None:
         cp = require_cupy("device='cuda'")
-        if config.curiosity_hidden > 256:  # the kernel's per-thread hidden array
+        if config.curiosity_hidden > CURIOSITY_MAX_HIDDEN:  # the kernel's per-thread hidden array
             raise ValueError(
-                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most 256"
+                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most {CURIOSITY_MAX_HIDDEN}"
             )
         self.xp = cp
         self.device_index = (
@@ -59,13 +82,13 @@ class CudaBackend(Backend):
             )
             d, h = config.curiosity_state_dims, config.curiosity_hidden
             self._cur = CuriosityWeights(
-                cp.zeros((h, d + 3), cp.float32),
+                cp.zeros((h, d + N_CATEGORIES), cp.float32),
                 cp.zeros(h, cp.float32),
                 cp.zeros((d, h), cp.float32),
                 cp.zeros(d, cp.float32),
             )
             self._error = cp.zeros(3, dtype=cp.int64)
-            module = load_module(KERNEL_FILE, kernel_param_defines(), KERNEL_OPTIONS)
+            module = load_module(KERNEL_FILE, kernel_defines(), KERNEL_OPTIONS)
             self._k_step = module.get_function("trading_step")
             self._k_reset = module.get_function("trading_reset")
             self._k_observe = module.get_function("trading_observe")
@@ -87,6 +110,26 @@ class CudaBackend(Backend):
     def _curiosity_args(self) -> tuple[Any, ...]:
         c = self._cur
         return (c.w1, c.b1, c.w2, c.b2, np.int32(self.curiosity is not None))
+
+    def kernel_args(self) -> KernelArgs:
+        """The env's device arrays and scalars as kernel arguments (see :class:`KernelArgs`)."""
+        return KernelArgs(
+            self._state_args(), self._market_args(), self._param_args(), self._curiosity_args()
+        )
+
+    def device_scope(self) -> Any:
+        """Context manager that makes this backend's GPU the current CuPy device."""
+        return self._device
+
+    def compile_module(self, source: Path) -> Any:
+        """Compile a kernel file that includes ``trading_env.cuh`` as this backend's kernels are:
+        same generated #defines, same options (no FMA contraction), same include folders."""
+        return load_module(Path(source), kernel_defines(), KERNEL_OPTIONS, (KERNEL_DIR,))
+
+    def restart_error_countdown(self) -> None:
+        """Count ``error_check_interval`` steps from now before the next host read of the error
+        word (a CUDA graph capture of a step must not contain that read)."""
+        self._steps_since_check = 0
 
     def stream(self) -> Any:
         """The CuPy view of torch's current stream on this device (see ``current_stream``)."""

@@ -1,32 +1,19 @@
 // Device functions of the trading env step, shared by trading_step.cu and the fused rollout.
 //
-// The arithmetic mirrors gpu_trading_env/numpy_backend.py operation for operation, in float64 for
+// The arithmetic mirrors gpu_trading_env/backends/numpy_backend.py operation for operation, in float64 for
 // money, and the module is compiled with --fmad=false: without fused multiply-add every float64
 // result is the correctly rounded IEEE value, as NumPy computes it, so positions and cash agree
 // bit for bit between the backends (a floor() at a boundary would otherwise flip).
 //
-// Parameter slots PF_* / PI_* are generated from gpu_trading_env/config.py (FLOAT_PARAMS,
+// Parameter slots PF_* / PI_* are generated from gpu_trading_env/core/config.py (FLOAT_PARAMS,
 // INT_PARAMS) and prepended as #defines when the module is compiled.
 #pragma once
 #include "philox.cuh"
 
-#define BARRIER_NONE 0
-#define BARRIER_ARMED 1
-#define BARRIER_FIRED 2
-#define LABEL_NONE 0
-#define LABEL_PROFIT 1
-#define LABEL_STOP (-1)
-#define LABEL_TIME 2
-#define RUNNING 0
-#define WAIT_TERMINATED 1
-#define WAIT_TRUNCATED 2
-#define MODE_SAME_STEP 0
-#define MODE_NEXT_STEP 1
-#define MODE_DISABLED 2
-#define N_COMPONENTS 5
-#define CURIOSITY_MAX_HIDDEN 256
+// State codes, category and component counts, BLOCK and LEAKY_RELU_SLOPE come from
+// gpu_trading_env/core/constants.py, prepended as #defines like the parameter slots.
 
-// Struct-of-arrays env state: field order and dtypes as gpu_trading_env/state.py EnvState.
+// Struct-of-arrays env state: field order and dtypes as gpu_trading_env/core/state.py EnvState.
 struct EnvStateView {
     long long* bar;
     int* step_in_episode;
@@ -41,7 +28,7 @@ struct EnvStateView {
     unsigned char* div_ring;  // [window, n]
     int* div_cursor;
     int* div_count;
-    int* div_hist;  // [3, n]
+    int* div_hist;  // [N_CATEGORIES, n]
     const unsigned long long* seed;
     unsigned long long* episode_count;
     unsigned char* done_flag;
@@ -145,7 +132,7 @@ __device__ float curiosity_bonus(const CuriosityView& c, const MarketView& m, co
                                  long long bar0, float v0, float q0, long long bar1, float v1, float q1, int cat) {
     int d = (int)p.pi[PI_CURIOSITY_STATE_DIMS];
     int hdim = (int)p.pi[PI_CURIOSITY_HIDDEN];
-    int in_dim = d + 3;
+    int in_dim = d + N_CATEGORIES;
     float h[CURIOSITY_MAX_HIDDEN];
     for (int k = 0; k < hdim; ++k) {
         const float* row = c.w1 + (long long)k * in_dim;
@@ -153,7 +140,7 @@ __device__ float curiosity_bonus(const CuriosityView& c, const MarketView& m, co
         for (int j = 0; j < d; ++j) acc += obs_element(m, p, bar0, v0, q0, j) * row[j];
         acc += row[d + cat];
         acc += c.b1[k];
-        h[k] = acc > 0.0f ? acc : 0.01f * acc;
+        h[k] = acc > 0.0f ? acc : LEAKY_RELU_SLOPE * acc;
     }
     float sq = 0.0f;
     for (int j = 0; j < d; ++j) {
@@ -251,7 +238,7 @@ __device__ Transition env_transition(const EnvStateView& s, const MarketView& m,
     count = min(count + 1, window);
     double nf = (double)count;
     double entropy = 0.0;
-    for (int c = 0; c < 3; ++c) {
+    for (int c = 0; c < N_CATEGORIES; ++c) {
         int h = s.div_hist[(long long)c * n + i];
         if (h > 0) {
             double pr = (double)h / nf;

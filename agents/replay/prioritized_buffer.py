@@ -1,8 +1,8 @@
 """Prioritized experience replay (Schaul et al., 2016) as a Stable-Baselines3 replay buffer.
 
 The storage and the sum/min tree live on the buffer's torch device: torch tensors for the
-transitions, :class:`~agents.segment_tree.CudaSumMinTree` (CuPy + CUDA kernels) on a CUDA device,
-:class:`~agents.segment_tree.NumpySumMinTree` on the CPU. It can be passed to any SB3 off-policy
+transitions, :class:`~agents.replay.segment_tree.CudaSumMinTree` (CuPy + CUDA kernels) on a CUDA device,
+:class:`~agents.replay.segment_tree.NumpySumMinTree` on the CPU. It can be passed to any SB3 off-policy
 algorithm as ``replay_buffer_class`` (plain ``DQN`` samples it and ignores priorities, which then
 all stay at the running maximum: uniform sampling with unit weights); ``agents.GpuDQN`` also
 calls :meth:`PrioritizedReplayBuffer.update_priorities` and
@@ -22,8 +22,8 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
-from agents.segment_tree import CudaSumMinTree, NumpySumMinTree, SumMinTree
-from gpu_trading_env.cuda_device import require_cupy
+from agents.replay.segment_tree import SumMinTree, make_tree
+from gpu_trading_env.gpu.device import require_cupy
 
 __all__ = ["PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples", "BetaAnnealingCallback"]
 
@@ -161,9 +161,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if self.device.type == "cuda":
             require_cupy("PrioritizedReplayBuffer on a CUDA device")
             index = self.device.index if self.device.index is not None else th.cuda.current_device()
-            return CudaSumMinTree(capacity, seed=seed, device=index)
+            return make_tree("cuda", capacity, seed=seed, device=index)
         if self.device.type == "cpu":
-            return NumpySumMinTree(capacity, seed=seed)
+            return make_tree("numpy", capacity, seed=seed)
         raise ValueError(f"device must be a CPU or CUDA device, got {self.device}")
 
     # -- beta ---------------------------------------------------------------------------------

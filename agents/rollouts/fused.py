@@ -177,8 +177,7 @@ class FusedRollout:
             "coin": th.ones(n, device=dev),
             "eps": th.zeros((), device=dev),
         }
-        backend = self.env.backend
-        backend._steps_since_check = 0  # no host read of the error word inside the capture
+        self.env.backend.restart_error_countdown()  # no host read of the error word in the capture
         side = th.cuda.Stream(device=dev)
         side.wait_stream(th.cuda.current_stream(dev))
         with th.cuda.stream(side), th.no_grad():  # warm-up of the Q forward (cuBLAS handles)
@@ -243,9 +242,7 @@ class FusedRollout:
         """Move finished episodes to the model's ``ep_info_buffer``; returns how many (syncs)."""
         infos = self.ring.drain()
         # Graph replays bypass the env's own periodic check for invalid actions.
-        check = getattr(self.env.backend, "check_errors", None)
-        if check is not None:
-            check()
+        self.env.backend.check_errors()
         if self.model.ep_info_buffer is not None:
             self.model.ep_info_buffer.extend(infos)
         return len(infos)

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from gpu_trading_env.market_data import MarketData
+    from gpu_trading_env.data.market_data import MarketData
 
 __all__ = [
     "gbm",

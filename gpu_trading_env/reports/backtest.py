@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.config import EnvConfig
-from gpu_trading_env.market_data import MarketData
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 Policy = Callable[[np.ndarray, int], np.ndarray]

@@ -1,8 +1,10 @@
-"""The NumPy reference backend: the executable form of ``docs/ENV_SPEC.md``.
+"""The NumPy backend: the env step tuned for the CPU, bit-identical to the reference step.
 
-Every formula of a step is written once here, vectorised over envs. The CUDA kernel
-(``kernels/trading_step.cu``) performs the same float64 operations in the same order, compiled
-without fused multiply-add, so both backends hold bit-identical positions and cash.
+:func:`gpu_trading_env.core.reference_step.step` states the semantics plainly; this backend
+computes the same float64 operations in the same order, with in-place updates, lookup tables
+for the diversity entropy and a cache of start-bar draws (``tests/test_reference_step.py``
+holds the two bit-identical). The CUDA kernel (``kernels/trading_step.cu``) matches it too,
+compiled without fused multiply-add, so all three hold bit-identical positions and cash.
 """
 
 from __future__ import annotations
@@ -11,87 +13,34 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backend import Backend, CuriosityWeights, StepParams
-from gpu_trading_env.config import AUTORESET_CODES
-from gpu_trading_env.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
-from gpu_trading_env.state import (
-    BARRIER_ARMED,
-    BARRIER_NONE,
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
+from gpu_trading_env.core.constants import (
     LABEL_NONE,
-    OUTPUT_FIELDS,
+    MODE_DISABLED,
+    MODE_NEXT_STEP,
+    MODE_SAME_STEP,
     RUNNING,
     WAIT_TERMINATED,
     WAIT_TRUNCATED,
+)
+from gpu_trading_env.core.reference_step import (
+    curiosity_bonus,
+    draw_start_bars,
+    observation,
+    reset_rows,
+)
+from gpu_trading_env.core.state import (
+    OUTPUT_FIELDS,
     EnvState,
     StepOutputs,
     allocate_outputs,
 )
 
-SAME_STEP, NEXT_STEP, DISABLED = (AUTORESET_CODES[m] for m in AUTORESET_CODES)
+SAME_STEP, NEXT_STEP, DISABLED = MODE_SAME_STEP, MODE_NEXT_STEP, MODE_DISABLED
 START_CACHE = 64
 ENTROPY_TABLE_MAX_WINDOW = 512
 PENALTY_TABLE_MAX_WINDOW = 128
-
-
-def draw_start_bars(
-    seed: np.ndarray, env_id: np.ndarray, counter: np.ndarray, lo: np.ndarray, n_starts: np.ndarray
-) -> np.ndarray:
-    """Start bar of an episode: ``lo + uniform_index(philox(counter, env, STREAM).x0, n_starts)``.
-
-    Keyed by the env's seed; the counter is the number of draws the env has taken, so the k-th
-    episode of env i starts at the same bar on every backend and in every run.
-    """
-    k0, k1 = split_u64(seed)
-    c0, c1 = split_u64(counter)
-    x0, _, _, _ = philox4x32(c0, c1, env_id.astype(np.uint32), STREAM_START_BAR, k0, k1)
-    return lo + uniform_index(x0, n_starts)
-
-
-def observation(
-    padded_features: np.ndarray,
-    close: np.ndarray,
-    p: StepParams,
-    bar: np.ndarray,
-    cash: np.ndarray,
-    position: np.ndarray,
-    out: np.ndarray,
-    px: np.ndarray | None = None,
-    value: np.ndarray | None = None,
-) -> np.ndarray:
-    """Observation rows into ``out`` float32 [n, F+3]: features of ``bar``, then
-    value / initial capital, position / (initial capital / close), spread.
-
-    ``padded_features`` is [T, F+3]: the features, two spare columns and the spread, so whole
-    rows are gathered into ``out`` in one contiguous take. Callers that already hold
-    ``px = close[bar]`` and ``value = cash + position * px`` pass them (same bits, fewer ops).
-    """
-    n_f = padded_features.shape[1] - 3
-    np.take(padded_features, bar, axis=0, out=out, mode="clip")
-    if px is None:
-        px = close.take(bar)
-    if value is None:
-        value = cash + position * px
-    c0 = p.initial_capital
-    out[:, n_f] = value / c0
-    out[:, n_f + 1] = position / (c0 / px)
-    return out
-
-
-def curiosity_bonus(
-    w: CuriosityWeights, obs0: np.ndarray, obs1: np.ndarray, category: np.ndarray, p: StepParams
-) -> np.ndarray:
-    """ICM forward-model bonus, float32 [n]: min(MSE(f(s[:D], onehot), s'[:D]), cap) * scale."""
-    d = p.curiosity_state_dims
-    n = obs0.shape[0]
-    x = np.zeros((n, d + 3), dtype=np.float32)
-    x[:, :d] = obs0[:, :d]
-    x[np.arange(n), d + category] = 1.0
-    h = x @ w.w1.T + w.b1
-    h = np.where(h > 0, h, np.float32(0.01) * h)
-    pred = h @ w.w2.T + w.b2
-    err = pred - obs1[:, :d]
-    mse = np.mean(err * err, axis=1, dtype=np.float32)
-    return np.minimum(mse, np.float32(p.curiosity_max_reward)) * np.float32(p.curiosity_scale)
 
 
 class NumpyBackend(Backend):
@@ -196,6 +145,33 @@ class NumpyBackend(Backend):
             )
         super().set_curiosity_weights(weights)
 
+    def prepare_actions(self, actions: Any) -> np.ndarray:
+        """Actions as an int64 [N] NumPy array; raises ValueError naming the first bad one."""
+        a = actions
+        if hasattr(a, "detach"):
+            a = a.detach().cpu().numpy()
+        a = np.asarray(a)
+        if a.shape != (self.num_envs,):
+            a = a.reshape(-1) if a.size == self.num_envs else a
+        if a.shape != (self.num_envs,):
+            raise ValueError(
+                f"actions of shape {np.shape(actions)} are invalid: allowed is ({self.num_envs},)"
+            )
+        if a.dtype.kind not in "iu":
+            if a.dtype.kind == "f" and np.all(np.equal(np.mod(a, 1), 0)):
+                a = a.astype(np.int64)
+            else:
+                raise ValueError(
+                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
+                )
+        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
+            bad = (a < 0) | (a >= self.config.n_actions)
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"actions[{i}] = {int(a[i])} is invalid: allowed is 0..{self.config.n_actions - 1}"
+            )
+        return a.astype(np.int64, copy=False)
+
     def step(self, actions: np.ndarray) -> StepOutputs:
         s, p, out = self.state, self.params, self._next_outputs()
         mode = p.autoreset_mode
@@ -227,11 +203,11 @@ class NumpyBackend(Backend):
                 self._reset_rows(waiting.nonzero()[0])
             active = (~waiting).nonzero()[0]
             if active.size:
-                sub = _take_rows(s, active)
+                sub = take_rows(s, active)
                 # obs_dim 0: the observations of all envs are gathered below.
                 sub_out = allocate_outputs(np, active.size, 0)
                 self._transition(sub, actions[active], sub_out, rows=active)
-                _put_rows(s, active, sub)
+                put_rows(s, active, sub)
                 for name in OUTPUT_FIELDS:
                     if name not in ("obs", "final_obs"):
                         getattr(out, name)[active] = getattr(sub_out, name)
@@ -266,28 +242,14 @@ class NumpyBackend(Backend):
     # ---------------------------------------------------------------- internals
     def _reset_rows(self, idx: np.ndarray, start: np.ndarray | None = None) -> None:
         """Start new episodes for envs ``idx`` at global bars ``start`` (None: drawn)."""
-        s, p = self.state, self.params
-        s.bar[idx] = self._draw_starts(idx) if start is None else start
-        s.step_in_episode[idx] = 0
-        s.cash[idx] = p.initial_capital
-        s.position[idx] = 0.0
-        s.costs[idx] = 0.0
-        s.entry_price[idx] = 0.0
-        s.entry_bar[idx] = 0
-        s.barrier_status[idx] = BARRIER_NONE
-        s.div_cursor[idx] = 0
-        s.div_count[idx] = 0
-        for hist in s.div_hist:  # a 1-D scatter per category row beats one [:, idx] scatter
-            hist[idx] = 0
-        s.done_flag[idx] = RUNNING
-        s.episode_return[idx] = 0.0
+        reset_rows(self.state, self.params, idx, self._draw_starts(idx) if start is None else start)
 
     def _transition(
         self, s: EnvState, a: np.ndarray, out: StepOutputs, rows: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Advance the envs of ``s`` by one bar and fill every field of ``out`` (the same rows)
         except ``obs`` and ``final_obs``, which the caller gathers after any reset. ``rows``:
-        the global env ids of a state from ``_take_rows`` (None: ``s`` holds every env).
+        the global env ids of a state from ``take_rows`` (None: ``s`` holds every env).
 
         Returns new arrays ``close[t+1]`` and the value after the step, the observation's inputs.
         State fields are updated in place once nothing reads their old values, and arrays are
@@ -329,7 +291,7 @@ class NumpyBackend(Backend):
         # can tell from the scalar 0.0.
         reserve = p.reserve_frac * value_pre if p.reserve_frac > 0.0 else 0.0
         del value_pre
-        cash1, pos1, cost, reversal = _trade(
+        cash1, pos1, cost, reversal = trade(
             p, self._target.take(a), p.cost_rate.take(a), fill, cash0, pos0, reserve
         )
         del reserve
@@ -342,7 +304,7 @@ class NumpyBackend(Backend):
         del cash0, pos0, cash1, cost  # cash0 and pos0 are views of the updated state
 
         # --- triple barrier (ENV_SPEC "Triple barrier")
-        closing_sign, label, closing = _barrier(p, s, t, fill, pos1, opened)
+        closing_sign, label, closing = check_barriers(p, s, t, fill, pos1, opened)
         del opened
 
         # --- action diversity (ENV_SPEC "Diversity")
@@ -407,7 +369,7 @@ class NumpyBackend(Backend):
     def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
 
-        ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``_take_rows``
+        ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``take_rows``
         leaves whole (None: ``s`` holds every env).
         """
         p = self.params
@@ -459,110 +421,3 @@ class NumpyBackend(Backend):
         diversity = np.zeros(n)  # a scatter: np.where costs several times more inside a step
         diversity[penalised.nonzero()[0]] = -p.diversity_penalty
         return diversity
-
-
-def _trade(
-    p: StepParams,
-    target: np.ndarray,
-    rate: np.ndarray,
-    fill: np.ndarray,
-    cash: np.ndarray,
-    pos: np.ndarray,
-    reserve: np.ndarray | float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Cash, position and cost after trading towards ``target`` (ENV_SPEC "Trade"), and
-    where the trade was a reversal."""
-    delta = target - pos
-    if p.reserve_frac > 0.0:
-        capped = (delta > 0.0) & (cash - delta * fill < reserve)
-        affordable = np.floor(np.maximum(cash - reserve, 0.0) / fill)
-        delta = np.where(capped, np.minimum(delta, affordable), delta)
-    cost = np.abs(delta) * fill * rate
-    cash1 = cash - delta * fill - cost
-    pos1 = pos + delta
-    del delta
-    reversal = ((pos > 0.0) & (target < 0.0)) | ((pos < 0.0) & (target > 0.0))
-    r = reversal.nonzero()[0]
-    if r.size:
-        # Reversals, on their rows only (elementwise, so the same bits as on all rows).
-        fill_r, rate_r, pos_r, target_r = fill[r], rate[r], pos[r], target[r]
-        reserve_r = reserve[r] if p.reserve_frac > 0.0 else 0.0
-        close_cost = np.abs(pos_r) * fill_r * rate_r
-        cash_c = cash[r] + pos_r * fill_r - close_cost
-        units = np.minimum(
-            np.floor(np.maximum(cash_c - reserve_r, 0.0) / (fill_r * (1.0 + rate_r))),
-            np.abs(target_r),
-        )
-        new_pos = np.copysign(units, target_r)  # target != 0 on a reversal
-        open_cost = units * fill_r * rate_r
-        cash1[r] = cash_c - new_pos * fill_r - open_cost
-        pos1[r] = new_pos
-        cost[r] = close_cost + open_cost
-    return cash1, pos1, cost, reversal
-
-
-def _barrier(
-    p: StepParams,
-    s: EnvState,
-    t: np.ndarray,
-    fill: np.ndarray,
-    pos1: np.ndarray,
-    opened: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Set, keep or clear the barriers of ``s`` (in place) and check them at ``fill``.
-
-    Returns ``(profit - stop, label, profit | stop)`` as int8, int8 and bool arrays (the last
-    None with barriers off).
-    """
-    flat = pos1 == 0.0
-    keep = ~(opened | flat)
-    status = s.barrier_status
-    status *= keep  # 0 where opened or flat
-    status += opened  # BARRIER_ARMED == 1
-    # Scatters at the opened rows: np.where costs several times more inside a step.
-    o = opened.nonzero()[0]
-    entry = s.entry_price
-    entry *= keep  # 0 where flat; entry prices are > 0
-    entry[o] = fill[o]
-    entry_bar = s.entry_bar
-    entry_bar[o] = t[o]
-    if not p.barriers:
-        zeros = np.zeros(t.shape[0], dtype=np.int8)
-        return zeros, zeros, None
-    armed = status == BARRIER_ARMED
-    is_long = pos1 > 0.0
-    is_short = ~is_long
-    # (long & x) | (short & y) is np.where(is_long, x, y) on bools, without np.where.
-    profit_hit = armed & (
-        (is_long & (fill >= entry * (1.0 + p.profit_frac)))
-        | (is_short & (fill <= entry * (1.0 - p.profit_frac)))
-    )
-    unhit = armed & ~profit_hit
-    stop_hit = unhit & (
-        (is_long & (fill <= entry * (1.0 - p.stop_frac)))
-        | (is_short & (fill >= entry * (1.0 + p.stop_frac)))
-    )
-    time_hit = unhit & ~stop_hit & (t >= entry_bar + p.max_holding_bars)
-    # LABEL_PROFIT = 1, LABEL_STOP = -1, LABEL_TIME = 2, from the bool masks' bytes.
-    closing_sign = profit_hit.view(np.int8) - stop_hit.view(np.int8)
-    label = closing_sign + 2 * time_hit.view(np.int8)
-    closing = profit_hit | stop_hit
-    status += closing | time_hit  # a hit needs BARRIER_ARMED (1): +1 is BARRIER_FIRED
-    return closing_sign, label, closing
-
-
-def _take_rows(s: EnvState, idx: np.ndarray) -> EnvState:
-    """The envs ``idx`` of ``s`` as a new state. The ring and the histogram stay the whole
-    arrays (shared, not copied): ``_diversity`` addresses their columns by ``idx``."""
-    return EnvState(
-        **{
-            name: arr if name in ("div_ring", "div_hist") else arr[idx]
-            for name, arr in vars(s).items()
-        }
-    )
-
-
-def _put_rows(s: EnvState, idx: np.ndarray, sub: EnvState) -> None:
-    for name, arr in vars(s).items():
-        if name not in ("div_ring", "div_hist"):
-            arr[idx] = getattr(sub, name)

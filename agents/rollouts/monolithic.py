@@ -2,25 +2,24 @@
 
 One launch runs ``steps`` env steps for every env, each thread doing scalar dueling Q forward
 passes (online net to act, target net for a TD-error estimate) in local memory. It is slower
-than :class:`~agents.rollout.FusedRollout` at every size we measured (see
-docs/PERFORMANCE.md) and is kept as a selectable path (``GpuDQN(rollout="monolithic")``) and as
+than :class:`~agents.rollouts.fused.FusedRollout` at every size we measured (see
+docs/PERFORMANCE.md) and is kept as a selectable path (``GpuDQN(rollout_kernel="monolithic")``) and as
 the benchmark baseline. Only the default dueling architecture (256-256 trunk, 128 heads) fits
 its fixed-size local arrays.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch as th
 from torch import nn
 
-from gpu_trading_env.config import kernel_param_defines
-from gpu_trading_env.cuda_backend import BLOCK, KERNEL_OPTIONS
-from gpu_trading_env.cuda_device import load_module
-from gpu_trading_env.state import STATE_FIELDS
+from gpu_trading_env.core.constants import BLOCK
 
+KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "monolithic_rollout.cu"
 MONO_LAYERS = (256, 256, 128, 128)  # trunk 1, trunk 2, value hidden, advantage hidden
 MONO_MAX_OBS = 128
 MONO_MAX_ACTIONS = 128
@@ -69,7 +68,7 @@ class MonolithicRollout:
                 f"the monolithic kernel supports observations up to {MONO_MAX_OBS} dims and up to "
                 f"{MONO_MAX_ACTIONS} actions; got {self.obs_dim} and {self.n_actions}"
             )
-        module = load_module("monolithic_rollout.cu", kernel_param_defines(), KERNEL_OPTIONS)
+        module = self.backend.compile_module(KERNEL_FILE)
         self.kernel = module.get_function("monolithic_rollout")
         self.seed = int(seed)
         self.round = 0
@@ -92,13 +91,9 @@ class MonolithicRollout:
         }
         online = flat_dueling_weights(self.model.q_net, d, self.n_actions).to(dev)
         target = flat_dueling_weights(self.model.q_net_target, d, self.n_actions).to(dev)
-        state = tuple(getattr(b.state, f) for f in STATE_FIELDS)
-        with b._device, b.stream():
+        with b.device_scope(), b.stream():
             args = (
-                *state,
-                *b._market_args(),
-                *b._param_args(),
-                *b._curiosity_args(),
+                *b.kernel_args().all(),
                 cp.from_dlpack(online),
                 cp.from_dlpack(target),
                 np.float32(epsilon),

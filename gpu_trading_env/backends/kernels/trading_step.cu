@@ -4,7 +4,6 @@
 // the wide observation stores are coalesced instead of strided by D.
 #include "trading_env.cuh"
 
-#define BLOCK 256
 
 struct ObsRow {
     long long bar;

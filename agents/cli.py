@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backtest import (
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.gpu.device import cuda_available
+from gpu_trading_env.reports.backtest import (
     BacktestResult,
     backtest,
     exposure_policy,
@@ -26,8 +28,6 @@ from gpu_trading_env.backtest import (
     plot_learning_curve,
     write_json,
 )
-from gpu_trading_env.config import EnvConfig
-from gpu_trading_env.cuda_device import cuda_available
 from gpu_trading_env.vector_env import resolve_data
 
 # Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
@@ -70,7 +70,7 @@ def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
     """``["key=value", ...]`` into EnvConfig overrides (values parsed as Python literals)."""
     import ast
 
-    from gpu_trading_env.config import config_field_names
+    from gpu_trading_env.core.config import config_field_names
 
     out = dict(TRAIN_ENV_DEFAULTS)
     for pair in pairs or []:
@@ -197,7 +197,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         "seed": args.seed,
     }
     if "rule_expected_return" in data.metadata:
-        from gpu_trading_env.synthetic import planted_rule_exposure
+        from gpu_trading_env.data.synthetic import planted_rule_exposure
 
         rule = backtest(
             exposure_policy(0.5 * planted_rule_exposure(test_data), config), test_data, config
@@ -239,7 +239,7 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         data = data.split(args.train_fraction)[1]
     config = env_config(args)
     if args.rule == "planted":
-        from gpu_trading_env.synthetic import planted_rule_exposure
+        from gpu_trading_env.data.synthetic import planted_rule_exposure
 
         exposure = args.exposure * planted_rule_exposure(data)
     else:

@@ -17,7 +17,7 @@
 // Flat weight layout ([out, in] row-major, as torch nn.Linear), in this order:
 // shared1 W[H1,D] b[H1], shared2 W[H2,H1] b[H2], value1 W[VH,H2] b[VH], value2 W[1,VH] b[1],
 // adv1 W[AH,H2] b[AH], adv2 W[A,AH] b[A].
-__device__ __forceinline__ float mono_leaky(float x) { return x > 0.0f ? x : 0.01f * x; }
+__device__ __forceinline__ float mono_leaky(float x) { return x > 0.0f ? x : LEAKY_RELU_SLOPE * x; }
 
 __device__ void mono_dense(const float* w, const float* b, const float* in, float* out, int n_in, int n_out, bool act) {
     for (int j = 0; j < n_out; ++j) {

@@ -2,9 +2,12 @@
 
 One specification, two array backends:
 
-- :class:`NumpySumMinTree`: NumPy, runs anywhere; the reference.
-- :class:`CudaSumMinTree`: CuPy arrays and the CUDA kernels of ``agents/kernels/segment_tree.cu``,
-  launched on torch's current stream.
+- :class:`~agents.replay.numpy_tree.NumpySumMinTree` (``numpy_tree.py``): NumPy, runs anywhere;
+  the reference.
+- :class:`CudaSumMinTree` (this module): CuPy arrays and the CUDA kernels of
+  ``kernels/segment_tree.cu``, launched on torch's current stream.
+
+:class:`~agents.replay.sum_min_tree.SumMinTree` (``sum_min_tree.py``) holds what both share.
 
 Both produce the same sampled indices for the same seed and the same stored values.
 
@@ -37,318 +40,115 @@ in ``(0, 1]``, independent of N and of the total.
 
 from __future__ import annotations
 
-import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.cuda_device import KernelLauncher, current_stream, load_module, require_cupy
-from gpu_trading_env.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
+from agents.replay.numpy_tree import NumpySumMinTree
+from agents.replay.sum_min_tree import SumMinTree, next_pow2
+from gpu_trading_env.gpu.device import (
+    F64,
+    I32,
+    I64,
+    PTR,
+    U32,
+    KernelLauncher,
+    KernelParams,
+    current_stream,
+    load_module,
+    require_cupy,
+)
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
-_MASK64 = (1 << 64) - 1
 
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-class SumMinTree:
-    """What both backends share: layout, validation messages, Philox keys, weight formula.
-
-    :param capacity: number of leaves C (any integer >= 1; stored as the next power of two).
-    :param seed: 64-bit key of the Philox stream used by :meth:`sample`.
-    """
-
-    backend = "abstract"
-
-    def __init__(self, capacity: int, seed: int = 0) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
-            raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
-        capacity = int(capacity)
-        if capacity < 1 or capacity >= 2**31:
-            raise ValueError(f"capacity must be in [1, 2**31), got {capacity}")
-        self.capacity = capacity
-        self.pow2 = _next_pow2(capacity)
-        self.levels = self.pow2.bit_length() - 1  # tree depth: log2(P)
-        self.seed = int(seed) & _MASK64
-        self.sample_calls = 0  # Philox counter words 1-2: one step per sample() call
-
-    # -- shared helpers ---------------------------------------------------------------------
-    def _philox_words(self) -> tuple[int, int, int, int]:
-        """(k0, k1, c1, c2) for the next sample call; advances the call counter."""
-        calls = self.sample_calls & _MASK64
-        self.sample_calls += 1
-        # The same words as gpu_trading_env.philox.split_u64, in plain ints (no NumPy overhead).
-        return self.seed & 0xFFFFFFFF, self.seed >> 32, calls & 0xFFFFFFFF, calls >> 32
-
-    @staticmethod
-    def _check_scalars(batch_size: int, beta: float) -> None:
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not (0.0 <= float(beta) <= 1.0):
-            raise ValueError(f"beta must be in [0, 1], got {beta}")
-
-    def _bad_entry_error(
-        self,
-        position: int,
-        index: int,
-        value: float,
-        n_valid: int,
-        name: str,
-        alpha: float,
-        epsilon: float,
-        transform: bool,
-    ) -> ValueError:
-        """The ValueError for the first rejected entry of an update batch."""
-        if not (0 <= index < n_valid):
-            return ValueError(
-                f"indices[{position}] = {index} is out of range: indices must point at filled "
-                f"slots, 0 <= index < {n_valid}"
-            )
-        if not (math.isfinite(value) and value >= 0.0):
-            return ValueError(
-                f"{name}[{position}] = {value!r} is not allowed: {name} must be finite and >= 0"
-                + (" (pass absolute TD errors |td|)" if transform else "")
-            )
-        return ValueError(
-            f"{name}[{position}] = {value!r} gives a priority ({value!r} + {epsilon})**{alpha} "
-            "that overflows float64; priorities must be finite"
-        )
-
-    def _prepare_count(self, count: int) -> int:
-        """``count`` of :meth:`fill_range` as an int (<= 0: nothing to fill), or ValueError."""
-        count = int(count)
-        if count > self.capacity:
-            raise ValueError(f"count must be <= capacity {self.capacity}, got {count}")
-        return count
-
-    @staticmethod
-    def _check_lengths(n_indices: int, n_values: int, name: str) -> None:
-        if n_indices != n_values:
-            raise ValueError(
-                f"indices and {name} must have the same length, got {n_indices} and {n_values}"
-            )
-
-    @staticmethod
-    def _prepare_n_valid(n_valid: int | None, capacity: int) -> int:
-        n = capacity if n_valid is None else int(n_valid)
-        if not (0 <= n <= capacity):
-            raise ValueError(f"n_valid must be in [0, {capacity}], got {n_valid}")
-        return n
-
-    # -- interface --------------------------------------------------------------------------
-    def update(
-        self,
-        indices: Any,
-        values: Any,
-        *,
-        alpha: float = 1.0,
-        epsilon: float = 0.0,
-        n_valid: int | None = None,
-        name: str = "priorities",
-        check: bool = True,
-    ) -> None:
-        """Set leaves ``indices`` to ``(values + epsilon)**alpha`` (``values`` itself by default).
-
-        :param indices: leaf indices, shape [B], integer, ``0 <= i < n_valid``; repeated indices
-            keep the value of their last occurrence.
-        :param values: shape [B], finite and ``>= 0``.
-        :param alpha: exponent applied after adding ``epsilon``.
-        :param epsilon: added before the exponent.
-        :param n_valid: indices must be below this (default: the capacity).
-        :param name: what ``values`` are called in error messages.
-        :param check: raise ValueError on a bad entry (the CUDA tree then waits for the
-            kernel's verdict on the batch, not for the update itself); with ``check=False`` a
-            bad batch is still refused (the tree is left untouched) but silently.
-        """
-        raise NotImplementedError
-
-    def fill_range(self, start: int, count: int) -> None:
-        """Set leaves ``start, ..., start+count-1`` (mod capacity) to the running maximum value.
-
-        This is how new transitions get the max priority; no validation, no host sync.
-        """
-        raise NotImplementedError
-
-    def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
-        """Stratified proportional sample of ``batch_size`` leaves with their IS weights.
-
-        :return: ``(indices, weights)``: int64 [B] and ``weights_dtype`` [B] arrays of the
-            backend (NumPy or CuPy), indices in non-decreasing order.
-        """
-        raise NotImplementedError
-
-    def weights(self, indices: Any, beta: float) -> Any:
-        """IS weights ``(v_i / min)**-beta`` of given leaves, float64 [B]."""
-        raise NotImplementedError
-
-    def reset(self) -> None:
-        """Empty every leaf and set the running maximum back to 1."""
-        raise NotImplementedError
-
-    # Host-side views (copies for the CUDA tree: they synchronise).
-    def total(self) -> float:
-        """Sum of all leaves (the root), float."""
-        return float(self.to_numpy()[0][1])
-
-    def min(self) -> float:
-        """Smallest non-zero leaf (``inf`` when every leaf is 0)."""
-        return float(self.to_numpy()[1][1])
-
-    def leaves(self) -> np.ndarray:
-        """Leaf values, float64 [capacity] (a NumPy copy)."""
-        return self.to_numpy()[0][self.pow2 : self.pow2 + self.capacity].copy()
-
-    def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(sum_tree, min_tree)`` as NumPy float64 arrays of shape [2P]."""
-        raise NotImplementedError
-
-    def max_value_host(self) -> float:
-        """Running maximum of all values ever written by :meth:`update` (starts at 1)."""
-        raise NotImplementedError
-
-
-def _is_weights(leaf: np.ndarray, min_value: float, beta: float) -> np.ndarray:
-    """``(leaf / min)**-beta``; in log space when the ratio overflows (as the CUDA kernel does)."""
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        ratio = leaf / min_value
-        w = np.power(ratio, -beta)
-        wide = ~(ratio <= np.finfo(np.float64).max)
-        if wide.any():
-            w[wide] = np.exp(-beta * (np.log(leaf[wide]) - np.log(min_value)))
-    return w
-
-
-class NumpySumMinTree(SumMinTree):
-    """The tree in NumPy (see the module docstring for the specification)."""
-
-    backend = "numpy"
-
-    def __init__(self, capacity: int, seed: int = 0) -> None:
-        super().__init__(capacity, seed)
-        self.sum_tree = np.zeros(2 * self.pow2, dtype=np.float64)
-        self.min_tree = np.full(2 * self.pow2, np.inf, dtype=np.float64)
-        self.max_value = np.ones(1, dtype=np.float64)
-
-    def reset(self) -> None:
-        self.sum_tree[:] = 0.0
-        self.min_tree[:] = np.inf
-        self.max_value[:] = 1.0
-        self.sample_calls = 0
-
-    def _write(self, leaf_idx: np.ndarray, vals: np.ndarray) -> None:
-        """Write leaves (unique, ascending indices) and recompute their ancestors once each."""
-        nodes = leaf_idx + self.pow2
-        self.sum_tree[nodes] = vals
-        self.min_tree[nodes] = np.where(vals > 0.0, vals, np.inf)
-        for _ in range(self.levels):
-            nodes = nodes >> 1
-            if nodes.size > 1:  # ascending, so duplicates are adjacent
-                keep = np.empty(nodes.size, dtype=bool)
-                keep[0] = True
-                np.not_equal(nodes[1:], nodes[:-1], out=keep[1:])
-                nodes = nodes[keep]
-            left = nodes << 1
-            self.sum_tree[nodes] = self.sum_tree[left] + self.sum_tree[left + 1]
-            self.min_tree[nodes] = np.minimum(self.min_tree[left], self.min_tree[left + 1])
-
-    def update(
-        self,
-        indices: Any,
-        values: Any,
-        *,
-        alpha: float = 1.0,
-        epsilon: float = 0.0,
-        n_valid: int | None = None,
-        name: str = "priorities",
-        check: bool = True,
-    ) -> None:
-        idx = np.asarray(indices).reshape(-1)
-        x = np.asarray(values, dtype=np.float64).reshape(-1)
-        self._check_lengths(idx.size, x.size, name)
-        if idx.size == 0:
-            return
-        if not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-        idx = idx.astype(np.int64, copy=False)
-        n_ok = self._prepare_n_valid(n_valid, self.capacity)
-        transform = not (alpha == 1.0 and epsilon == 0.0)
-        with np.errstate(over="ignore", invalid="ignore"):
-            v = np.power(x + epsilon, alpha) if transform else x
-            bad = (idx < 0) | (idx >= n_ok) | ~(x >= 0.0) | ~np.isfinite(x) | ~np.isfinite(v)
-        if bad.any():
-            k = int(np.argmax(bad))
-            if not check:
-                return
-            raise self._bad_entry_error(
-                k, int(idx[k]), float(x[k]), n_ok, name, alpha, epsilon, transform
-            )
-        self.max_value[0] = max(self.max_value[0], float(v.max()))
-        # Last occurrence wins: np.unique on the reversed batch keeps first (= last) positions.
-        uniq, first = np.unique(idx[::-1], return_index=True)
-        self._write(uniq, v[::-1][first])
-
-    def fill_range(self, start: int, count: int) -> None:
-        count = self._prepare_count(count)
-        if count <= 0:
-            return
-        idx = np.sort((int(start) + np.arange(count, dtype=np.int64)) % self.capacity)
-        self._write(idx, np.full(count, self.max_value[0]))
-
-    def _descend(self, u: np.ndarray) -> np.ndarray:
-        node = np.ones(u.shape, dtype=np.int64)
-        for _ in range(self.levels):
-            left_node = node << 1
-            left = self.sum_tree[left_node]
-            right = self.sum_tree[left_node + 1]
-            go_left = (left > 0.0) & ((u < left) | (right == 0.0))
-            u = np.where(go_left, u, u - left)
-            node = left_node + (~go_left)
-        return node
-
-    def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
-        self._check_scalars(batch_size, beta)
-        total = self.sum_tree[1]
-        if not total > 0.0:
-            raise ValueError("cannot sample from a tree whose values are all 0 (empty buffer)")
-        b = int(batch_size)
-        k0, k1, c1, c2 = self._philox_words()
-        j = np.arange(b, dtype=np.int64)
-        r = philox4x32(j.astype(np.uint32), c1, c2, STREAM_PER_SAMPLE, k0, k1)
-        u = (j + uniform_float64(r[0], r[1])) / float(b) * total
-        node = self._descend(u)
-        w = _is_weights(self.sum_tree[node], self.min_tree[1], float(beta))
-        return node - self.pow2, w.astype(weights_dtype, copy=False)
-
-    def weights(self, indices: Any, beta: float) -> np.ndarray:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        return _is_weights(self.sum_tree[idx + self.pow2], self.min_tree[1], float(beta))
-
-    def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.sum_tree, self.min_tree
-
-    def max_value_host(self) -> float:
-        return float(self.max_value[0])
-
-
+KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "segment_tree.cu"
 _CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
 _MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
 _SAMPLE_THREADS = 256
-_SMEM_KEYS = 4096  # ST_SMEM_KEYS of segment_tree.cu: the largest batch updated in one launch
-_UPDATE_THREADS = 256  # ST_UPDATE_THREADS of segment_tree.cu
+_SMEM_KEYS = 4096  # the largest batch updated in one launch (keys sorted in shared memory)
+_UPDATE_THREADS = 256  # block size (and chunk) of seg_tree_update_*
 _VERDICT_POLLS = 2000  # reads of the verdict word (about 0.1 µs each) before waiting on the stream
-_GROUP = 4  # ST_GROUP of segment_tree.cu: levels between stored levels
+_GROUP = 4  # levels between stored levels
 _WEIGHT_THREADS = 256
 
-# Kernel parameter codes (see KernelLauncher): p pointer, q int64, i int32, I uint32, d float64.
-_SIGNATURES = {
-    "seg_tree_check": "ppqiddqpppIppp",
-    "seg_tree_levels": "ppppqqqiiddqppppp",
-    "seg_tree_sample": "ppqiqIIIIdpp",
-    "seg_tree_update": "ppppqqiiddiqpppIp",
+
+def tree_kernel_defines() -> tuple[tuple[str, str], ...]:
+    """The tree geometry ``segment_tree.cu`` is compiled with: the one copy of these numbers."""
+    return (
+        ("ST_SMEM_KEYS", str(_SMEM_KEYS)),
+        ("ST_MAX_THREADS", str(max(_CHECK_THREADS, _MAX_CHUNK))),
+        ("ST_GROUP", str(_GROUP)),
+        ("ST_UPDATE_THREADS", str(_UPDATE_THREADS)),
+    )
+
+
+# The kernels' parameters, named and typed as in segment_tree.cu (tests/test_kernels_compile.py
+# compares them with the source). "in" and the weights are float or double per variant.
+_TREE = (("sum", PTR), ("mn", PTR))
+_INPUT = (("idx", PTR), ("in", PTR), ("n", I64))
+TREE_KERNEL_PARAMS: dict[str, KernelParams] = {
+    "seg_tree_check": (
+        *_INPUT,
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("n_valid", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("status_host", PTR),
+        ("seq", U32),
+        ("flags", PTR),
+        ("keys", PTR),
+        ("scratch", PTR),
+    ),
+    "seg_tree_levels": (
+        *_TREE,
+        *_INPUT,
+        ("capacity", I64),
+        ("pow2", I64),
+        ("levels", I32),
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("range_start", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("flags", PTR),
+        ("keys", PTR),
+        ("ticket", PTR),
+    ),
+    "seg_tree_sample": (
+        *_TREE,
+        ("pow2", I64),
+        ("levels", I32),
+        ("batch", I64),
+        ("k0", U32),
+        ("k1", U32),
+        ("c1", U32),
+        ("c2", U32),
+        ("beta", F64),
+        ("out_idx", PTR),
+        ("out_w", PTR),
+    ),
+    "seg_tree_update": (
+        *_TREE,
+        *_INPUT,
+        ("pow2", I64),
+        ("levels", I32),
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("may_overflow", I32),
+        ("n_valid", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("status_host", PTR),
+        ("seq", U32),
+        ("ticket", PTR),
+    ),
 }
 
 
@@ -406,12 +206,12 @@ class CudaSumMinTree(SumMinTree):
             self._status_host[0] = 0
             self._update_seq = 0  # numbers the updates; the kernels echo it with their verdict
             self._inputs_in_flight: tuple[Any, Any] | None = None
-            module = load_module("segment_tree.cu")
+            module = load_module(KERNEL_FILE, tree_kernel_defines())
             self._launchers = {
                 f"{base}_{sfx}": KernelLauncher(
                     module.get_function(f"{base}_{sfx}"), sig, self.device
                 )
-                for base, sig in _SIGNATURES.items()
+                for base, sig in TREE_KERNEL_PARAMS.items()
                 for sfx in ("f32", "f64")
             }
             self._k_weights = module.get_function("seg_tree_weights")
@@ -563,7 +363,7 @@ class CudaSumMinTree(SumMinTree):
             else:  # check (and sort) first, then write
                 if self._keys.size < n:  # room to sort an unsorted batch
                     with cstream:
-                        self._keys = cp.zeros(_next_pow2(n), dtype=cp.uint64)
+                        self._keys = cp.zeros(next_pow2(n), dtype=cp.uint64)
                 self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
                     (n + _CHECK_THREADS - 1) // _CHECK_THREADS,
                     _CHECK_THREADS,

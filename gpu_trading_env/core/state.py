@@ -13,14 +13,7 @@ from typing import Any
 
 import numpy as np
 
-# Barrier status values (EnvState.barrier_status).
-BARRIER_NONE, BARRIER_ARMED, BARRIER_FIRED = 0, 1, 2
-# Barrier labels reported per step (StepOutputs.barrier_label).
-LABEL_NONE, LABEL_PROFIT, LABEL_STOP, LABEL_TIME = 0, 1, -1, 2
-# EnvState.done_flag: why an env waits for a reset (NEXT_STEP and DISABLED modes).
-RUNNING, WAIT_TERMINATED, WAIT_TRUNCATED = 0, 1, 2
-# Reward component columns (StepOutputs.components).
-COMPONENT_NAMES = ("pnl", "barrier", "risk", "diversity", "curiosity")
+from gpu_trading_env.core.constants import COMPONENT_NAMES, N_CATEGORIES
 
 
 @dataclass
@@ -40,7 +33,7 @@ class EnvState:
     div_ring: Any  # uint8 [window, N], recent action categories
     div_cursor: Any  # int32, next ring slot to write
     div_count: Any  # int32, entries in the ring (<= window)
-    div_hist: Any  # int32 [3, N], count of each category in the ring
+    div_hist: Any  # int32 [N_CATEGORIES, N], count of each category in the ring
     seed: Any  # uint64, Philox key of the env
     episode_count: Any  # uint64, start-bar draws taken so far (Philox counter)
     done_flag: Any  # uint8, RUNNING / WAIT_TERMINATED / WAIT_TRUNCATED
@@ -71,7 +64,7 @@ def allocate_state(xp: Any, num_envs: int, window: int, lo: np.ndarray, hi: np.n
         div_ring=xp.zeros((window, n), dtype=xp.uint8),
         div_cursor=xp.zeros(n, dtype=xp.int32),
         div_count=xp.zeros(n, dtype=xp.int32),
-        div_hist=xp.zeros((3, n), dtype=xp.int32),
+        div_hist=xp.zeros((N_CATEGORIES, n), dtype=xp.int32),
         seed=xp.zeros(n, dtype=xp.uint64),
         episode_count=xp.zeros(n, dtype=xp.uint64),
         done_flag=xp.zeros(n, dtype=xp.uint8),

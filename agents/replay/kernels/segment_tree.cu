@@ -41,9 +41,8 @@
 // tree (NumpySumMinTree) returns the same indices for the same seed and tree.
 #include "philox.cuh"
 
-#define ST_SMEM_KEYS 4096
-#define ST_MAX_THREADS 1024
-#define ST_GROUP 4
+// ST_SMEM_KEYS, ST_MAX_THREADS, ST_GROUP and ST_UPDATE_THREADS come from
+// agents/replay/segment_tree.py (tree_kernel_defines), prepended as #defines at compile time.
 #define ST_KEY_PAD 0xFFFFFFFFFFFFFFFFull
 #define ST_BIG 1.7976931348623157e308
 #define ST_NONE 0x7FFFFFFFFFFFFFFFLL  // no bad position
@@ -408,7 +407,6 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
 // (may_overflow: alpha outside [0, 1], or a huge eps) does every block compute every value.
 // An unsorted batch is sorted by every block into its own shared memory.
 #define ST_VALIDATE_ILP 8
-#define ST_UPDATE_THREADS 256  // block size (and chunk) of seg_tree_update_*
 template <typename T>
 __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ mn,
                                 const long long* __restrict__ idx, const T* __restrict__ in,

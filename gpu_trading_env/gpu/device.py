@@ -11,11 +11,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-KERNEL_DIRS = (
-    Path(__file__).resolve().parent / "kernels",
-    Path(__file__).resolve().parent.parent / "agents" / "kernels",
-)
-KERNEL_DIR = KERNEL_DIRS[0]
+# Headers of this layer (philox.cuh) that kernels of either package include.
+INCLUDE_DIR = Path(__file__).resolve().parent / "kernels"
 
 
 @functools.cache
@@ -52,24 +49,26 @@ def require_cupy(what: str) -> Any:
 
 @functools.cache
 def load_module(
-    filename: str, defines: tuple[tuple[str, str], ...] = (), options: tuple[str, ...] = ()
+    source: Path,
+    defines: tuple[tuple[str, str], ...] = (),
+    options: tuple[str, ...] = (),
+    include_dirs: tuple[Path, ...] = (),
 ) -> Any:
-    """Compile ``filename`` (found in a kernel folder) with NVRTC once and return the RawModule.
+    """Compile the kernel file ``source`` with NVRTC once and return the RawModule.
 
     ``defines`` are prepended as ``#define NAME VALUE`` lines, which is how generated constants
-    (parameter slots shared with Python) reach the kernel source.
+    (parameter slots shared with Python) reach the kernel source. ``include_dirs`` are searched
+    for ``#include "..."`` after the source's own folder and :data:`INCLUDE_DIR`.
     """
-    cp = require_cupy(f"compiling {filename}")
-    for folder in KERNEL_DIRS:
-        path = folder / filename
-        if path.exists():
-            break
-    else:
-        raise FileNotFoundError(f"kernel file {filename!r} not found in {KERNEL_DIRS}")
+    source = Path(source)
+    cp = require_cupy(f"compiling {source.name}")
+    if not source.exists():
+        raise FileNotFoundError(f"kernel file {str(source)!r} not found")
     header = "".join(f"#define {k} {v}\n" for k, v in defines)
-    source = header + path.read_text()
-    opts = ("--std=c++17", *options, *(f"-I{d}" for d in KERNEL_DIRS))
-    return cp.RawModule(code=source, options=opts)
+    code = header + source.read_text()
+    folders = (source.parent, INCLUDE_DIR, *include_dirs)
+    opts = ("--std=c++17", *options, *(f"-I{d}" for d in folders))
+    return cp.RawModule(code=code, options=opts)
 
 
 _STREAMS: dict[tuple[int, int], Any] = {}
@@ -128,9 +127,14 @@ def current_stream(device_index: int) -> tuple[Any, int]:
     return stream, handle
 
 
-# Kernel argument codes of KernelLauncher and their 8-byte slots (little-endian, zero padded).
-_ARG_FORMATS = {"p": "Q", "q": "q", "i": "i4x", "I": "I4x", "d": "d"}
+# Kernel parameter types of KernelLauncher (C: pointer, long long, int, unsigned int, double)
+# and the 8-byte slot each is packed into (little-endian, zero padded).
+PTR, I64, I32, U32, F64 = "ptr", "i64", "i32", "u32", "f64"
+_ARG_FORMATS = {PTR: "Q", I64: "q", I32: "i4x", U32: "I4x", F64: "d"}
 _CUDA_ERROR_INVALID_CONTEXT = 201
+
+KernelParams = tuple[tuple[str, str], ...]
+"""A kernel's parameters in order, as ``(name, type)`` with type one of PTR, I64, I32, U32, F64."""
 
 
 class KernelLauncher:
@@ -143,18 +147,21 @@ class KernelLauncher:
     refilled at once).
 
     :param kernel: a ``cupy.RawKernel`` (for instance from ``RawModule.get_function``).
-    :param signature: one code per kernel parameter: ``p`` pointer (pass an int address),
-        ``q`` int64, ``i`` int32, ``I`` uint32, ``d`` float64.
+    :param params: the kernel's parameters in order, ``(name, type)`` pairs (see
+        :data:`KernelParams`); a pointer is passed as an int address. Calls pass the values
+        positionally in this order (no per-call name lookup on the hot path).
     :param device_index: the device the kernel's module belongs to.
     """
 
-    def __init__(self, kernel: Any, signature: str, device_index: int) -> None:
+    def __init__(self, kernel: Any, params: KernelParams, device_index: int) -> None:
         import ctypes
         import struct
 
-        unknown = set(signature) - set(_ARG_FORMATS)
+        unknown = {t for _, t in params} - set(_ARG_FORMATS)
         if unknown:
-            raise ValueError(f"signature codes must be in {sorted(_ARG_FORMATS)}, got {unknown}")
+            raise ValueError(f"parameter types must be in {sorted(_ARG_FORMATS)}, got {unknown}")
+        self.params = tuple(params)
+        signature = [t for _, t in params]
         cp = require_cupy("launching a kernel")
         self._launch = cp.cuda.driver.launchKernel
         self._function = int(kernel.kernel.ptr)
@@ -168,7 +175,8 @@ class KernelLauncher:
         self._params_ptr = ctypes.addressof(self._params)
 
     def __call__(self, grid: int, block: int, stream: int, *args: Any) -> None:
-        """Launch ``grid`` blocks of ``block`` threads on the stream handle ``stream``."""
+        """Launch ``grid`` blocks of ``block`` threads on the stream handle ``stream``; ``args``
+        are the values of :attr:`params`, in order."""
         self._struct.pack_into(self._buffer, 0, *args)
         try:
             self._launch(self._function, grid, 1, 1, block, 1, 1, 0, stream, self._params_ptr, 0)
