@@ -148,6 +148,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        if float(epsilon) ** float(alpha) == 0.0:
+            # The smallest priority, epsilon**alpha (|td| = 0), would be 0: never sampled again.
+            raise ValueError(
+                f"epsilon = {epsilon!r} with alpha = {alpha!r} gives the priority "
+                "epsilon**alpha = 0.0 (float64 underflow) for |td| = 0: such transitions would "
+                "never be sampled again; allowed is epsilon**alpha > 0 (raise epsilon or lower alpha)"
+            )
         if callable(beta):
             self.beta_schedule: Callable[[float], float] = beta
         elif isinstance(beta, (int, float, np.integer, np.floating)) and 0.0 <= beta <= 1.0:
@@ -324,6 +331,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         :param env: Optional ``VecNormalize`` to normalise observations and rewards.
         :return: :class:`PrioritizedReplayBufferSamples`.
         """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise TypeError(
+                f"batch_size = {batch_size!r} is invalid: allowed is an integer >= 1 "
+                f"(got {type(batch_size).__name__})"
+            )
+        if batch_size < 1:
+            raise ValueError(f"batch_size = {batch_size} is invalid: allowed is an integer >= 1")
         if self.size() == 0:
             raise ValueError(
                 "cannot sample from an empty PrioritizedReplayBuffer; add transitions first"

@@ -86,8 +86,13 @@ class SumMinTree:
 
     @staticmethod
     def _check_scalars(batch_size: int, beta: float) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise TypeError(
+                f"batch_size = {batch_size!r} is invalid: allowed is an integer >= 1 "
+                f"(got {type(batch_size).__name__})"
+            )
         if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ValueError(f"batch_size = {batch_size} is invalid: allowed is an integer >= 1")
         if not (0.0 <= float(beta) <= 1.0):
             raise ValueError(f"beta must be in [0, 1], got {beta}")
 
@@ -117,6 +122,22 @@ class SumMinTree:
             f"{name}[{position}] = {value!r} gives a priority ({value!r} + {epsilon})**{alpha} "
             "that overflows float64; priorities must be finite"
         )
+
+    @staticmethod
+    def _host_values(values: Any, name: str) -> np.ndarray:
+        """Host ``values`` as a float array; entries that are not numbers (None, strings) are
+        named as they are instead of turning into NaN."""
+        arr = np.asarray(values)
+        if arr.dtype.kind in "biuf":
+            return arr
+        flat = arr.reshape(-1)
+        for k, v in enumerate(flat):
+            if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+                v = v.item() if isinstance(v, np.generic) else v
+                raise TypeError(
+                    f"{name}[{k}] = {v!r} is not allowed: {name} must be finite numbers >= 0"
+                )
+        return flat.astype(np.float64)
 
     def _prepare_count(self, count: int) -> int:
         """``count`` of :meth:`fill_range` as an int (<= 0: nothing to fill), or ValueError."""
@@ -267,7 +288,7 @@ class NumpySumMinTree(SumMinTree):
         check: bool = True,
     ) -> None:
         idx = np.asarray(indices).reshape(-1)
-        x = np.asarray(values, dtype=np.float64).reshape(-1)
+        x = np.asarray(self._host_values(values, name), dtype=np.float64).reshape(-1)
         self._check_lengths(idx.size, x.size, name)
         if idx.size == 0:
             return
@@ -486,7 +507,7 @@ class CudaSumMinTree(SumMinTree):
             x = x.contiguous()
             return x, x.data_ptr(), x.dtype == torch.float32
         if not isinstance(x, cp.ndarray):
-            x = np.asarray(x)
+            x = np.asarray(x) if integer else self._host_values(x, what)
         if integer:
             if x.dtype.kind not in "iu":
                 raise TypeError(f"{what} must be integers, got dtype {x.dtype}")

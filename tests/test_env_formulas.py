@@ -726,15 +726,6 @@ def test_max_position_explicit():
     assert step(env, act(LONG)).position == 2.5
 
 
-def test_max_position_default_uses_all_instruments():
-    data = hand_market([100.0, 100.0, 100.0], n_instruments=2)
-    # same closes in both instruments: median 100 -> floor(1000/100) = 10
-    env = TradingVectorEnv(
-        2, "cpu", data=data, initial_capital=1000.0, episode_length=1, curiosity_state_dims=7
-    )
-    assert env.max_position == 10.0
-
-
 def test_config_default_layout():
     cfg = EnvConfig()
     assert cfg.n_actions == 45
