@@ -266,33 +266,12 @@ MONEY_MIN = 1e-2
 MONEY_MAX = 1e15
 SCALE_MAX = 1e6
 
-_FLOAT_FIELDS = (
-    "initial_capital",
-    "max_position",
-    "reserve_pct",
-    "spread",
-    "profit_target_bps",
-    "stop_loss_bps",
-    "barrier_reward_scale",
-    "diversity_threshold_bits",
-    "diversity_penalty",
-    "curiosity_scale",
-    "curiosity_max_reward",
-    "risk_threshold",
-    "risk_penalty_scale",
-    "leverage",
-    "max_leverage",
+# Field kinds from the annotations (strings under ``from __future__ import annotations``).
+_FLOAT_FIELDS = tuple(
+    f.name for f in dataclasses.fields(EnvConfig) if f.type in ("float", "float | None")
 )
-_OPTIONAL_FIELDS = ("max_position",)
-_INT_FIELDS = (
-    "sub_actions",
-    "max_holding_bars",
-    "diversity_window",
-    "diversity_min_entries",
-    "curiosity_state_dims",
-    "curiosity_hidden",
-    "episode_length",
-)
+_OPTIONAL_FIELDS = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.type == "float | None")
+_INT_FIELDS = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.type == "int")
 
 
 def _real(name: str, value: Any) -> float:
