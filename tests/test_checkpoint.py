@@ -201,3 +201,40 @@ def test_untrained_curiosity_is_not_installed_on_load(tmp_path) -> None:
     env = make_env()
     GpuDQN.load(tmp_path / "fresh.zip", env=env, device="cpu")
     assert env.unwrapped.backend.curiosity is None
+
+
+@pytest.mark.gpu
+def test_cuda_tree_pickles_with_its_state() -> None:
+    from agents.segment_tree import CudaSumMinTree
+
+    tree = CudaSumMinTree(5000, seed=4)
+    tree.fill_range(0, 3000)
+    rng = np.random.default_rng(0)
+    tree.update(rng.integers(0, 3000, 9000), rng.exponential(size=9000), alpha=0.6, epsilon=1e-6)
+    tree.sample(64, beta=0.4)
+    clone = pickle.loads(pickle.dumps(tree))
+    for a, b in zip(clone.to_numpy(), tree.to_numpy(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert clone.max_value_host() == tree.max_value_host()
+    ia, wa = clone.sample(256, beta=0.4)
+    ib, wb = tree.sample(256, beta=0.4)
+    np.testing.assert_array_equal(ia.get(), ib.get())
+    np.testing.assert_array_equal(wa.get(), wb.get())
+
+
+@pytest.mark.gpu
+def test_fused_rollout_graph_on_the_last_device() -> None:
+    """The CUDA-graph path on the highest device index (cuda:1 on a two-GPU host)."""
+    import warnings
+
+    dev = f"cuda:{th.cuda.device_count() - 1}"
+    env = gym.make_vec("GpuTrading-v0", num_envs=256, device=dev, episode_length=30)
+    model = GpuDQN(
+        "DuelingPolicy", env, buffer_size=20_000, learning_starts=512, batch_size=64, seed=0,
+        device=dev, curiosity=True, curiosity_train_freq=2, curiosity_batch_size=64,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "CUDA graph capture failed" must not happen
+        model.learn(256 * 12)
+    assert model._fused_rollout is not None and model._fused_rollout._graph is not None
+    assert th.isfinite(model.replay_buffer.rewards[: model.replay_buffer.size()]).all()
