@@ -10,7 +10,11 @@ own loop runs through the adapter.
 
 from __future__ import annotations
 
+import io
+import os
+import pathlib
 import warnings
+from collections.abc import Iterable
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -39,6 +43,7 @@ from agents.curiosity import CuriosityModel
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
+from gpu_trading_env.atomic_file import atomic_write, with_suffix_if_missing
 from gpu_trading_env.core.config import action_table
 from gpu_trading_env.core.constants import N_CATEGORIES
 from gpu_trading_env.vector_env import TradingVectorEnv
@@ -205,6 +210,9 @@ class GpuDQN(DQN):
         self.rollout_kernel = rollout_kernel
         self.curiosity_model: CuriosityModel | None = None
         self._train_calls = 0
+        # True once the env reward carries this model's curiosity bonus; saved with the model
+        # so that load / set_env put the same weights back (the reward must not change on resume).
+        self._curiosity_installed = False
         self._fused_rollout: Any = None
         self._category_table_t: th.Tensor | None = None
         self.trading_env: TradingVectorEnv | None = _find_trading_env(self.env)
@@ -230,6 +238,7 @@ class GpuDQN(DQN):
         super().set_env(env, force_reset=force_reset)  # type: ignore[arg-type]
         self.trading_env = _find_trading_env(self.env)
         self._fused_rollout = None
+        self._restore_curiosity_weights()
 
     def _uses_fused_rollout(self, env: VecEnv) -> bool:
         te = self.trading_env
@@ -499,6 +508,12 @@ class GpuDQN(DQN):
             te.set_curiosity_weights(*weights)
         elif self.env is not None:
             self.env.env_method("set_curiosity_weights", *(w.cpu().numpy() for w in weights))
+        self._curiosity_installed = True
+
+    def _restore_curiosity_weights(self) -> None:
+        """Reinstall the curiosity weights in the env if they were installed when saved."""
+        if self._curiosity_installed and self.curiosity_model is not None and self.env is not None:
+            self.push_curiosity_weights()
 
     def learn(
         self: SelfGpuDQN,
@@ -519,6 +534,61 @@ class GpuDQN(DQN):
         )
 
     # ------------------------------------------------------------------ saving
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+    ) -> None:
+        """SB3's ``save``, written atomically: a save that fails leaves the old file intact.
+
+        A path without a suffix gets ``.zip`` (as in SB3).
+        """
+        if isinstance(path, (str, os.PathLike)):
+            with atomic_write(with_suffix_if_missing(path, "zip")) as fh:
+                super().save(fh, exclude=exclude, include=include)
+        else:
+            super().save(path, exclude=exclude, include=include)
+
+    def save_replay_buffer(self, path: str | pathlib.Path | io.BufferedIOBase) -> None:
+        """Pickle the replay buffer atomically (a path without a suffix gets ``.pkl``)."""
+        if isinstance(path, (str, os.PathLike)):
+            with atomic_write(with_suffix_if_missing(path, "pkl")) as fh:
+                super().save_replay_buffer(fh)
+        else:
+            super().save_replay_buffer(path)
+
+    def load_replay_buffer(
+        self, path: str | pathlib.Path | io.BufferedIOBase, truncate_last_traj: bool = True
+    ) -> None:
+        """SB3's ``load_replay_buffer``; then the saved curiosity weights go back into the env."""
+        super().load_replay_buffer(path, truncate_last_traj=truncate_last_traj)
+        self._restore_curiosity_weights()
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfGpuDQN],
+        path: str | pathlib.Path | io.BufferedIOBase,
+        env: GymEnv | GymVectorEnv | None = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        **kwargs: Any,
+    ) -> SelfGpuDQN:
+        """SB3's ``load``; with ``env`` given, the saved curiosity weights go back into it."""
+        model = super().load(
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            **kwargs,
+        )
+        model._restore_curiosity_weights()
+        return model
+
     def _excluded_save_params(self) -> list[str]:
         return [
             *super()._excluded_save_params(),

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call: GPU tests, compute-sanitizer, benchmarks.
 # Results go under $OUT (default ./gpu-results).
-# Usage: bash benchmarks/gpu_suite.sh [all | any of: tests sanitize env per train]
+# Usage: bash benchmarks/gpu_suite.sh [all | any of: tests sanitize env per train soak]
+# Exits 1 when the sanitizer gate (or the soak) fails.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 parts=" ${*:-all} "
+status=0
 want() { [[ $parts == *" all "* || $parts == *" $1 "* ]]; }
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -14,11 +16,32 @@ if want tests; then
   timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short --durations=10 tests 2>&1 | grep -v "^  " | tail -70 | tee "$OUT/gpu_tests.log"
 fi
 if want sanitize; then
-  for tool in memcheck racecheck synccheck; do
-    for script in sanitize_step sanitize_tree; do
-      timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 python3 benchmarks/$script.py 2>&1 | tail -3 | tee "$OUT/sanitizer_${tool}_${script}.log"
+  # The gate: four tools x every kernel (env step/reset/observe with a NumPy parity check; the
+  # tree's update, check, levels, fill, sample and weights kernels against the NumPy tree; the
+  # fused rollout with its CUDA graph and the monolithic kernel). A run fails on a sanitizer
+  # error or hazard, on a wrong result (the scripts raise), or when the script did not finish.
+  sanitize_failed=0
+  for tool in memcheck racecheck synccheck initcheck; do
+    for script in sanitize_step sanitize_tree sanitize_rollout; do
+      log="$OUT/sanitizer_${tool}_${script}.log"
+      timeout 1200 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 "benchmarks/$script.py" >"$log" 2>&1
+      rc=$?
+      verdict=PASS
+      if [[ $rc -ne 0 ]] || ! grep -q "^${script}: done" "$log" \
+        || grep -qE "ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|[1-9][0-9]* hazards? displayed" "$log"; then
+        verdict="FAIL (exit $rc)"
+        sanitize_failed=1
+      fi
+      echo "sanitize $tool $script: $verdict" | tee -a "$OUT/sanitize_summary.txt"
+      tail -3 "$log"
     done
   done
+  if [[ $sanitize_failed -ne 0 ]]; then
+    echo "sanitize: FAILED (logs in $OUT/sanitizer_*.log)" | tee -a "$OUT/sanitize_summary.txt"
+    status=1
+  else
+    echo "sanitize: all clean" | tee -a "$OUT/sanitize_summary.txt"
+  fi
 fi
 if want env; then
   timeout 150 python3 benchmarks/env_throughput.py --out "$OUT/env.json" 2>&1 | tee "$OUT/env.log"
@@ -29,3 +52,10 @@ fi
 if want train; then
   timeout 300 python3 benchmarks/train_throughput.py --out "$OUT/train.json" 2>&1 | grep -v Warn | tee "$OUT/train.log"
 fi
+if [[ $parts == *" soak "* ]]; then  # not part of "all": only when asked for
+  # Defaults: 1e11 env-steps at 2^20 envs (three autoreset modes, curiosity on), then 1e9
+  # tree priority updates. SOAK_ARGS passes flags through (e.g. --device cuda:1).
+  python3 benchmarks/soak.py --device cuda ${SOAK_ARGS:-} --out "$OUT/soak.json" 2>&1 | tee "$OUT/soak.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+exit $status

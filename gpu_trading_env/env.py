@@ -49,7 +49,7 @@ class TradingEnv(gym.Env):
         return self._venv.data
 
     @property
-    def max_position(self) -> float:
+    def max_position(self) -> np.ndarray:
         return self._venv.max_position
 
     def reset(

@@ -28,6 +28,35 @@ ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
 
 
+def seed_keys(seed: Any, n: int) -> np.ndarray:
+    """uint64 [n] Philox keys from an int in [0, 2**64) (every env) or a sequence of n such ints.
+
+    Out-of-range ints raise (2**64 + 7 would otherwise alias 7), as do floats and strings.
+    """
+    allowed = f"an int in [0, 2**64) or a sequence of {n} such ints"
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool | np.bool_):
+        if not 0 <= int(seed) < 2**64:
+            raise ValueError(f"seed = {seed} is out of range: allowed is {allowed}")
+        return np.full(n, int(seed), dtype=np.uint64)
+    if isinstance(seed, str | bytes | float | bool | np.floating | np.bool_) or not hasattr(
+        seed, "__iter__"
+    ):
+        raise TypeError(
+            f"seed = {seed!r} ({type(seed).__name__}) is invalid: allowed is {allowed} or None"
+        )
+    seeds = list(seed)
+    if len(seeds) != n:
+        raise ValueError(f"seed has {len(seeds)} entries: allowed is {allowed}")
+    for k, s in enumerate(seeds):
+        if isinstance(s, bool | np.bool_) or not isinstance(s, int | np.integer):
+            raise TypeError(
+                f"seed[{k}] = {s!r} ({type(s).__name__}) is invalid: allowed is {allowed}"
+            )
+        if not 0 <= int(s) < 2**64:
+            raise ValueError(f"seed[{k}] = {s} is out of range: allowed is {allowed}")
+    return np.asarray([int(s) for s in seeds], dtype=np.uint64)
+
+
 def resolve_data(data: Any) -> Any:
     """``MarketData`` from None (the built-in default), a DataFrame, a CSV/Parquet path, or itself."""
     from gpu_trading_env.data.market_data import MarketData
@@ -202,8 +231,9 @@ class TradingVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ extras
     @property
-    def max_position(self) -> float:
-        """Units held at exposure 1.0 (config value or the data's default)."""
+    def max_position(self) -> np.ndarray:
+        """float64 [n_instruments]: units held at exposure 1.0 with ``sizing="units"`` (the
+        config value, or each instrument's default from its own median close)."""
         return self.backend.max_position
 
     @property
@@ -264,14 +294,7 @@ class TradingVectorEnv(VectorEnv):
         if seed is None:
             entropy = np.random.SeedSequence().generate_state(2, dtype=np.uint32)
             return np.full(n, (int(entropy[1]) << 32) | int(entropy[0]), dtype=np.uint64)
-        if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-            if seed < 0:
-                raise ValueError(f"seed = {seed} is invalid: allowed is an int >= 0")
-            return np.full(n, int(seed) & (2**64 - 1), dtype=np.uint64)
-        seeds = list(seed)
-        if len(seeds) != n or any(not isinstance(s, int | np.integer) or s < 0 for s in seeds):
-            raise ValueError(f"seed = {seed!r} is invalid: allowed is an int >= 0 or {n} such ints")
-        return np.asarray([int(s) & (2**64 - 1) for s in seeds], dtype=np.uint64)
+        return seed_keys(seed, n)
 
     def _to_array(self, arr: Any) -> Any:
         if self.array_type == "numpy":

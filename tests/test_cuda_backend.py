@@ -17,7 +17,9 @@ N_ENVS = 1024
 N_STEPS = 2000
 
 
-def _random_config(rng: np.random.Generator, curiosity: bool) -> tuple[EnvConfig, dict]:
+def _random_config(
+    rng: np.random.Generator, curiosity: bool, sizing: str = "units"
+) -> tuple[EnvConfig, dict]:
     cfg = EnvConfig(
         fill=str(rng.choice(["close", "next_open"])),
         barriers=bool(rng.integers(2)),
@@ -31,6 +33,8 @@ def _random_config(rng: np.random.Generator, curiosity: bool) -> tuple[EnvConfig
         autoreset_mode=str(rng.choice(["same_step", "next_step", "disabled"])),
         curiosity_max_reward=10.0,
         spread=float(rng.uniform(0, 1e-3)),
+        sizing=sizing,
+        leverage=float(rng.uniform(0.5, 5.0)) if sizing == "equity" else 1.0,
     )
     return cfg, {"curiosity": curiosity}
 
@@ -59,7 +63,11 @@ def test_cuda_matches_numpy(case: int, market: MarketData):
     from gpu_trading_env.backends.numpy_backend import NumpyBackend
 
     rng = np.random.default_rng(1000 + case)
-    cfg, extra = _random_config(rng, curiosity=case % 2 == 1)
+    # Cases 2 and 5 size positions by equity (one without, one with curiosity); the market's
+    # three instruments exercise the per-instrument max_position of the others.
+    cfg, extra = _random_config(
+        rng, curiosity=case % 2 == 1, sizing="equity" if case % 3 == 2 else "units"
+    )
     ref = NumpyBackend(market, cfg, N_ENVS)
     gpu = CudaBackend(market, cfg, N_ENVS)
     seeds = rng.integers(0, 2**63, N_ENVS, dtype=np.uint64)

@@ -726,15 +726,6 @@ def test_max_position_explicit():
     assert step(env, act(LONG)).position == 2.5
 
 
-def test_max_position_default_uses_all_instruments():
-    data = hand_market([100.0, 100.0, 100.0], n_instruments=2)
-    # same closes in both instruments: median 100 -> floor(1000/100) = 10
-    env = TradingVectorEnv(
-        2, "cpu", data=data, initial_capital=1000.0, episode_length=1, curiosity_state_dims=7
-    )
-    assert env.max_position == 10.0
-
-
 def test_config_default_layout():
     cfg = EnvConfig()
     assert cfg.n_actions == 45
@@ -744,7 +735,7 @@ def test_config_default_layout():
 
 def test_state_codes_that_the_reference_step_computes_with():
     # numpy_backend builds labels as profit - stop + 2 * time and fires barriers by += 1.
-    from gpu_trading_env import state
+    from gpu_trading_env.core import constants as state
 
     assert (state.BARRIER_NONE, state.BARRIER_ARMED, state.BARRIER_FIRED) == (0, 1, 2)
     assert (state.LABEL_NONE, state.LABEL_PROFIT, state.LABEL_STOP, state.LABEL_TIME) == (

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_trading_env import synthetic
+from gpu_trading_env.data import synthetic
 from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
 from gpu_trading_env.data.market_data import MarketData
 

@@ -46,6 +46,8 @@ def random_config(rng: np.random.Generator) -> dict:
         "episode_length": int(rng.integers(5, 60)),
         "autoreset_mode": str(rng.choice(["same_step", "next_step", "disabled"])),
         "max_position": None if rng.random() < 0.5 else float(rng.integers(1, 2000)),
+        "sizing": str(rng.choice(["units", "equity"])),
+        "leverage": float(rng.uniform(0.2, 3.0)),
     }
     config["diversity_min_entries"] = int(rng.integers(1, min(6, config["diversity_window"]) + 1))
     return config

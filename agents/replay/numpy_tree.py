@@ -66,7 +66,7 @@ class NumpySumMinTree(SumMinTree):
         check: bool = True,
     ) -> None:
         idx = np.asarray(indices).reshape(-1)
-        x = np.asarray(values, dtype=np.float64).reshape(-1)
+        x = np.asarray(self._host_values(values, name), dtype=np.float64).reshape(-1)
         self._check_lengths(idx.size, x.size, name)
         if idx.size == 0:
             return

@@ -25,7 +25,37 @@ from stable_baselines3.common.vec_env import VecNormalize
 from agents.replay.segment_tree import SumMinTree, make_tree
 from gpu_trading_env.gpu.device import require_cupy
 
-__all__ = ["PrioritizedReplayBuffer", "PrioritizedReplayBufferSamples", "BetaAnnealingCallback"]
+__all__ = [
+    "PrioritizedReplayBuffer",
+    "PrioritizedReplayBufferSamples",
+    "BetaAnnealingCallback",
+    "LinearBetaSchedule",
+]
+
+
+class LinearBetaSchedule:
+    """``beta(progress_remaining) = beta0 + (1 - beta0) * (1 - progress_remaining)``.
+
+    A module-level class rather than a closure so that a buffer holding it pickles
+    (``GpuDQN.save_replay_buffer``, ``CheckpointCallback(save_replay_buffer=True)``).
+
+    :param beta0: beta at the start of training (progress remaining 1), in [0, 1].
+    """
+
+    def __init__(self, beta0: float) -> None:
+        self.beta0 = float(beta0)
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.beta0 + (1.0 - self.beta0) * (1.0 - progress_remaining)
+
+    def __repr__(self) -> str:
+        return f"LinearBetaSchedule(beta0={self.beta0!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LinearBetaSchedule) and other.beta0 == self.beta0
+
+    def __hash__(self) -> int:
+        return hash((LinearBetaSchedule, self.beta0))
 
 
 class PrioritizedReplayBufferSamples(NamedTuple):
@@ -81,8 +111,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         them as terminal in ``dones`` (SB3 semantics).
     :param alpha: Priority exponent, ``>= 0`` (0: uniform).
     :param beta: IS exponent: a float in [0, 1], annealed linearly to 1.0 as the progress
-        remaining (see :meth:`set_progress`) goes from 1 to 0, or a callable
-        ``progress_remaining -> beta``.
+        remaining (see :meth:`set_progress`) goes from 1 to 0 (:class:`LinearBetaSchedule`), or
+        a callable ``progress_remaining -> beta`` (a module-level function or a picklable
+        object if the buffer is to be saved).
     :param epsilon: Added to ``|td|`` so no priority is 0; ``> 0``.
     :param seed: Key of the Philox stream of the stratified draws (default: drawn from
         ``np.random``, which SB3 seeds).
@@ -117,13 +148,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        if float(epsilon) ** float(alpha) == 0.0:
+            # The smallest priority, epsilon**alpha (|td| = 0), would be 0: never sampled again.
+            raise ValueError(
+                f"epsilon = {epsilon!r} with alpha = {alpha!r} gives the priority "
+                "epsilon**alpha = 0.0 (float64 underflow) for |td| = 0: such transitions would "
+                "never be sampled again; allowed is epsilon**alpha > 0 (raise epsilon or lower alpha)"
+            )
         if callable(beta):
             self.beta_schedule: Callable[[float], float] = beta
-        elif isinstance(beta, (int, float)) and 0.0 <= beta <= 1.0:
-            beta0 = float(beta)
-            self.beta_schedule = lambda progress_remaining: (
-                beta0 + (1.0 - beta0) * (1.0 - progress_remaining)
-            )
+        elif isinstance(beta, (int, float, np.integer, np.floating)) and 0.0 <= beta <= 1.0:
+            self.beta_schedule = LinearBetaSchedule(float(beta))
         else:
             raise ValueError(f"beta must be a number in [0, 1] or a callable, got {beta!r}")
         if optimize_memory_usage:
@@ -296,6 +331,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         :param env: Optional ``VecNormalize`` to normalise observations and rewards.
         :return: :class:`PrioritizedReplayBufferSamples`.
         """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise TypeError(
+                f"batch_size = {batch_size!r} is invalid: allowed is an integer >= 1 "
+                f"(got {type(batch_size).__name__})"
+            )
+        if batch_size < 1:
+            raise ValueError(f"batch_size = {batch_size} is invalid: allowed is an integer >= 1")
         if self.size() == 0:
             raise ValueError(
                 "cannot sample from an empty PrioritizedReplayBuffer; add transitions first"

@@ -217,6 +217,32 @@ class CudaSumMinTree(SumMinTree):
             self._k_weights = module.get_function("seg_tree_weights")
         self._ptrs = (self.sum_tree.data.ptr, self.min_tree.data.ptr)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Capacity, seed, device, call counter and the full host copies of both trees.
+
+        Kernel handles, streams and the mapped verdict word belong to one process and are
+        rebuilt by :meth:`__setstate__`.
+        """
+        sum_tree, min_tree = self.to_numpy()
+        return {
+            "capacity": self.capacity,
+            "seed": self.seed,
+            "device": self.device,
+            "sample_calls": self.sample_calls,
+            "sum_tree": sum_tree,
+            "min_tree": min_tree,
+            "max_value": self._host(self.max_value),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["capacity"], seed=state["seed"], device=state["device"])
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            self.sum_tree.set(np.asarray(state["sum_tree"], dtype=np.float64))
+            self.min_tree.set(np.asarray(state["min_tree"], dtype=np.float64))
+            self.max_value.set(np.asarray(state["max_value"], dtype=np.float64))
+        self.sample_calls = int(state["sample_calls"])
+
     def reset(self) -> None:
         cp = self._cp
         with cp.cuda.Device(self.device), current_stream(self.device)[0]:
@@ -260,7 +286,7 @@ class CudaSumMinTree(SumMinTree):
             x = x.contiguous()
             return x, x.data_ptr(), x.dtype == torch.float32
         if not isinstance(x, cp.ndarray):
-            x = np.asarray(x)
+            x = np.asarray(x) if integer else self._host_values(x, what)
         if integer:
             if x.dtype.kind not in "iu":
                 raise TypeError(f"{what} must be integers, got dtype {x.dtype}")

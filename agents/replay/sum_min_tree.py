@@ -50,8 +50,13 @@ class SumMinTree:
 
     @staticmethod
     def _check_scalars(batch_size: int, beta: float) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+            raise TypeError(
+                f"batch_size = {batch_size!r} is invalid: allowed is an integer >= 1 "
+                f"(got {type(batch_size).__name__})"
+            )
         if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise ValueError(f"batch_size = {batch_size} is invalid: allowed is an integer >= 1")
         if not (0.0 <= float(beta) <= 1.0):
             raise ValueError(f"beta must be in [0, 1], got {beta}")
 
@@ -81,6 +86,22 @@ class SumMinTree:
             f"{name}[{position}] = {value!r} gives a priority ({value!r} + {epsilon})**{alpha} "
             "that overflows float64; priorities must be finite"
         )
+
+    @staticmethod
+    def _host_values(values: Any, name: str) -> np.ndarray:
+        """Host ``values`` as a float array; entries that are not numbers (None, strings) are
+        named as they are instead of turning into NaN."""
+        arr = np.asarray(values)
+        if arr.dtype.kind in "biuf":
+            return arr
+        flat = arr.reshape(-1)
+        for k, v in enumerate(flat):
+            if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
+                v = v.item() if isinstance(v, np.generic) else v
+                raise TypeError(
+                    f"{name}[{k}] = {v!r} is not allowed: {name} must be finite numbers >= 0"
+                )
+        return flat.astype(np.float64)
 
     def _prepare_count(self, count: int) -> int:
         """``count`` of :meth:`fill_range` as an int (<= 0: nothing to fill), or ValueError."""

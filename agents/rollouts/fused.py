@@ -166,7 +166,16 @@ class FusedRollout:
         The graph reads the observation from a static buffer and writes the step's results to
         static buffers; the random draws (same generator, same order as :meth:`act`) and the
         replay-buffer writes, whose slot moves every step, stay outside it.
+
+        Capture runs with the env's device current: ``torch.cuda.graph`` makes its capture
+        stream on the current device and the env's kernels launch on torch's current stream of
+        *their* device. With device 0 current and the env on cuda:1, the env's launches went to
+        cuda:1's legacy stream during a global capture: cudaErrorStreamCaptureInvalidated.
         """
+        with th.cuda.device(self.device):
+            self._capture_on_device()
+
+    def _capture_on_device(self) -> None:
         n, dev = self.num_envs, self.device
         g = {
             "obs": self.obs.clone(),
@@ -202,7 +211,8 @@ class FusedRollout:
             g["obs"].copy_(self.obs)
         g["eps"].fill_(float(epsilon))
         self._draw(self.num_envs, out_actions=g["rand"], out_coins=g["coin"])
-        g["graph"].replay()
+        with th.cuda.device(self.device):  # replay on the env device's current stream
+            g["graph"].replay()
         reward, terminated, truncated = g["out"]
         self.model.replay_buffer.add_tensors(
             g["prev_obs"], g["next_obs"], g["action"], reward, terminated, truncated

@@ -68,8 +68,10 @@ class MonolithicRollout:
                 f"the monolithic kernel supports observations up to {MONO_MAX_OBS} dims and up to "
                 f"{MONO_MAX_ACTIONS} actions; got {self.obs_dim} and {self.n_actions}"
             )
-        module = self.backend.compile_module(KERNEL_FILE)
-        self.kernel = module.get_function("monolithic_rollout")
+        # The module loads into the current device's context: the env's device, not device 0.
+        with self.backend.device_scope():
+            module = self.backend.compile_module(KERNEL_FILE)
+            self.kernel = module.get_function("monolithic_rollout")
         self.seed = int(seed)
         self.round = 0
 

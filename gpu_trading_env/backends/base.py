@@ -8,6 +8,7 @@ observation returned by step k is not overwritten by step k+1). It knows nothing
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,8 @@ import numpy as np
 from gpu_trading_env.core.config import (
     EnvConfig,
     action_table,
-    resolve_max_position,
+    implied_leverage,
+    resolve_max_positions,
     step_scalars,
 )
 from gpu_trading_env.core.constants import N_CATEGORIES
@@ -38,6 +40,7 @@ class StepParams:
     exposure: np.ndarray  # float64 [A]
     cost_rate: np.ndarray  # float64 [A]
     category: np.ndarray  # uint8 [A]
+    max_position: np.ndarray  # float64 [I], units at exposure 1.0 per instrument ("units" sizing)
 
     def __post_init__(self) -> None:
         # Plain attributes (p.initial_capital, ...) for the NumPy backend's hot loop; the names
@@ -59,6 +62,67 @@ class CuriosityWeights:
     b1: Any
     w2: Any
     b2: Any
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _host_copy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch, any device
+        x = x.detach().cpu().numpy()
+    elif hasattr(x, "get") and not isinstance(x, np.ndarray):  # CuPy
+        x = x.get()
+    return np.asarray(x)
+
+
+def check_curiosity_weights(weights: CuriosityWeights, state_dims: int, hidden: int) -> None:
+    """Raise ValueError unless every weight has its shape and is finite in float32.
+
+    A NaN or float32-overflowing weight would turn every reward NaN, far from the cause; the
+    check runs before anything is installed, so a rejected call leaves the old weights.
+    """
+    d, h = int(state_dims), int(hidden)
+    expected = {"w1": (h, d + N_CATEGORIES), "b1": (h,), "w2": (d, h), "b2": (d,)}
+    for name, shape in expected.items():
+        arr = _host_copy(getattr(weights, name))
+        if tuple(arr.shape) != shape:
+            raise ValueError(
+                f"curiosity weight {name} has shape {tuple(arr.shape)}; expected {shape} "
+                f"(curiosity_state_dims={d}, curiosity_hidden={h})"
+            )
+        if arr.dtype.kind not in "iuf":
+            raise ValueError(
+                f"curiosity weight {name} has dtype {arr.dtype}: allowed is a real float array"
+            )
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.abs(arr.astype(np.float64)) <= _F32_MAX)
+        if bad.any():
+            pos = tuple(int(k) for k in np.argwhere(bad)[0])
+            raise ValueError(
+                f"curiosity weight {name}{list(pos)} = {arr[pos]!r} is invalid: allowed are "
+                f"finite values representable in float32 (|x| <= {_F32_MAX:.4g})"
+            )
+
+
+def warn_leverage(
+    config: EnvConfig, data: Any, leverage: np.ndarray, max_position: np.ndarray
+) -> None:
+    """Warn (once per env construction) when full exposure implies leverage above the cap."""
+    over = np.flatnonzero(leverage > config.max_leverage)
+    if over.size == 0:
+        return
+    k = int(over[np.argmax(leverage[over])])
+    warnings.warn(
+        f"position sizing implies {float(leverage[k]):.4g}x leverage on instrument "
+        f"{data.instruments[k]!r} ({config.sizing} sizing: max_position "
+        f"{float(max_position[k]):g} units at its median close, initial_capital "
+        f"{config.initial_capital:g}), above "
+        f"EnvConfig.max_leverage = {config.max_leverage:g}"
+        + (f" ({over.size} instruments in all)" if over.size > 1 else "")
+        + "; use sizing='equity' or a smaller max_position",
+        UserWarning,
+        stacklevel=6,  # the caller of TradingVectorEnv(...)
+    )
 
 
 class Backend:
@@ -88,10 +152,19 @@ class Backend:
                     f"EnvConfig.episode_length = {config.episode_length} needs at least {need} "
                     "(one episode plus the bar it is marked to)"
                 )
-        self.max_position = resolve_max_position(config, np.asarray(data.close))
-        floats, ints = step_scalars(config, self.max_position)
+        offsets = np.asarray(data.instrument_offsets, dtype=np.int64)
+        self.max_position = resolve_max_positions(config, np.asarray(data.close), offsets)
+        warn_leverage(
+            config,
+            data,
+            implied_leverage(config, np.asarray(data.close), offsets),
+            self.max_position,
+        )
+        floats, ints = step_scalars(config, len(offsets) - 1)
         table = action_table(config)
-        self.params = StepParams(floats, ints, table.exposure, table.cost_rate, table.category)
+        self.params = StepParams(
+            floats, ints, table.exposure, table.cost_rate, table.category, self.max_position
+        )
         self.lo_host, self.hi_host = instrument_bounds(data.instrument_offsets, self.num_envs)
         self.state: EnvState = allocate_state(
             self.xp, self.num_envs, config.diversity_window, self.lo_host, self.hi_host
@@ -143,14 +216,5 @@ class Backend:
         if weights is None:
             self.curiosity = None
             return
-        d = self.config.curiosity_state_dims
-        h = self.config.curiosity_hidden
-        expected = {"w1": (h, d + N_CATEGORIES), "b1": (h,), "w2": (d, h), "b2": (d,)}
-        for name, shape in expected.items():
-            got = tuple(getattr(weights, name).shape)
-            if got != shape:
-                raise ValueError(
-                    f"curiosity weight {name} has shape {got}; expected {shape} "
-                    f"(curiosity_state_dims={d}, curiosity_hidden={h})"
-                )
+        # Backends call check_curiosity_weights on the caller's arrays before converting them.
         self.curiosity = weights

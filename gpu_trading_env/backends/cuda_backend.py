@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.backends.base import Backend, CuriosityWeights, check_curiosity_weights
 from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
 from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
 from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
@@ -73,7 +73,12 @@ class CudaBackend(Backend):
             self.open = cp.asarray(np.ascontiguousarray(data.open, dtype=np.float64))
             self.close = cp.asarray(np.ascontiguousarray(data.close, dtype=np.float64))
             p = self.params
-            self._pf = cp.asarray(np.array([p.floats[k] for k in FLOAT_PARAMS], dtype=np.float64))
+            # The scalar slots, then max_position per instrument (PF_MAX_POSITION_BASE + k).
+            self._pf = cp.asarray(
+                np.concatenate(
+                    [np.array([p.floats[k] for k in FLOAT_PARAMS], np.float64), p.max_position]
+                )
+            )
             self._pi = cp.asarray(np.array([p.ints[k] for k in INT_PARAMS], dtype=np.int64))
             self._tables = (
                 cp.asarray(p.exposure),
@@ -252,6 +257,9 @@ class CudaBackend(Backend):
             self.curiosity = None
             self._build_step_args()
             return
+        check_curiosity_weights(
+            weights, self.config.curiosity_state_dims, self.config.curiosity_hidden
+        )
         cp = self.xp
         with self._device, self.stream():
             converted = {}

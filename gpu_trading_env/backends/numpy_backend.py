@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.backends.base import Backend, CuriosityWeights, check_curiosity_weights
 from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
 from gpu_trading_env.core.constants import (
     LABEL_NONE,
@@ -86,8 +86,10 @@ class NumpyBackend(Backend):
                 & (entropy < self.config.diversity_threshold_bits)
             ).ravel()
         self._obs_scratch = np.zeros((self.num_envs, self.obs_dim), dtype=np.float32)
-        # Per-action target position: exposure[a] * max_position, the same product per action.
-        self._target = self.params.exposure * self.params.max_position
+        # Target position per instrument and action ("units" sizing): exposure[a] *
+        # max_position[k], the kernel's product. Env i trades instrument i % I.
+        self._target = self.params.exposure[None, :] * self.params.max_position[:, None]
+        self._n_inst = int(self.params.max_position.shape[0])
 
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
@@ -137,6 +139,9 @@ class NumpyBackend(Backend):
 
     def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
         if weights is not None:
+            check_curiosity_weights(
+                weights, self.config.curiosity_state_dims, self.config.curiosity_hidden
+            )
             weights = CuriosityWeights(
                 *(
                     np.ascontiguousarray(np.asarray(getattr(weights, k)), dtype=np.float32)
@@ -290,10 +295,20 @@ class NumpyBackend(Backend):
         # reserve_frac * value_pre is +-0.0 when reserve_frac == 0, which no result below
         # can tell from the scalar 0.0.
         reserve = p.reserve_frac * value_pre if p.reserve_frac > 0.0 else 0.0
+        # --- position sizing (ENV_SPEC "Position sizing")
+        if p.sizing_equity:
+            # Notional at full exposure = leverage x equity at the fill price (none when <= 0).
+            target = p.exposure.take(a) * (p.leverage * np.maximum(value_pre, 0.0) / fill)
+        elif self._n_inst == 1:
+            target = self._target[0].take(a)
+        else:
+            env_ids = self._env_ids if rows is None else rows
+            target = self._target[env_ids % self._n_inst, a]
         del value_pre
         cash1, pos1, cost, reversal = trade(
-            p, self._target.take(a), p.cost_rate.take(a), fill, cash0, pos0, reserve
+            p, target, p.cost_rate.take(a), fill, cash0, pos0, reserve
         )
+        del target
         del reserve
         opened = (reversal | (pos0 == 0.0)) & (pos1 != 0.0)
         del reversal

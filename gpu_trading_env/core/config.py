@@ -26,6 +26,7 @@ from gpu_trading_env.core.constants import (
 )
 
 FILL_MODES = ("close", "next_open")
+SIZING_MODES = ("units", "equity")
 
 _AUTORESET_ALIASES = {
     "same_step": AutoresetMode.SAME_STEP,
@@ -68,7 +69,8 @@ class EnvConfig:
     initial_capital: float = 100_000.0
     """Cash at the start of every episode (currency, > 0)."""
     max_position: float | None = None
-    """Units held at exposure 1.0; ``None``: floor(initial_capital / median close), at least 1."""
+    """Units held at exposure 1.0 with ``sizing="units"``; ``None``: per instrument,
+    floor(initial_capital / that instrument's median close), at least 1."""
     exposure_levels: tuple[float, ...] = (-1.0, -0.5, 0.0, 0.5, 1.0)
     """Target exposure of each action group, as a fraction of ``max_position`` (each in [-1, 1])."""
     order_cost_bps: tuple[float, ...] = (1.0, 0.5, 1.5)
@@ -121,17 +123,42 @@ class EnvConfig:
     autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP
     """Gymnasium autoreset mode of the vector env."""
 
+    sizing: str = "units"
+    """``"units"``: target = exposure x max_position units (fixed size); ``"equity"``: target
+    notional = exposure x leverage x current equity (value at the fill price), so a position
+    never exceeds what the account carries at ``leverage``."""
+    leverage: float = 1.0
+    """Notional per unit of equity at exposure 1.0 with ``sizing="equity"`` ((0, max_leverage])."""
+    max_leverage: float = 10.0
+    """Leverage cap: ``sizing="equity"`` requires leverage x max|exposure| <= this; with
+    ``sizing="units"`` the env warns when max_position x median close exceeds this x capital."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
+        # NumPy scalars (np.float32(1.0), np.int64(5)) are numbers like any other: stored as
+        # Python floats and ints, so formulas, JSON and repr see one type.
+        for name in _FLOAT_FIELDS:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL_FIELDS:
+                continue
+            set_(self, name, _real(name, value))
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, np.integer):
+                set_(self, name, int(value))
+        if isinstance(self.barriers, np.bool_):
+            set_(self, "barriers", bool(self.barriers))
         set_(self, "autoreset_mode", parse_autoreset_mode(self.autoreset_mode))
         set_(self, "exposure_levels", _float_tuple("exposure_levels", self.exposure_levels))
         set_(self, "order_cost_bps", _float_tuple("order_cost_bps", self.order_cost_bps))
         self._validate()
 
     def _validate(self) -> None:
-        _positive_finite("initial_capital", self.initial_capital)
+        # Upper bounds keep float32 observations and rewards and float64 money finite: money
+        # within MONEY_MAX, scales and penalties within SCALE_MAX (see docs/ENV_SPEC.md).
+        _in_range("initial_capital", self.initial_capital, MONEY_MIN, MONEY_MAX, lo_open=False)
         if self.max_position is not None:
-            _positive_finite("max_position", self.max_position)
+            _in_range("max_position", self.max_position, 0.0, MONEY_MAX, lo_open=True)
         if not self.exposure_levels:
             _fail("exposure_levels", self.exposure_levels, "a non-empty tuple of floats in [-1, 1]")
         for x in self.exposure_levels:
@@ -145,31 +172,45 @@ class EnvConfig:
         _int_range("sub_actions", self.sub_actions, 1, 1024)
         if self.n_actions > 2**31 - 1:
             _fail("sub_actions", self.sub_actions, "a layout of fewer than 2**31 actions")
-        if not (isinstance(self.reserve_pct, int | float) and 0.0 <= self.reserve_pct < 100.0):
+        if not (0.0 <= self.reserve_pct < 100.0):
             _fail("reserve_pct", self.reserve_pct, "a percentage in [0, 100)")
-        _nonnegative_finite("spread", self.spread)
+        _in_range("spread", self.spread, 0.0, 1.0)
         if self.fill not in FILL_MODES:
             _fail("fill", self.fill, f"one of {FILL_MODES}")
         if not isinstance(self.barriers, bool):
             _fail("barriers", self.barriers, "True or False")
-        _positive_finite("profit_target_bps", self.profit_target_bps)
+        _in_range("profit_target_bps", self.profit_target_bps, 0.0, 1e6, lo_open=True)
         _positive_finite("stop_loss_bps", self.stop_loss_bps)
         if self.stop_loss_bps >= 10_000.0:
             _fail("stop_loss_bps", self.stop_loss_bps, "a value below 10000 bps (100%)")
         _int_range("max_holding_bars", self.max_holding_bars, 1, 2**31 - 1)
-        _nonnegative_finite("barrier_reward_scale", self.barrier_reward_scale)
+        _in_range("barrier_reward_scale", self.barrier_reward_scale, 0.0, SCALE_MAX)
         _int_range("diversity_window", self.diversity_window, 1, 4096)
         if not (0.0 <= self.diversity_threshold_bits <= math.log2(3) + 1e-12):
             _fail("diversity_threshold_bits", self.diversity_threshold_bits, "[0, log2(3)]")
-        _nonnegative_finite("diversity_penalty", self.diversity_penalty)
+        _in_range("diversity_penalty", self.diversity_penalty, 0.0, SCALE_MAX)
         _int_range("diversity_min_entries", self.diversity_min_entries, 1, self.diversity_window)
         _int_range("curiosity_state_dims", self.curiosity_state_dims, 1, 4096)
         _int_range("curiosity_hidden", self.curiosity_hidden, 1, 4096)
-        _nonnegative_finite("curiosity_scale", self.curiosity_scale)
-        _positive_finite("curiosity_max_reward", self.curiosity_max_reward)
-        _nonnegative_finite("risk_threshold", self.risk_threshold)
-        _nonnegative_finite("risk_penalty_scale", self.risk_penalty_scale)
+        _in_range("curiosity_scale", self.curiosity_scale, 0.0, SCALE_MAX)
+        _in_range("curiosity_max_reward", self.curiosity_max_reward, 0.0, SCALE_MAX, lo_open=True)
+        _in_range("risk_threshold", self.risk_threshold, 0.0, SCALE_MAX)
+        _in_range("risk_penalty_scale", self.risk_penalty_scale, 0.0, SCALE_MAX)
         _int_range("episode_length", self.episode_length, 1, 2**31 - 1)
+        if self.sizing not in SIZING_MODES:
+            _fail("sizing", self.sizing, f"one of {SIZING_MODES}")
+        _in_range("max_leverage", self.max_leverage, 0.0, SCALE_MAX, lo_open=True)
+        _in_range("leverage", self.leverage, 0.0, SCALE_MAX, lo_open=True)
+        if self.sizing == "equity":
+            peak = self.leverage * max(abs(x) for x in self.exposure_levels)
+            if peak > self.max_leverage:
+                _fail(
+                    "leverage",
+                    self.leverage,
+                    f"at most max_leverage / max|exposure_levels| = {self.max_leverage} / "
+                    f"{max(abs(x) for x in self.exposure_levels)} with sizing='equity' "
+                    f"(the positions would reach {peak:g}x equity)",
+                )
 
     @property
     def n_actions(self) -> int:
@@ -212,13 +253,49 @@ def config_field_names() -> list[str]:
 
 
 def _float_tuple(name: str, value: Any) -> tuple[float, ...]:
-    try:
-        out = tuple(float(x) for x in value)
-    except (TypeError, ValueError):
-        _fail(name, value, "a tuple of floats")
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        _fail(name, value, "a tuple of numbers")
+    items = tuple(value)
+    if any(
+        isinstance(x, bool | np.bool_) or not isinstance(x, int | float | np.integer | np.floating)
+        for x in items
+    ):
+        _fail(name, value, "a tuple of numbers")
+    out = tuple(float(x) for x in items)
     if not all(math.isfinite(x) for x in out):
         _fail(name, value, "finite floats")
     return out
+
+
+# Bounds that keep outputs finite: float64 money up to 1e15 (cents stay exact up to ~1e13),
+# float32 reward components up to SCALE_MAX times a bounded factor.
+MONEY_MIN = 1e-2
+MONEY_MAX = 1e15
+SCALE_MAX = 1e6
+
+# Field kinds from the annotations (strings under ``from __future__ import annotations``).
+_FLOAT_FIELDS = tuple(
+    f.name for f in dataclasses.fields(EnvConfig) if f.type in ("float", "float | None")
+)
+_OPTIONAL_FIELDS = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.type == "float | None")
+_INT_FIELDS = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.type == "int")
+
+
+def _real(name: str, value: Any) -> float:
+    """``value`` as a Python float if it is a real number (int, float, NumPy scalar), else the
+    field's ValueError (bools and strings are not numbers here)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(
+        value, int | float | np.integer | np.floating
+    ):
+        allowed = "a number or None" if name in _OPTIONAL_FIELDS else "a number"
+        _fail(name, value, f"{allowed} (got {type(value).__name__})")
+    return float(value)
+
+
+def _in_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:
+    ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
+    if not ok:
+        _fail(name, value, f"a finite number in {'(' if lo_open else '['}{lo:g}, {hi:g}]")
 
 
 def _positive_finite(name: str, value: Any) -> None:
@@ -264,17 +341,41 @@ def action_table(config: EnvConfig) -> ActionTable:
     return ActionTable(exposure=exposure, cost_rate=cost_rate, category=category)
 
 
-def resolve_max_position(config: EnvConfig, close: np.ndarray) -> float:
-    """``max_position`` or its default floor(initial_capital / median close), at least 1."""
+def resolve_max_positions(config: EnvConfig, close: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """float64 [I]: ``max_position`` for every instrument, or per instrument k its default
+    floor(initial_capital / median close of k), at least 1 unit."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_inst = len(offsets) - 1
     if config.max_position is not None:
-        return float(config.max_position)
-    return float(max(1.0, math.floor(config.initial_capital / float(np.median(close)))))
+        return np.full(n_inst, float(config.max_position), dtype=np.float64)
+    close = np.asarray(close, dtype=np.float64)
+    out = np.empty(n_inst, dtype=np.float64)
+    for k in range(n_inst):
+        median = float(np.median(close[offsets[k] : offsets[k + 1]]))
+        out[k] = max(1.0, math.floor(config.initial_capital / median))
+    return out
+
+
+def implied_leverage(config: EnvConfig, close: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """float64 [I]: notional at full exposure over initial capital, at each instrument's median
+    close: max_position x max|exposure| x median / capital (``sizing="units"``), or
+    leverage x max|exposure| (``sizing="equity"``, where it holds at every step)."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    peak = max(abs(x) for x in config.exposure_levels)
+    if config.sizing == "equity":
+        return np.full(len(offsets) - 1, config.leverage * peak)
+    units = resolve_max_positions(config, close, offsets)
+    close = np.asarray(close, dtype=np.float64)
+    medians = np.array(
+        [np.median(close[offsets[k] : offsets[k + 1]]) for k in range(len(offsets) - 1)]
+    )
+    return units * peak * medians / config.initial_capital
 
 
 # Scalar parameters in the order the CUDA kernel reads them (P_<NAME> slots, generated defines).
 FLOAT_PARAMS = (
     "initial_capital",
-    "max_position",
+    "leverage",
     "reserve_frac",
     "spread",
     "profit_frac",
@@ -298,6 +399,8 @@ INT_PARAMS = (
     "curiosity_hidden",
     "episode_length",
     "autoreset_mode",
+    "sizing_equity",
+    "n_instruments",
 )
 AUTORESET_CODES = {
     AutoresetMode.SAME_STEP: MODE_SAME_STEP,
@@ -306,11 +409,15 @@ AUTORESET_CODES = {
 }
 
 
-def step_scalars(config: EnvConfig, max_position: float) -> tuple[dict[str, float], dict[str, int]]:
-    """The scalar parameters of a step, precomputed once so both backends do the same arithmetic."""
+def step_scalars(config: EnvConfig, n_instruments: int) -> tuple[dict[str, float], dict[str, int]]:
+    """The scalar parameters of a step, precomputed once so both backends do the same arithmetic.
+
+    The per-instrument ``max_position`` values follow these slots in the kernel's float array
+    (slot ``PF_MAX_POSITION_BASE + instrument``).
+    """
     floats = {
         "initial_capital": float(config.initial_capital),
-        "max_position": float(max_position),
+        "leverage": float(config.leverage),
         "reserve_frac": float(config.reserve_pct) / 100.0,
         "spread": float(config.spread),
         "profit_frac": float(config.profit_target_bps) / 10_000.0,
@@ -334,6 +441,8 @@ def step_scalars(config: EnvConfig, max_position: float) -> tuple[dict[str, floa
         "curiosity_hidden": int(config.curiosity_hidden),
         "episode_length": int(config.episode_length),
         "autoreset_mode": AUTORESET_CODES[config.autoreset_mode],
+        "sizing_equity": int(config.sizing == "equity"),
+        "n_instruments": int(n_instruments),
     }
     assert tuple(floats) == FLOAT_PARAMS and tuple(ints) == INT_PARAMS
     return floats, ints
@@ -343,6 +452,7 @@ def kernel_param_defines() -> tuple[tuple[str, str], ...]:
     """``#define P_<NAME> <slot>`` lines for the CUDA kernel, from the lists above."""
     defs = [(f"PF_{n.upper()}", str(i)) for i, n in enumerate(FLOAT_PARAMS)]
     defs += [(f"PI_{n.upper()}", str(i)) for i, n in enumerate(INT_PARAMS)]
+    defs += [("PF_MAX_POSITION_BASE", str(len(FLOAT_PARAMS)))]
     return tuple(defs)
 
 

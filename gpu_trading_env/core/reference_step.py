@@ -250,8 +250,13 @@ def _transition(s, out, rows, action, market, p, curiosity) -> None:
     )
     obs0 = _observe(market, p, s, rows) if curiosity is not None else None
 
-    reserve = p.reserve_frac * (cash0 + pos0 * fill) if p.reserve_frac > 0.0 else 0.0
-    target = p.exposure[a] * p.max_position
+    value_pre = cash0 + pos0 * fill
+    reserve = p.reserve_frac * value_pre if p.reserve_frac > 0.0 else 0.0
+    # Position sizing (ENV_SPEC "Position sizing"): env i trades instrument i mod I.
+    if p.sizing_equity:
+        target = p.exposure[a] * (p.leverage * np.maximum(value_pre, 0.0) / fill)
+    else:
+        target = p.exposure[a] * p.max_position[rows % p.max_position.shape[0]]
     cash1, pos1, cost, reversal = _trade(p, target, p.cost_rate[a], fill, cash0, pos0, reserve)
     opened = (reversal | (pos0 == 0.0)) & (pos1 != 0.0)
     s.cash[rows], s.position[rows] = cash1, pos1

@@ -65,7 +65,9 @@ class MarketData:
         metadata: dict (source, warm-up, generator parameters, ...), copied into derived data.
 
     Build it with ``from_dataframe``, ``from_csv``, ``from_parquet``, ``synthetic`` or ``default``;
-    the constructor takes ready arrays and checks only their shapes and types.
+    the constructor takes ready arrays and checks their shapes, types and values as
+    ``from_dataframe`` does (finite, positive prices, high >= max(open, close) >= min >= low,
+    volume >= 0, increasing timestamps, finite float32 features), naming the first bad row.
     """
 
     __slots__ = (
@@ -97,7 +99,9 @@ class MarketData:
         feature_names: Sequence[str],
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        feats = np.ascontiguousarray(features, dtype=np.float32)
+        raw_features = np.asarray(features)
+        with np.errstate(over="ignore"):  # overflow to inf is reported below, with its row
+            feats = np.ascontiguousarray(raw_features, dtype=np.float32)
         if feats.ndim != 2:
             raise ValueError(f"features must be 2-D [T, F], got shape {feats.shape}")
         t, f = feats.shape
@@ -128,6 +132,21 @@ class MarketData:
         fnames = tuple(str(x) for x in feature_names)
         if len(fnames) != f:
             raise ValueError(f"{len(fnames)} feature_names for {f} feature columns")
+        # The same bar checks as from_dataframe: arrays built by hand must not slip NaN or
+        # non-positive prices past the loaders (they would turn into NaN rewards in the env).
+        rows = np.arange(t, dtype=np.int64)
+        for k, name in enumerate(names):
+            sl = slice(int(offsets[k]), int(offsets[k + 1]))
+            where = _Where(rows[sl], ts[sl], name)
+            _validate_bars({c: cols[c][sl] for c in _OHLCV}, ts[sl], where)
+            bad = ~np.isfinite(feats[sl])
+            if bad.any():
+                i, j = np.argwhere(bad)[0]
+                raise ValueError(
+                    f"features has a non-finite value {raw_features[sl][i, j]} in column "
+                    f"{fnames[j]!r} "
+                    f"at {where(int(i))} (float32: finite, |x| < 3.4e38)"
+                )
 
         self.features = _readonly(feats)
         self.open = _readonly(cols["open"])

@@ -272,11 +272,20 @@ __device__ void st_check(const long long* __restrict__ idx, const T* __restrict_
         is_last = atomicAdd(u + ST_SCRATCH_TICKET, 1ull) == gridDim.x - 1;
     }
     __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    const long long first_bad = __ldcg(scratch + ST_SCRATCH_BAD);
-    const int need_sort = first_bad == ST_NONE && __ldcg(scratch + ST_SCRATCH_UNSORTED) != 0;
+    if (!is_last) return;  // block-uniform
+    // Thread 0 alone reads the scratch words, publishes, resets them for the next update and
+    // broadcasts the verdict through shared memory. Every thread reading them itself raced
+    // with that reset: a warp scheduled after it (as compute-sanitizer's serialisation does)
+    // read "no bad entry, sorted", skipped the sort, and left warp 0 to sort alone, a partial
+    // sort that corrupted the tree (racecheck sees no hazard: the words are global memory).
+    __shared__ long long s_first_bad;
+    __shared__ int s_need_sort;
     if (tid == 0) {
+        __threadfence();
+        const long long first_bad = __ldcg(scratch + ST_SCRATCH_BAD);
+        const int need_sort = first_bad == ST_NONE && __ldcg(scratch + ST_SCRATCH_UNSORTED) != 0;
+        s_first_bad = first_bad;
+        s_need_sort = need_sort;
         if (first_bad != ST_NONE) {
             status[0] = first_bad;  // the tree is not touched
             st_publish_verdict(status_host, seq, first_bad);
@@ -291,7 +300,8 @@ __device__ void st_check(const long long* __restrict__ idx, const T* __restrict_
         scratch[ST_SCRATCH_UNSORTED] = 0;
         scratch[ST_SCRATCH_TICKET] = 0;
     }
-    if (!need_sort) return;
+    __syncthreads();
+    if (!s_need_sort) return;  // block-uniform
     unsigned long long* keys = n <= ST_SMEM_KEYS ? skeys : gkeys;
     st_sort_keys(keys, idx, n);
     if (keys == skeys) {

@@ -186,7 +186,11 @@ __device__ Transition env_transition(const EnvStateView& s, const MarketView& m,
     double value_pre = cash0 + pos0 * fill;
     double reserve_frac = p.pf[PF_RESERVE_FRAC];
     double reserve = reserve_frac * value_pre;
-    double target = exposure * p.pf[PF_MAX_POSITION];
+    // Position sizing: "equity" sizes the notional as leverage x equity at the fill price (none
+    // when the equity is <= 0); "units" holds max_position of env i's instrument (i mod I).
+    double target = p.pi[PI_SIZING_EQUITY]
+                        ? exposure * (p.pf[PF_LEVERAGE] * fmax(value_pre, 0.0) / fill)
+                        : exposure * p.pf[PF_MAX_POSITION_BASE + i % (int)p.pi[PI_N_INSTRUMENTS]];
     double delta = target - pos0;
     if (reserve_frac > 0.0) {
         bool capped = (delta > 0.0) && (cash0 - delta * fill < reserve);
