@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpu_trading_env.config import (
+    AUTORESET_CODES,
     EnvConfig,
     action_table,
     resolve_max_position,
@@ -125,6 +126,14 @@ class Backend:
     def observe(self) -> Any:
         """The current observation of every env, float32 [N, obs_dim]."""
         raise NotImplementedError
+
+    def set_autoreset_mode(self, mode: Any) -> None:
+        """Switch to ``mode`` (an ``AutoresetMode``); the caller resets every env before the
+        next step (episodes in flight were run under the old mode's rules)."""
+        code = AUTORESET_CODES[mode]
+        self.config = self.config.replace(autoreset_mode=mode)
+        self.params.ints["autoreset_mode"] = code
+        object.__setattr__(self.params, "autoreset_mode", code)
 
     def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
         if weights is None:
