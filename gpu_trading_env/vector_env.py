@@ -265,6 +265,11 @@ class TradingVectorEnv(VectorEnv):
         info["_episode_length"] = mask
         return info
 
+    def render(self) -> None:
+        """Nothing to draw (``render_mode`` is None); returns None so that trainers that call
+        ``render()`` or ``call("render")`` every step (skrl's default) run unchanged."""
+        return None
+
     def close_extras(self, **kwargs: Any) -> None:
         self._views.clear()
         self._infos.clear()
