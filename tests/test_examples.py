@@ -42,6 +42,7 @@ def test_example_runs(script: str, args: list[str], tmp_path: Path):
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",  # small networks: more threads only contend on a 2-core runner
     }
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / script), *args],
