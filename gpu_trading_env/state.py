@@ -101,7 +101,7 @@ def output_layout(
     num_envs: int, obs_dim: int
 ) -> tuple[tuple[tuple[str, Any, tuple[int, ...], int], ...], int]:
     """Where each :class:`StepOutputs` array lies in one byte block: ``((name, dtype, shape,
-    byte offset), ...), total bytes``. Offsets are 16-byte aligned, in field order.
+    byte offset), ...), total bytes``. Offsets are 16-byte aligned; ``final_obs`` comes last.
 
     One block per output set lets a step's outputs be copied whole (one ``memcpy`` or one device
     copy) when the env hands out arrays the caller owns.
@@ -114,12 +114,13 @@ def output_layout(
         ("truncated", np.bool_, (n,)),
         ("done", np.bool_, (n,)),
         ("components", np.float32, (n, len(COMPONENT_NAMES))),
-        ("final_obs", np.float32, (n, obs_dim)),
         ("portfolio_value", np.float64, (n,)),
         ("position", np.float64, (n,)),
         ("barrier_label", np.int8, (n,)),
         ("episode_return", np.float32, (n,)),
         ("episode_length", np.int32, (n,)),
+        # Last, so that modes without final_obs copy the block up to its offset only.
+        ("final_obs", np.float32, (n, obs_dim)),
     )
     layout = []
     offset = 0
@@ -134,10 +135,20 @@ def outputs_from_block(
     block: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]
 ) -> StepOutputs:
     """:class:`StepOutputs` of views into ``block`` (uint8, NumPy, CuPy or torch)."""
+    return StepOutputs(**block_views(block, layout))
+
+
+def block_views(
+    block: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]
+) -> dict[str, Any]:
+    """``{name: view}`` of the arrays of ``layout`` that lie within ``block`` (a prefix of a
+    full block holds the leading fields only)."""
     torch_block = hasattr(block, "data_ptr")
     arrays = {}
     for name, dtype, shape, offset in layout:
         nbytes = int(np.prod(shape)) * dtype.itemsize
+        if offset + nbytes > block.shape[0]:
+            continue
         raw = block[offset : offset + nbytes]
         if torch_block:
             import torch
@@ -145,7 +156,7 @@ def outputs_from_block(
             arrays[name] = raw.view(_TORCH_DTYPES[dtype.char](torch)).view(shape)
         else:
             arrays[name] = raw.view(dtype).reshape(shape)
-    return StepOutputs(**arrays)
+    return arrays
 
 
 _TORCH_DTYPES = {

@@ -25,7 +25,7 @@ from gpu_trading_env.config import (
     config_field_names,
     parse_autoreset_mode,
 )
-from gpu_trading_env.state import COMPONENT_NAMES, StepOutputs, outputs_block, outputs_from_block
+from gpu_trading_env.state import COMPONENT_NAMES, StepOutputs, block_views, outputs_block
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
@@ -170,7 +170,7 @@ class TradingVectorEnv(VectorEnv):
         self._needs_reset = True
         self._views: dict[int, dict[str, Any]] = {}
         self._infos: dict[int, dict[str, Any]] = {}
-        self._torch_blocks: dict[int, Any] = {}
+        self._torch_blocks: dict[tuple[int, int], Any] = {}
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -446,6 +446,8 @@ class TradingVectorEnv(VectorEnv):
         host sync; with ``array_type="numpy"`` one device-to-host transfer.
         """
         block, layout = outputs_block(out)
+        if self.autoreset_mode != AutoresetMode.SAME_STEP:
+            block = block[: layout[-1][3]]  # final_obs (last) is not returned in this mode
         if self.device == "cpu":
             fresh = block.copy()
             if self.array_type == "torch":
@@ -457,14 +459,15 @@ class TradingVectorEnv(VectorEnv):
                 fresh = block.get()
         elif self.array_type == "torch":
             # clone() runs on torch's current stream of the block's device: no host sync.
-            torch_block = self._torch_blocks.get(id(out))
+            key = (id(out), block.shape[0])
+            torch_block = self._torch_blocks.get(key)
             if torch_block is None:
-                torch_block = self._torch_blocks[id(out)] = self._to_array(block)
+                torch_block = self._torch_blocks[key] = self._to_array(block)
             fresh = torch_block.clone()
         else:
             with self.backend._device, self.backend.stream():
                 fresh = block.copy()
-        return vars(outputs_from_block(fresh, layout))
+        return block_views(fresh, layout)
 
     def _output_views(self, out: StepOutputs) -> dict[str, Any]:
         """Arrays of ``out`` in the env's array type; torch views are made once per buffer."""
