@@ -128,8 +128,8 @@ class Backend:
         raise NotImplementedError
 
     def set_autoreset_mode(self, mode: Any) -> None:
-        """Switch to ``mode`` (an ``AutoresetMode``); the caller resets every env before the
-        next step (episodes in flight were run under the old mode's rules)."""
+        """Switch to ``mode`` (an ``AutoresetMode``). Running envs carry on; the caller resets
+        any env that waits for a reset before the next step."""
         code = AUTORESET_CODES[mode]
         self.config = self.config.replace(autoreset_mode=mode)
         self.params.ints["autoreset_mode"] = code

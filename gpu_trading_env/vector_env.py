@@ -217,7 +217,8 @@ class TradingVectorEnv(VectorEnv):
         self._check_open("step")
         if self._needs_reset:
             raise RuntimeError(
-                "step() called before reset(): call reset() first (the envs have no episode yet)"
+                "step() called before reset(): call reset() first (after the env is built, or "
+                "after set_autoreset_mode() left envs waiting for their reset)"
             )
         prepare = getattr(self.backend, "prepare_actions", None)
         acts = prepare(actions) if prepare is not None else self._cpu_actions(actions)
@@ -278,7 +279,9 @@ class TradingVectorEnv(VectorEnv):
     def set_autoreset_mode(self, mode: AutoresetMode | str) -> None:
         """Switch the autoreset mode (used by adapters that need one, such as ``SB3VecEnv``).
 
-        Episodes in flight are abandoned: the next call must be ``reset()``.
+        The modes differ only in what an ended env does, so running episodes carry on. If an
+        env is waiting for its reset (NEXT_STEP or DISABLED after an episode ended), the next
+        call must be ``reset()``. One host read of the envs' flags (a sync on CUDA).
         """
         self._check_open("set_autoreset_mode")
         mode = parse_autoreset_mode(mode)
@@ -289,7 +292,8 @@ class TradingVectorEnv(VectorEnv):
         self.autoreset_mode = mode
         self.metadata["autoreset_mode"] = mode
         self._infos.clear()
-        self._needs_reset = True
+        waiting = bool((self.backend.state.done_flag != 0).any())
+        self._needs_reset = self._needs_reset or waiting
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """``getattr(self, name)(*args, **kwargs)`` (or the attribute's value if not callable),

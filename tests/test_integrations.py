@@ -118,6 +118,27 @@ def test_step_before_reset_and_after_close_raise_and_change_nothing() -> None:
         env.reset()
 
 
+def test_set_autoreset_mode_keeps_running_episodes_and_demands_reset_of_waiting_ones() -> None:
+    env = make(2, autoreset_mode="next_step", episode_length=3)
+    env.reset(seed=0)
+    flat = env.config.encode_action(2)
+    env.step(np.full(2, flat))
+    env.set_autoreset_mode("same_step")  # both envs are running: no reset needed
+    for _ in range(2):
+        obs, _, term, trunc, info = env.step(np.full(2, flat))
+    assert (term | trunc).all() and is_reset_obs(obs).all() and "final_obs" in info
+    env.set_autoreset_mode("disabled")
+    env.step(np.full(2, flat))
+    env.step(np.full(2, flat))
+    _, _, term, trunc, _ = env.step(np.full(2, flat))
+    assert (term | trunc).all()
+    env.set_autoreset_mode("next_step")  # envs wait for a reset
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step(np.full(2, flat))
+    env.reset()
+    env.step(np.full(2, flat))
+
+
 def test_call_get_attr_set_attr() -> None:
     env = make(3)
     assert env.get_attr("num_envs") == (3, 3, 3)
