@@ -417,7 +417,12 @@ def test_skrl_ppo_stores_the_env_observations(headless: bool, one_torch_thread) 
         device="cpu",
         cfg=cfg,
     )
-    trainer_cfg = {"timesteps": timesteps, "headless": headless, "disable_progressbar": True}
+    trainer_cfg = {
+        "timesteps": timesteps,
+        "headless": headless,
+        "disable_progressbar": True,
+        "close_environment_at_exit": False,  # its atexit log line outlives pytest's capture
+    }
     SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
     stored = agent.memory.get_tensor_by_name("observations").numpy()  # [rollouts, N, D]
     seen = np.stack(rec.observations)[timesteps - rollouts : timesteps]
