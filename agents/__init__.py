@@ -6,5 +6,6 @@ __all__ = ["PrioritizedReplayBuffer"]
 from agents.curiosity import CuriosityModel  # noqa: E402
 from agents.gpu_dqn import GpuDQN  # noqa: E402
 from agents.policies import DuelingDQNPolicy  # noqa: E402
+from agents.sb3_per import PrioritizedDQN  # noqa: E402
 
-__all__ += ["CuriosityModel", "DuelingDQNPolicy", "GpuDQN"]
+__all__ += ["CuriosityModel", "DuelingDQNPolicy", "GpuDQN", "PrioritizedDQN"]

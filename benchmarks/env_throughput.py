@@ -83,6 +83,45 @@ def bench_sync(data: MarketData, num_envs: int, steps: int) -> dict:
     return _timed_steps("gymnasium.SyncVectorEnv(TradingEnv)", env, actions, num_envs, steps)
 
 
+def bench_outputs(
+    data: MarketData, device: str, num_envs: int, steps: int, copy_outputs: bool
+) -> dict:
+    """Full ``env.step`` through the Gymnasium API, returning arrays the caller owns (the
+    default: one block copy per step) or the zero-copy double buffer (``copy_outputs=False``)."""
+    env = TradingVectorEnv(num_envs, device, data=data, copy_outputs=copy_outputs)
+    env.reset(seed=0)
+    label = f"{device.split(':')[0]} step, {'owned' if copy_outputs else 'zero-copy'} outputs"
+    if device == "cpu":
+        rng = np.random.default_rng(0)
+        actions = rng.integers(0, env.single_action_space.n, (16, num_envs))
+        for k in range(5):
+            env.step(actions[k % 16])
+        return _timed_steps(label, env, actions, num_envs, steps)
+    import torch
+
+    actions = torch.randint(0, env.single_action_space.n, (16, num_envs), device=device)
+    for k in range(20):
+        env.step(actions[k % 16])
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    for k in range(steps):
+        env.step(actions[k % 16])
+    end.record()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    env.close()
+    return {
+        "backend": label,
+        "num_envs": num_envs,
+        "steps": steps,
+        "env_steps_per_s": num_envs * steps / max(start.elapsed_time(end) / 1e3, t2 - t0),
+        "host_us_per_step": (t1 - t0) / steps * 1e6,
+    }
+
+
 def _timed_steps(backend: str, env, actions: np.ndarray, num_envs: int, steps: int) -> dict:
     """Wall time of ``steps`` host-side ``env.step`` calls cycling through 16 action rows."""
     t0 = time.perf_counter()
@@ -100,12 +139,25 @@ def _timed_steps(backend: str, env, actions: np.ndarray, num_envs: int, steps: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", nargs="+", default=["cuda", "numpy", "sync"])
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=["cuda", "numpy", "sync", "outputs"],
+        help="'outputs': the full step API with owned outputs beside the zero-copy double buffer",
+    )
     parser.add_argument(
         "--cuda-envs", nargs="+", type=int, default=[2**k for k in range(10, 23, 2)]
     )
     parser.add_argument("--numpy-envs", nargs="+", type=int, default=[256, 1024, 4096, 16384])
     parser.add_argument("--sync-envs", nargs="+", type=int, default=[16])
+    parser.add_argument(
+        "--outputs-envs",
+        nargs="+",
+        type=int,
+        default=None,
+        help="env counts of the 'outputs' rows (owned vs zero-copy outputs); default "
+        "1024 and 65536 on the CPU, 1024 and 2**20 on CUDA",
+    )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -121,6 +173,13 @@ def main() -> None:
     if "cuda" in args.backends and cuda_available():
         for n in args.cuda_envs:
             rows.append(bench_cuda(data, n, args.steps))
+    if "outputs" in args.backends:
+        devices = ["cpu"] + (["cuda"] if cuda_available() else [])
+        for device in devices:
+            counts = args.outputs_envs or ([1024, 65536] if device == "cpu" else [1024, 2**20])
+            for n in counts:
+                for copy_outputs in (True, False):
+                    rows.append(bench_outputs(data, device, n, args.steps, copy_outputs))
     baseline = next(
         (r["env_steps_per_s"] for r in rows if r["backend"].startswith("gymnasium")), None
     )

@@ -94,7 +94,7 @@ def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list
         "env.step": lambda: env.step(action),
         "buffer.add_tensors": lambda: buf.add_tensors(obs, o, action, r, te, tr),
         "episode ring": lambda: ro.ring.append(
-            info["_episode"], info["episode"]["r"], info["episode"]["l"]
+            info["_episode_return"], info["episode_return"], info["episode_length"]
         ),
         "whole fused step (eager)": lambda: ro.step(0.1),
     }

@@ -39,6 +39,7 @@ env = TradingVectorEnv(
     data=train,
     array_type="torch",
     episode_length=200,
+    autoreset_mode="same_step",  # final_obs in the step that ends an episode
     diversity_penalty=0.0,
     risk_penalty_scale=0.0,
 )
@@ -85,10 +86,10 @@ while steps < args.total_steps:
     rb_obs[idx], rb_next[idx], rb_act[idx] = obs, real_next, action
     rb_rew[idx], rb_term[idx] = reward, terminated.to(dev).float()  # truncation still bootstraps
     ptr, size = (ptr + n) % cap, min(size + n, cap)
-    obs = next_obs.clone()  # the env reuses its output buffers after the next step
+    obs = next_obs  # the env's outputs are ours: no later step writes to them
     steps += n
     if done.any():
-        returns.extend(info["episode"]["r"][info["_episode"]].tolist())
+        returns.extend(info["episode_return"][info["_episode_return"]].tolist())
 
     if size >= 10 * args.batch_size:
         b = torch.randint(0, size, (args.batch_size,), device=dev)

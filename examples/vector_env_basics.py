@@ -20,5 +20,5 @@ print(
     "reward components (pnl, barrier, risk, diversity, curiosity) of env 0:",
     info["reward_components"][0],
 )
-print("episodes that ended on the last step:", int(info["_episode"].sum()))
+print("episodes that ended on the last step:", int(info["_episode_return"].sum()))
 envs.close()

@@ -12,14 +12,17 @@ import gymnasium as gym
 import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
-from gpu_trading_env.vector_env import TradingVectorEnv
+from gpu_trading_env.vector_env import TradingVectorEnv, resolve_config
 
 
 class TradingEnv(gym.Env):
-    """A single trading env (NumPy). Keyword arguments are ``EnvConfig`` fields.
+    """A single trading env returning NumPy. Keyword arguments are ``EnvConfig`` fields.
 
     Observation ``Box(-inf, inf, (F+3,), float32)``; action ``Discrete(n_actions)``;
-    ``info`` holds the reward components and the portfolio value and position after the step.
+    ``info`` holds the reward components and the portfolio value and position after the step,
+    and on the episode's last step ``episode_return`` and ``episode_length`` (the key
+    ``"episode"`` is left to Gymnasium's ``RecordEpisodeStatistics``). ``device`` picks the
+    backend that steps it (``"cpu"``, ``"cuda"``, ``"cuda:N"``); outputs are NumPy either way.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
@@ -29,6 +32,7 @@ class TradingEnv(gym.Env):
         data: Any = None,
         config: EnvConfig | None = None,
         render_mode: str | None = None,
+        device: Any = "cpu",
         **config_kwargs: Any,
     ) -> None:
         if render_mode not in (None, "rgb_array"):
@@ -36,8 +40,14 @@ class TradingEnv(gym.Env):
                 f"render_mode = {render_mode!r} is invalid: allowed is None or 'rgb_array'"
             )
         self.render_mode = render_mode
-        config_kwargs["autoreset_mode"] = "disabled"
-        self._venv = TradingVectorEnv(1, "cpu", data=data, config=config, **config_kwargs)
+        config = resolve_config(config, config_kwargs, owner="TradingEnv.__init__")
+        self._venv = TradingVectorEnv(
+            1,
+            device,
+            data=data,
+            config=config.replace(autoreset_mode="disabled"),
+            array_type="numpy",
+        )
         self.config = self._venv.config
         self.observation_space = self._venv.single_observation_space
         self.action_space = self._venv.single_action_space
@@ -66,7 +76,7 @@ class TradingEnv(gym.Env):
         backend = self._venv.backend
         bar = int(backend.state.bar[0])
         self._history = [(float(backend.close[bar]), 1.0, 0.0)]
-        return obs[0].copy(), {}
+        return obs[0], {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:
@@ -90,17 +100,15 @@ class TradingEnv(gym.Env):
                 (float(self._venv.backend.close[bar]), value, float(info["position"][0]))
             )
         step_info = {
-            "reward_components": info["reward_components"][0].copy(),
+            "reward_components": info["reward_components"][0],
             "portfolio_value": float(info["portfolio_value"][0]),
             "position": float(info["position"][0]),
             "barrier_label": int(info["barrier_label"][0]),
         }
         if te or tr:
-            step_info["episode"] = {
-                "r": float(info["episode"]["r"][0]),
-                "l": int(info["episode"]["l"][0]),
-            }
-        return obs[0].copy(), float(reward[0]), te, tr, step_info
+            step_info["episode_return"] = float(info["episode_return"][0])
+            step_info["episode_length"] = int(info["episode_length"][0])
+        return obs[0], float(reward[0]), te, tr, step_info
 
     def render(self) -> np.ndarray | None:
         """With ``render_mode="rgb_array"``: a uint8 [320, 480, 3] frame of the episode so far

@@ -20,9 +20,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from gpu_trading_env.backends.base import Backend, CuriosityWeights
-from gpu_trading_env.core.config import EnvConfig, config_field_names
+from gpu_trading_env.core.config import EnvConfig, config_field_names, parse_autoreset_mode
 from gpu_trading_env.core.constants import COMPONENT_NAMES
-from gpu_trading_env.core.state import StepOutputs
+from gpu_trading_env.core.state import StepOutputs, block_views, outputs_block
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
@@ -84,17 +84,24 @@ def resolve_data(data: Any) -> Any:
     )
 
 
-def resolve_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvConfig:
+def resolve_config(
+    config: EnvConfig | None, overrides: dict[str, Any], owner: str = "TradingVectorEnv.__init__"
+) -> EnvConfig:
+    """``config`` (default ``EnvConfig()``) with ``overrides`` of its fields.
+
+    An unknown keyword raises Python's own ``TypeError`` text (``owner() got an unexpected
+    keyword argument 'x'``), which tools such as TorchRL's ``GymEnv`` match to drop optional
+    keywords.
+    """
     base = config if config is not None else EnvConfig()
     if not isinstance(base, EnvConfig):
         raise TypeError(f"config of type {type(config).__name__} is invalid: allowed is EnvConfig")
     if not overrides:
         return base
-    unknown = sorted(set(overrides) - set(config_field_names()))
-    if unknown:
-        raise TypeError(
-            f"unknown keyword argument(s) {unknown}; EnvConfig fields: {config_field_names()}"
-        )
+    known = set(config_field_names())
+    for name in overrides:
+        if name not in known:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}")
     return base.replace(**overrides)
 
 
@@ -119,12 +126,26 @@ class TradingVectorEnv(VectorEnv):
         num_envs: number of envs N; env i trades instrument ``i % n_instruments``.
         device: ``"cpu"`` (NumPy reference backend) or ``"cuda"``/``"cuda:N"`` (CuPy kernels).
         data: ``MarketData``, a DataFrame, a CSV/Parquet path, or None for the built-in data.
-        config: an ``EnvConfig``; keyword arguments override its fields.
+        config: an ``EnvConfig``; keyword arguments override its fields (``autoreset_mode``
+            defaults to ``NEXT_STEP``, Gymnasium's own vector default).
         array_type: ``"numpy"`` (default on cpu), ``"torch"`` (default on cuda) or ``"cupy"``.
+        copy_outputs: True (default): every array ``reset`` and ``step`` return (observations,
+            rewards, flags, infos, ``final_obs``) is the caller's; no later call writes to it.
+            The copy is one block copy per step (on the GPU: one device copy on torch's current
+            stream, no host sync). False: the zero-copy double buffer: a step's arrays are
+            overwritten two steps later, so copy what you keep longer (the fused rollout of
+            ``agents`` does).
+        render_mode: None (the vector env does not render; the single env
+            ``gym.make("GpuTrading-v0", render_mode="rgb_array")`` draws an episode).
 
     Spaces: observation ``Box(-inf, inf, (N, F+3), float32)``, action ``MultiDiscrete`` of N
-    ``Discrete(n_actions)``. Arrays returned by ``step`` live in two buffers used in turn:
-    copy what you keep for longer than one further step.
+    ``Discrete(n_actions)``.
+
+    Info keys (arrays with a leading N axis; ``_key`` is the bool mask of valid rows, as in
+    Gymnasium): ``reward_components`` [N, 5], ``portfolio_value``, ``position``,
+    ``barrier_label``, and ``episode_return``/``episode_length`` of the episodes that ended in
+    this step (each ended episode is reported once, masked by ``_episode_return``). The key
+    ``"episode"`` is left to Gymnasium's ``RecordEpisodeStatistics``.
     """
 
     def __init__(
@@ -134,8 +155,17 @@ class TradingVectorEnv(VectorEnv):
         data: Any = None,
         config: EnvConfig | None = None,
         array_type: str | None = None,
+        copy_outputs: bool = True,
+        render_mode: str | None = None,
         **config_kwargs: Any,
     ) -> None:
+        if render_mode is not None:
+            raise ValueError(
+                f"render_mode = {render_mode!r} is invalid for the vector env: allowed is None "
+                "(render a single env: gym.make('GpuTrading-v0', render_mode='rgb_array'))"
+            )
+        if not isinstance(copy_outputs, bool | np.bool_):
+            raise TypeError(f"copy_outputs = {copy_outputs!r} is invalid: allowed is True or False")
         self.config = resolve_config(config, config_kwargs)
         self.data = resolve_data(data)
         self.backend = make_backend(device, self.data, self.config, num_envs)
@@ -152,6 +182,7 @@ class TradingVectorEnv(VectorEnv):
                 "array_type = 'cupy' is invalid with device='cpu': allowed is 'numpy' or 'torch'"
             )
         self.array_type = array_type
+        self.copy_outputs = bool(copy_outputs)
         self.autoreset_mode: AutoresetMode = self.config.autoreset_mode
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
         self.render_mode = None
@@ -162,8 +193,10 @@ class TradingVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._seeded = False
+        self._needs_reset = True
         self._views: dict[int, dict[str, Any]] = {}
         self._infos: dict[int, dict[str, Any]] = {}
+        self._torch_blocks: dict[tuple[int, int], Any] = {}
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -178,6 +211,7 @@ class TradingVectorEnv(VectorEnv):
                 pins the start bar, counted from the env's instrument's first bar, -1 = draw;
                 reset_mask resets only those envs (the others keep their state).
         """
+        self._check_open("reset")
         options = dict(options or {})
         unknown = sorted(set(options) - set(RESET_OPTIONS))
         if unknown:
@@ -186,6 +220,11 @@ class TradingVectorEnv(VectorEnv):
             )
         n = self.num_envs
         mask = self._host_mask(options.get("reset_mask"))
+        if self._needs_reset and not mask.all():
+            raise RuntimeError(
+                "reset(options={'reset_mask': ...}) is invalid before a full reset(): the envs "
+                "outside the mask have no episode yet; call reset() without a mask first"
+            )
         start = self._start_index(options.get("start_index"))
         if seed is not None or not self._seeded:
             seeds = self._seed_array(seed)
@@ -195,27 +234,39 @@ class TradingVectorEnv(VectorEnv):
         self.backend.check_errors()
         obs = self.backend.reset(self.backend.xp.asarray(mask), self.backend.xp.asarray(start))
         assert obs.shape[0] == n
+        self._needs_reset = False
+        # observe() returns a fresh array every call: the caller owns it in either output mode.
         return self._to_array(obs), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Advance every env by one bar. ``actions``: N ints (NumPy, torch or CuPy)."""
+        self._check_open("step")
+        if self._needs_reset:
+            raise RuntimeError(
+                "step() called before reset(): call reset() first (after the env is built, or "
+                "after set_autoreset_mode() left envs waiting for their reset)"
+            )
         acts = self.backend.prepare_actions(actions)
         out = self.backend.step(acts)
-        views = self._output_views(out)
-        info = self._infos.get(id(out))
-        if info is None or self.array_type == "numpy" and self.device != "cpu":
-            info = self._infos[id(out)] = self._build_info(views)
+        if self.copy_outputs:
+            views = self._owned_views(out)
+            info = self._build_info(views)
+        else:
+            views = self._output_views(out)
+            info = self._infos.get(id(out))
+            if info is None or self.array_type == "numpy" and self.device != "cpu":
+                info = self._infos[id(out)] = self._build_info(views)
+            if self.autoreset_mode == AutoresetMode.DISABLED:
+                info = self._with_episode_mask(info, views)
         return views["obs"], views["reward"], views["terminated"], views["truncated"], dict(info)
 
     def _build_info(self, views: dict[str, Any]) -> dict[str, Any]:
-        """The info dict of one output buffer set; its arrays are refilled by every step."""
+        """The info dict of one set of output arrays."""
         info: dict[str, Any] = {
             "reward_components": views["components"],
             "portfolio_value": views["portfolio_value"],
             "position": views["position"],
             "barrier_label": views["barrier_label"],
-            "episode": {"r": views["episode_return"], "l": views["episode_length"]},
-            "_episode": views["done"],
         }
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             # The last step's info of an ended episode is this step's info at its row.
@@ -223,11 +274,81 @@ class TradingVectorEnv(VectorEnv):
             info["_final_info"] = views["done"]
             info["final_obs"] = views["final_obs"]
             info["_final_obs"] = views["done"]
+        return self._with_episode_mask(info, views)
+
+    def _with_episode_mask(self, info: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
+        """Add the episode statistics; each ended episode is reported in one step only.
+
+        In SAME_STEP and NEXT_STEP mode the mask is ``done``. In DISABLED mode an ended env
+        stays terminated or truncated on the steps it waits for a reset, with length 0 there:
+        the mask is ``episode_length > 0`` so those frozen steps report no episode.
+        """
+        length = views["episode_length"]
+        mask = views["done"] if self.autoreset_mode != AutoresetMode.DISABLED else length > 0
+        info["episode_return"] = views["episode_return"]
+        info["_episode_return"] = mask
+        info["episode_length"] = length
+        info["_episode_length"] = mask
         return info
+
+    def render(self) -> None:
+        """Nothing to draw (``render_mode`` is None); returns None so that trainers that call
+        ``render()`` or ``call("render")`` every step (skrl's default) run unchanged."""
+        return None
 
     def close_extras(self, **kwargs: Any) -> None:
         self._views.clear()
         self._infos.clear()
+        self._torch_blocks.clear()
+
+    def set_autoreset_mode(self, mode: AutoresetMode | str) -> None:
+        """Switch the autoreset mode (used by adapters that need one, such as ``SB3VecEnv``).
+
+        The modes differ only in what an ended env does, so running episodes carry on. If an
+        env is waiting for its reset (NEXT_STEP or DISABLED after an episode ended), the next
+        call must be ``reset()``. One host read of the envs' flags (a sync on CUDA).
+        """
+        self._check_open("set_autoreset_mode")
+        mode = parse_autoreset_mode(mode)
+        if mode == self.autoreset_mode:
+            return
+        self.backend.set_autoreset_mode(mode)
+        self.config = self.config.replace(autoreset_mode=mode)
+        self.autoreset_mode = mode
+        self.metadata["autoreset_mode"] = mode
+        self._infos.clear()
+        waiting = bool((self.backend.state.done_flag != 0).any())
+        self._needs_reset = self._needs_reset or waiting
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """``getattr(self, name)(*args, **kwargs)`` (or the attribute's value if not callable),
+        evaluated once (the N envs are rows of this one object) and repeated N times, the
+        shape ``SyncVectorEnv.call`` returns."""
+        value = getattr(self, name)
+        result = value(*args, **kwargs) if callable(value) else value
+        return (result,) * self.num_envs
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """``getattr(self, name)`` repeated N times (as ``SyncVectorEnv.get_attr``)."""
+        return (getattr(self, name),) * self.num_envs
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """``setattr(self, name, value)``: one value for all envs, or a list/tuple of N values
+        that are all equal (the envs share one object, so they cannot differ)."""
+        if isinstance(values, list | tuple):
+            if len(values) != self.num_envs:
+                raise ValueError(
+                    f"set_attr({name!r}, values) with {len(values)} values is invalid: allowed "
+                    f"is one value or {self.num_envs} values"
+                )
+            first = values[0]
+            if not all(_same_value(v, first) for v in values[1:]):
+                raise ValueError(
+                    f"set_attr({name!r}, values) with differing values is invalid: the "
+                    f"{self.num_envs} envs share one attribute; allowed is one value for all"
+                )
+            values = first
+        setattr(self, name, values)
 
     # ------------------------------------------------------------------ extras
     @property
@@ -253,6 +374,10 @@ class TradingVectorEnv(VectorEnv):
         return self._to_array(self.backend.observe())
 
     # ------------------------------------------------------------------ helpers
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise RuntimeError(f"{what}() called after close(): build a new env")
+
     def _host(self, arr: Any) -> np.ndarray:
         return arr.get() if hasattr(arr, "get") else np.asarray(arr)
 
@@ -305,13 +430,54 @@ class TradingVectorEnv(VectorEnv):
             return torch.from_dlpack(arr) if self.device != "cpu" else torch.from_numpy(arr)
         return arr
 
+    def _owned_views(self, out: StepOutputs) -> dict[str, Any]:
+        """Arrays of ``out`` copied into one fresh block the caller owns, in the array type.
+
+        One copy for all twelve arrays: on the host a ``memcpy``; on the GPU one device copy
+        enqueued on torch's current stream (the stream the step kernel ran on), so it needs no
+        host sync; with ``array_type="numpy"`` one device-to-host transfer.
+        """
+        block, layout = outputs_block(out)
+        if self.autoreset_mode != AutoresetMode.SAME_STEP:
+            block = block[: layout[-1][3]]  # final_obs (last) is not returned in this mode
+        if self.device == "cpu":
+            fresh = block.copy()
+            if self.array_type == "torch":
+                import torch
+
+                fresh = torch.from_numpy(fresh)
+        elif self.array_type == "numpy":
+            with self.backend.stream():
+                fresh = block.get()
+        elif self.array_type == "torch":
+            # clone() runs on torch's current stream of the block's device: no host sync.
+            key = (id(out), block.shape[0])
+            torch_block = self._torch_blocks.get(key)
+            if torch_block is None:
+                torch_block = self._torch_blocks[key] = self._to_array(block)
+            fresh = torch_block.clone()
+        else:
+            with self.backend._device, self.backend.stream():
+                fresh = block.copy()
+        return block_views(fresh, layout)
+
     def _output_views(self, out: StepOutputs) -> dict[str, Any]:
         """Arrays of ``out`` in the env's array type; torch views are made once per buffer."""
         key = id(out)
+        fields = {k: v for k, v in vars(out).items() if not k.startswith("_")}
         if self.array_type == "numpy" and self.device == "cpu":
-            return vars(out)
+            return fields
         if self.array_type == "numpy":
-            return {k: self._host(v) for k, v in vars(out).items()}
+            return {k: self._host(v) for k, v in fields.items()}
         if key not in self._views:
-            self._views[key] = {k: self._to_array(v) for k, v in vars(out).items()}
+            self._views[key] = {k: self._to_array(v) for k, v in fields.items()}
         return self._views[key]
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    except Exception:  # noqa: BLE001 - values that cannot be compared differ
+        return False

@@ -3,8 +3,9 @@
 SB3 expects NumPy arrays, one info dict per env, automatic resets in the same step with the last
 observation of the finished episode in ``info["terminal_observation"]``, time-limit truncations
 flagged as ``info["TimeLimit.truncated"]`` and Monitor-style ``info["episode"]`` statistics. The
-trading env already resets in the same step (``AutoresetMode.SAME_STEP``) and reports episode
-returns, so this adapter only changes the layout: no extra copy of the environment is stepped.
+trading env can reset in the same step (``AutoresetMode.SAME_STEP``, to which this adapter
+switches it) and reports episode returns, so this adapter only changes the layout: no extra copy
+of the environment is stepped.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 __all__ = ["SB3VecEnv"]
 
 # Keys of the vector info that are translated rather than passed through per env.
-_SPECIAL_KEYS = ("episode", "final_obs", "final_info")
+_SPECIAL_KEYS = ("episode", "episode_return", "episode_length", "final_obs", "final_info")
 
 
 def _to_numpy(x: Any) -> np.ndarray:
@@ -50,7 +51,9 @@ class SB3VecEnv(VecEnv):
     """Stable-Baselines3 ``VecEnv`` adapter for a Gymnasium ``VectorEnv`` in ``SAME_STEP`` mode.
 
     Built for :class:`~gpu_trading_env.TradingVectorEnv` (either device), it works with any
-    Gymnasium vector env that resets in the same step and reports ``final_obs``.
+    Gymnasium vector env that resets in the same step and reports ``final_obs``. A vector env
+    that offers ``set_autoreset_mode`` (the trading env, also under Gymnasium vector wrappers)
+    is switched to ``SAME_STEP`` here; SB3 resets it before its first step.
 
     ``step`` returns NumPy arrays: observations ``[N, D]`` float32 (a copy: the trading env
     reuses its output buffers), rewards ``[N]`` float32, dones ``[N]`` bool
@@ -62,7 +65,9 @@ class SB3VecEnv(VecEnv):
     - ``"terminal_observation"``: float32 ``[D]``, the observation that ended the episode (only
       for envs that are done in this step; the returned observation is the new episode's first);
     - ``"episode"``: ``{"r": return, "l": length, "t": seconds since this adapter was built}``
-      in SB3 ``Monitor`` format (only for done envs), which feeds ``rollout/ep_rew_mean``.
+      in SB3 ``Monitor`` format (only for done envs), which feeds ``rollout/ep_rew_mean``;
+      taken from the env's ``episode_return``/``episode_length`` info, or from a Gymnasium
+      ``RecordEpisodeStatistics`` wrapper's ``episode`` dict.
 
     ``get_attr``, ``set_attr`` and ``env_method`` act once on the single underlying vector env
     and return a list with one (identical) entry per requested index, as SB3 expects.
@@ -72,7 +77,7 @@ class SB3VecEnv(VecEnv):
     :param keep_info: Also pass the env's other per-env info values (reward components,
         portfolio value, position, barrier label, ...). ``False`` skips them, which saves
         Python work per env and step when N is large.
-    :raises ValueError: If ``venv`` does not autoreset in the same step.
+    :raises ValueError: If ``venv`` does not autoreset in the same step and cannot be switched.
     """
 
     def __init__(self, venv: GymVectorEnv, keep_info: bool = True) -> None:
@@ -82,6 +87,10 @@ class SB3VecEnv(VecEnv):
                 "VectorEnv such as gpu_trading_env.TradingVectorEnv"
             )
         mode = _autoreset_mode(venv)
+        switch = getattr(venv.unwrapped, "set_autoreset_mode", None)
+        if mode != AutoresetMode.SAME_STEP and switch is not None:
+            switch(AutoresetMode.SAME_STEP)
+            mode = _autoreset_mode(venv)
         if mode != AutoresetMode.SAME_STEP:
             raise ValueError(
                 f"venv.autoreset_mode = {mode!r} is invalid: SB3VecEnv needs "
@@ -241,12 +250,16 @@ class SB3VecEnv(VecEnv):
             final_obs = _to_numpy(info["final_obs"])
             for i in done_idx:
                 infos[i]["terminal_observation"] = np.array(final_obs[i], copy=True)
-        if "episode" in info:
-            ep = info["episode"]
-            mask = info.get("_episode")
+        stats = None
+        if "episode_return" in info:
+            stats = info["episode_return"], info["episode_length"], info.get("_episode_return")
+        elif isinstance(info.get("episode"), dict):  # Gymnasium's RecordEpisodeStatistics
+            stats = info["episode"]["r"], info["episode"]["l"], info.get("_episode")
+        if stats is not None:
+            ep_r, ep_l, mask = stats
             has_ep = dones if mask is None else _to_numpy(mask).astype(bool)
-            r = _to_numpy(ep["r"])
-            length = _to_numpy(ep["l"])
+            r = _to_numpy(ep_r)
+            length = _to_numpy(ep_l)
             t = round(time.time() - self._t_start, 6)
             for i in np.flatnonzero(has_ep):
                 infos[i]["episode"] = {"r": float(r[i]), "l": int(length[i]), "t": t}

@@ -42,6 +42,7 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
         episode_length=30,
         profit_target_bps=30.0,
         stop_loss_bps=20.0,
+        autoreset_mode="same_step",  # GpuDQN's mode: no switch (and reset) after reset(seed=7)
     )
 
     fused_env = TradingVectorEnv(**kw)

@@ -252,7 +252,7 @@ def test_dueling_network_shape_and_combination() -> None:
 
 
 def test_curiosity_model_matches_env_bonus_and_learns() -> None:
-    env = TradingVectorEnv(8, "cpu", episode_length=50)
+    env = TradingVectorEnv(8, "cpu", episode_length=50, autoreset_mode="same_step")
     cfg = env.config
     table = action_table(cfg).category
     th.manual_seed(0)
@@ -307,11 +307,10 @@ def test_curiosity_needs_a_trading_env() -> None:
         GpuDQN("MlpPolicy", "CartPole-v1", curiosity=True, buffer_size=100, device="cpu")
 
 
-def test_rejects_env_without_same_step_autoreset() -> None:
-    with pytest.raises(ValueError, match="autoreset_mode"):
-        GpuDQN(
-            "DuelingPolicy", TradingVectorEnv(2, "cpu", autoreset_mode="next_step"), buffer_size=100
-        )
+def test_switches_the_env_to_same_step_autoreset() -> None:
+    env = TradingVectorEnv(2, "cpu", autoreset_mode="next_step")
+    GpuDQN("DuelingPolicy", env, buffer_size=100, device="cpu")
+    assert env.autoreset_mode.name == "SAME_STEP"
 
 
 def test_single_gym_env_with_curiosity() -> None:

@@ -21,7 +21,12 @@ def test_monolithic_transitions_match_the_reference_env():
 
     data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=5)
     kw = dict(
-        num_envs=256, data=data, episode_length=25, profit_target_bps=30.0, stop_loss_bps=20.0
+        num_envs=256,
+        data=data,
+        episode_length=25,
+        profit_target_bps=30.0,
+        stop_loss_bps=20.0,
+        autoreset_mode="same_step",  # the reference reads final_obs
     )
     gpu_env = TradingVectorEnv(device="cuda", **kw)
     gpu_env.reset(seed=9)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.env_checker import check_env
 
@@ -136,10 +138,24 @@ def test_attr_and_method_access(venv: SB3VecEnv) -> None:
     venv.close()
 
 
-def test_rejects_other_autoreset_modes() -> None:
+def test_switches_the_trading_env_to_same_step() -> None:
     for mode in ("next_step", "disabled"):
-        with pytest.raises(ValueError, match="autoreset_mode"):
-            SB3VecEnv(TradingVectorEnv(2, "cpu", autoreset_mode=mode))
+        venv = TradingVectorEnv(2, "cpu", autoreset_mode=mode, episode_length=4)
+        sb3 = SB3VecEnv(gym.wrappers.vector.RecordEpisodeStatistics(venv))
+        assert venv.autoreset_mode == AutoresetMode.SAME_STEP
+        assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+        sb3.reset()
+        flat = venv.config.encode_action(2)  # no position, so no barrier ends it early
+        for _ in range(4):
+            obs, _, dones, infos = sb3.step(np.full(2, flat, dtype=np.int64))
+        assert dones.all()
+        assert all("terminal_observation" in i and "episode" in i for i in infos)
+
+
+def test_rejects_a_vector_env_that_cannot_reset_in_the_same_step() -> None:
+    cartpoles = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with pytest.raises(ValueError, match="autoreset_mode"):
+        SB3VecEnv(cartpoles)
 
 
 def test_keep_info_false_keeps_sb3_keys() -> None:

@@ -92,7 +92,8 @@ def test_autoreset_mode_metadata_and_attribute():
         assert env.autoreset_mode == mode
         assert env.metadata["autoreset_mode"] == mode
     assert make(autoreset_mode=AutoresetMode.SAME_STEP).autoreset_mode == AutoresetMode.SAME_STEP
-    assert TradingVectorEnv(1, "cpu").autoreset_mode == AutoresetMode.SAME_STEP  # the default
+    # The default is Gymnasium's own vector default.
+    assert TradingVectorEnv(1, "cpu").autoreset_mode == AutoresetMode.NEXT_STEP
 
 
 def test_same_step_final_obs_and_reset_obs():
@@ -110,7 +111,7 @@ def test_same_step_final_obs_and_reset_obs():
         np.testing.assert_array_equal(info["portfolio_value"], info_r["portfolio_value"])
         done = te | tr
         np.testing.assert_array_equal(info["_final_obs"], done)
-        np.testing.assert_array_equal(info["_episode"], done)
+        np.testing.assert_array_equal(info["_episode_return"], done)
         if i < EP_LEN - 1:
             assert not done.any()
             np.testing.assert_array_equal(obs, obs_r)
@@ -123,7 +124,7 @@ def test_same_step_final_obs_and_reset_obs():
     assert is_reset_obs(obs).all()
     assert ((bar_of(obs) >= 0) & (bar_of(obs) < N_BARS - EP_LEN)).all()
     np.testing.assert_array_equal(same.observe(), obs)
-    np.testing.assert_array_equal(info["episode"]["l"], [EP_LEN] * 3)
+    np.testing.assert_array_equal(info["episode_length"], [EP_LEN] * 3)
     # the next step continues from the new start bar, flat
     obs2, *_ = same.step(np.full(3, act(FLAT)))
     np.testing.assert_array_equal(bar_of(obs2), bar_of(obs) + 1)
@@ -138,7 +139,7 @@ def test_same_step_episode_return_is_sum_of_rewards():
         _, r, te, tr, info = env.step(rng.integers(0, 45, 2))
         total += r
     assert (te | tr).all()
-    np.testing.assert_allclose(info["episode"]["r"], total, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(info["episode_return"], total, rtol=1e-5, atol=1e-6)
 
 
 def test_next_step_mode():
@@ -508,7 +509,7 @@ def test_single_env_step_after_done_raises():
         obs, r, te, tr, info = env.step(act(FLAT))
         assert tr == (i == 2) and not te
         assert isinstance(r, float)
-    assert info["episode"]["l"] == 3
+    assert info["episode_length"] == 3 and "episode" not in info
     with pytest.raises(RuntimeError, match="reset"):
         env.step(act(FLAT))
     env.reset()

@@ -12,6 +12,7 @@ calls :meth:`PrioritizedReplayBuffer.update_priorities` and
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -84,6 +85,10 @@ class PrioritizedReplayBufferSamples(NamedTuple):
 
 def _torch_dtype(dtype: Any) -> th.dtype:
     return th.from_numpy(np.zeros(0, dtype=dtype)).dtype
+
+
+# Batches drawn without any update_priorities() call before the buffer warns.
+STALE_PRIORITY_SAMPLES = 100
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -342,6 +347,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(
                 "cannot sample from an empty PrioritizedReplayBuffer; add transitions first"
             )
+        self._warn_if_priorities_stale()
         idx, w = self.tree.sample(int(batch_size), beta=self.beta, weights_dtype=np.float32)
         return self._gather(self._to_torch_index(idx), self._to_torch_weights(w), env)
 
@@ -392,6 +398,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             kernel's verdict on the batch (written to host-mapped memory before the tree is
             touched); everything else stays on the device and runs asynchronously.
         """
+        self._samples_since_update = 0
         if isinstance(td_errors, th.Tensor):
             td_errors = td_errors.detach()
         if self.tree.backend == "numpy":
@@ -419,6 +426,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def max_priority(self) -> float:
         """Running maximum of ``(|td| + epsilon)**alpha`` (what new transitions get); host sync."""
         return self.tree.max_value_host()
+
+    def _warn_if_priorities_stale(self) -> None:
+        """Warn once when many batches were drawn and no priority was ever updated: the
+        algorithm does not report TD errors (plain SB3 ``DQN``), so sampling stays uniform."""
+        count = getattr(self, "_samples_since_update", 0) + 1
+        self._samples_since_update = count
+        if count == STALE_PRIORITY_SAMPLES and not getattr(self, "_warned_stale", False):
+            self._warned_stale = True
+            warnings.warn(
+                f"PrioritizedReplayBuffer: {count} batches sampled without update_priorities(); "
+                "priorities never change, so sampling is uniform and every IS weight is 1. "
+                "Plain SB3 DQN does not report TD errors: use agents.PrioritizedDQN (or "
+                "agents.GpuDQN), or call update_priorities(samples.indices, |td|) yourself.",
+                stacklevel=3,
+            )
 
 
 class BetaAnnealingCallback(BaseCallback):

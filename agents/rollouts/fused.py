@@ -102,6 +102,9 @@ class FusedRollout:
             )
         self.model = model
         self.env = env
+        # This loop copies what it keeps (into the replay buffer) within the step, so it steps
+        # the zero-copy double buffer; SB3VecEnv, sharing the env, copies its own arrays.
+        env.copy_outputs = False
         self.device = th.device(env.device)
         self.num_envs = env.num_envs
         self.n_actions = int(env.single_action_space.n)
@@ -200,7 +203,9 @@ class FusedRollout:
             g["next_obs"].copy_(th.where(info["_final_obs"][:, None], info["final_obs"], new_obs))
             g["prev_obs"].copy_(g["obs"])
             g["obs"].copy_(new_obs)
-            self.ring.append(info["_episode"], info["episode"]["r"], info["episode"]["l"])
+            self.ring.append(
+                info["_episode_return"], info["episode_return"], info["episode_length"]
+            )
         g["out"] = (reward, terminated, truncated)
         g["graph"] = graph
         self._graph = g
@@ -244,7 +249,7 @@ class FusedRollout:
         done = terminated | truncated
         next_obs = th.where(done[:, None], info["final_obs"], new_obs)
         self.model.replay_buffer.add_tensors(obs, next_obs, action, reward, terminated, truncated)
-        self.ring.append(done, info["episode"]["r"], info["episode"]["l"])
+        self.ring.append(done, info["episode_return"], info["episode_length"])
         self.obs = new_obs
         return reward, done
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpu_trading_env.core.config import (
+    AUTORESET_CODES,
     EnvConfig,
     action_table,
     implied_leverage,
@@ -211,6 +212,14 @@ class Backend:
     def observe(self) -> Any:
         """The current observation of every env, float32 [N, obs_dim]."""
         raise NotImplementedError
+
+    def set_autoreset_mode(self, mode: Any) -> None:
+        """Switch to ``mode`` (an ``AutoresetMode``). Running envs carry on; the caller resets
+        any env that waits for a reset before the next step."""
+        code = AUTORESET_CODES[mode]
+        self.config = self.config.replace(autoreset_mode=mode)
+        self.params.ints["autoreset_mode"] = code
+        object.__setattr__(self.params, "autoreset_mode", code)
 
     def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
         if weights is None:

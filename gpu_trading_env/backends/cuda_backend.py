@@ -252,6 +252,11 @@ class CudaBackend(Backend):
                     f"0..{self.config.n_actions - 1} (recorded on the GPU; that env skipped the step)"
                 )
 
+    def set_autoreset_mode(self, mode: Any) -> None:
+        super().set_autoreset_mode(mode)
+        with self._device, self.stream():
+            self._pi[INT_PARAMS.index("autoreset_mode")] = self.params.autoreset_mode
+
     def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
         if weights is None:
             self.curiosity = None

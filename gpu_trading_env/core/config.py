@@ -120,8 +120,8 @@ class EnvConfig:
 
     episode_length: int = 500
     """Steps before truncation (>= 1)."""
-    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP
-    """Gymnasium autoreset mode of the vector env."""
+    autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP
+    """Gymnasium autoreset mode of the vector env (NEXT_STEP: Gymnasium's vector default)."""
 
     sizing: str = "units"
     """``"units"``: target = exposure x max_position units (fixed size); ``"equity"``: target

@@ -90,22 +90,91 @@ class StepOutputs:
     episode_length: Any  # int32, length of the episode that ended this step (else 0)
 
 
-def allocate_outputs(xp: Any, num_envs: int, obs_dim: int) -> StepOutputs:
+def output_layout(
+    num_envs: int, obs_dim: int
+) -> tuple[tuple[tuple[str, Any, tuple[int, ...], int], ...], int]:
+    """Where each :class:`StepOutputs` array lies in one byte block: ``((name, dtype, shape,
+    byte offset), ...), total bytes``. Offsets are 16-byte aligned; ``final_obs`` comes last.
+
+    One block per output set lets a step's outputs be copied whole (one ``memcpy`` or one device
+    copy) when the env hands out arrays the caller owns.
+    """
     n = num_envs
-    return StepOutputs(
-        obs=xp.zeros((n, obs_dim), dtype=xp.float32),
-        reward=xp.zeros(n, dtype=xp.float32),
-        terminated=xp.zeros(n, dtype=xp.bool_),
-        truncated=xp.zeros(n, dtype=xp.bool_),
-        done=xp.zeros(n, dtype=xp.bool_),
-        components=xp.zeros((n, len(COMPONENT_NAMES)), dtype=xp.float32),
-        final_obs=xp.zeros((n, obs_dim), dtype=xp.float32),
-        portfolio_value=xp.zeros(n, dtype=xp.float64),
-        position=xp.zeros(n, dtype=xp.float64),
-        barrier_label=xp.zeros(n, dtype=xp.int8),
-        episode_return=xp.zeros(n, dtype=xp.float32),
-        episode_length=xp.zeros(n, dtype=xp.int32),
+    specs = (
+        ("obs", np.float32, (n, obs_dim)),
+        ("reward", np.float32, (n,)),
+        ("terminated", np.bool_, (n,)),
+        ("truncated", np.bool_, (n,)),
+        ("done", np.bool_, (n,)),
+        ("components", np.float32, (n, len(COMPONENT_NAMES))),
+        ("portfolio_value", np.float64, (n,)),
+        ("position", np.float64, (n,)),
+        ("barrier_label", np.int8, (n,)),
+        ("episode_return", np.float32, (n,)),
+        ("episode_length", np.int32, (n,)),
+        # Last, so that modes without final_obs copy the block up to its offset only.
+        ("final_obs", np.float32, (n, obs_dim)),
     )
+    layout = []
+    offset = 0
+    for name, dtype, shape in specs:
+        layout.append((name, np.dtype(dtype), shape, offset))
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        offset += (nbytes + 15) // 16 * 16
+    return tuple(layout), max(offset, 16)
+
+
+def outputs_from_block(
+    block: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]
+) -> StepOutputs:
+    """:class:`StepOutputs` of views into ``block`` (uint8, NumPy, CuPy or torch)."""
+    return StepOutputs(**block_views(block, layout))
+
+
+def block_views(
+    block: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]
+) -> dict[str, Any]:
+    """``{name: view}`` of the arrays of ``layout`` that lie within ``block`` (a prefix of a
+    full block holds the leading fields only)."""
+    torch_block = hasattr(block, "data_ptr")
+    arrays = {}
+    for name, dtype, shape, offset in layout:
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if offset + nbytes > block.shape[0]:
+            continue
+        raw = block[offset : offset + nbytes]
+        if torch_block:
+            import torch
+
+            arrays[name] = raw.view(_TORCH_DTYPES[dtype.char](torch)).view(shape)
+        else:
+            arrays[name] = raw.view(dtype).reshape(shape)
+    return arrays
+
+
+_TORCH_DTYPES = {
+    "f": lambda t: t.float32,
+    "d": lambda t: t.float64,
+    "?": lambda t: t.bool,
+    "b": lambda t: t.int8,
+    "i": lambda t: t.int32,
+}
+
+
+def allocate_outputs(xp: Any, num_envs: int, obs_dim: int) -> StepOutputs:
+    """Zeroed outputs for ``num_envs`` envs, all views of one block (see :func:`output_layout`),
+    which :func:`outputs_block` returns."""
+    layout, nbytes = output_layout(num_envs, obs_dim)
+    block = xp.zeros(nbytes, dtype=xp.uint8)
+    out = outputs_from_block(block, layout)
+    # An attribute outside the dataclass fields: fields(StepOutputs) stays the kernel's list.
+    out._block = (block, layout)  # type: ignore[attr-defined]
+    return out
+
+
+def outputs_block(out: StepOutputs) -> tuple[Any, Any] | None:
+    """``(uint8 block, layout)`` behind outputs made by :func:`allocate_outputs`, else None."""
+    return getattr(out, "_block", None)
 
 
 OUTPUT_FIELDS = tuple(f.name for f in fields(StepOutputs))

@@ -1,0 +1,431 @@
+"""The trading env as each RL library's users call it, on the CPU, with the data checked.
+
+Each test runs a few thousand env-steps and asserts what the library stored or saw: every
+stored next observation equals the observation the agent acted on next (on steps that did not
+end an episode), and after every done the next observation is a fresh episode's first one
+(portfolio value exactly 1, flat). Also: outputs the caller owns, Gymnasium's own wrappers,
+episode statistics, keyword handling and the module-qualified id in a fresh process.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+from gpu_trading_env import TradingEnv, TradingVectorEnv
+from gpu_trading_env.wrappers import SB3VecEnv
+
+ROOT = Path(__file__).resolve().parent.parent
+EP_LEN = 12
+N = 4
+
+
+def make(num_envs: int = N, **kwargs) -> TradingVectorEnv:
+    kwargs.setdefault("episode_length", EP_LEN)
+    return TradingVectorEnv(num_envs, "cpu", **kwargs)
+
+
+def is_reset_obs(obs: np.ndarray) -> np.ndarray:
+    """First observation of an episode: value / initial capital == 1 and flat."""
+    obs = np.asarray(obs)
+    return (obs[..., -3] == 1.0) & (obs[..., -2] == 0.0)
+
+
+# ------------------------------------------------------------------ owned outputs
+def hold_five_steps(env: TradingVectorEnv, to_numpy) -> None:
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    held, copies = [], []
+    for _ in range(5):
+        actions = rng.integers(0, env.single_action_space.n, env.num_envs)
+        obs, reward, term, trunc, info = env.step(actions)
+        arrays = [obs, reward, term, trunc]
+        arrays += [v for v in info.values() if not isinstance(v, dict)]
+        arrays += list(info.get("final_info", {}).values())
+        held.append(arrays)
+        copies.append([to_numpy(a).copy() for a in arrays])
+    for _ in range(3):  # later steps must not write to what was handed out
+        env.step(rng.integers(0, env.single_action_space.n, env.num_envs))
+    for arrays, saved in zip(held, copies, strict=True):
+        for a, c in zip(arrays, saved, strict=True):
+            np.testing.assert_array_equal(to_numpy(a), c)
+
+
+@pytest.mark.parametrize("mode", ["same_step", "next_step", "disabled"])
+@pytest.mark.parametrize("array_type", ["numpy", "torch"])
+def test_arrays_of_five_steps_stay_unchanged(mode: str, array_type: str) -> None:
+    env = make(16, autoreset_mode=mode, episode_length=2, array_type=array_type)
+    hold_five_steps(env, lambda a: a.numpy() if hasattr(a, "numpy") else np.asarray(a))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["same_step", "next_step", "disabled"])
+@pytest.mark.parametrize("array_type", ["torch", "cupy"])
+def test_arrays_of_five_steps_stay_unchanged_cuda(mode: str, array_type: str) -> None:
+    env = TradingVectorEnv(
+        4096, "cuda", autoreset_mode=mode, episode_length=2, array_type=array_type
+    )
+
+    def host(a):
+        return a.detach().cpu().numpy() if hasattr(a, "detach") else a.get()
+
+    hold_five_steps(env, host)
+
+
+def test_zero_copy_outputs_are_the_double_buffer() -> None:
+    env = make(copy_outputs=False)
+    env.reset(seed=0)
+    first = env.step(np.zeros(N, dtype=np.int64))[0]
+    env.step(np.zeros(N, dtype=np.int64))
+    third = env.step(np.zeros(N, dtype=np.int64))[0]
+    assert third is first  # documented: overwritten two steps later
+
+
+# ------------------------------------------------------------------ contract details
+def test_disabled_mode_reports_each_episode_once() -> None:
+    env = make(2, autoreset_mode="disabled", episode_length=3)
+    env.reset(seed=1, options={"start_index": 0})
+    flat = env.config.encode_action(2)
+    reported = np.zeros(2, dtype=int)
+    for _ in range(8):  # 3 steps to the end, then 5 frozen steps
+        _, _, term, trunc, info = env.step(np.full(2, flat))
+        reported += info["_episode_return"]
+        assert not info["_episode_return"][~(term | trunc)].any()
+    assert (term | trunc).all()
+    np.testing.assert_array_equal(reported, [1, 1])
+
+
+def test_step_before_reset_and_after_close_raise_and_change_nothing() -> None:
+    env = make(2)
+    before = env.observe().copy()
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step(np.zeros(2, dtype=np.int64))
+    np.testing.assert_array_equal(env.observe(), before)
+    env.reset(seed=0)
+    env.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        env.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(RuntimeError, match="after close"):
+        env.reset()
+
+
+def test_set_autoreset_mode_keeps_running_episodes_and_demands_reset_of_waiting_ones() -> None:
+    env = make(2, autoreset_mode="next_step", episode_length=3)
+    env.reset(seed=0)
+    flat = env.config.encode_action(2)
+    env.step(np.full(2, flat))
+    env.set_autoreset_mode("same_step")  # both envs are running: no reset needed
+    for _ in range(2):
+        obs, _, term, trunc, info = env.step(np.full(2, flat))
+    assert (term | trunc).all() and is_reset_obs(obs).all() and "final_obs" in info
+    env.set_autoreset_mode("disabled")
+    env.step(np.full(2, flat))
+    env.step(np.full(2, flat))
+    _, _, term, trunc, _ = env.step(np.full(2, flat))
+    assert (term | trunc).all()
+    env.set_autoreset_mode("next_step")  # envs wait for a reset
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step(np.full(2, flat))
+    env.reset()
+    env.step(np.full(2, flat))
+
+
+def test_call_get_attr_set_attr() -> None:
+    env = make(3)
+    assert env.get_attr("num_envs") == (3, 3, 3)
+    env.reset(seed=0)
+    obs = env.call("observe")
+    assert len(obs) == 3 and obs[0].shape == (3, env.single_observation_space.shape[0])
+    assert env.call("render") == (None, None, None)
+    env.set_attr("note", "x")
+    env.set_attr("note2", ["y"] * 3)
+    assert env.get_attr("note") == ("x",) * 3 and env.note2 == "y"
+    with pytest.raises(ValueError, match="share one attribute"):
+        env.set_attr("note", ["a", "b", "c"])
+    with pytest.raises(ValueError, match="3 values"):
+        env.set_attr("note", ["a", "a"])
+
+
+def test_keywords_as_gymnasium_envs() -> None:
+    with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'frameskip'"):
+        TradingVectorEnv(2, frameskip=4)
+    with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'frameskip'"):
+        TradingEnv(frameskip=4)
+    single = gym.make("GpuTrading-v0", device="cpu", episode_length=EP_LEN)
+    assert single.observation_space.shape == single.unwrapped.observation_space.shape
+    for mode in ("sync", "async", "vector_entry_point"):
+        venv = gym.make_vec(
+            "GpuTrading-v0", num_envs=2, vectorization_mode=mode, device="cpu", render_mode=None
+        )
+        obs, _ = venv.reset(seed=0)
+        assert obs.shape[0] == 2
+        venv.close()
+    with pytest.raises(ValueError, match="render_mode"):
+        TradingVectorEnv(2, render_mode="human")
+
+
+def test_module_qualified_id_in_a_fresh_process() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import gymnasium as gym
+        assert "gpu_trading_env" not in sys.modules
+        env = gym.make("gpu_trading_env:GpuTrading-v0", episode_length=5)
+        env.reset(seed=0)
+        venv = gym.make_vec("gpu_trading_env:GpuTrading-v0", num_envs=3)
+        obs, _ = venv.reset(seed=0)
+        venv.step(venv.action_space.sample())
+        print(type(venv).__name__, obs.shape[0])
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["TradingVectorEnv", "3"]
+
+
+# ------------------------------------------------------------------ Gymnasium wrappers
+def test_gymnasium_vector_wrappers_and_episode_statistics() -> None:
+    base = make(8)
+    env = gym.wrappers.vector.RecordEpisodeStatistics(base)
+    env = gym.wrappers.vector.NormalizeObservation(env)
+    env = gym.wrappers.vector.ClipReward(env, min_reward=-1.0, max_reward=1.0)
+    obs, _ = env.reset(seed=0)
+    rng = np.random.default_rng(1)
+    prev_done = np.zeros(8, dtype=bool)
+    n_episodes = 0
+    for _ in range(400):
+        obs, reward, term, trunc, info = env.step(rng.integers(0, 45, 8))
+        assert np.isfinite(obs).all() and (np.abs(reward) <= 1.0).all()
+        # NEXT_STEP: the step after a done is the reset step, reward 0.
+        np.testing.assert_array_equal(reward[prev_done], 0.0)
+        assert not (term | trunc)[prev_done].any()
+        if "episode" in info:
+            mask = info["_episode"]
+            np.testing.assert_array_equal(mask, info["_episode_return"])
+            np.testing.assert_allclose(
+                info["episode"]["r"][mask], info["episode_return"][mask], rtol=1e-4, atol=1e-4
+            )
+            np.testing.assert_array_equal(info["episode"]["l"][mask], info["episode_length"][mask])
+            n_episodes += int(mask.sum())
+        prev_done = term | trunc
+    assert n_episodes > 100
+
+
+def test_gymnasium_single_env_record_episode_statistics() -> None:
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("GpuTrading-v0", episode_length=EP_LEN))
+    env.reset(seed=0)
+    episodes = 0
+    for _ in range(300):
+        _, _, term, trunc, info = env.step(env.action_space.sample())
+        if term or trunc:
+            assert info["episode"]["l"] == info["episode_length"]
+            assert info["episode"]["r"] == pytest.approx(info["episode_return"], abs=1e-4)
+            episodes += 1
+            env.reset()
+    assert episodes > 20
+
+
+# ------------------------------------------------------------------ Stable-Baselines3
+class RecordingVectorEnv(gym.vector.VectorWrapper):
+    """Keeps a copy of every observation the wrapped vector env returns."""
+
+    def __init__(self, env: gym.vector.VectorEnv) -> None:
+        super().__init__(env)
+        self.observations: list[np.ndarray] = []
+        self.dones: list[np.ndarray] = []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.observations.append(np.array(obs, copy=True))
+        self.dones.append(np.zeros(self.num_envs, dtype=bool))
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, term, trunc, info = self.env.step(actions)
+        self.observations.append(np.array(obs, copy=True))
+        self.dones.append(np.asarray(term | trunc).copy())
+        return obs, reward, term, trunc, info
+
+    def call(self, name: str, *args, **kwargs):
+        return self.env.call(name, *args, **kwargs)
+
+
+def test_sb3_ppo_rollout_buffer_holds_the_env_observations(one_torch_thread) -> None:
+    from stable_baselines3 import PPO
+
+    rec = RecordingVectorEnv(make(N))
+    model = PPO("MlpPolicy", SB3VecEnv(rec), n_steps=64, batch_size=64, n_epochs=1, seed=0)
+    model.learn(total_timesteps=64 * N * 8)
+    assert rec.unwrapped.autoreset_mode == AutoresetMode.SAME_STEP
+    # The last rollout, which PPO's training flattened env-major: [N * n_steps, D].
+    flat = model.rollout_buffer.observations
+    stored = flat.reshape(N, 64, -1).transpose(1, 0, 2)
+    seen = np.stack(rec.observations)[-65:-1]  # what the env returned before each of its steps
+    np.testing.assert_array_equal(stored, seen)
+    dones = np.stack(rec.dones)[-65:-1]  # whether the step that returned it ended an episode
+    assert dones.any() and is_reset_obs(stored[dones]).all()
+    assert len(model.ep_info_buffer) > 0
+
+
+def test_sb3_dqn_with_per_priorities_change_and_transitions_chain(one_torch_thread) -> None:
+    from agents import PrioritizedDQN, PrioritizedReplayBuffer
+
+    env = SB3VecEnv(make(N))
+    model = PrioritizedDQN(
+        "MlpPolicy",
+        env,
+        replay_buffer_class=PrioritizedReplayBuffer,
+        buffer_size=4000,
+        learning_starts=200,
+        train_freq=1,
+        batch_size=32,
+        seed=0,
+    )
+    model.learn(total_timesteps=2400)
+    buf = model.replay_buffer
+    filled = buf.size() * buf.n_envs
+    leaves = np.asarray(buf.tree.leaves())[:filled]
+    assert np.unique(leaves).size > 10  # priorities were written back
+    assert buf.beta > 0.4
+    obs = buf.observations[: buf.pos].numpy()  # [T, N, D], rows in time order
+    nxt = buf.next_observations[: buf.pos].numpy()
+    done = buf.dones[: buf.pos].numpy().astype(bool) | buf.timeouts[: buf.pos].numpy().astype(bool)
+    chain = ~done[:-1]
+    np.testing.assert_array_equal(nxt[:-1][chain], obs[1:][chain])
+    assert done.any() and is_reset_obs(obs[1:][done[:-1]]).all()
+    assert not is_reset_obs(nxt[done]).all()  # the stored next obs is the true last one
+
+
+def test_plain_sb3_dqn_with_per_warns_that_priorities_never_change(one_torch_thread) -> None:
+    from stable_baselines3 import DQN
+
+    from agents import PrioritizedReplayBuffer
+
+    model = DQN(
+        "MlpPolicy",
+        SB3VecEnv(make(N)),
+        replay_buffer_class=PrioritizedReplayBuffer,
+        learning_starts=50,
+        train_freq=1,
+        batch_size=16,
+        seed=0,
+    )
+    with pytest.warns(UserWarning, match="PrioritizedDQN"):
+        model.learn(total_timesteps=600)
+
+
+# ------------------------------------------------------------------ TorchRL
+def check_collected(td, n_done_min: int) -> None:
+    """Batch [N, T] of a TorchRL collector: chained observations, reset after every done."""
+    obs = td["observation"].numpy()
+    nxt = td["next", "observation"].numpy()
+    done = td["next", "done"].squeeze(-1).numpy()
+    chain = ~done[:, :-1]
+    np.testing.assert_array_equal(nxt[:, :-1][chain], obs[:, 1:][chain])
+    assert done.sum() >= n_done_min
+    assert is_reset_obs(obs[:, 1:][done[:, :-1]]).all()
+
+
+def test_torchrl_gym_wrapper_collector(one_torch_thread) -> None:
+    pytest.importorskip("torchrl")
+    from torchrl.collectors import Collector
+    from torchrl.envs.utils import check_env_specs
+
+    from gpu_trading_env.torchrl_env import make_torchrl_env
+
+    env = make_torchrl_env(num_envs=N, episode_length=EP_LEN)
+    check_env_specs(env)
+    collector = Collector(env, policy=None, frames_per_batch=N * 300, total_frames=N * 600)
+    batches = 0
+    for td in collector:
+        assert td.batch_size == torch.Size([N, 300])
+        check_collected(td, n_done_min=60)
+        batches += 1
+    collector.shutdown()
+    assert batches == 2
+
+
+def test_torchrl_gym_env_by_id(one_torch_thread) -> None:
+    pytest.importorskip("torchrl")
+    from torchrl.collectors import Collector
+    from torchrl.envs import GymEnv
+    from torchrl.envs.utils import check_env_specs
+
+    env = GymEnv(
+        "GpuTrading-v0", episode_length=EP_LEN
+    )  # frameskip fallback needs the std TypeError
+    check_env_specs(env)
+    collector = Collector(env, policy=None, frames_per_batch=1000, total_frames=1000)
+    for td in collector:
+        check_collected(td.unsqueeze(0), n_done_min=20)
+    collector.shutdown()
+
+
+# ------------------------------------------------------------------ skrl
+@pytest.mark.parametrize("headless", [True, False])
+def test_skrl_ppo_stores_the_env_observations(headless: bool, one_torch_thread) -> None:
+    pytest.importorskip("skrl")
+    from skrl.agents.torch.ppo import PPO, PPO_CFG
+    from skrl.envs.wrappers.torch import wrap_env
+    from skrl.memories.torch import RandomMemory
+    from skrl.trainers.torch import SequentialTrainer
+    from skrl.utils.model_instantiators.torch import categorical_model, deterministic_model
+
+    rollouts, timesteps = 32, 512
+    rec = RecordingVectorEnv(make(N, autoreset_mode="same_step"))
+    env = wrap_env(rec, wrapper="gymnasium")
+    layers = [{"name": "net", "input": "OBSERVATIONS", "layers": [32], "activations": "relu"}]
+    models = {
+        "policy": categorical_model(
+            observation_space=env.observation_space,
+            action_space=env.action_space,
+            device="cpu",
+            network=layers,
+            output="ACTIONS",
+        ),
+        "value": deterministic_model(
+            observation_space=env.observation_space,
+            action_space=env.action_space,
+            device="cpu",
+            network=layers,
+            output="ONE",
+        ),
+    }
+    cfg = PPO_CFG(rollouts=rollouts, learning_epochs=1, mini_batches=2)
+    cfg.experiment.write_interval = 0
+    cfg.experiment.checkpoint_interval = 0
+    agent = PPO(
+        models=models,
+        memory=RandomMemory(memory_size=rollouts, num_envs=N, device="cpu"),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device="cpu",
+        cfg=cfg,
+    )
+    trainer_cfg = {
+        "timesteps": timesteps,
+        "headless": headless,
+        "disable_progressbar": True,
+        "close_environment_at_exit": False,  # its atexit log line outlives pytest's capture
+    }
+    SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
+    stored = agent.memory.get_tensor_by_name("observations").numpy()  # [rollouts, N, D]
+    seen = np.stack(rec.observations)[timesteps - rollouts : timesteps]
+    np.testing.assert_array_equal(stored.reshape(seen.shape), seen)
+    dones = np.stack(rec.dones)[timesteps - rollouts : timesteps]
+    assert dones.any() and is_reset_obs(seen[dones]).all()
