@@ -84,7 +84,7 @@ def _fill(model: GpuDQN, rows: int, seed: int = 0) -> None:
     for _ in range(rows):
         obs = th.randn(n, dim, device=dev, generator=g)
         nxt = th.randn(n, dim, device=dev, generator=g)
-        act = th.randint(0, model.action_space.n, (n,), device=dev, generator=g)
+        act = th.randint(0, int(model.action_space.n), (n,), device=dev, generator=g)
         rew = th.randn(n, device=dev, generator=g)
         u = th.rand(n, device=dev, generator=g)
         buf.add_tensors(obs, nxt, act, rew, u < 0.05, (u >= 0.05) & (u < 0.1))
@@ -124,7 +124,7 @@ def test_captured_step_matches_eager(double_q: bool) -> None:
     leaves_e = eager.replay_buffer.tree.leaves()
     leaves_c = captured.replay_buffer.tree.leaves()
     np.testing.assert_allclose(leaves_c, leaves_e, rtol=1e-3, atol=1e-6)
-    assert np.count_nonzero(leaves_c != 1.0) > 1000  # the priorities were updated
+    assert np.count_nonzero(leaves_c[: 400 * 8] != 1.0) > 1000  # the priorities were updated
     step.read_stats()
     assert math.isfinite(step.last_loss) and step.last_td > 0
 
