@@ -24,6 +24,10 @@ as on the eager path. Loss, mean TD error and the error flag reach the host ever
 ``stats_interval`` train calls (and at the end of ``learn``): a rejected priority update (a NaN or
 negative TD error) raises there, naming the first bad position.
 
+Matrix products run in ``precision``: ``"tf32"`` (the default, tensor cores, as the fused
+rollout acts) or ``"fp32"`` (exact float32, what the eager path does under torch's defaults); the
+choice is fixed when the step is captured.
+
 The first ``warmup_steps`` gradient steps run the same code without a graph (on a side stream,
 as capture requires: cuBLAS workspaces, Adam state); the next one is captured and replayed.
 
@@ -130,14 +134,22 @@ class CapturedTrainStep:
         policy's optimizer is replaced by the capturable Adam.
     :param warmup_steps: gradient steps run without a graph before the capture.
     :param stats_interval: train calls between host reads of the statistics and error flag.
+    :param precision: ``"tf32"`` or ``"fp32"`` matrix products.
     """
 
     def __init__(
-        self, model: Any, warmup_steps: int = WARMUP_STEPS, stats_interval: int = STATS_INTERVAL
+        self,
+        model: Any,
+        warmup_steps: int = WARMUP_STEPS,
+        stats_interval: int = STATS_INTERVAL,
+        precision: str = "tf32",
     ) -> None:
         reason = captured_train_unsupported(model)
         if reason is not None:
             raise ValueError(f"the captured train step does not apply: {reason}")
+        if precision not in ("tf32", "fp32"):
+            raise ValueError(f"precision = {precision!r} is invalid: allowed is 'tf32' or 'fp32'")
+        self.precision = precision
         self.model = model
         self.buffer = model.replay_buffer
         self.tree = self.buffer.tree
@@ -201,6 +213,15 @@ class CapturedTrainStep:
 
     # ------------------------------------------------------------------ the step
     def _body(self) -> None:
+        """One gradient step in the step's precision (the GEMMs are chosen when captured)."""
+        previous = th.backends.cuda.matmul.allow_tf32
+        th.backends.cuda.matmul.allow_tf32 = self.precision == "tf32"
+        try:
+            self._step()
+        finally:
+            th.backends.cuda.matmul.allow_tf32 = previous
+
+    def _step(self) -> None:
         """One gradient step: what the graph records (and what the warm-up steps run)."""
         m = self.model
         b = self.batch_size

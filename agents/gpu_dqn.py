@@ -94,6 +94,8 @@ class GpuDQN(DQN):
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
     :param captured_train: Run the gradient steps as CUDA graph replays where that applies
         (see :func:`~agents.captured_step.captured_train_unsupported`); ``False``: always eager.
+    :param train_precision: Matrix products of the captured step: ``"tf32"`` (tensor cores) or
+        ``"fp32"`` (exact float32, as the eager path under torch's defaults).
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollout.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
@@ -145,6 +147,7 @@ class GpuDQN(DQN):
         fused_rollout: bool = True,
         rollout_kernel: str = "fused",
         captured_train: bool = True,
+        train_precision: str = "tf32",
         _init_setup_model: bool = True,
     ) -> None:
         if replay_buffer_class is None:
@@ -209,6 +212,11 @@ class GpuDQN(DQN):
             )
         self.rollout_kernel = rollout_kernel
         self.captured_train = bool(captured_train)
+        if train_precision not in ("tf32", "fp32"):
+            raise ValueError(
+                f"train_precision = {train_precision!r} is invalid: allowed is 'tf32' or 'fp32'"
+            )
+        self.train_precision = train_precision
         self._captured_step: Any = None
         self._captured_unsupported: tuple | None = None
         self.curiosity_model: CuriosityModel | None = None
@@ -452,7 +460,7 @@ class GpuDQN(DQN):
         if self._captured_unsupported == key:  # checked already for this setup
             return None
         if captured_train_unsupported(self) is None:
-            self._captured_step = CapturedTrainStep(self)
+            self._captured_step = CapturedTrainStep(self, precision=self.train_precision)
         else:
             self._captured_unsupported = key
         return self._captured_step

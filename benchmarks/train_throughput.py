@@ -202,12 +202,22 @@ def bench_sb3_cpu(data: MarketData, timesteps: int, num_envs: int, batch_size: i
 
 
 def _filled_model(
-    data: MarketData, capacity: int, batch_size: int, device: str, captured: bool
+    data: MarketData,
+    capacity: int,
+    batch_size: int,
+    device: str,
+    captured: bool,
+    precision: str = "tf32",
 ) -> GpuDQN:
     env = TradingVectorEnv(num_envs=1024, device=device if device == "cuda" else "cpu", data=data)
     env.reset(seed=0)
     model = _model(
-        env, device, buffer_size=capacity, batch_size=batch_size, captured_train=captured
+        env,
+        device,
+        buffer_size=capacity,
+        batch_size=batch_size,
+        captured_train=captured,
+        train_precision=precision,
     )
     model._setup_learn(total_timesteps=1)
     return model
@@ -220,10 +230,11 @@ def bench_train_step(
     batch_size: int,
     device: str,
     captured: bool = True,
+    precision: str = "tf32",
 ) -> list[dict]:
     """Seconds per ``train(1)`` call (sample, loss, backward, priority update) by buffer fill."""
     rows = []
-    model = _filled_model(data, capacity, batch_size, device, captured)
+    model = _filled_model(data, capacity, batch_size, device, captured, precision)
     env = model.trading_env
     buf = model.replay_buffer
     obs_dim = env.single_observation_space.shape[0]
@@ -250,7 +261,7 @@ def bench_train_step(
             model.train(gradient_steps=1, batch_size=batch_size)
         _sync()
         t_end = time.perf_counter()
-        path = "captured" if model._captured_step is not None else "eager"
+        path = f"captured, {precision}" if model._captured_step is not None else "eager, fp32"
         extra = {}
         if model._captured_step is not None and model._captured_step.graph is not None:
             graph = model._captured_step.graph  # replays alone: the step's GPU time
@@ -281,7 +292,7 @@ def profile_train_step(
 
     out.mkdir(parents=True, exist_ok=True)
     for captured in (False, True):
-        model = _filled_model(data, capacity, batch_size, "cuda", captured)
+        model = _filled_model(data, capacity, batch_size, "cuda", captured, "tf32")
         buf = model.replay_buffer
         dim = buf.obs_shape[0]
         while buf.size() * buf.n_envs < capacity:
@@ -333,8 +344,10 @@ def main() -> None:
         rows.append(bench_monolithic(data, 8192, 50))
         rows.append(bench_monolithic(data, 65536, 10))
     if gpu:
-        for captured in (True, False):
-            rows.extend(bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda", captured))
+        for captured, precision in ((True, "tf32"), (True, "fp32"), (False, "fp32")):
+            rows.extend(
+                bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda", captured, precision)
+            )
         fused_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
         rows.append(
             bench_learn(

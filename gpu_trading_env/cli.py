@@ -34,7 +34,7 @@ from gpu_trading_env.vector_env import resolve_data
 CPU_DEFAULTS = {"num_envs": 16, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
 GPU_DEFAULTS = {
     "num_envs": 4096,
-    "timesteps": 4_000_000,
+    "timesteps": 24_000_000,
     "batch_size": 4096,
     "buffer_size": 2_000_000,
 }
