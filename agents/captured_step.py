@@ -135,6 +135,9 @@ class CapturedTrainStep:
     :param warmup_steps: gradient steps run without a graph before the capture.
     :param stats_interval: train calls between host reads of the statistics and error flag.
     :param precision: ``"tf32"`` or ``"fp32"`` matrix products.
+    :param plain_flags: ``fused``/``capturable``/``foreach`` of the plain Adam to save as
+        (default: those of the model's optimizer now; pass the previous step's when it replaces
+        one whose optimizer is already the capturable Adam).
     """
 
     def __init__(
@@ -143,6 +146,7 @@ class CapturedTrainStep:
         warmup_steps: int = WARMUP_STEPS,
         stats_interval: int = STATS_INTERVAL,
         precision: str = "tf32",
+        plain_flags: dict[str, Any] | None = None,
     ) -> None:
         reason = captured_train_unsupported(model)
         if reason is not None:
@@ -156,7 +160,7 @@ class CapturedTrainStep:
         self.device = th.device(model.device)
         dev = self.device
         old = model.policy.optimizer
-        self.plain_flags = {
+        self.plain_flags = plain_flags or {
             k: old.param_groups[0].get(k) for k in ("fused", "capturable", "foreach")
         }
         self.lr = th.zeros((), dtype=th.float32, device=dev)

@@ -455,12 +455,17 @@ class GpuDQN(DQN):
             return step
         from agents.captured_step import CapturedTrainStep, captured_train_unsupported
 
+        # A step replaced while its Adam is in use (a new buffer) saves as the same plain Adam.
+        reuse = step is not None and step.optimizer is self.policy.optimizer
+        flags = step.plain_flags if reuse else None
         self._captured_step = None
         key = (id(self.replay_buffer), id(self.policy.optimizer), self.device)
         if self._captured_unsupported == key:  # checked already for this setup
             return None
         if captured_train_unsupported(self) is None:
-            self._captured_step = CapturedTrainStep(self, precision=self.train_precision)
+            self._captured_step = CapturedTrainStep(
+                self, precision=self.train_precision, plain_flags=flags
+            )
         else:
             self._captured_unsupported = key
         return self._captured_step
