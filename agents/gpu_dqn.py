@@ -432,7 +432,8 @@ class GpuDQN(DQN):
 
         Logs ``train/loss``, ``train/mean_td_error``, ``train/per_beta`` (prioritized buffer)
         and ``train/curiosity_loss`` (curiosity rounds). The statistics reach the host once per
-        call, not once per gradient step.
+        call, not once per gradient step; on the captured path
+        (:class:`~agents.captured_step.CapturedTrainStep`) once every 64 calls.
         """
         self.policy.set_training_mode(True)
         step = self._captured_train_step()

@@ -13,7 +13,11 @@ from stable_baselines3.common.buffers import ReplayBuffer
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
-from agents.captured_step import captured_train_unsupported, plain_optimizer_state
+from agents.captured_step import (
+    CapturedTrainStep,
+    captured_train_unsupported,
+    plain_optimizer_state,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,6 +52,14 @@ def test_captured_train_reasons() -> None:
     assert "not a CUDA device" in captured_train_unsupported(model)
     model.device = th.device("cuda")  # the other checks, without a GPU
     assert "PrioritizedReplayBuffer" in captured_train_unsupported(model)
+
+
+def test_captured_step_refuses_what_it_cannot_capture() -> None:
+    model = _model("cpu")
+    with pytest.raises(ValueError, match="does not apply: the model is on cpu"):
+        CapturedTrainStep(model)
+    with pytest.raises(ValueError, match="train_precision = 'bf16' is invalid"):
+        _model("cpu", train_precision="bf16")
 
 
 def test_plain_optimizer_state_restores_the_plain_adam() -> None:
