@@ -34,7 +34,7 @@ from gpu_trading_env.vector_env import resolve_data
 CPU_DEFAULTS = {"num_envs": 16, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
 GPU_DEFAULTS = {
     "num_envs": 4096,
-    "timesteps": 4_000_000,
+    "timesteps": 24_000_000,
     "batch_size": 4096,
     "buffer_size": 2_000_000,
 }
@@ -203,6 +203,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             exposure_policy(0.5 * planted_rule_exposure(test_data), config), test_data, config
         )
         extra["known_rule"] = {"strategy": rule.to_dict()["strategy"], "exposure": 0.5}
+        rule_return = rule.to_dict()["strategy"]["total_return"]
+        agent_return = result.to_dict()["strategy"]["total_return"]
+        # The agent's out-of-sample total return as a fraction of the known rule's.
+        extra["agent_return_vs_known_rule"] = agent_return / rule_return if rule_return else None
     metrics = _report(out, result, extra, "GpuDQN out-of-sample")
     if curve.points:
         steps, rets = zip(*curve.points, strict=True)

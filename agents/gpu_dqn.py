@@ -81,6 +81,9 @@ class GpuDQN(DQN):
       reward then carries the curiosity bonus.
     - On a CUDA :class:`~gpu_trading_env.TradingVectorEnv` (wrapped by nothing but the adapter)
       with ``fused_rollout=True``, ``collect_rollouts`` runs ``agents.rollouts.fused.FusedRollout``.
+    - On a CUDA device with the prioritized buffer and Adam (``captured_train=True``), each
+      gradient step of :meth:`train` is one CUDA graph replay
+      (:class:`~agents.captured_step.CapturedTrainStep`); elsewhere the eager loop runs.
 
     Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
     ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
@@ -95,6 +98,10 @@ class GpuDQN(DQN):
     :param curiosity_gradient_steps: Curiosity gradient steps per curiosity round.
     :param curiosity_learning_rate: Adam learning rate of the curiosity model.
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
+    :param captured_train: Run the gradient steps as CUDA graph replays where that applies
+        (see :func:`~agents.captured_step.captured_train_unsupported`); ``False``: always eager.
+    :param train_precision: Matrix products of the captured step: ``"tf32"`` (tensor cores) or
+        ``"fp32"`` (exact float32, as the eager path under torch's defaults).
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
@@ -145,6 +152,8 @@ class GpuDQN(DQN):
         curiosity_learning_rate: float = 1e-3,
         fused_rollout: bool = True,
         rollout_kernel: str = "fused",
+        captured_train: bool = True,
+        train_precision: str = "tf32",
         _init_setup_model: bool = True,
     ) -> None:
         if replay_buffer_class is None:
@@ -208,6 +217,14 @@ class GpuDQN(DQN):
                 f"rollout_kernel = {rollout_kernel!r} is invalid: allowed is 'fused' or 'monolithic'"
             )
         self.rollout_kernel = rollout_kernel
+        self.captured_train = bool(captured_train)
+        if train_precision not in ("tf32", "fp32"):
+            raise ValueError(
+                f"train_precision = {train_precision!r} is invalid: allowed is 'tf32' or 'fp32'"
+            )
+        self.train_precision = train_precision
+        self._captured_step: Any = None
+        self._captured_unsupported: tuple | None = None
         self.curiosity_model: CuriosityModel | None = None
         self._train_calls = 0
         # True once the env reward carries this model's curiosity bonus; saved with the model
@@ -427,9 +444,46 @@ class GpuDQN(DQN):
 
         Logs ``train/loss``, ``train/mean_td_error``, ``train/per_beta`` (prioritized buffer)
         and ``train/curiosity_loss`` (curiosity rounds). The statistics reach the host once per
-        call, not once per gradient step.
+        call, not once per gradient step; on the captured path
+        (:class:`~agents.captured_step.CapturedTrainStep`) once every 64 calls.
         """
         self.policy.set_training_mode(True)
+        step = self._captured_train_step()
+        if step is not None:
+            step.train(gradient_steps, batch_size)
+        else:
+            self._train_eager(gradient_steps, batch_size)
+        self._n_updates += gradient_steps
+        self._train_calls += 1
+        if self.curiosity_model is not None and self._train_calls % self.curiosity_train_freq == 0:
+            self.train_curiosity()
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    def _captured_train_step(self) -> Any:
+        """The :class:`~agents.captured_step.CapturedTrainStep` when it applies, else None."""
+        if not self.captured_train:
+            return None
+        step = self._captured_step
+        if step is not None and step.is_current():
+            return step
+        from agents.captured_step import CapturedTrainStep, captured_train_unsupported
+
+        # A step replaced while its Adam is in use (a new buffer) saves as the same plain Adam.
+        reuse = step is not None and step.optimizer is self.policy.optimizer
+        flags = step.plain_flags if reuse else None
+        self._captured_step = None
+        key = (id(self.replay_buffer), id(self.policy.optimizer), self.device)
+        if self._captured_unsupported == key:  # checked already for this setup
+            return None
+        if captured_train_unsupported(self) is None:
+            self._captured_step = CapturedTrainStep(
+                self, precision=self.train_precision, plain_flags=flags
+            )
+        else:
+            self._captured_unsupported = key
+        return self._captured_step
+
+    def _train_eager(self, gradient_steps: int, batch_size: int) -> None:
         self._update_learning_rate(self.policy.optimizer)
         buffer = self.replay_buffer
         assert buffer is not None
@@ -464,12 +518,6 @@ class GpuDQN(DQN):
             losses.append(loss.detach())
             td_means.append(td.mean())
 
-        self._n_updates += gradient_steps
-        self._train_calls += 1
-        if self.curiosity_model is not None and self._train_calls % self.curiosity_train_freq == 0:
-            self.train_curiosity()
-
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         if losses:
             stats = th.stack([th.stack(losses).mean(), th.stack(td_means).mean()]).cpu()
             self.logger.record("train/loss", float(stats[0]))
@@ -524,7 +572,7 @@ class GpuDQN(DQN):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfGpuDQN:
-        return super().learn(
+        super().learn(
             total_timesteps=total_timesteps,
             callback=callback,
             log_interval=log_interval,
@@ -532,6 +580,21 @@ class GpuDQN(DQN):
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
         )
+        if self._captured_step is not None:
+            self._captured_step.read_stats()  # raises on a rejected priority update
+        return self
+
+    def get_parameters(self) -> dict[str, dict]:
+        """SB3's parameters; the captured step's Adam is saved as the plain Adam it replaced."""
+        params = super().get_parameters()
+        step = self._captured_step
+        if step is not None and self.policy.optimizer is step.optimizer:
+            from agents.captured_step import plain_optimizer_state
+
+            params["policy.optimizer"] = plain_optimizer_state(
+                params["policy.optimizer"], step.plain_flags
+            )
+        return params
 
     # ------------------------------------------------------------------ saving
     def save(
@@ -596,6 +659,8 @@ class GpuDQN(DQN):
             "curiosity_model",
             "_fused_rollout",
             "_category_table_t",
+            "_captured_step",
+            "_captured_unsupported",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

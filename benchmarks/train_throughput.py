@@ -6,9 +6,13 @@ One run, side by side, same network (the dueling 256-256 / 128 heads policy) thr
    bf16 acting) against the source design's monolithic kernel (one thread per env, L steps);
 2. ``GpuDQN.learn``: the fused path, the same model through ``SB3VecEnv`` (host round trips),
    and SB3's own ``DQN`` on the NumPy env on the CPU; env-steps/s and gradient-steps/s;
-3. time of one train step (sample + forward/backward + priority update) at 1% and 100% fill.
+3. time of one train step (sample + forward/backward + priority update) at 1% and 100% fill,
+   eager and captured (one CUDA graph replay, ``agents.captured_step``);
+4. with ``--profile DIR``: torch profiler tables (per-kernel GPU time and launch counts) of
+   the eager and the captured train step.
 
     python benchmarks/train_throughput.py --out train.json
+    python benchmarks/train_throughput.py --learner-only --profile prof/   # rows 2-4
     python benchmarks/train_throughput.py --quick            # CPU-only smoke run
 """
 
@@ -197,15 +201,41 @@ def bench_sb3_cpu(data: MarketData, timesteps: int, num_envs: int, batch_size: i
     }
 
 
+def _filled_model(
+    data: MarketData,
+    capacity: int,
+    batch_size: int,
+    device: str,
+    captured: bool,
+    precision: str = "tf32",
+) -> GpuDQN:
+    env = TradingVectorEnv(num_envs=1024, device=device if device == "cuda" else "cpu", data=data)
+    env.reset(seed=0)
+    model = _model(
+        env,
+        device,
+        buffer_size=capacity,
+        batch_size=batch_size,
+        captured_train=captured,
+        train_precision=precision,
+    )
+    model._setup_learn(total_timesteps=1)
+    return model
+
+
 def bench_train_step(
-    data: MarketData, capacity: int, fills: list[float], batch_size: int, device: str
+    data: MarketData,
+    capacity: int,
+    fills: list[float],
+    batch_size: int,
+    device: str,
+    captured: bool = True,
+    precision: str = "tf32",
 ) -> list[dict]:
     """Seconds per ``train(1)`` call (sample, loss, backward, priority update) by buffer fill."""
     rows = []
-    env = TradingVectorEnv(num_envs=1024, device=device if device == "cuda" else "cpu", data=data)
-    env.reset(seed=0)
-    model = _model(env, device, buffer_size=capacity, batch_size=batch_size)
-    model._setup_learn(total_timesteps=1)
+    model = _filled_model(data, capacity, batch_size, device, captured, precision)
+    env = model.trading_env
     buf = model.replay_buffer
     obs_dim = env.single_observation_space.shape[0]
     dev = th.device(device)
@@ -225,33 +255,81 @@ def bench_train_step(
         for _ in range(5):
             model.train(gradient_steps=1, batch_size=batch_size)
         _sync()
-        reps = 50
+        reps = 200 if device == "cuda" else 50
         t0 = time.perf_counter()
         for _ in range(reps):
             model.train(gradient_steps=1, batch_size=batch_size)
         _sync()
+        t_end = time.perf_counter()
+        path = f"captured, {precision}" if model._captured_step is not None else "eager, fp32"
+        extra = {}
+        if model._captured_step is not None and model._captured_step.graph is not None:
+            graph = model._captured_step.graph  # replays alone: the step's GPU time
+            t1 = time.perf_counter()
+            for _ in range(reps):
+                graph.replay()
+            _sync()
+            extra["ms_per_graph_replay"] = (time.perf_counter() - t1) / reps * 1e3
         rows.append(
             {
-                "what": "train step",
+                "what": f"train step ({path})",
                 "capacity": capacity,
                 "fill": fill,
                 "stored": int(buf.size() * buf.n_envs),
                 "batch_size": batch_size,
-                "ms_per_train_step": (time.perf_counter() - t0) / reps * 1e3,
+                "ms_per_train_step": (t_end - t0) / reps * 1e3,
+                **extra,
             }
         )
     return rows
+
+
+def profile_train_step(
+    data: MarketData, capacity: int, batch_size: int, out: Path, steps: int = 20
+) -> None:
+    """Torch profiler tables of ``steps`` eager and ``steps`` captured train steps (full buffer)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out.mkdir(parents=True, exist_ok=True)
+    for captured in (False, True):
+        model = _filled_model(data, capacity, batch_size, "cuda", captured, "tf32")
+        buf = model.replay_buffer
+        dim = buf.obs_shape[0]
+        while buf.size() * buf.n_envs < capacity:
+            o = th.randn(1024, dim, device="cuda")
+            z = th.zeros(1024, dtype=th.bool, device="cuda")
+            a = th.randint(0, 45, (1024,), device="cuda")
+            buf.add_tensors(o, o, a, th.randn(1024, device="cuda"), z, z)
+        for _ in range(5):
+            model.train(gradient_steps=1, batch_size=batch_size)
+        _sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                model.train(gradient_steps=1, batch_size=batch_size)
+            _sync()
+        name = "captured" if captured else "eager"
+        table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=60)
+        (out / f"profile_{name}.txt").write_text(
+            f"# {steps} train steps, batch {batch_size}, capacity {capacity}, {name}\n{table}\n"
+        )
+        print(f"profile ({name}) written to {out}/profile_{name}.txt")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small CPU-only run")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--learner-only", action="store_true", help="skip the rollout and monolithic rows"
+    )
+    parser.add_argument("--profile", type=Path, default=None, help="write profiler tables here")
     args = parser.parse_args()
     data = MarketData.default()
     rows: list[dict] = []
     gpu = cuda_available() and th.cuda.is_available() and not args.quick
-    if gpu:
+    if gpu and args.profile is not None:
+        profile_train_step(data, 2**21, 4096, args.profile)
+    if gpu and not args.learner_only:
         for n in (8192, 65536):
             for precision, graph in (
                 ("tf32", True),
@@ -265,15 +343,32 @@ def main() -> None:
         rows.append(bench_monolithic(data, 128, 500))
         rows.append(bench_monolithic(data, 8192, 50))
         rows.append(bench_monolithic(data, 65536, 10))
+    if gpu:
+        for captured, precision in ((True, "tf32"), (True, "fp32"), (False, "fp32")):
+            rows.extend(
+                bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda", captured, precision)
+            )
         fused_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
         rows.append(
             bench_learn(
                 data,
-                "GpuDQN.learn, fused rollout",
+                "GpuDQN.learn, fused rollout, captured",
                 fused_env,
+                "cuda",
+                4096 * 2000,
+                buffer_size=2_000_000,
+            )
+        )
+        eager_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        rows.append(
+            bench_learn(
+                data,
+                "GpuDQN.learn, fused rollout, eager",
+                eager_env,
                 "cuda",
                 4096 * 400,
                 buffer_size=2_000_000,
+                captured_train=False,
             )
         )
         host_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
@@ -288,7 +383,6 @@ def main() -> None:
                 fused_rollout=False,
             )
         )
-        rows.extend(bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda"))
     rows.append(bench_sb3_cpu(data, 2000 if args.quick else 20_000, 16, 256))
     if args.quick:
         env = TradingVectorEnv(num_envs=16, device="cpu", data=data)
@@ -315,6 +409,11 @@ def main() -> None:
         else:
             print(
                 f"{r['what']:42s} fill={r['fill']:5.0%} stored={r['stored']:9d}  {r['ms_per_train_step']:.3f} ms"
+                + (
+                    f"  (graph replay alone {r['ms_per_graph_replay']:.3f} ms)"
+                    if "ms_per_graph_replay" in r
+                    else ""
+                )
             )
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))

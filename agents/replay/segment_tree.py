@@ -133,6 +133,18 @@ TREE_KERNEL_PARAMS: dict[str, KernelParams] = {
         ("out_idx", PTR),
         ("out_w", PTR),
     ),
+    "seg_tree_sample_dev": (
+        *_TREE,
+        ("pow2", I64),
+        ("levels", I32),
+        ("batch", I64),
+        ("k0", U32),
+        ("k1", U32),
+        ("calls", PTR),
+        ("beta", PTR),
+        ("out_idx", PTR),
+        ("out_w", PTR),
+    ),
     "seg_tree_update": (
         *_TREE,
         *_INPUT,
@@ -486,6 +498,40 @@ class CudaSumMinTree(SumMinTree):
             with cp.cuda.Device(self.device), current_stream(self.device)[0]:
                 out_w = out_w.astype(weights_dtype)
         return out_idx, out_w
+
+    def sample_into(
+        self, batch_size: int, calls: int, beta: int, out_idx: int, out_weights: int
+    ) -> None:
+        """:meth:`sample` with its call counter and beta read from device memory (capturable).
+
+        The draws are those of :meth:`sample` at ``sample_calls == calls[0]``; the caller
+        advances ``calls[0]`` (and the host's :attr:`sample_calls`) after the launch. Nothing is
+        allocated and nothing waits, so the launch can be recorded in a CUDA graph.
+
+        :param batch_size: B.
+        :param calls: address of a uint64 (or int64) holding the sample call counter.
+        :param beta: address of a float64 holding the IS exponent, in [0, 1].
+        :param out_idx: address of B int64: the sampled leaf indices.
+        :param out_weights: address of B float32: the IS weights.
+        """
+        b = int(batch_size)
+        self._check_scalars(b, 0.0)
+        with self._device_scope:
+            self._launchers["seg_tree_sample_dev_f32"](
+                (b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,
+                _SAMPLE_THREADS,
+                current_stream(self.device)[1],
+                *self._ptrs,
+                self.pow2,
+                self.levels,
+                b,
+                self.seed & 0xFFFFFFFF,
+                self.seed >> 32,
+                calls,
+                beta,
+                out_idx,
+                out_weights,
+            )
 
     def weights(self, indices: Any, beta: float) -> Any:
         cp = self._cp

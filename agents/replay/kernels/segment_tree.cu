@@ -592,6 +592,21 @@ extern "C" __global__ void seg_tree_sample_f64(const double* sum, const double* 
     st_sample<double>(sum, mn, pow2, levels, batch, k0, k1, c1, c2, beta, out_idx, out_w);
 }
 
+// Sampling inside a captured CUDA graph, whose kernel arguments are fixed at capture: the call
+// counter (Philox counter words 1-2, the host's sample_calls) and beta are read from device
+// memory; the caller advances the counter after the launch, in stream order.
+#define ST_SAMPLE_DEV(SUFFIX, W)                                                                   \
+    extern "C" __global__ void seg_tree_sample_dev_##SUFFIX(                                      \
+        const double* sum, const double* mn, long long pow2, int levels, long long batch,          \
+        unsigned int k0, unsigned int k1, const unsigned long long* calls, const double* beta,     \
+        long long* out_idx, W* out_w) {                                                            \
+        const unsigned long long c = calls[0];                                                     \
+        st_sample<W>(sum, mn, pow2, levels, batch, k0, k1, (unsigned int)(c & 0xFFFFFFFFull),     \
+                     (unsigned int)(c >> 32), beta[0], out_idx, out_w);                            \
+    }
+ST_SAMPLE_DEV(f32, float)
+ST_SAMPLE_DEV(f64, double)
+
 // IS weights of given indices: (sum[P + i] / min)^-beta.
 extern "C" __global__ void seg_tree_weights(const double* sum, const double* mn, long long pow2,
                                             const long long* idx, long long n, double beta,

@@ -1,0 +1,386 @@
+"""The captured training step of :class:`~agents.GpuDQN`: one CUDA graph replay per gradient step.
+
+On a CUDA device, with a :class:`~agents.PrioritizedReplayBuffer` (CUDA tree) and SB3's Adam, one
+gradient step is recorded once in a CUDA graph and replayed; nothing in it waits for the host.
+The whole step, in order::
+
+    idx, w  = tree.sample_into(B, calls, beta)      # counter and beta read from device scalars
+    x       = [observations[idx]; next_observations[idx]]       # [2B, *obs_shape]
+    q_all   = q_net(x)                              # one forward of the online net over o and o'
+    q_next  = q_net_target(x[B:])
+    a'      = argmax q_all[B:]  (double_q)          # else max over q_next
+    y       = r + (1 - done) * gamma * q_next[a']   # done: terminations only
+    loss    = mean(w * smooth_l1(q_all[:B][a], y))
+    backward; clip_grad_norm_(max_grad_norm); Adam(fused, capturable, lr from a device scalar)
+    tree.update(idx, |y - q|)                       # validated on the device
+    error   = max(error, tree status)               # first rejected position, or -1
+    sums   += (loss, mean |y - q|)
+
+This is :meth:`GpuDQN.train`'s eager loop, step for step (the eager path runs two forwards of
+the online net where this one runs one over both halves). The learning rate and beta enter as
+device scalars filled before a replay when their host values change, so one graph serves the
+whole run; the target network is updated by SB3's ``_on_step`` schedule, between train calls,
+as on the eager path. Loss, mean TD error and the error flag reach the host every
+``stats_interval`` train calls (and at the end of ``learn``): a rejected priority update (a NaN or
+negative TD error) raises there, naming the first bad position.
+
+Matrix products run in ``precision``: ``"tf32"`` (the default, tensor cores, as the fused
+rollout acts) or ``"fp32"`` (exact float32, what the eager path does under torch's defaults); the
+choice is fixed when the step is captured.
+
+The first ``warmup_steps`` gradient steps run the same code without a graph (on a side stream,
+as capture requires: cuBLAS workspaces, Adam state); the next one is captured and replayed.
+
+The optimizer is replaced by an equivalent ``torch.optim.Adam(fused=True, capturable=True)``
+with the same state (its ``lr`` a device tensor); :func:`plain_optimizer_state` turns its state
+dict back into the plain Adam's for saving.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch as th
+from gymnasium import spaces
+from torch.nn import functional as F
+
+__all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
+
+STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
+WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
+
+# Adam hyperparameters carried over to the capturable optimizer (where the torch version has them).
+_ADAM_KEYS = ("betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
+
+
+def captured_train_unsupported(model: Any) -> str | None:
+    """Why ``model.train`` cannot run as a captured step, or ``None`` when it can.
+
+    Needs: a CUDA device, a :class:`~agents.PrioritizedReplayBuffer` with its CUDA tree, a flat
+    ``Box`` observation space and a ``Discrete`` action space, no ``VecNormalize``, SB3's
+    ``torch.optim.Adam`` with one parameter group, one-step returns.
+    """
+    from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
+
+    if model.device.type != "cuda":
+        return f"the model is on {model.device}, not a CUDA device"
+    buffer = model.replay_buffer
+    if not isinstance(buffer, PrioritizedReplayBuffer) or buffer.tree.backend != "cuda":
+        return "the replay buffer is not a PrioritizedReplayBuffer on a CUDA device"
+    if not isinstance(model.observation_space, spaces.Box):
+        return "the observation space is not a Box"
+    if not isinstance(model.action_space, spaces.Discrete):
+        return "the action space is not Discrete"
+    if model._vec_normalize_env is not None:
+        return "the env is wrapped in VecNormalize (its normalisation runs on the host)"
+    optimizer = model.policy.optimizer
+    if type(optimizer) is not th.optim.Adam or len(optimizer.param_groups) != 1:
+        return "the optimizer is not torch.optim.Adam with one parameter group"
+    if getattr(model, "n_steps", 1) != 1:
+        return "n-step returns are not captured"
+    return None
+
+
+def _capturable_adam(optimizer: th.optim.Adam, lr: th.Tensor) -> th.optim.Adam:
+    """An Adam with ``optimizer``'s parameters, hyperparameters and state; fused, capturable,
+    its learning rate read from the device scalar ``lr``."""
+    (group,) = optimizer.param_groups
+    kwargs = {k: group[k] for k in _ADAM_KEYS if k in group}
+    new = th.optim.Adam(group["params"], lr=lr, fused=True, capturable=True, **kwargs)
+    for p in group["params"]:
+        state = optimizer.state.get(p)
+        if state:
+            new.state[p] = {
+                k: (v.to(device=p.device, dtype=th.float32) if k == "step" else v)
+                for k, v in state.items()
+            }
+    return new
+
+
+def plain_optimizer_state(state_dict: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """The state dict of the capturable Adam as the plain Adam it replaced would give it.
+
+    ``lr`` becomes a float, ``fused``/``capturable``/``foreach`` take the values in ``flags``
+    (the replaced optimizer's), and when that one kept ``step`` on the host (not capturable, not
+    fused), each ``step`` becomes a CPU float32 scalar. The live optimizer is not modified.
+
+    :param state_dict: ``optimizer.state_dict()`` of the capturable Adam.
+    :param flags: ``{"fused": ..., "capturable": ..., "foreach": ...}`` of the plain Adam.
+    :return: A new state dict (tensors not converted are shared with the input).
+    """
+    groups = []
+    for group in state_dict["param_groups"]:
+        group = dict(group)
+        lr = group["lr"]
+        group["lr"] = float(lr.item()) if isinstance(lr, th.Tensor) else float(lr)
+        group.update(flags)
+        groups.append(group)
+    host_step = not (flags.get("capturable") or flags.get("fused"))
+    state = {}
+    for key, entry in state_dict["state"].items():
+        entry = dict(entry)
+        step = entry.get("step")
+        if host_step and isinstance(step, th.Tensor):
+            entry["step"] = th.tensor(float(step.item()), dtype=th.float32)
+        state[key] = entry
+    return {"state": state, "param_groups": groups}
+
+
+class CapturedTrainStep:
+    """Gradient steps of a :class:`~agents.GpuDQN` as CUDA graph replays (see the module doc).
+
+    :param model: the GpuDQN (:func:`captured_train_unsupported` must return ``None``); its
+        policy's optimizer is replaced by the capturable Adam.
+    :param warmup_steps: gradient steps run without a graph before the capture.
+    :param stats_interval: train calls between host reads of the statistics and error flag.
+    :param precision: ``"tf32"`` or ``"fp32"`` matrix products.
+    :param plain_flags: ``fused``/``capturable``/``foreach`` of the plain Adam to save as
+        (default: those of the model's optimizer now; pass the previous step's when it replaces
+        one whose optimizer is already the capturable Adam).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        warmup_steps: int = WARMUP_STEPS,
+        stats_interval: int = STATS_INTERVAL,
+        precision: str = "tf32",
+        plain_flags: dict[str, Any] | None = None,
+    ) -> None:
+        reason = captured_train_unsupported(model)
+        if reason is not None:
+            raise ValueError(f"the captured train step does not apply: {reason}")
+        if precision not in ("tf32", "fp32"):
+            raise ValueError(f"precision = {precision!r} is invalid: allowed is 'tf32' or 'fp32'")
+        self.precision = precision
+        self.model = model
+        self.buffer = model.replay_buffer
+        self.tree = self.buffer.tree
+        self.device = th.device(model.device)
+        dev = self.device
+        old = model.policy.optimizer
+        self.plain_flags = plain_flags or {
+            k: old.param_groups[0].get(k) for k in ("fused", "capturable", "foreach")
+        }
+        self.lr = th.zeros((), dtype=th.float32, device=dev)
+        self.optimizer = _capturable_adam(old, self.lr)
+        model.policy.optimizer = self.optimizer
+        self.params = list(self.optimizer.param_groups[0]["params"])
+        self.beta = th.zeros((), dtype=th.float64, device=dev)
+        self.calls = th.zeros((), dtype=th.int64, device=dev)
+        self.error = th.full((1,), -1, dtype=th.int64, device=dev)
+        self.sums = th.zeros(2, dtype=th.float32, device=dev)
+        self._status = th.from_dlpack(self.tree._status)  # int64 [1]: -1 or first bad position
+        self._lr_host: float | None = None
+        self._beta_host: float | None = None
+        self._calls_host: int | None = None
+        self.warmup_steps = int(warmup_steps)
+        self.stats_interval = int(stats_interval)
+        self.graph: th.cuda.CUDAGraph | None = None
+        self.graph_failed = False
+        self.batch_size = 0
+        self._warm = 0
+        self._unread_steps = 0
+        self._calls_since_read = 0
+        self._stats_read = False
+        self.last_loss = float("nan")
+        self.last_td = float("nan")
+        buf = self.buffer
+        flat = buf.buffer_size * buf.n_envs
+        self._obs = buf.observations.reshape(flat, *buf.obs_shape)
+        self._next_obs = buf.next_observations.reshape(flat, *buf.obs_shape)
+        self._actions = buf.actions.reshape(flat, buf.action_dim)
+        self._rewards = buf.rewards.reshape(flat)
+        self._dones = buf.dones.reshape(flat)
+        self._timeouts = buf.timeouts.reshape(flat) if buf.handle_timeout_termination else None
+
+    def is_current(self) -> bool:
+        """Whether the model still trains with what this step captured (optimizer, buffer)."""
+        m = self.model
+        return (
+            m.policy.optimizer is self.optimizer
+            and self.optimizer.param_groups[0]["lr"] is self.lr
+            and m.replay_buffer is self.buffer
+            and self.buffer.tree is self.tree
+        )
+
+    def _prepare(self, batch_size: int) -> None:
+        b = int(batch_size)
+        dev = self.device
+        self.batch_size = b
+        self.idx = th.zeros(b, dtype=th.int64, device=dev)
+        self.weights = th.zeros(b, dtype=th.float32, device=dev)
+        self.x = th.zeros((2 * b, *self.buffer.obs_shape), dtype=self._obs.dtype, device=dev)
+        self.graph = None
+        self._warm = 0
+
+    # ------------------------------------------------------------------ the step
+    def _body(self) -> None:
+        """One gradient step in the step's precision (the GEMMs are chosen when captured)."""
+        previous = th.backends.cuda.matmul.allow_tf32
+        th.backends.cuda.matmul.allow_tf32 = self.precision == "tf32"
+        try:
+            self._step()
+        finally:
+            th.backends.cuda.matmul.allow_tf32 = previous
+
+    def _step(self) -> None:
+        """One gradient step: what the graph records (and what the warm-up steps run)."""
+        m = self.model
+        b = self.batch_size
+        idx = self.idx
+        self.tree.sample_into(
+            b,
+            self.calls.data_ptr(),
+            self.beta.data_ptr(),
+            idx.data_ptr(),
+            self.weights.data_ptr(),
+        )
+        self.calls.add_(1)
+        x = self.x
+        th.index_select(self._obs, 0, idx, out=x[:b])
+        th.index_select(self._next_obs, 0, idx, out=x[b:])
+        actions = self._actions.index_select(0, idx)
+        rewards = self._rewards.index_select(0, idx).reshape(-1, 1)
+        dones = self._dones.index_select(0, idx)
+        if self._timeouts is not None:
+            dones = dones * (1.0 - self._timeouts.index_select(0, idx))
+        dones = dones.reshape(-1, 1)
+
+        q_all = m.q_net(x)
+        q = th.gather(q_all[:b], 1, actions.long())
+        with th.no_grad():
+            next_q_target = m.q_net_target(x[b:])
+            if m.double_q:
+                next_actions = q_all[b:].detach().argmax(dim=1, keepdim=True)
+                next_q = th.gather(next_q_target, 1, next_actions)
+            else:
+                next_q = next_q_target.max(dim=1, keepdim=True).values
+            target = rewards + (1.0 - dones) * m.gamma * next_q
+        elementwise = F.smooth_l1_loss(q, target, reduction="none")
+        loss = (self.weights.reshape(-1, 1) * elementwise).mean()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        th.nn.utils.clip_grad_norm_(self.params, m.max_grad_norm)
+        self.optimizer.step()
+
+        td = (q.detach() - target).abs().reshape(-1)
+        buf = self.buffer
+        # The sampled indices are leaves of non-zero priority, so filled slots; what the device
+        # check guards here are the TD errors (NaN, inf).
+        self.tree.update(
+            idx,
+            td,
+            alpha=buf.alpha,
+            epsilon=buf.epsilon,
+            n_valid=self.tree.capacity,
+            name="td_errors",
+            check=False,
+        )
+        th.maximum(self.error, self._status, out=self.error)
+        self.sums[0].add_(loss.detach())
+        self.sums[1].add_(td.mean())
+
+    def _run_uncaptured(self) -> None:
+        dev = self.device
+        side = th.cuda.Stream(device=dev)
+        side.wait_stream(th.cuda.current_stream(dev))
+        with th.cuda.stream(side):
+            self._body()
+        th.cuda.current_stream(dev).wait_stream(side)
+
+    def _capture(self) -> None:
+        graph = th.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        seq = self.tree._update_seq
+        try:
+            with th.cuda.graph(graph):
+                self._body()
+        except RuntimeError as err:  # a torch/CuPy combination that cannot capture
+            warnings.warn(
+                f"CUDA graph capture of the train step failed, running it without a graph: {err}",
+                stacklevel=3,
+            )
+            self.graph_failed = True
+            self.tree._update_seq = seq
+            return
+        self.graph = graph
+
+    def _one_step(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        elif self.graph_failed or self._warm < self.warmup_steps:
+            self._warm += 1
+            self._run_uncaptured()
+        else:
+            self._capture()
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._run_uncaptured()
+
+    # ------------------------------------------------------------------ the call
+    def train(self, gradient_steps: int, batch_size: int) -> None:
+        """``gradient_steps`` captured gradient steps; logs what :meth:`GpuDQN.train` logs.
+
+        ``train/loss`` and ``train/mean_td_error`` are the means over the gradient steps up to
+        the latest host read (every ``stats_interval`` calls).
+        """
+        m = self.model
+        if int(batch_size) != self.batch_size:
+            self._prepare(batch_size)
+        progress = float(m._current_progress_remaining)
+        lr = float(m.lr_schedule(progress))
+        m.logger.record("train/learning_rate", lr)
+        if lr != self._lr_host:
+            self.lr.fill_(lr)
+            self._lr_host = lr
+        buf = self.buffer
+        buf.set_progress(min(1.0, max(0.0, progress)))
+        beta = buf.beta
+        if beta != self._beta_host:
+            self.beta.fill_(beta)
+            self._beta_host = beta
+        tree = self.tree
+        if tree.sample_calls != self._calls_host:  # sampled elsewhere (curiosity, user code)
+            self.calls.fill_(tree.sample_calls)
+        for _ in range(gradient_steps):
+            self._one_step()
+            tree.sample_calls += 1
+        self._calls_host = tree.sample_calls
+        self._unread_steps += gradient_steps
+        self._calls_since_read += 1
+        if not self._stats_read or self._calls_since_read >= self.stats_interval:
+            self.read_stats()
+        if self._stats_read:
+            m.logger.record("train/loss", self.last_loss)
+            m.logger.record("train/mean_td_error", self.last_td)
+        m.logger.record("train/per_beta", beta)
+
+    def read_stats(self) -> None:
+        """Bring the statistics and the error flag to the host (one sync); raise on an error.
+
+        :raises ValueError: when a priority update since the last read was rejected (a TD error
+            that is NaN, infinite or negative): that batch kept its old priorities.
+        """
+        self._calls_since_read = 0
+        if self._unread_steps == 0:
+            return
+        host = th.cat([self.sums.double(), self.error.double()]).cpu()
+        n = self._unread_steps
+        self._unread_steps = 0
+        self.sums.zero_()
+        self.last_loss = float(host[0]) / n
+        self.last_td = float(host[1]) / n
+        self._stats_read = True
+        bad = int(host[2])
+        if bad >= 0:
+            self.error.fill_(-1)
+            raise ValueError(
+                f"td_errors[{bad}] of a captured train step was NaN, infinite or negative "
+                f"(within the last {n} gradient steps): td_errors must be finite and >= 0; the "
+                "priority update of that batch was rejected and its priorities are unchanged "
+                "(a diverging loss: lower the learning rate or scale the rewards)"
+            )
