@@ -204,6 +204,10 @@ def _pick(
 
 
 def _numbers(col: pd.Series, path: Path, name: Any) -> np.ndarray:
+    missing = col.isna().to_numpy()
+    if missing.any():
+        i = int(np.argmax(missing))
+        raise DataError(f"{path}, line {i + 2}, column {str(name)!r}: no value (empty, NaN or N/A)")
     if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
         return col.to_numpy(dtype=np.float64, na_value=np.nan)
     conv = pd.to_numeric(col, errors="coerce")

@@ -125,14 +125,15 @@ def test_data_errors_name_file_line_and_column(in_tmp, capsys):
 
 def test_ambiguous_dates_name_the_date_format(in_tmp, capsys):
     _csv(in_tmp / "dm.csv", time_format="%d.%m.%Y")
-    pd.read_csv("dm.csv").iloc[:400].to_csv("dm.csv", index=False)
     df = pd.read_csv("dm.csv")
     # Keep only days 1..12 so that day and month cannot be told apart.
-    days = pd.to_datetime(df["Date"], format="%d.%m.%Y")
-    df = df[days.dt.day <= 12]
-    df.to_csv("dm.csv", index=False)
-    if len(df) > WARMUP_BARS + 2:
-        _fails(capsys, ["backtest", "--data", "dm.csv"], "--date-format '%d.%m.%Y'")
+    df[pd.to_datetime(df["Date"], format="%d.%m.%Y").dt.day <= 12].to_csv("dm.csv", index=False)
+    _fails(
+        capsys,
+        ["backtest", "--data", "dm.csv"],
+        "dm.csv, column 'Date'",
+        "--date-format '%d.%m.%Y' or --date-format '%m.%d.%Y'",
+    )
 
 
 def test_debug_shows_the_traceback(in_tmp):
@@ -190,6 +191,7 @@ def test_bench_runs_from_the_package(in_tmp, capsys):
     assert "numpy" in out and "SyncVectorEnv" in out
 
 
+@pytest.mark.slow
 def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     argv = [
         "walkforward",
