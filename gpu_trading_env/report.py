@@ -48,6 +48,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(fig: Any, path: Path, dates: bool = False) -> None:
+    if dates:
+        fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    _pyplot().close(fig)
+
+
 def _suffix(synthetic: bool) -> str:
     return " (synthetic data)" if synthetic else ""
 
@@ -88,10 +96,7 @@ def plot_curves(
     dd.set_ylabel("drawdown (%)")
     dd.set_xlabel("bar timestamp")
     dd.grid(alpha=0.3)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path, dates=True)
 
 
 def plot_equity(
@@ -136,10 +141,7 @@ def plot_position(
     ax.set_xlabel("bar timestamp")
     ax.set_title(title + _suffix(synthetic))
     ax.grid(alpha=0.3)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path, dates=True)
 
 
 def plot_learning_curve(
@@ -182,9 +184,7 @@ def plot_learning_curve(
         labels.append("model kept")
     ax.legend(handles, labels, fontsize=8, loc="best")
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_folds(
@@ -208,9 +208,7 @@ def plot_folds(
     ax.set_title("Out-of-sample window of each fold" + _suffix(synthetic))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def write_json(obj: Any, path: Path) -> None:
