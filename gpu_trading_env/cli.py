@@ -707,6 +707,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` unless the help text already says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def _int(text: str) -> int:
     try:
         return int(text.replace("_", ""))
@@ -715,7 +725,7 @@ def _int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = _HelpFormatter
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0], formatter_class=fmt)
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -775,8 +785,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--env",
             nargs="*",
             metavar="FIELD=VALUE",
-            help="EnvConfig overrides (docs/ENV_SPEC.md); the commands default to "
-            "diversity_penalty=0.0 and risk_penalty_scale=0.0",
+            help="EnvConfig overrides (docs/ENV_SPEC.md) (default: EnvConfig's, with "
+            "diversity_penalty=0.0 and risk_penalty_scale=0.0)",
         )
         p.add_argument(
             "--out",
