@@ -76,9 +76,9 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     try:
-        from agents import cli
-    except ImportError:
         from gpu_trading_env import cli
+    except ImportError:  # the command moved to the agents side of the tree (it trains agents)
+        from agents import cli
 
     work = ROOT / "runs" / "walkforward_figures"
     common = [

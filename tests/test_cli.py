@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-try:  # the command lives on the agents side of the tree (it trains agents)
-    from agents import cli
-except ImportError:
+try:
     from gpu_trading_env import cli
+except ImportError:  # the command moved to the agents side of the tree (it trains agents)
+    from agents import cli
 
 from gpu_trading_env.features import WARMUP_BARS
 
