@@ -1,6 +1,6 @@
 """Agents for gpu-trading-env: a GPU prioritized replay buffer for Stable-Baselines3."""
 
-from agents.prioritized_buffer import PrioritizedReplayBuffer
+from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
 
 __all__ = ["PrioritizedReplayBuffer"]
 from agents.curiosity import CuriosityModel  # noqa: E402

@@ -4,7 +4,7 @@ targets, per-env epsilon-greedy exploration, curiosity training and a fused GPU 
 It takes a :class:`~gpu_trading_env.TradingVectorEnv` (``gym.make_vec("GpuTrading-v0", ...)``)
 as its env and wraps it in :class:`~gpu_trading_env.wrappers.SB3VecEnv`; any SB3 ``VecEnv`` or
 Gymnasium env works too. On a CUDA trading env ``collect_rollouts`` hands the step loop to
-``agents.rollout.FusedRollout`` (acting, stepping and storing on the device); elsewhere SB3's
+``agents.rollouts.fused.FusedRollout`` (acting, stepping and storing on the device); elsewhere SB3's
 own loop runs through the adapter.
 """
 
@@ -37,9 +37,10 @@ from torch.nn import functional as F
 
 from agents.curiosity import CuriosityModel
 from agents.policies import DuelingDQNPolicy
-from agents.prioritized_buffer import PrioritizedReplayBuffer
-from gpu_trading_env.backend import N_CATEGORIES
-from gpu_trading_env.config import action_table
+from agents.replay.device_buffer import DeviceReplayBuffer
+from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
+from gpu_trading_env.core.config import action_table
+from gpu_trading_env.core.constants import N_CATEGORIES
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -74,7 +75,7 @@ class GpuDQN(DQN):
       ``curiosity_train_freq`` calls of :meth:`train` and installs its weights in the env, whose
       reward then carries the curiosity bonus.
     - On a CUDA :class:`~gpu_trading_env.TradingVectorEnv` (wrapped by nothing but the adapter)
-      with ``fused_rollout=True``, ``collect_rollouts`` runs ``agents.rollout.FusedRollout``.
+      with ``fused_rollout=True``, ``collect_rollouts`` runs ``agents.rollouts.fused.FusedRollout``.
 
     Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
     ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
@@ -89,8 +90,8 @@ class GpuDQN(DQN):
     :param curiosity_gradient_steps: Curiosity gradient steps per curiosity round.
     :param curiosity_learning_rate: Adam learning rate of the curiosity model.
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
-    :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollout.FusedRollout`,
-        the default) or ``"monolithic"`` (:class:`~agents.monolithic.MonolithicRollout`, the
+    :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
+        the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
     :param kwargs: The remaining arguments are those of SB3's ``DQN`` (``learning_rate``,
         ``buffer_size``, ``learning_starts``, ``batch_size``, ``tau``, ``gamma``, ``train_freq``,
@@ -239,6 +240,8 @@ class GpuDQN(DQN):
             # A wrapper between SB3 and the adapter (VecNormalize, ...) would be bypassed.
             and isinstance(env, SB3VecEnv)
             and env.venv is te
+            # The rollouts store device tensors: the buffer must take them (add_tensors).
+            and isinstance(self.replay_buffer, DeviceReplayBuffer)
         )
 
     # ------------------------------------------------------------------ setup
@@ -335,7 +338,7 @@ class GpuDQN(DQN):
         """SB3's rollout loop, or the fused GPU rollout on a CUDA trading env.
 
         The fused path steps ``train_freq.frequency`` vector steps through
-        ``agents.rollout.FusedRollout(self).collect(n_steps, callback, learning_starts)``,
+        ``agents.rollouts.fused.FusedRollout(self).collect(n_steps, callback, learning_starts)``,
         between the callback's ``on_rollout_start`` and ``on_rollout_end`` as SB3's loop does;
         episodes it reports are added to ``_episode_num`` unless it counted them itself.
         """
@@ -357,11 +360,11 @@ class GpuDQN(DQN):
         if self._fused_rollout is None:
             # Imported here so the CPU path never loads CuPy or compiles kernels.
             if self.rollout_kernel == "monolithic":
-                from agents.monolithic import MonolithicRollout
+                from agents.rollouts.monolithic import MonolithicRollout
 
                 self._fused_rollout = MonolithicRollout(self, seed=self.seed or 0)
             else:
-                from agents.rollout import FusedRollout
+                from agents.rollouts.fused import FusedRollout
 
                 self._fused_rollout = FusedRollout(self)
         episodes_before = self._episode_num
@@ -421,7 +424,8 @@ class GpuDQN(DQN):
         self._update_learning_rate(self.policy.optimizer)
         buffer = self.replay_buffer
         assert buffer is not None
-        if hasattr(buffer, "set_progress"):
+        device_buffer = isinstance(buffer, DeviceReplayBuffer)
+        if device_buffer:
             buffer.set_progress(min(1.0, max(0.0, float(self._current_progress_remaining))))
 
         losses: list[th.Tensor] = []
@@ -446,7 +450,7 @@ class GpuDQN(DQN):
 
             td = (q.detach() - target).abs().reshape(-1)
             indices = getattr(data, "indices", None)
-            if indices is not None and hasattr(buffer, "update_priorities"):
+            if indices is not None and device_buffer:
                 buffer.update_priorities(indices, td)
             losses.append(loss.detach())
             td_means.append(td.mean())

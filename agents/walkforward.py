@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backtest import BacktestResult, backtest, exposure_policy
-from gpu_trading_env.config import EnvConfig
-from gpu_trading_env.market_data import MarketData
-from gpu_trading_env.metrics import curve_metrics, sharpe_difference_interval
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_policy
+from gpu_trading_env.reports.metrics import curve_metrics, sharpe_difference_interval
 
 __all__ = ["TrainSettings", "greedy_policy", "random_policy", "train_selected", "walk_forward"]
 
@@ -79,7 +79,7 @@ def known_rule(data: MarketData, config: EnvConfig) -> BacktestResult | None:
     """The planted rule's backtest on ``data``, or None if the data is not the planted market."""
     if "rule_expected_return" not in data.metadata:
         return None
-    from gpu_trading_env.synthetic import planted_rule_exposure
+    from gpu_trading_env.data.synthetic import planted_rule_exposure
 
     return backtest(
         exposure_policy(RULE_EXPOSURE * planted_rule_exposure(data), config), data, config

@@ -22,7 +22,7 @@ from run_info import commit
 
 import gpu_trading_env  # noqa: F401
 from gpu_trading_env import MarketData
-from gpu_trading_env.cuda_device import cuda_available
+from gpu_trading_env.gpu.device import cuda_available
 from gpu_trading_env.throughput import bench_cuda, bench_numpy, bench_sync, format_rows
 
 

@@ -8,7 +8,7 @@ capacity that is not a power of two and one whose depth is not a multiple of fou
 
 import numpy as np
 
-from agents.segment_tree import CudaSumMinTree, NumpySumMinTree
+from agents.replay.segment_tree import CudaSumMinTree, NumpySumMinTree
 
 rng = np.random.default_rng(0)
 for capacity in (1000, 2**17 + 3):

@@ -27,7 +27,7 @@ import gpu_trading_env  # noqa: F401
 from agents import GpuDQN
 from agents.policies import DuelingDQNPolicy
 from gpu_trading_env import MarketData, TradingVectorEnv
-from gpu_trading_env.cuda_device import cuda_available
+from gpu_trading_env.gpu.device import cuda_available
 
 
 def _sync() -> None:
@@ -54,7 +54,7 @@ def _model(env: Any, device: str, buffer_size: int, **kw: Any) -> GpuDQN:
 def bench_rollout(
     data: MarketData, num_envs: int, steps: int, precision: str, graph: bool = True
 ) -> dict:
-    from agents.rollout import FusedRollout
+    from agents.rollouts.fused import FusedRollout
 
     env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
     env.reset(seed=0)
@@ -79,7 +79,7 @@ def bench_rollout(
 
 def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list[dict]:
     """Wall time per call of each part of one fused step (synchronised), to show where it goes."""
-    from agents.rollout import FusedRollout
+    from agents.rollouts.fused import FusedRollout
 
     env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
     env.reset(seed=0)
@@ -121,7 +121,7 @@ def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list
 
 
 def bench_monolithic(data: MarketData, num_envs: int, steps: int) -> dict:
-    from agents.monolithic import MonolithicRollout
+    from agents.rollouts.monolithic import MonolithicRollout
 
     env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
     env.reset(seed=0)

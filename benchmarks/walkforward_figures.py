@@ -75,10 +75,7 @@ def main() -> None:
     parser.add_argument("--torch-threads", type=int, default=1)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    try:
-        from gpu_trading_env import cli
-    except ImportError:  # the command moved to the agents side of the tree (it trains agents)
-        from agents import cli
+    from agents import cli
 
     work = ROOT / "runs" / "walkforward_figures"
     common = [

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from gpu_trading_env import EnvConfig, MarketData
-from gpu_trading_env.backtest import backtest, exposure_policy, plot_equity
+from gpu_trading_env.reports.backtest import backtest, exposure_policy, plot_equity
 
 data = MarketData.from_csv(sys.argv[1])
 config = EnvConfig(episode_length=500, fill="next_open")

@@ -11,10 +11,10 @@
 
 from gymnasium.envs.registration import register, registry
 
-from gpu_trading_env.config import EnvConfig
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.core.constants import COMPONENT_NAMES
+from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.env import TradingEnv
-from gpu_trading_env.market_data import MarketData
-from gpu_trading_env.state import COMPONENT_NAMES
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from gpu_trading_env.config import EnvConfig
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 

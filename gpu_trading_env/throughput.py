@@ -13,8 +13,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.env import TradingEnv
-from gpu_trading_env.market_data import MarketData
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 __all__ = ["bench_cuda", "bench_numpy", "bench_sync", "format_rows"]

@@ -1,7 +1,7 @@
 """``TradingVectorEnv``: the Gymnasium ``VectorEnv`` over a NumPy or CUDA backend.
 
 This class only translates the Gymnasium contract (spaces, seeding, options, autoreset modes,
-info dicts, array types) onto a :class:`~gpu_trading_env.backend.Backend`; the step itself is
+info dicts, array types) onto a :class:`~gpu_trading_env.backends.base.Backend`; the step itself is
 the backend's. On ``device="cuda"`` every array it returns is a torch CUDA tensor (or a CuPy
 array with ``array_type="cupy"``) that shares memory with the backend's buffers through DLPack;
 no step synchronises with the host.
@@ -19,9 +19,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from gpu_trading_env.backend import Backend, CuriosityWeights
-from gpu_trading_env.config import EnvConfig, config_field_names
-from gpu_trading_env.state import COMPONENT_NAMES, StepOutputs
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.core.config import EnvConfig, config_field_names
+from gpu_trading_env.core.constants import COMPONENT_NAMES
+from gpu_trading_env.core.state import StepOutputs
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
@@ -29,7 +30,7 @@ RESET_OPTIONS = ("start_index", "reset_mask")
 
 def resolve_data(data: Any) -> Any:
     """``MarketData`` from None (the built-in default), a DataFrame, a CSV/Parquet path, or itself."""
-    from gpu_trading_env.market_data import MarketData
+    from gpu_trading_env.data.market_data import MarketData
 
     if data is None:
         return MarketData.default()
@@ -71,11 +72,11 @@ def resolve_config(config: EnvConfig | None, overrides: dict[str, Any]) -> EnvCo
 def make_backend(device: Any, data: Any, config: EnvConfig, num_envs: int) -> Backend:
     name = str(device)
     if name == "cpu":
-        from gpu_trading_env.numpy_backend import NumpyBackend
+        from gpu_trading_env.backends.numpy_backend import NumpyBackend
 
         return NumpyBackend(data, config, num_envs)
     if name == "cuda" or name.startswith("cuda:"):
-        from gpu_trading_env.cuda_backend import CudaBackend
+        from gpu_trading_env.backends.cuda_backend import CudaBackend
 
         index = int(name.split(":")[1]) if ":" in name else None
         return CudaBackend(data, config, num_envs, device_index=index)
@@ -162,15 +163,14 @@ class TradingVectorEnv(VectorEnv):
             super().reset(seed=int(seeds[0] & np.uint64(2**63 - 1)) if seed is not None else None)
             self.backend.seed(seeds, mask)
             self._seeded = True
-        self._check_deferred_errors()
+        self.backend.check_errors()
         obs = self.backend.reset(self.backend.xp.asarray(mask), self.backend.xp.asarray(start))
         assert obs.shape[0] == n
         return self._to_array(obs), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Advance every env by one bar. ``actions``: N ints (NumPy, torch or CuPy)."""
-        prepare = getattr(self.backend, "prepare_actions", None)
-        acts = prepare(actions) if prepare is not None else self._cpu_actions(actions)
+        acts = self.backend.prepare_actions(actions)
         out = self.backend.step(acts)
         views = self._output_views(out)
         info = self._infos.get(id(out))
@@ -223,37 +223,6 @@ class TradingVectorEnv(VectorEnv):
         return self._to_array(self.backend.observe())
 
     # ------------------------------------------------------------------ helpers
-    def _cpu_actions(self, actions: Any) -> np.ndarray:
-        a = actions
-        if hasattr(a, "detach"):
-            a = a.detach().cpu().numpy()
-        a = np.asarray(a)
-        if a.shape != (self.num_envs,):
-            a = a.reshape(-1) if a.size == self.num_envs else a
-        if a.shape != (self.num_envs,):
-            raise ValueError(
-                f"actions of shape {np.shape(actions)} are invalid: allowed is ({self.num_envs},)"
-            )
-        if a.dtype.kind not in "iu":
-            if a.dtype.kind == "f" and np.all(np.equal(np.mod(a, 1), 0)):
-                a = a.astype(np.int64)
-            else:
-                raise ValueError(
-                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
-                )
-        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
-            bad = (a < 0) | (a >= self.config.n_actions)
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"actions[{i}] = {int(a[i])} is invalid: allowed is 0..{self.config.n_actions - 1}"
-            )
-        return a.astype(np.int64, copy=False)
-
-    def _check_deferred_errors(self) -> None:
-        check = getattr(self.backend, "check_errors", None)
-        if check is not None:
-            check()
-
     def _host(self, arr: Any) -> np.ndarray:
         return arr.get() if hasattr(arr, "get") else np.asarray(arr)
 

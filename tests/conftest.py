@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from gpu_trading_env.cuda_device import cuda_available
+from gpu_trading_env.gpu.device import cuda_available
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_trading_env.market_data import MarketData
+from gpu_trading_env.data.market_data import MarketData
 
 
 def hand_feature(t: int, j: int) -> float:

@@ -9,12 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-try:
-    from gpu_trading_env import cli
-except ImportError:  # the command moved to the agents side of the tree (it trains agents)
-    from agents import cli
-
-from gpu_trading_env.features import WARMUP_BARS
+from agents import cli
+from gpu_trading_env.data.features import WARMUP_BARS
 
 
 @pytest.fixture

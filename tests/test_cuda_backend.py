@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpu_trading_env import EnvConfig, MarketData, TradingVectorEnv
-from gpu_trading_env.backend import CuriosityWeights
+from gpu_trading_env.backends.base import CuriosityWeights
 
 pytestmark = pytest.mark.gpu
 
@@ -55,8 +55,8 @@ def market() -> MarketData:
 def test_cuda_matches_numpy(case: int, market: MarketData):
     import cupy as cp
 
-    from gpu_trading_env.cuda_backend import CudaBackend
-    from gpu_trading_env.numpy_backend import NumpyBackend
+    from gpu_trading_env.backends.cuda_backend import CudaBackend
+    from gpu_trading_env.backends.numpy_backend import NumpyBackend
 
     rng = np.random.default_rng(1000 + case)
     cfg, extra = _random_config(rng, curiosity=case % 2 == 1)

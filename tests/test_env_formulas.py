@@ -1,4 +1,4 @@
-"""Each formula of DESIGN.md "Semantics" pinned on tiny hand-made markets.
+"""Each formula of docs/ENV_SPEC.md pinned on tiny hand-made markets.
 
 Every expected number is computed by hand in the test (the arithmetic is in the comments);
 nothing here calls the backend's helpers. Unless a test says otherwise the env has
@@ -18,7 +18,7 @@ import pytest
 from hand_market import hand_feature, hand_market
 
 from gpu_trading_env import EnvConfig, TradingEnv, TradingVectorEnv
-from gpu_trading_env.market_data import MarketData
+from gpu_trading_env.data.market_data import MarketData
 
 SHORT, HALF_SHORT, FLAT, HALF_LONG, LONG = range(5)
 C0 = 1000.0
@@ -502,7 +502,7 @@ def test_risk_penalty_below_threshold_and_custom_parameters():
 
 
 def hand_obs(t, value, position, close_t, spread=0.0, n_features=29):
-    """features[t] + [V/C0, position/(C0/close), spread], by the DESIGN formula."""
+    """features[t] + [V/C0, position/(C0/close), spread], by the ENV_SPEC formula."""
     feats = [hand_feature(t, j) for j in range(n_features)]
     return np.array(feats + [value / C0, position / (C0 / close_t), spread], dtype=np.float64)
 

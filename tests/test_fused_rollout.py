@@ -31,7 +31,7 @@ def _model(env):
 def test_fused_rollout_matches_step_by_step_host_rollout():
     import torch as th
 
-    from agents.rollout import FusedRollout
+    from agents.rollouts.fused import FusedRollout
     from gpu_trading_env.wrappers import SB3VecEnv
 
     data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=4)

@@ -20,7 +20,7 @@ import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import CuriosityModel, DuelingDQNPolicy, GpuDQN, PrioritizedReplayBuffer
 from agents.policies import DuelingQNetwork
 from gpu_trading_env import TradingVectorEnv
-from gpu_trading_env.config import action_table
+from gpu_trading_env.core.config import action_table
 from gpu_trading_env.wrappers import SB3VecEnv
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -342,9 +342,11 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
             calls.append(("collect", n_steps, learning_starts))
             return n_steps, 3, True  # vector steps, as FusedRollout.collect returns
 
-    # A CUDA-looking trading env routes collect_rollouts to agents.rollout.FusedRollout.
+    # A CUDA-looking trading env routes collect_rollouts to agents.rollouts.fused.FusedRollout.
     monkeypatch.setattr(model.trading_env, "device", "cuda:0")
-    monkeypatch.setitem(sys.modules, "agents.rollout", SimpleNamespace(FusedRollout=FakeRollout))
+    monkeypatch.setitem(
+        sys.modules, "agents.rollouts.fused", SimpleNamespace(FusedRollout=FakeRollout)
+    )
     assert model._uses_fused_rollout(model.env)
     callback = SimpleNamespace(
         on_rollout_start=lambda: calls.append("start"), on_rollout_end=lambda: calls.append("end")

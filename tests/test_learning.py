@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from gpu_trading_env import EnvConfig, MarketData, TradingVectorEnv
-from gpu_trading_env.synthetic import planted_rule_exposure
+from gpu_trading_env.data.synthetic import planted_rule_exposure
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

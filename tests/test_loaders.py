@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_trading_env.features import WARMUP_BARS
-from gpu_trading_env.loaders import DataError, load_bars
-from gpu_trading_env.market_data import MarketData
+from gpu_trading_env.data.features import WARMUP_BARS
+from gpu_trading_env.data.loaders import DataError, load_bars
+from gpu_trading_env.data.market_data import MarketData
 
 N = WARMUP_BARS + 30
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from gpu_trading_env import synthetic
-from gpu_trading_env.features import FEATURE_NAMES, WARMUP_BARS, compute_features
-from gpu_trading_env.market_data import MarketData
+from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
+from gpu_trading_env.data.market_data import MarketData
 
 N_RAW = WARMUP_BARS + 200  # small but past the warm-up
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpu_trading_env.metrics import (
+from gpu_trading_env.reports.metrics import (
     WEEKS_PER_YEAR,
     bars_per_year,
     buy_and_hold_equity,

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 def test_monolithic_transitions_match_the_reference_env():
     from agents import GpuDQN
-    from agents.monolithic import MonolithicRollout
+    from agents.rollouts.monolithic import MonolithicRollout
 
     data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=5)
     kw = dict(

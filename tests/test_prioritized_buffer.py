@@ -14,7 +14,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from agents import PrioritizedReplayBuffer
-from agents.prioritized_buffer import BetaAnnealingCallback, PrioritizedReplayBufferSamples
+from agents.replay.prioritized_buffer import BetaAnnealingCallback, PrioritizedReplayBufferSamples
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 OBS = spaces.Box(-10.0, 10.0, shape=(3,), dtype=np.float32)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gpu_trading_env import cli
+from agents import cli
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from hand_market import hand_market
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from gpu_trading_env import EnvConfig, TradingEnv, TradingVectorEnv
-from gpu_trading_env.cuda_device import cuda_available
+from gpu_trading_env.gpu.device import cuda_available
 
 N_BARS = 60
 EP_LEN = 5

@@ -1,0 +1,529 @@
+"""Sum tree and min tree over ``priority**alpha`` for prioritized experience replay.
+
+One specification, two array backends:
+
+- :class:`~agents.replay.numpy_tree.NumpySumMinTree` (``numpy_tree.py``): NumPy, runs anywhere;
+  the reference.
+- :class:`CudaSumMinTree` (this module): CuPy arrays and the CUDA kernels of
+  ``kernels/segment_tree.cu``, launched on torch's current stream.
+
+:class:`~agents.replay.sum_min_tree.SumMinTree` (``sum_min_tree.py``) holds what both share.
+
+Both produce the same sampled indices for the same seed and the same stored values.
+
+**Layout.** ``capacity`` C is rounded up to a power of two P. ``sum_tree`` and ``min_tree`` are
+float64 arrays of ``2P`` nodes: node 1 is the root, node ``n`` has children ``2n`` and ``2n+1``,
+leaf ``i`` is node ``P + i``. Empty leaves (never written, or the padding ``C <= i < P``) hold 0 in
+the sum tree and ``+inf`` in the min tree; a leaf whose value is 0 also holds ``+inf`` in the min
+tree, so ``min_tree[1]`` is the smallest *non-zero* leaf, the smallest value that can be sampled.
+This is the layout of :meth:`SumMinTree.to_numpy`; on the device, the CUDA tree keeps only every
+fourth level up to date (see :class:`CudaSumMinTree`).
+
+**Update** of a batch of B (index, value) pairs: validate (indices in ``[0, n_valid)``, inputs
+finite and ``>= 0``, transformed values finite), keep the *last* occurrence of each index, write
+the leaves, then recompute level by level only the parents of touched nodes, each exactly once
+(no atomics, no races). Each touched node is recomputed from its two children, never adjusted by
+a delta, so sums do not drift: the root equals the pairwise float64 sum of the leaves.
+Work O(B log C).
+
+**Sampling** of B indices is stratified: draw ``j`` takes ``u_j = (j + U_j) / B * total`` with
+``U_j`` in ``[0, 1)`` from Philox4x32-10 keyed by ``(seed, call counter, j, STREAM_PER_SAMPLE)``
+and descends from the root: go left when the left sum is non-zero and ``u < left`` (or the right
+sum is zero), otherwise subtract the left sum and go right. A node with a non-zero sum always has
+a child with a non-zero sum, so the descent always ends on a non-zero leaf, even when rounding
+puts ``u`` at or past the total. Work O(B log C); the draws are in non-decreasing leaf order.
+
+**IS weights** ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` with ``P(i) = v_i / total``;
+the maximum weight belongs to the smallest non-zero value, so ``w_i = (v_i / min_tree[1])**-beta``,
+in ``(0, 1]``, independent of N and of the total.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.replay.numpy_tree import NumpySumMinTree
+from agents.replay.sum_min_tree import SumMinTree, next_pow2
+from gpu_trading_env.gpu.device import (
+    F64,
+    I32,
+    I64,
+    PTR,
+    U32,
+    KernelLauncher,
+    KernelParams,
+    current_stream,
+    load_module,
+    require_cupy,
+)
+
+__all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
+
+
+KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "segment_tree.cu"
+_CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
+_MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
+_SAMPLE_THREADS = 256
+_SMEM_KEYS = 4096  # the largest batch updated in one launch (keys sorted in shared memory)
+_UPDATE_THREADS = 256  # block size (and chunk) of seg_tree_update_*
+_VERDICT_POLLS = 2000  # reads of the verdict word (about 0.1 µs each) before waiting on the stream
+_GROUP = 4  # levels between stored levels
+_WEIGHT_THREADS = 256
+
+
+def tree_kernel_defines() -> tuple[tuple[str, str], ...]:
+    """The tree geometry ``segment_tree.cu`` is compiled with: the one copy of these numbers."""
+    return (
+        ("ST_SMEM_KEYS", str(_SMEM_KEYS)),
+        ("ST_MAX_THREADS", str(max(_CHECK_THREADS, _MAX_CHUNK))),
+        ("ST_GROUP", str(_GROUP)),
+        ("ST_UPDATE_THREADS", str(_UPDATE_THREADS)),
+    )
+
+
+# The kernels' parameters, named and typed as in segment_tree.cu (tests/test_kernels_compile.py
+# compares them with the source). "in" and the weights are float or double per variant.
+_TREE = (("sum", PTR), ("mn", PTR))
+_INPUT = (("idx", PTR), ("in", PTR), ("n", I64))
+TREE_KERNEL_PARAMS: dict[str, KernelParams] = {
+    "seg_tree_check": (
+        *_INPUT,
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("n_valid", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("status_host", PTR),
+        ("seq", U32),
+        ("flags", PTR),
+        ("keys", PTR),
+        ("scratch", PTR),
+    ),
+    "seg_tree_levels": (
+        *_TREE,
+        *_INPUT,
+        ("capacity", I64),
+        ("pow2", I64),
+        ("levels", I32),
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("range_start", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("flags", PTR),
+        ("keys", PTR),
+        ("ticket", PTR),
+    ),
+    "seg_tree_sample": (
+        *_TREE,
+        ("pow2", I64),
+        ("levels", I32),
+        ("batch", I64),
+        ("k0", U32),
+        ("k1", U32),
+        ("c1", U32),
+        ("c2", U32),
+        ("beta", F64),
+        ("out_idx", PTR),
+        ("out_w", PTR),
+    ),
+    "seg_tree_update": (
+        *_TREE,
+        *_INPUT,
+        ("pow2", I64),
+        ("levels", I32),
+        ("transform", I32),
+        ("alpha", F64),
+        ("eps", F64),
+        ("may_overflow", I32),
+        ("n_valid", I64),
+        ("max_value", PTR),
+        ("status", PTR),
+        ("status_host", PTR),
+        ("seq", U32),
+        ("ticket", PTR),
+    ),
+}
+
+
+def _torch_module() -> Any | None:
+    """``torch`` when it is already imported (a tensor argument implies it is)."""
+    return sys.modules.get("torch")
+
+
+class CudaSumMinTree(SumMinTree):
+    """The tree on a CUDA device: CuPy arrays, kernels from ``segment_tree.cu``.
+
+    The kernels keep only every fourth level above the leaves (and the root) up to date; the
+    arrays :attr:`sum_tree` and :attr:`min_tree` therefore hold stale values on the levels in
+    between until a host view (:meth:`to_numpy`, :meth:`leaves`) rebuilds them, bit for bit
+    equal to the NumPy tree. Read the tree through those views, not through the raw arrays.
+
+    Kernels run on torch's current stream, so tensors exchanged by DLPack never race. Nothing
+    synchronises with the host except :meth:`update` with ``check=True`` and the host views
+    (:meth:`to_numpy`, :meth:`total`, ...). ``update(check=True)`` waits only for the verdict
+    on the batch, which the kernel writes to pinned, device-mapped host memory before it
+    touches the tree; the writes themselves finish asynchronously, in stream order.
+
+    Inputs of :meth:`update` may be CuPy arrays, torch CUDA tensors (read in place, by pointer)
+    or anything NumPy reads (copied to the device).
+
+    :param capacity: number of leaves.
+    :param seed: Philox key of the sampling stream.
+    :param device: CUDA device ordinal (default: CuPy's current device).
+    """
+
+    backend = "cuda"
+
+    def __init__(self, capacity: int, seed: int = 0, device: int | None = None) -> None:
+        super().__init__(capacity, seed)
+        cp = self._cp = require_cupy("CudaSumMinTree")
+        self.device = int(cp.cuda.Device().id if device is None else device)
+        self._device_scope = cp.cuda.Device(self.device)
+        with cp.cuda.Device(self.device):
+            self.sum_tree = cp.zeros(2 * self.pow2, dtype=cp.float64)
+            self.min_tree = cp.full(2 * self.pow2, np.inf, dtype=cp.float64)
+            self.max_value = cp.ones(1, dtype=cp.float64)
+            self._status = cp.full(1, -1, dtype=cp.int64)
+            self._flags = cp.zeros(1, dtype=cp.int32)  # 1: the batch was sorted into _keys
+            self._ticket = cp.zeros(1, dtype=cp.uint32)  # blocks of the levels kernel done
+            # Check kernel: first bad position, bits of the largest value, unsorted, ticket.
+            self._scratch = cp.asarray(np.array([np.iinfo(np.int64).max, 0, 0, 0], np.int64))
+            self._keys = cp.zeros(1, dtype=cp.uint64)  # sorted keys of a large unsorted batch
+            # The check kernel writes the status word straight into this pinned, device-mapped
+            # host memory (same address on both sides), so reading it needs no copy launch.
+            flags = cp.cuda.runtime.hostAllocMapped | cp.cuda.runtime.hostAllocPortable
+            self._status_mem = cp.cuda.PinnedMemory(8, flags)
+            self._status_host = np.frombuffer(
+                cp.cuda.PinnedMemoryPointer(self._status_mem, 0), np.uint64, 1
+            )
+            self._status_host[0] = 0
+            self._update_seq = 0  # numbers the updates; the kernels echo it with their verdict
+            self._inputs_in_flight: tuple[Any, Any] | None = None
+            module = load_module(KERNEL_FILE, tree_kernel_defines())
+            self._launchers = {
+                f"{base}_{sfx}": KernelLauncher(
+                    module.get_function(f"{base}_{sfx}"), sig, self.device
+                )
+                for base, sig in TREE_KERNEL_PARAMS.items()
+                for sfx in ("f32", "f64")
+            }
+            self._k_weights = module.get_function("seg_tree_weights")
+        self._ptrs = (self.sum_tree.data.ptr, self.min_tree.data.ptr)
+
+    def reset(self) -> None:
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            self.sum_tree.fill(0.0)
+            self.min_tree.fill(np.inf)
+            self.max_value.fill(1.0)
+        self.sample_calls = 0
+
+    def _device_vector(
+        self, x: Any, integer: bool, what: str, stream: Any
+    ) -> tuple[Any, int, bool]:
+        """``(vector, address, is_float32)``: ``x`` as a contiguous 1-D device vector.
+
+        The vector is int64 (``integer``) or float32/float64. CuPy arrays and torch CUDA
+        tensors stay where they are (a cast or copy only when the dtype or layout needs one, on
+        ``stream``, the CuPy view of torch's current stream); anything else goes through NumPy
+        and is copied to the device.
+        """
+        cp = self._cp
+        if type(x) is cp.ndarray and x.ndim == 1 and x.flags.c_contiguous:  # the common case
+            if x.dtype == (np.int64 if integer else np.float32) or (
+                not integer and x.dtype == np.float64
+            ):
+                return x, x.data.ptr, x.dtype == np.float32
+        with stream:
+            return self._convert(x, integer, what)
+
+    def _convert(self, x: Any, integer: bool, what: str) -> tuple[Any, int, bool]:
+        cp = self._cp
+        torch = _torch_module()
+        if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
+            if x.device.index != self.device:
+                raise ValueError(f"{what} are on {x.device}, the tree on cuda:{self.device}")
+            x = x.detach().reshape(-1)
+            if integer:
+                if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+                    raise TypeError(f"{what} must be integers, got dtype {x.dtype}")
+                x = x.to(torch.int64)
+            elif x.dtype not in (torch.float32, torch.float64):
+                x = x.to(torch.float64)
+            x = x.contiguous()
+            return x, x.data_ptr(), x.dtype == torch.float32
+        if not isinstance(x, cp.ndarray):
+            x = np.asarray(x)
+        if integer:
+            if x.dtype.kind not in "iu":
+                raise TypeError(f"{what} must be integers, got dtype {x.dtype}")
+            x = cp.ascontiguousarray(cp.asarray(x, dtype=cp.int64).reshape(-1))
+        else:
+            if x.dtype not in (np.float32, np.float64):
+                x = x.astype(np.float64)
+            x = cp.ascontiguousarray(cp.asarray(x).reshape(-1))
+        return x, int(x.data.ptr), x.dtype == np.float32
+
+    def _launch_levels(
+        self,
+        stream: int,
+        idx: int,
+        x: int,
+        f32: bool,
+        n: int,
+        transform: bool,
+        alpha: float,
+        epsilon: float,
+        range_start: int,
+    ) -> None:
+        # Chunks of c entries, c the smallest power of two >= 128 with c * c >= n (at most
+        # 1024): enough blocks to spread the work, few enough boundaries that the finishing
+        # block handles all of them in one pass per level group.
+        chunk = min(_MAX_CHUNK, max(_MIN_CHUNK, 1 << ((max(n, 1) - 1).bit_length() + 1) // 2))
+        self._launchers["seg_tree_levels_f32" if f32 else "seg_tree_levels_f64"](
+            (n + chunk - 1) // chunk,
+            chunk,
+            stream,
+            *self._ptrs,
+            idx,
+            x,
+            n,
+            self.capacity,
+            self.pow2,
+            self.levels,
+            int(transform),
+            alpha,
+            epsilon,
+            range_start,
+            self.max_value.data.ptr,
+            self._status.data.ptr,
+            self._flags.data.ptr,
+            self._keys.data.ptr,
+            self._ticket.data.ptr,
+        )
+
+    def update(
+        self,
+        indices: Any,
+        values: Any,
+        *,
+        alpha: float = 1.0,
+        epsilon: float = 0.0,
+        n_valid: int | None = None,
+        name: str = "priorities",
+        check: bool = True,
+    ) -> None:
+        cp = self._cp
+        n_ok = self._prepare_n_valid(n_valid, self.capacity)
+        with self._device_scope:
+            cstream, stream = current_stream(self.device)
+            idx, idx_ptr, _ = self._device_vector(indices, True, "indices", cstream)
+            x, x_ptr, f32 = self._device_vector(values, False, name, cstream)
+            n = int(idx.shape[0])
+            self._check_lengths(n, int(x.shape[0]), name)
+            if n == 0:
+                return
+            transform = not (alpha == 1.0 and epsilon == 0.0)
+            self._update_seq = seq = (self._update_seq + 1) & 0xFFFFFFFF
+            # update() may return before its kernels have read the inputs (it waits for the
+            # verdict only): converted inputs stay referenced until the next update.
+            self._inputs_in_flight = (idx, x)
+            if n <= _SMEM_KEYS:  # one launch
+                # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block
+                # of the kernel checks the indices and inputs only).
+                may_overflow = transform and not (0.0 <= alpha <= 1.0 and 0.0 <= epsilon < 1e290)
+                self._launchers["seg_tree_update_f32" if f32 else "seg_tree_update_f64"](
+                    (n + _UPDATE_THREADS - 1) // _UPDATE_THREADS,
+                    _UPDATE_THREADS,
+                    stream,
+                    *self._ptrs,
+                    idx_ptr,
+                    x_ptr,
+                    n,
+                    self.pow2,
+                    self.levels,
+                    int(transform),
+                    alpha,
+                    epsilon,
+                    int(may_overflow),
+                    n_ok,
+                    self.max_value.data.ptr,
+                    self._status.data.ptr,
+                    self._status_host.ctypes.data,
+                    seq,
+                    self._ticket.data.ptr,
+                )
+            else:  # check (and sort) first, then write
+                if self._keys.size < n:  # room to sort an unsorted batch
+                    with cstream:
+                        self._keys = cp.zeros(next_pow2(n), dtype=cp.uint64)
+                self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
+                    (n + _CHECK_THREADS - 1) // _CHECK_THREADS,
+                    _CHECK_THREADS,
+                    stream,
+                    idx_ptr,
+                    x_ptr,
+                    n,
+                    int(transform),
+                    alpha,
+                    epsilon,
+                    n_ok,
+                    self.max_value.data.ptr,
+                    self._status.data.ptr,
+                    self._status_host.ctypes.data,
+                    seq,
+                    self._flags.data.ptr,
+                    self._keys.data.ptr,
+                    self._scratch.data.ptr,
+                )
+                self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
+            if check:
+                k = self._wait_verdict(seq, stream)
+                if k >= 0:
+                    raise self._bad_entry_error(
+                        k,
+                        int(idx[k].item()),
+                        float(x[k].item()),
+                        n_ok,
+                        name,
+                        alpha,
+                        epsilon,
+                        transform,
+                    )
+
+    def _wait_verdict(self, seq: int, stream: int) -> int:
+        """First bad position of update ``seq`` (-1: accepted), as soon as the GPU knows it.
+
+        The kernels write the verdict to host-mapped memory before they touch the tree, so this
+        waits for the validation, not for the update to finish (later work on the stream sees
+        the finished update anyway). It polls the word briefly; when the GPU is still busy with
+        earlier work it waits on the stream instead, which also surfaces CUDA errors.
+        """
+        word = self._status_host
+        for _ in range(_VERDICT_POLLS):
+            value = int(word[0])
+            if value >> 32 == seq:
+                return (value & 0xFFFFFFFF) - 1
+        self._cp.cuda.runtime.streamSynchronize(stream)
+        value = int(word[0])
+        if value >> 32 != seq:
+            raise RuntimeError(f"update {seq} of the CUDA tree finished without a verdict")
+        return (value & 0xFFFFFFFF) - 1
+
+    def fill_range(self, start: int, count: int) -> None:
+        count = self._prepare_count(count)
+        if count <= 0:
+            return
+        cp = self._cp
+        with cp.cuda.Device(self.device):
+            stream = current_stream(self.device)[1]
+            self._launch_levels(
+                stream, 0, 0, False, count, False, 1.0, 0.0, int(start) % self.capacity
+            )
+
+    def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
+        self._check_scalars(batch_size, beta)
+        cp = self._cp
+        b = int(batch_size)
+        k0, k1, c1, c2 = self._philox_words()
+        f32 = np.dtype(weights_dtype) == np.float32
+        with self._device_scope:
+            cstream, stream = current_stream(self.device)
+            with cstream:  # one allocation for both outputs, from the stream's pool
+                memory = cp.cuda.alloc(b * (12 if f32 else 16))
+            out_idx = cp.ndarray((b,), cp.int64, memory)
+            out_w = cp.ndarray((b,), cp.float32 if f32 else cp.float64, memory + 8 * b)
+            self._launchers["seg_tree_sample_f32" if f32 else "seg_tree_sample_f64"](
+                (b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,
+                _SAMPLE_THREADS,
+                stream,
+                *self._ptrs,
+                self.pow2,
+                self.levels,
+                b,
+                k0,
+                k1,
+                c1,
+                c2,
+                float(beta),
+                out_idx.data.ptr,
+                out_w.data.ptr,
+            )
+        if not f32 and np.dtype(weights_dtype) != np.float64:
+            with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+                out_w = out_w.astype(weights_dtype)
+        return out_idx, out_w
+
+    def weights(self, indices: Any, beta: float) -> Any:
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            idx = self._convert(indices, True, "indices")[0]
+            idx = idx if isinstance(idx, cp.ndarray) else cp.from_dlpack(idx)
+            n = int(idx.size)
+            out = cp.empty(n, dtype=cp.float64)
+            if n:
+                self._k_weights(
+                    ((n + _WEIGHT_THREADS - 1) // _WEIGHT_THREADS,),
+                    (_WEIGHT_THREADS,),
+                    (
+                        self.sum_tree,
+                        self.min_tree,
+                        np.int64(self.pow2),
+                        idx,
+                        np.int64(n),
+                        np.float64(beta),
+                        out,
+                    ),
+                )
+        return out
+
+    def _host(self, x: Any) -> np.ndarray:
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            return x.get()
+
+    def _rebuild_inner_levels(self) -> None:
+        """Fill the levels the kernels skip (see ``segment_tree.cu``) from the ones below.
+
+        Pairwise float64 sums level by level are what the stored levels already hold, so the
+        result is the full binary tree of the NumPy backend, bit for bit.
+        """
+        cp = self._cp
+        for level in range(1, self.levels):
+            if level % _GROUP == 0:
+                continue
+            lo = self.pow2 >> level
+            s, m = self.sum_tree, self.min_tree
+            cp.add(s[2 * lo : 4 * lo : 2], s[2 * lo + 1 : 4 * lo : 2], out=s[lo : 2 * lo])
+            cp.minimum(m[2 * lo : 4 * lo : 2], m[2 * lo + 1 : 4 * lo : 2], out=m[lo : 2 * lo])
+
+    def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        cp = self._cp
+        with cp.cuda.Device(self.device), current_stream(self.device)[0]:
+            self._rebuild_inner_levels()
+            return self.sum_tree.get(), self.min_tree.get()
+
+    def total(self) -> float:
+        return float(self._host(self.sum_tree[1:2])[0])
+
+    def min(self) -> float:
+        return float(self._host(self.min_tree[1:2])[0])
+
+    def max_value_host(self) -> float:
+        return float(self._host(self.max_value)[0])
+
+
+def make_tree(backend: str, capacity: int, seed: int = 0, device: int | None = None) -> SumMinTree:
+    """``NumpySumMinTree`` for ``backend="numpy"``, ``CudaSumMinTree`` for ``"cuda"``."""
+    if backend == "numpy":
+        return NumpySumMinTree(capacity, seed)
+    if backend == "cuda":
+        return CudaSumMinTree(capacity, seed, device)
+    raise ValueError(f"backend must be 'numpy' or 'cuda', got {backend!r}")

@@ -1,0 +1,1 @@
+"""Rollout paths that act, step and store on the GPU: fused (default) and monolithic."""

@@ -1,0 +1,279 @@
+"""The fused GPU rollout: act, step and store without leaving the GPU.
+
+For a :class:`~gpu_trading_env.TradingVectorEnv` on a CUDA device, one vector step of
+``collect`` is: Q-network forward on the current observations (torch), per-env epsilon-greedy
+choice, one env kernel launch (CuPy, on torch's stream), and device-to-device writes into the
+:class:`~agents.PrioritizedReplayBuffer`. Nothing waits for the GPU inside the loop; finished
+episodes are appended to a small device ring and reach the host every ``stats_interval`` steps,
+where they feed SB3's ``ep_info_buffer`` (``rollout/ep_rew_mean`` in the logs).
+
+The whole algorithm of one step, in order (see :meth:`FusedRollout.step`)::
+
+    q        = q_net(obs)                                   # [N, A]
+    explore  = rand(N) < epsilon                            # one coin per env
+    action   = where(explore, randint(A), argmax(q))        # [N]
+    obs', r, terminated, truncated, info = env.step(action) # one kernel
+    next_obs = where(terminated | truncated, final_obs, obs')
+    buffer.add_tensors(obs, next_obs, action, r, terminated, truncated)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch as th
+
+STATS_RING = 4096
+
+
+class EpisodeRing:
+    """Returns and lengths of finished episodes, appended on the device without a host sync.
+
+    Each step scatters the finished envs' values to consecutive ring slots found by a cumulative
+    sum over the done mask; :meth:`drain` copies the ring to the host once and yields the
+    entries written since the last drain (at most ``size``; older ones are overwritten).
+    """
+
+    def __init__(self, device: th.device, size: int = STATS_RING) -> None:
+        self.size = size
+        self.returns = th.zeros(size + 1, dtype=th.float32, device=device)  # slot `size` = sink
+        self.lengths = th.zeros(size + 1, dtype=th.int32, device=device)
+        self.written = th.zeros((), dtype=th.int64, device=device)
+        self._read = 0
+
+    def append(self, done: th.Tensor, returns: th.Tensor, lengths: th.Tensor) -> None:
+        d = done.to(th.int64)
+        slot = (self.written + th.cumsum(d, 0) - 1) % self.size
+        slot = th.where(done, slot, th.full_like(slot, self.size))
+        self.returns.scatter_(0, slot, returns.to(th.float32))
+        self.lengths.scatter_(0, slot, lengths.to(th.int32))
+        self.written += d.sum()
+
+    def drain(self) -> list[dict[str, float]]:
+        written = int(self.written.item())
+        new = written - self._read
+        if new <= 0:
+            return []
+        new = min(new, self.size)
+        r = self.returns[: self.size].cpu().numpy()
+        ln = self.lengths[: self.size].cpu().numpy()
+        slots = (np.arange(written - new, written)) % self.size
+        self._read = written
+        return [{"r": float(r[s]), "l": int(ln[s])} for s in slots]
+
+
+class FusedRollout:
+    """Collects transitions for a :class:`~agents.GpuDQN` whose env is a CUDA TradingVectorEnv.
+
+    :param model: the GpuDQN; its ``trading_env`` (CUDA), ``q_net``, ``replay_buffer`` and
+        ``exploration_rate`` are used as they are at each call.
+    :param seed: seed of the exploration RNG (a torch generator on the env's device).
+    :param stats_interval: vector steps between host reads of finished-episode statistics.
+    :param cuda_graph: replay greedy steps from a captured CUDA graph (one launch instead of
+        dozens; the transitions are identical to eager steps).
+    :param act_precision: matmul precision of the acting forward pass: ``"tf32"`` (default:
+        tensor cores, about 1e-3 relative error in Q, which changes only near-tie argmaxes),
+        ``"fp32"`` (exact float32) or ``"bf16"`` (autocast).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        seed: int | None = None,
+        stats_interval: int = 64,
+        act_precision: str = "tf32",
+        cuda_graph: bool = True,
+    ) -> None:
+        env = model.trading_env
+        if env is None or not str(env.device).startswith("cuda"):
+            raise ValueError(
+                "FusedRollout needs model.trading_env to be a TradingVectorEnv on a CUDA device"
+            )
+        if env.array_type != "torch":
+            raise ValueError(
+                f"FusedRollout needs the env's array_type 'torch'; got {env.array_type!r}"
+            )
+        if env.autoreset_mode.name != "SAME_STEP":
+            raise ValueError(
+                f"FusedRollout needs autoreset_mode SAME_STEP; got {env.autoreset_mode.name}"
+            )
+        self.model = model
+        self.env = env
+        self.device = th.device(env.device)
+        self.num_envs = env.num_envs
+        self.n_actions = int(env.single_action_space.n)
+        self.generator = th.Generator(device=self.device)
+        self.generator.manual_seed(int(seed if seed is not None else np.random.randint(2**31 - 1)))  # noqa: NPY002
+        self.stats_interval = int(stats_interval)
+        if act_precision not in ("tf32", "fp32", "bf16"):
+            raise ValueError(
+                f"act_precision = {act_precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
+            )
+        self.act_precision = act_precision
+        self.ring = EpisodeRing(self.device)
+        self.obs: th.Tensor = env.observe()
+        self._steps = 0
+        self.cuda_graph = bool(cuda_graph)
+        self._graph: dict[str, Any] | None = None
+        self._eager_steps = 0
+
+    def _draw(
+        self,
+        n: int,
+        coins: bool = True,
+        out_actions: th.Tensor | None = None,
+        out_coins: th.Tensor | None = None,
+    ) -> tuple[th.Tensor, th.Tensor | None]:
+        """The exploration draws of one step: n random actions, then n coins in [0, 1).
+
+        Eager and graph steps both draw here, in this order, so they consume the generator
+        alike and their transitions are identical.
+        """
+        actions = th.randint(
+            0, self.n_actions, (n,), device=self.device, generator=self.generator, out=out_actions
+        )
+        if not coins:
+            return actions, None
+        return actions, th.rand(n, device=self.device, generator=self.generator, out=out_coins)
+
+    @th.no_grad()
+    def act(self, obs: th.Tensor, epsilon: float, random_only: bool = False) -> th.Tensor:
+        """Epsilon-greedy actions int64 [N], one exploration coin per env."""
+        rand_actions, coins = self._draw(obs.shape[0], coins=not random_only)
+        if random_only:
+            return rand_actions
+        # TF32 is set for this forward pass only, so training keeps the user's setting.
+        greedy = self._greedy(obs)
+        return th.where(coins < epsilon, rand_actions, greedy)
+
+    def _greedy(self, obs: th.Tensor) -> th.Tensor:
+        if self.act_precision == "bf16":
+            with th.autocast("cuda", dtype=th.bfloat16):
+                return self.model.q_net(obs).argmax(dim=1)
+        previous = th.backends.cuda.matmul.allow_tf32
+        th.backends.cuda.matmul.allow_tf32 = self.act_precision == "tf32"
+        try:
+            return self.model.q_net(obs).argmax(dim=1)
+        finally:
+            th.backends.cuda.matmul.allow_tf32 = previous
+
+    def _capture(self) -> None:
+        """Record act + env step + episode ring of one step in a CUDA graph.
+
+        The graph reads the observation from a static buffer and writes the step's results to
+        static buffers; the random draws (same generator, same order as :meth:`act`) and the
+        replay-buffer writes, whose slot moves every step, stay outside it.
+        """
+        n, dev = self.num_envs, self.device
+        g = {
+            "obs": self.obs.clone(),
+            "prev_obs": th.empty_like(self.obs),
+            "next_obs": th.empty_like(self.obs),
+            "action": th.zeros(n, dtype=th.int64, device=dev),
+            "rand": th.zeros(n, dtype=th.int64, device=dev),
+            "coin": th.ones(n, device=dev),
+            "eps": th.zeros((), device=dev),
+        }
+        self.env.backend.restart_error_countdown()  # no host read of the error word in the capture
+        side = th.cuda.Stream(device=dev)
+        side.wait_stream(th.cuda.current_stream(dev))
+        with th.cuda.stream(side), th.no_grad():  # warm-up of the Q forward (cuBLAS handles)
+            self._greedy(g["obs"])
+        th.cuda.current_stream(dev).wait_stream(side)
+        graph = th.cuda.CUDAGraph()
+        with th.cuda.graph(graph), th.no_grad():
+            greedy = self._greedy(g["obs"])
+            g["action"].copy_(th.where(g["coin"] < g["eps"], g["rand"], greedy))
+            new_obs, reward, terminated, truncated, info = self.env.step(g["action"])
+            g["next_obs"].copy_(th.where(info["_final_obs"][:, None], info["final_obs"], new_obs))
+            g["prev_obs"].copy_(g["obs"])
+            g["obs"].copy_(new_obs)
+            self.ring.append(info["_episode"], info["episode"]["r"], info["episode"]["l"])
+        g["out"] = (reward, terminated, truncated)
+        g["graph"] = graph
+        self._graph = g
+
+    def _graph_step(self, epsilon: float) -> None:
+        g = self._graph
+        if self.obs is not g["obs"]:
+            g["obs"].copy_(self.obs)
+        g["eps"].fill_(float(epsilon))
+        self._draw(self.num_envs, out_actions=g["rand"], out_coins=g["coin"])
+        g["graph"].replay()
+        reward, terminated, truncated = g["out"]
+        self.model.replay_buffer.add_tensors(
+            g["prev_obs"], g["next_obs"], g["action"], reward, terminated, truncated
+        )
+        self.obs = g["obs"]
+
+    def step(self, epsilon: float, random_only: bool = False) -> tuple[th.Tensor, th.Tensor] | None:
+        """One vector step: act, step the env, store.
+
+        With ``cuda_graph=True``, once two eager steps have made every buffer view, greedy
+        steps replay a captured graph (returns None then); otherwise returns (rewards, done).
+        """
+        if self.cuda_graph and not random_only:
+            if self._graph is None and self._eager_steps >= 2:
+                try:
+                    self._capture()
+                except RuntimeError as err:  # a torch/CuPy combination that cannot capture
+                    warnings.warn(
+                        f"CUDA graph capture failed, stepping eagerly: {err}", stacklevel=2
+                    )
+                    self.cuda_graph = False
+            if self._graph is not None:
+                self._graph_step(epsilon)
+                return None
+        self._eager_steps += 1
+        obs = self.obs
+        action = self.act(obs, epsilon, random_only)
+        new_obs, reward, terminated, truncated, info = self.env.step(action)
+        done = terminated | truncated
+        next_obs = th.where(done[:, None], info["final_obs"], new_obs)
+        self.model.replay_buffer.add_tensors(obs, next_obs, action, reward, terminated, truncated)
+        self.ring.append(done, info["episode"]["r"], info["episode"]["l"])
+        self.obs = new_obs
+        return reward, done
+
+    def drain_episode_stats(self) -> int:
+        """Move finished episodes to the model's ``ep_info_buffer``; returns how many (syncs)."""
+        infos = self.ring.drain()
+        # Graph replays bypass the env's own periodic check for invalid actions.
+        self.env.backend.check_errors()
+        if self.model.ep_info_buffer is not None:
+            self.model.ep_info_buffer.extend(infos)
+        return len(infos)
+
+    def collect(
+        self,
+        n_steps: int,
+        callback: Any,
+        learning_starts: int,
+        on_step: Callable[[], None] | None = None,
+    ) -> tuple[int, int, bool]:
+        """Run ``n_steps`` vector steps, advancing ``num_timesteps`` and the callbacks as SB3 does.
+
+        Returns ``(steps collected, episodes whose statistics reached the host, continue)``.
+        """
+        model = self.model
+        model.policy.set_training_mode(False)
+        n_episodes = 0
+        for k in range(n_steps):
+            random_only = model.num_timesteps < learning_starts
+            self.step(model.exploration_rate, random_only=random_only)
+            model.num_timesteps += self.num_envs
+            self._steps += 1
+            callback.update_locals({"self": model, "num_collected_steps": self._steps})
+            if not callback.on_step():
+                return k + 1, n_episodes, False
+            model._update_current_progress_remaining(model.num_timesteps, model._total_timesteps)
+            if on_step is not None:
+                on_step()
+            else:
+                model._on_step()
+            if self._steps % self.stats_interval == 0:
+                n_episodes += self.drain_episode_stats()
+        return n_steps, n_episodes, True

@@ -1,0 +1,142 @@
+"""The monolithic rollout path: the source design's one-thread-per-env kernel.
+
+One launch runs ``steps`` env steps for every env, each thread doing scalar dueling Q forward
+passes (online net to act, target net for a TD-error estimate) in local memory. It is slower
+than :class:`~agents.rollouts.fused.FusedRollout` at every size we measured (see
+docs/PERFORMANCE.md) and is kept as a selectable path (``GpuDQN(rollout_kernel="monolithic")``) and as
+the benchmark baseline. Only the default dueling architecture (256-256 trunk, 128 heads) fits
+its fixed-size local arrays.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+from torch import nn
+
+from gpu_trading_env.core.constants import BLOCK
+
+KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "monolithic_rollout.cu"
+MONO_LAYERS = (256, 256, 128, 128)  # trunk 1, trunk 2, value hidden, advantage hidden
+MONO_MAX_OBS = 128
+MONO_MAX_ACTIONS = 128
+
+
+def flat_dueling_weights(q_net: nn.Module, obs_dim: int, n_actions: int) -> th.Tensor:
+    """The dueling network's Linear layers flattened in the kernel's order (float32, 1-D).
+
+    Expects ``q_net.shared``, ``q_net.value_head`` and ``q_net.advantage_head`` made of
+    ``nn.Linear`` layers of sizes ``obs_dim-256-256``, ``256-128-1`` and ``256-128-n_actions``.
+    """
+    linears = [
+        m
+        for part in ("shared", "value_head", "advantage_head")
+        for m in getattr(q_net, part)
+        if isinstance(m, nn.Linear)
+    ]
+    h1, h2, vh, ah = MONO_LAYERS
+    expected = [(h1, obs_dim), (h2, h1), (vh, h2), (1, vh), (ah, h2), (n_actions, ah)]
+    got = [tuple(m.weight.shape) for m in linears]
+    if got != expected:
+        raise ValueError(
+            f"the monolithic kernel needs the default dueling layers {expected}; got {got}"
+        )
+    return th.cat([t.detach().reshape(-1).float() for m in linears for t in (m.weight, m.bias)])
+
+
+class MonolithicRollout:
+    """Collect ``steps`` transitions per env in one kernel launch and store them in the buffer.
+
+    :param model: a GpuDQN with a dueling policy, a CUDA ``trading_env`` and a device buffer.
+    :param seed: key of the exploration Philox stream.
+    """
+
+    def __init__(self, model: Any, seed: int = 0) -> None:
+        env = model.trading_env
+        if env is None or not str(env.device).startswith("cuda"):
+            raise ValueError("the monolithic rollout needs a TradingVectorEnv on a CUDA device")
+        self.model = model
+        self.env = env
+        self.backend = env.backend
+        self.obs_dim = int(env.single_observation_space.shape[0])
+        self.n_actions = int(env.single_action_space.n)
+        if self.obs_dim > MONO_MAX_OBS or self.n_actions > MONO_MAX_ACTIONS:
+            raise ValueError(
+                f"the monolithic kernel supports observations up to {MONO_MAX_OBS} dims and up to "
+                f"{MONO_MAX_ACTIONS} actions; got {self.obs_dim} and {self.n_actions}"
+            )
+        module = self.backend.compile_module(KERNEL_FILE)
+        self.kernel = module.get_function("monolithic_rollout")
+        self.seed = int(seed)
+        self.round = 0
+
+    def launch(self, steps: int, epsilon: float, gamma: float) -> dict[str, th.Tensor]:
+        """Run the kernel; returns torch tensors shaped [N, steps, ...] on the env's device."""
+        import cupy as cp
+
+        b = self.backend
+        n, d = self.env.num_envs, self.obs_dim
+        dev = th.device(self.env.device)
+        out = {
+            "obs": th.empty((n, steps, d), dtype=th.float32, device=dev),
+            "action": th.empty((n, steps), dtype=th.int64, device=dev),
+            "reward": th.empty((n, steps), dtype=th.float32, device=dev),
+            "terminated": th.empty((n, steps), dtype=th.bool, device=dev),
+            "truncated": th.empty((n, steps), dtype=th.bool, device=dev),
+            "next_obs": th.empty((n, steps, d), dtype=th.float32, device=dev),
+            "td_error": th.empty((n, steps), dtype=th.float32, device=dev),
+        }
+        online = flat_dueling_weights(self.model.q_net, d, self.n_actions).to(dev)
+        target = flat_dueling_weights(self.model.q_net_target, d, self.n_actions).to(dev)
+        with b.device_scope(), b.stream():
+            args = (
+                *b.kernel_args().all(),
+                cp.from_dlpack(online),
+                cp.from_dlpack(target),
+                np.float32(epsilon),
+                np.float32(gamma),
+                np.int32(steps),
+                np.uint64(self.seed),
+                np.uint64(self.round),
+                *(
+                    cp.from_dlpack(out[k])
+                    for k in (
+                        "obs",
+                        "action",
+                        "reward",
+                        "terminated",
+                        "truncated",
+                        "next_obs",
+                        "td_error",
+                    )
+                ),
+                np.int32(n),
+            )
+            self.kernel(((n + BLOCK - 1) // BLOCK,), (BLOCK,), args)
+        self.round += 1
+        return out
+
+    def collect(self, n_steps: int, callback: Any, learning_starts: int) -> tuple[int, int, bool]:
+        """One launch of ``n_steps`` steps, then ``n_steps`` buffer writes of N transitions."""
+        model = self.model
+        eps = 1.0 if model.num_timesteps < learning_starts else float(model.exploration_rate)
+        out = self.launch(n_steps, eps, float(model.gamma))
+        for t in range(n_steps):
+            model.replay_buffer.add_tensors(
+                out["obs"][:, t],
+                out["next_obs"][:, t],
+                out["action"][:, t],
+                out["reward"][:, t],
+                out["terminated"][:, t],
+                out["truncated"][:, t],
+            )
+            model.num_timesteps += self.env.num_envs
+            callback.update_locals({"self": model})
+            if not callback.on_step():
+                return t + 1, 0, False
+            model._update_current_progress_remaining(model.num_timesteps, model._total_timesteps)
+            model._on_step()
+        return n_steps, 0, True

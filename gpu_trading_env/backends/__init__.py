@@ -1,0 +1,1 @@
+"""Backends that run the step: the declared contract, NumPy and CUDA implementations."""

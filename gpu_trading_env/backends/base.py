@@ -1,0 +1,156 @@
+"""What the NumPy and CUDA backends share: setup from (data, config), buffers, and their contract.
+
+A backend owns the market arrays on its device, the :class:`~gpu_trading_env.core.state.EnvState`
+and two sets of :class:`~gpu_trading_env.core.state.StepOutputs` that steps fill in turn (so the
+observation returned by step k is not overwritten by step k+1). It knows nothing of Gymnasium;
+:class:`~gpu_trading_env.vector_env.TradingVectorEnv` translates the Gymnasium contract onto it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.core.config import (
+    EnvConfig,
+    action_table,
+    resolve_max_position,
+    step_scalars,
+)
+from gpu_trading_env.core.constants import N_CATEGORIES
+from gpu_trading_env.core.state import (
+    EnvState,
+    StepOutputs,
+    allocate_outputs,
+    allocate_state,
+    instrument_bounds,
+)
+
+
+@dataclass(frozen=True)
+class StepParams:
+    """Scalars and per-action tables of a step (host copies; backends upload what they need)."""
+
+    floats: dict[str, float]
+    ints: dict[str, int]
+    exposure: np.ndarray  # float64 [A]
+    cost_rate: np.ndarray  # float64 [A]
+    category: np.ndarray  # uint8 [A]
+
+    def __post_init__(self) -> None:
+        # Plain attributes (p.initial_capital, ...) for the NumPy backend's hot loop; the names
+        # come from the dicts, so there is still one list of parameters (config.py).
+        for values in (self.floats, self.ints):
+            for name, value in values.items():
+                object.__setattr__(self, name, value)
+
+
+@dataclass
+class CuriosityWeights:
+    """ICM forward model, torch ``nn.Linear`` layout ([out, in]); float32 on the backend's device.
+
+    Input: the first ``D = curiosity_state_dims`` observation dims and a one-hot of the action
+    category (3); ``w1`` [H, D+3], ``b1`` [H], ``w2`` [D, H], ``b2`` [D].
+    """
+
+    w1: Any
+    b1: Any
+    w2: Any
+    b2: Any
+
+
+class Backend:
+    """Base class: validated setup shared by :class:`NumpyBackend` and :class:`CudaBackend`."""
+
+    xp: Any = np
+    device: str = "cpu"
+
+    def __init__(self, data: Any, config: EnvConfig, num_envs: int) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
+            raise ValueError(f"num_envs = {num_envs!r} is invalid: allowed is an integer >= 1")
+        self.config = config
+        self.num_envs = int(num_envs)
+        self.n_features = int(data.n_features)
+        self.obs_dim = self.n_features + 3
+        if config.curiosity_state_dims > self.obs_dim:
+            raise ValueError(
+                f"EnvConfig.curiosity_state_dims = {config.curiosity_state_dims} is invalid: "
+                f"allowed is at most the observation size {self.obs_dim}"
+            )
+        bars = np.asarray(data.bars_per_instrument, dtype=np.int64)
+        need = config.episode_length + 1
+        for k, n in enumerate(bars):
+            if n < need:
+                raise ValueError(
+                    f"instrument {data.instruments[k]!r} has {int(n)} bars after warm-up; "
+                    f"EnvConfig.episode_length = {config.episode_length} needs at least {need} "
+                    "(one episode plus the bar it is marked to)"
+                )
+        self.max_position = resolve_max_position(config, np.asarray(data.close))
+        floats, ints = step_scalars(config, self.max_position)
+        table = action_table(config)
+        self.params = StepParams(floats, ints, table.exposure, table.cost_rate, table.category)
+        self.lo_host, self.hi_host = instrument_bounds(data.instrument_offsets, self.num_envs)
+        self.state: EnvState = allocate_state(
+            self.xp, self.num_envs, config.diversity_window, self.lo_host, self.hi_host
+        )
+        self._outputs = [allocate_outputs(self.xp, self.num_envs, self.obs_dim) for _ in range(2)]
+        self._turn = 0
+        self.curiosity: CuriosityWeights | None = None
+
+    def _next_outputs(self) -> StepOutputs:
+        self._turn ^= 1
+        return self._outputs[self._turn]
+
+    # The contract each backend implements. Arrays are of the backend's array module.
+    def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
+        """Set the Philox key (host uint64 [N]) of the envs in ``mask`` (host bool [N]) and
+        restart their start-bar counters; other envs keep their streams."""
+        raise NotImplementedError
+
+    def reset(self, mask: Any, start_index: Any) -> Any:
+        """Start new episodes where ``mask`` (bool [N]); ``start_index`` int64 [N], -1 = draw.
+
+        Returns the observation float32 [N, obs_dim] of every env (others unchanged).
+        """
+        raise NotImplementedError
+
+    def prepare_actions(self, actions: Any) -> Any:
+        """Actions (NumPy, torch or CuPy, N integers) as the int64 [N] array :meth:`step` takes.
+
+        Raises ValueError naming the shape, dtype or first bad value; a backend that checks
+        values on its device instead reports them through :meth:`check_errors`.
+        """
+        raise NotImplementedError
+
+    def step(self, actions: Any) -> StepOutputs:
+        """One vector step for int64 actions [N] from :meth:`prepare_actions`."""
+        raise NotImplementedError
+
+    def check_errors(self) -> None:
+        """Raise ValueError for an invalid action the backend recorded but has not raised yet.
+
+        The NumPy backend raises in :meth:`prepare_actions`, so it has nothing deferred.
+        """
+
+    def observe(self) -> Any:
+        """The current observation of every env, float32 [N, obs_dim]."""
+        raise NotImplementedError
+
+    def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
+        if weights is None:
+            self.curiosity = None
+            return
+        d = self.config.curiosity_state_dims
+        h = self.config.curiosity_hidden
+        expected = {"w1": (h, d + N_CATEGORIES), "b1": (h,), "w2": (d, h), "b2": (d,)}
+        for name, shape in expected.items():
+            got = tuple(getattr(weights, name).shape)
+            if got != shape:
+                raise ValueError(
+                    f"curiosity weight {name} has shape {got}; expected {shape} "
+                    f"(curiosity_state_dims={d}, curiosity_hidden={h})"
+                )
+        self.curiosity = weights

@@ -1,0 +1,271 @@
+"""The CUDA backend: the env step as one CuPy kernel launch (``kernels/trading_step.cu``).
+
+State, market data and outputs stay on the GPU. Kernels run on torch's current stream (shared
+through ``cupy.cuda.Stream.from_external``) so torch tensors handed over by DLPack never race
+with them. A step issues one launch and never waits for the GPU; an invalid action is recorded
+on the device and raised at the next check (every ``error_check_interval`` steps, at reset, and
+on :meth:`check_errors`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
+from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
+from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
+from gpu_trading_env.gpu.device import current_stream, load_module, require_cupy
+
+# trading_env.cuh (device functions of one env step), included by other packages' kernels too.
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+KERNEL_FILE = KERNEL_DIR / "trading_step.cu"
+# Without contraction into FMA, float64 results equal NumPy's bit for bit (see trading_env.cuh).
+KERNEL_OPTIONS = ("--fmad=false",)
+
+
+@dataclass(frozen=True)
+class KernelArgs:
+    """The argument groups of the env kernels, in the order ``trading_env.cuh`` declares them.
+
+    Other kernels that step the env in place (``#include "trading_env.cuh"``) pass these groups
+    in this order: ``ENV_STATE_ARGS`` (``state``), ``MARKET_ARGS`` (``market``), ``PARAM_ARGS``
+    (``params``) and ``CURIOSITY_ARGS`` (``curiosity``). The arrays are the backend's own, so
+    a kernel that writes the state advances the env.
+    """
+
+    state: tuple[Any, ...]
+    market: tuple[Any, ...]
+    params: tuple[Any, ...]
+    curiosity: tuple[Any, ...]
+
+    def all(self) -> tuple[Any, ...]:
+        return (*self.state, *self.market, *self.params, *self.curiosity)
+
+
+class CudaBackend(Backend):
+    """Backend whose arrays are CuPy arrays on one CUDA device."""
+
+    device = "cuda"
+    error_check_interval = 1024
+
+    def __init__(
+        self, data: Any, config: Any, num_envs: int, device_index: int | None = None
+    ) -> None:
+        cp = require_cupy("device='cuda'")
+        if config.curiosity_hidden > CURIOSITY_MAX_HIDDEN:  # the kernel's per-thread hidden array
+            raise ValueError(
+                f"EnvConfig.curiosity_hidden = {config.curiosity_hidden} is invalid on device='cuda': allowed is at most {CURIOSITY_MAX_HIDDEN}"
+            )
+        self.xp = cp
+        self.device_index = (
+            cp.cuda.runtime.getDevice() if device_index is None else int(device_index)
+        )
+        self._device = cp.cuda.Device(self.device_index)
+        with self._device:
+            super().__init__(data, config, num_envs)
+            self.device = f"cuda:{self.device_index}"
+            self.features = cp.asarray(np.ascontiguousarray(data.features, dtype=np.float32))
+            self.open = cp.asarray(np.ascontiguousarray(data.open, dtype=np.float64))
+            self.close = cp.asarray(np.ascontiguousarray(data.close, dtype=np.float64))
+            p = self.params
+            self._pf = cp.asarray(np.array([p.floats[k] for k in FLOAT_PARAMS], dtype=np.float64))
+            self._pi = cp.asarray(np.array([p.ints[k] for k in INT_PARAMS], dtype=np.int64))
+            self._tables = (
+                cp.asarray(p.exposure),
+                cp.asarray(p.cost_rate),
+                cp.asarray(p.category),
+            )
+            d, h = config.curiosity_state_dims, config.curiosity_hidden
+            self._cur = CuriosityWeights(
+                cp.zeros((h, d + N_CATEGORIES), cp.float32),
+                cp.zeros(h, cp.float32),
+                cp.zeros((d, h), cp.float32),
+                cp.zeros(d, cp.float32),
+            )
+            self._error = cp.zeros(3, dtype=cp.int64)
+            module = load_module(KERNEL_FILE, kernel_defines(), KERNEL_OPTIONS)
+            self._k_step = module.get_function("trading_step")
+            self._k_reset = module.get_function("trading_reset")
+            self._k_observe = module.get_function("trading_observe")
+        self._grid = ((self.num_envs + BLOCK - 1) // BLOCK,)
+        self._n = np.int32(self.num_envs)
+        self._steps_since_check = 0
+        self._build_step_args()
+
+    # ---------------------------------------------------------------- launch helpers
+    def _state_args(self) -> tuple[Any, ...]:
+        return tuple(getattr(self.state, f) for f in STATE_FIELDS)
+
+    def _market_args(self) -> tuple[Any, ...]:
+        return (self.features, self.open, self.close, np.int32(self.n_features))
+
+    def _param_args(self) -> tuple[Any, ...]:
+        return (self._pf, self._pi, *self._tables)
+
+    def _curiosity_args(self) -> tuple[Any, ...]:
+        c = self._cur
+        return (c.w1, c.b1, c.w2, c.b2, np.int32(self.curiosity is not None))
+
+    def kernel_args(self) -> KernelArgs:
+        """The env's device arrays and scalars as kernel arguments (see :class:`KernelArgs`)."""
+        return KernelArgs(
+            self._state_args(), self._market_args(), self._param_args(), self._curiosity_args()
+        )
+
+    def device_scope(self) -> Any:
+        """Context manager that makes this backend's GPU the current CuPy device."""
+        return self._device
+
+    def compile_module(self, source: Path) -> Any:
+        """Compile a kernel file that includes ``trading_env.cuh`` as this backend's kernels are:
+        same generated #defines, same options (no FMA contraction), same include folders."""
+        return load_module(Path(source), kernel_defines(), KERNEL_OPTIONS, (KERNEL_DIR,))
+
+    def restart_error_countdown(self) -> None:
+        """Count ``error_check_interval`` steps from now before the next host read of the error
+        word (a CUDA graph capture of a step must not contain that read)."""
+        self._steps_since_check = 0
+
+    def stream(self) -> Any:
+        """The CuPy view of torch's current stream on this device (see ``current_stream``)."""
+        return current_stream(self.device_index)[0]
+
+    # ---------------------------------------------------------------- contract
+    def seed(self, seeds: Any, mask: Any) -> None:
+        cp = self.xp
+        with self._device, self.stream():
+            m = cp.asarray(mask, dtype=cp.bool_)
+            s = cp.asarray(seeds, dtype=cp.uint64)
+            self.state.seed[...] = cp.where(m, s, self.state.seed)
+            self.state.episode_count[...] = cp.where(m, cp.uint64(0), self.state.episode_count)
+
+    def observe(self) -> Any:
+        cp = self.xp
+        with self._device, self.stream():
+            obs = cp.empty((self.num_envs, self.obs_dim), dtype=cp.float32)
+            self._k_observe(
+                self._grid,
+                (BLOCK,),
+                (*self._state_args(), *self._market_args(), *self._param_args(), obs, self._n),
+            )
+        return obs
+
+    def reset(self, mask: Any, start_index: Any) -> Any:
+        cp = self.xp
+        with self._device, self.stream():
+            m = cp.asarray(mask, dtype=cp.bool_)
+            si = cp.asarray(start_index, dtype=cp.int64)
+            self._k_reset(
+                self._grid, (BLOCK,), (*self._state_args(), *self._param_args(), m, si, self._n)
+            )
+        return self.observe()
+
+    def prepare_actions(self, actions: Any) -> Any:
+        """Actions as an int64 [N] device array (torch or CuPy) on this GPU.
+
+        A contiguous int64 CUDA tensor is used as it is (the kernel reads it in place); other
+        torch or CuPy arrays are converted on the device; NumPy input is copied to the device.
+        Values are checked by the kernel (see :meth:`check_errors`).
+        """
+        cp = self.xp
+        a = actions
+        is_torch = hasattr(a, "data_ptr") and hasattr(a, "is_cuda")
+        if is_torch and a.is_cuda:
+            if a.dim() != 1 or a.shape[0] != self.num_envs:
+                if a.numel() != self.num_envs:
+                    raise ValueError(
+                        f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)"
+                    )
+                a = a.reshape(self.num_envs)
+            if a.dtype.is_floating_point or a.dtype.is_complex or str(a.dtype) == "torch.bool":
+                raise ValueError(
+                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
+                )
+            if a.device.index != self.device_index:
+                a = a.to(f"cuda:{self.device_index}")
+            if str(a.dtype) != "torch.int64" or not a.is_contiguous():
+                a = a.long().contiguous()
+            return a
+        if is_torch:
+            a = a.numpy()
+        a = a if isinstance(a, cp.ndarray) else cp.asarray(np.asarray(a))
+        if a.shape != (self.num_envs,):
+            if a.size != self.num_envs:
+                raise ValueError(
+                    f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)"
+                )
+            a = a.reshape(self.num_envs)
+        if a.dtype.kind not in "iu":
+            raise ValueError(f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype")
+        if a.dtype != cp.int64 or not a.flags.c_contiguous:
+            a = cp.ascontiguousarray(a, dtype=cp.int64)
+        return a
+
+    def _build_step_args(self) -> None:
+        """Argument lists of trading_step for both output sets; only the actions slot changes."""
+        head = (
+            *self._state_args(),
+            *self._market_args(),
+            *self._param_args(),
+            *self._curiosity_args(),
+        )
+        self._action_slot = len(head)
+        self._step_args = [
+            [*head, None, *(getattr(out, f) for f in OUTPUT_FIELDS), self._error, self._n]
+            for out in self._outputs
+        ]
+
+    def step(self, actions: Any) -> StepOutputs:
+        out = self._next_outputs()
+        args = self._step_args[self._turn]
+        # A torch tensor is passed as its device address: same 8 bytes as a pointer, no wrapper.
+        args[self._action_slot] = (
+            np.uint64(actions.data_ptr()) if hasattr(actions, "data_ptr") else actions
+        )
+        with self._device, self.stream():
+            self._k_step(self._grid, (BLOCK,), tuple(args))
+        args[self._action_slot] = None
+        self._steps_since_check += 1
+        if self._steps_since_check >= self.error_check_interval:
+            self.check_errors()
+        return out
+
+    def check_errors(self) -> None:
+        """Raise ValueError for an invalid action recorded on the device (synchronises)."""
+        self._steps_since_check = 0
+        with self._device, self.stream():
+            err = self._error.get()
+            if err[0]:
+                self._error[...] = 0
+                raise ValueError(
+                    f"actions[{int(err[1])}] = {int(err[2])} is invalid: allowed is "
+                    f"0..{self.config.n_actions - 1} (recorded on the GPU; that env skipped the step)"
+                )
+
+    def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
+        if weights is None:
+            self.curiosity = None
+            self._build_step_args()
+            return
+        cp = self.xp
+        with self._device, self.stream():
+            converted = {}
+            for k in ("w1", "b1", "w2", "b2"):
+                v = getattr(weights, k)
+                if hasattr(v, "detach"):
+                    v = (
+                        cp.from_dlpack(v.detach().contiguous())
+                        if v.is_cuda
+                        else cp.asarray(v.detach().numpy())
+                    )
+                converted[k] = cp.asarray(v, dtype=cp.float32)
+            super().set_curiosity_weights(CuriosityWeights(**converted))
+            # Copy into persistent buffers so captured CUDA graphs see new weights.
+            for k, v in converted.items():
+                getattr(self._cur, k)[...] = v
+        self._build_step_args()

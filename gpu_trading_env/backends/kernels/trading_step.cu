@@ -1,0 +1,140 @@
+// The trading env's kernels: one launch per vector step (trading_step), plus reset and observe.
+// One thread per env for the scalar logic; the block then writes its envs' observation rows
+// together, thread k of the block writing element k of the block's contiguous [rows, D] slab, so
+// the wide observation stores are coalesced instead of strided by D.
+#include "trading_env.cuh"
+
+
+struct ObsRow {
+    long long bar;
+    float value_feat;
+    float position_feat;
+};
+
+// Block-cooperative store of the observation rows [first, first + rows) into obs [n, D].
+__device__ __forceinline__ void store_obs_block(const MarketView& m, const ParamView& p, const ObsRow* rows,
+                                                long long first, int count, float* obs) {
+    int d = m.n_features + 3;
+    long long total = (long long)count * d;
+    float* base = obs + first * d;
+    for (long long k = threadIdx.x; k < total; k += blockDim.x) {
+        int r = (int)(k / d);
+        int j = (int)(k - (long long)r * d);
+        base[k] = obs_element(m, p, rows[r].bar, rows[r].value_feat, rows[r].position_feat, j);
+    }
+}
+
+__device__ __forceinline__ void load_row(const EnvStateView& s, const MarketView& m, const ParamView& p, int i, ObsRow* row) {
+    long long bar = s.bar[i];
+    row->bar = bar;
+    portfolio_features(p, s.cash[i], s.position[i], m.close_px[bar], &row->value_feat, &row->position_feat);
+}
+
+// Writes the observation of env i at its current state to one row (used for final_obs, rare).
+__device__ void store_obs_row(const MarketView& m, const ParamView& p, const ObsRow& row, float* out_row) {
+    int d = m.n_features + 3;
+    for (int j = 0; j < d; ++j) out_row[j] = obs_element(m, p, row.bar, row.value_feat, row.position_feat, j);
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
+    ENV_STATE_ARGS, MARKET_ARGS, PARAM_ARGS, CURIOSITY_ARGS,
+    const long long* __restrict__ actions,
+    float* __restrict__ obs, float* __restrict__ reward, bool* __restrict__ terminated,
+    bool* __restrict__ truncated, bool* __restrict__ done_out, float* __restrict__ components, float* __restrict__ final_obs,
+    double* __restrict__ portfolio_value, double* __restrict__ position_out,
+    signed char* __restrict__ barrier_label, float* __restrict__ episode_return,
+    int* __restrict__ episode_length, long long* __restrict__ error, int n)
+{
+    ENV_STATE_VIEW(s);
+    MARKET_VIEW(m);
+    PARAM_VIEW(p);
+    CURIOSITY_VIEW(cur);
+    __shared__ ObsRow rows[BLOCK];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    long long first = (long long)blockIdx.x * blockDim.x;
+    int count = (int)min((long long)blockDim.x, (long long)n - first);
+    int mode = (int)p.pi[PI_AUTORESET_MODE];
+
+    if (i < n) {
+        long long a = actions[i];
+        int flag = s.done_flag[i];
+        bool bad = a < 0 || a >= p.pi[PI_N_ACTIONS];
+        if (bad && atomicCAS((unsigned long long*)error, 0ull, 1ull) == 0ull) {
+            // First bad action wins: the host raises with env index and value at its next check.
+            error[1] = i;
+            error[2] = a;
+        }
+        if (flag != RUNNING || bad) {
+            // Waiting for a reset (NEXT_STEP: reset now; DISABLED: stay frozen), or a bad action.
+            if (flag != RUNNING && mode == MODE_NEXT_STEP) env_reset(s, p, i, -1, n);
+            bool keep_flags = (mode == MODE_DISABLED) && flag != RUNNING;
+            reward[i] = 0.0f;
+            for (int c = 0; c < N_COMPONENTS; ++c) components[(long long)i * N_COMPONENTS + c] = 0.0f;
+            terminated[i] = keep_flags && flag == WAIT_TERMINATED;
+            truncated[i] = keep_flags && flag == WAIT_TRUNCATED;
+            done_out[i] = keep_flags;
+            portfolio_value[i] = s.cash[i] + s.position[i] * m.close_px[s.bar[i]];
+            position_out[i] = s.position[i];
+            barrier_label[i] = LABEL_NONE;
+            episode_return[i] = 0.0f;
+            episode_length[i] = 0;
+        } else {
+            Transition o = env_transition(s, m, p, cur, i, a, n);
+            bool done = o.terminated || o.truncated;
+            reward[i] = (float)o.reward;
+            float* comp = components + (long long)i * N_COMPONENTS;
+            comp[0] = (float)o.pnl;
+            comp[1] = (float)o.barrier;
+            comp[2] = (float)o.risk;
+            comp[3] = (float)o.diversity;
+            comp[4] = (float)o.curiosity;
+            terminated[i] = o.terminated;
+            truncated[i] = o.truncated;
+            done_out[i] = done;
+            portfolio_value[i] = o.value1;
+            position_out[i] = o.position1;
+            barrier_label[i] = (signed char)o.label;
+            episode_return[i] = done ? (float)s.episode_return[i] : 0.0f;
+            episode_length[i] = done ? s.step_in_episode[i] : 0;
+            if (done) {
+                if (mode == MODE_SAME_STEP) {
+                    ObsRow last;
+                    load_row(s, m, p, i, &last);
+                    store_obs_row(m, p, last, final_obs + (long long)i * (m.n_features + 3));
+                    env_reset(s, p, i, -1, n);
+                } else {
+                    s.done_flag[i] = o.terminated ? WAIT_TERMINATED : WAIT_TRUNCATED;
+                }
+            }
+        }
+        load_row(s, m, p, i, &rows[threadIdx.x]);
+    }
+    __syncthreads();
+    if (count > 0) store_obs_block(m, p, rows, first, count, obs);
+}
+
+// Reset envs where mask[i]; start_index[i] >= 0 pins the start bar, -1 draws it.
+extern "C" __global__ void __launch_bounds__(BLOCK) trading_reset(
+    ENV_STATE_ARGS, PARAM_ARGS, const bool* __restrict__ mask, const long long* __restrict__ start_index, int n)
+{
+    ENV_STATE_VIEW(s);
+    PARAM_VIEW(p);
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && mask[i]) env_reset(s, p, i, start_index[i], n);
+}
+
+// Observation of every env at its current state.
+extern "C" __global__ void __launch_bounds__(BLOCK) trading_observe(
+    ENV_STATE_ARGS, MARKET_ARGS, PARAM_ARGS, float* __restrict__ obs, int n)
+{
+    ENV_STATE_VIEW(s);
+    MARKET_VIEW(m);
+    PARAM_VIEW(p);
+    __shared__ ObsRow rows[BLOCK];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    long long first = (long long)blockIdx.x * blockDim.x;
+    int count = (int)min((long long)blockDim.x, (long long)n - first);
+    if (i < n) load_row(s, m, p, i, &rows[threadIdx.x]);
+    __syncthreads();
+    if (count > 0) store_obs_block(m, p, rows, first, count, obs);
+}

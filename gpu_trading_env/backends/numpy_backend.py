@@ -1,0 +1,423 @@
+"""The NumPy backend: the env step tuned for the CPU, bit-identical to the reference step.
+
+:func:`gpu_trading_env.core.reference_step.step` states the semantics plainly; this backend
+computes the same float64 operations in the same order, with in-place updates, lookup tables
+for the diversity entropy and a cache of start-bar draws (``tests/test_reference_step.py``
+holds the two bit-identical). The CUDA kernel (``kernels/trading_step.cu``) matches it too,
+compiled without fused multiply-add, so all three hold bit-identical positions and cash.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.backends.base import Backend, CuriosityWeights
+from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
+from gpu_trading_env.core.constants import (
+    LABEL_NONE,
+    MODE_DISABLED,
+    MODE_NEXT_STEP,
+    MODE_SAME_STEP,
+    RUNNING,
+    WAIT_TERMINATED,
+    WAIT_TRUNCATED,
+)
+from gpu_trading_env.core.reference_step import (
+    curiosity_bonus,
+    draw_start_bars,
+    observation,
+    reset_rows,
+)
+from gpu_trading_env.core.state import (
+    OUTPUT_FIELDS,
+    EnvState,
+    StepOutputs,
+    allocate_outputs,
+)
+
+SAME_STEP, NEXT_STEP, DISABLED = MODE_SAME_STEP, MODE_NEXT_STEP, MODE_DISABLED
+START_CACHE = 64
+ENTROPY_TABLE_MAX_WINDOW = 512
+PENALTY_TABLE_MAX_WINDOW = 128
+
+
+class NumpyBackend(Backend):
+    """Reference backend on NumPy arrays (float64 money, float32 observations)."""
+
+    xp = np
+    device = "cpu"
+
+    def __init__(self, data: Any, config: Any, num_envs: int) -> None:
+        super().__init__(data, config, num_envs)
+        self.features = np.zeros((data.n_bars, self.obs_dim), dtype=np.float32)
+        self.features[:, : self.n_features] = data.features
+        self.features[:, -1] = self.params.spread  # the constant last observation feature
+        self.open = np.ascontiguousarray(data.open, dtype=np.float64)
+        self.close = np.ascontiguousarray(data.close, dtype=np.float64)
+        self._env_ids = np.arange(self.num_envs, dtype=np.int64)
+        # Start bars for the next START_CACHE draws of every env, filled in one vectorised Philox
+        # call: the draws are a pure function of (seed, env, counter), so caching changes nothing.
+        self._start_cache = np.zeros((self.num_envs, START_CACHE), dtype=np.int64)
+        self._cache_base = np.zeros(self.num_envs, dtype=np.uint64)
+        self._cache_valid = False
+        n = self.config.diversity_window
+        # -(h/n) log2(h/n) for n, h in 0..window: entropy = T[n,h0] + T[n,h1] + T[n,h2] rounds
+        # exactly as 0 - a0 - a1 - a2 does (x - y == x + (-y) in IEEE arithmetic), as the kernel sums.
+        self._entropy_table = None
+        if n <= ENTROPY_TABLE_MAX_WINDOW:
+            nn = np.maximum(np.arange(n + 1, dtype=np.float64)[:, None], 1.0)
+            pr = np.arange(n + 1, dtype=np.float64)[None, :] / nn
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self._entropy_table = np.where(
+                    pr > 0, -(pr * np.log2(np.where(pr > 0, pr, 1.0))), 0.0
+                ).ravel()
+        self._penalised = None
+        if n <= PENALTY_TABLE_MAX_WINDOW:
+            # penalised[count, h0, h1] from the same entropy sums (h2 = count - h0 - h1).
+            w1 = n + 1
+            cnt, g0, g1 = np.meshgrid(np.arange(w1), np.arange(w1), np.arange(w1), indexing="ij")
+            g2 = np.clip(cnt - g0 - g1, 0, n)
+            tab = self._entropy_table
+            entropy = tab[cnt * w1 + g0] + tab[cnt * w1 + g1] + tab[cnt * w1 + g2]
+            self._penalised = (
+                (cnt >= self.config.diversity_min_entries)
+                & (entropy < self.config.diversity_threshold_bits)
+            ).ravel()
+        self._obs_scratch = np.zeros((self.num_envs, self.obs_dim), dtype=np.float32)
+        # Per-action target position: exposure[a] * max_position, the same product per action.
+        self._target = self.params.exposure * self.params.max_position
+
+    # ---------------------------------------------------------------- contract
+    def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
+        mask = np.asarray(mask, dtype=bool)
+        self.state.seed[mask] = np.asarray(seeds, dtype=np.uint64)[mask]
+        self.state.episode_count[mask] = 0
+        self._cache_valid = False
+
+    def _draw_starts(self, envs: np.ndarray) -> np.ndarray:
+        """Start bars of the next draw of ``envs`` (global indices); advances their counters."""
+        s = self.state
+        count = s.episode_count[envs]
+        offset = (count - self._cache_base[envs]).astype(np.int64)
+        if not self._cache_valid or offset.max() >= START_CACHE:
+            all_envs = self._env_ids
+            base = s.episode_count.copy()
+            counters = base[:, None] + np.arange(START_CACHE, dtype=np.uint64)[None, :]
+            lo, hi = s.lo[:, None], s.hi[:, None]
+            self._start_cache[...] = draw_start_bars(
+                s.seed[:, None],
+                all_envs[:, None],
+                counters,
+                lo,
+                hi - lo - self.params.episode_length,
+            )
+            self._cache_base[...] = base
+            self._cache_valid = True
+            offset = (count - base[envs]).astype(np.int64)
+        s.episode_count[envs] = count + np.uint64(1)
+        return self._start_cache.reshape(-1).take(envs * START_CACHE + offset)
+
+    def observe(self) -> np.ndarray:
+        s = self.state
+        out = np.empty((self.num_envs, self.obs_dim), dtype=np.float32)
+        return observation(self.features, self.close, self.params, s.bar, s.cash, s.position, out)
+
+    def reset(self, mask: np.ndarray, start_index: np.ndarray) -> np.ndarray:
+        idx = np.flatnonzero(mask)
+        if idx.size:
+            start_index = np.asarray(start_index, dtype=np.int64)[idx]
+            start = self.state.lo[idx] + start_index
+            draw = start_index < 0
+            if draw.any():
+                start[draw] = self._draw_starts(idx[draw])
+            self._reset_rows(idx, start)
+        return self.observe()
+
+    def set_curiosity_weights(self, weights: CuriosityWeights | None) -> None:
+        if weights is not None:
+            weights = CuriosityWeights(
+                *(
+                    np.ascontiguousarray(np.asarray(getattr(weights, k)), dtype=np.float32)
+                    for k in ("w1", "b1", "w2", "b2")
+                )
+            )
+        super().set_curiosity_weights(weights)
+
+    def prepare_actions(self, actions: Any) -> np.ndarray:
+        """Actions as an int64 [N] NumPy array; raises ValueError naming the first bad one."""
+        a = actions
+        if hasattr(a, "detach"):
+            a = a.detach().cpu().numpy()
+        a = np.asarray(a)
+        if a.shape != (self.num_envs,):
+            a = a.reshape(-1) if a.size == self.num_envs else a
+        if a.shape != (self.num_envs,):
+            raise ValueError(
+                f"actions of shape {np.shape(actions)} are invalid: allowed is ({self.num_envs},)"
+            )
+        if a.dtype.kind not in "iu":
+            if a.dtype.kind == "f" and np.all(np.equal(np.mod(a, 1), 0)):
+                a = a.astype(np.int64)
+            else:
+                raise ValueError(
+                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
+                )
+        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
+            bad = (a < 0) | (a >= self.config.n_actions)
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"actions[{i}] = {int(a[i])} is invalid: allowed is 0..{self.config.n_actions - 1}"
+            )
+        return a.astype(np.int64, copy=False)
+
+    def step(self, actions: np.ndarray) -> StepOutputs:
+        s, p, out = self.state, self.params, self._next_outputs()
+        mode = p.autoreset_mode
+        px = value = None
+        if not s.done_flag.any():  # every env is RUNNING (0)
+            px, value = self._transition(s, actions, out)
+            if mode == SAME_STEP:
+                ended = out.done.nonzero()[0]
+                if ended.size:
+                    out.final_obs[ended] = observation(
+                        self.features,
+                        self.close,
+                        p,
+                        s.bar[ended],
+                        s.cash[ended],
+                        s.position[ended],
+                        np.empty((ended.size, self.obs_dim), dtype=np.float32),
+                        px=px[ended],
+                        value=value[ended],
+                    )
+                    self._reset_rows(ended)
+                    # The new episodes' price and value, by observation()'s own expressions.
+                    px[ended] = self.close.take(s.bar[ended])
+                    value[ended] = s.cash[ended] + s.position[ended] * px[ended]
+        else:
+            waiting = s.done_flag != RUNNING
+            if mode == NEXT_STEP:
+                # Envs that ended last step start anew; their actions are ignored this step.
+                self._reset_rows(waiting.nonzero()[0])
+            active = (~waiting).nonzero()[0]
+            if active.size:
+                sub = take_rows(s, active)
+                # obs_dim 0: the observations of all envs are gathered below.
+                sub_out = allocate_outputs(np, active.size, 0)
+                self._transition(sub, actions[active], sub_out, rows=active)
+                put_rows(s, active, sub)
+                for name in OUTPUT_FIELDS:
+                    if name not in ("obs", "final_obs"):
+                        getattr(out, name)[active] = getattr(sub_out, name)
+            quiet = waiting.nonzero()[0]
+            out.reward[quiet] = 0.0
+            out.components[quiet] = 0.0
+            px_quiet = self.close.take(s.bar[quiet])
+            out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
+            out.position[quiet] = s.position[quiet]
+            out.barrier_label[quiet] = LABEL_NONE
+            out.episode_return[quiet] = 0.0
+            out.episode_length[quiet] = 0
+            if mode == DISABLED:
+                out.terminated[quiet] = s.done_flag[quiet] == WAIT_TERMINATED
+                out.truncated[quiet] = s.done_flag[quiet] == WAIT_TRUNCATED
+            else:
+                out.terminated[quiet] = False
+                out.truncated[quiet] = False
+            np.logical_or(out.terminated, out.truncated, out=out.done)
+
+        if mode != SAME_STEP:
+            fresh = out.done & (s.done_flag == RUNNING)
+            s.done_flag[fresh & out.terminated] = WAIT_TERMINATED
+            s.done_flag[fresh & ~out.terminated] = WAIT_TRUNCATED
+        # One gather for every env, after any reset: for an env that stepped, the state holds
+        # (t+1, cash', pos'), so this is obs(t+1); otherwise the first or the frozen observation.
+        observation(
+            self.features, self.close, p, s.bar, s.cash, s.position, out.obs, px=px, value=value
+        )
+        return out
+
+    # ---------------------------------------------------------------- internals
+    def _reset_rows(self, idx: np.ndarray, start: np.ndarray | None = None) -> None:
+        """Start new episodes for envs ``idx`` at global bars ``start`` (None: drawn)."""
+        reset_rows(self.state, self.params, idx, self._draw_starts(idx) if start is None else start)
+
+    def _transition(
+        self, s: EnvState, a: np.ndarray, out: StepOutputs, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Advance the envs of ``s`` by one bar and fill every field of ``out`` (the same rows)
+        except ``obs`` and ``final_obs``, which the caller gathers after any reset. ``rows``:
+        the global env ids of a state from ``take_rows`` (None: ``s`` holds every env).
+
+        Returns new arrays ``close[t+1]`` and the value after the step, the observation's inputs.
+        State fields are updated in place once nothing reads their old values, and arrays are
+        dropped as soon as they are dead: at 4096 envs the step is bound by memory traffic, and
+        memory that is reused soon is still in cache.
+        """
+        p = self.params
+        n = s.bar.shape[0]
+        c0 = p.initial_capital
+        t = s.bar
+        t1 = t + 1
+        close_t = self.close.take(t)
+        close_1 = self.close.take(t1)
+        fill = self.open.take(t1) if p.fill_next_open else close_t
+        cat = p.category.take(a)
+        pos0 = s.position
+        cash0 = s.cash
+        value0 = cash0 + pos0 * close_t
+        # --- risk (ENV_SPEC "Risk"), from the position feature before the trade
+        excess = np.abs(pos0 / (c0 / close_t)) - p.risk_threshold
+        risk = np.minimum(-(p.risk_penalty_scale * excess), 0.0)  # = -(scale*excess) if excess > 0
+        del excess
+        obs0 = None
+        if self.curiosity is not None:
+            obs0 = observation(
+                self.features,
+                self.close,
+                p,
+                t,
+                cash0,
+                pos0,
+                np.empty((n, self.obs_dim), np.float32),
+            )
+
+        # --- trade (ENV_SPEC "Portfolio")
+        # With fill="close", value_pre is value0's expression: the same bits, computed once.
+        value_pre = cash0 + pos0 * fill if p.fill_next_open else value0
+        # reserve_frac * value_pre is +-0.0 when reserve_frac == 0, which no result below
+        # can tell from the scalar 0.0.
+        reserve = p.reserve_frac * value_pre if p.reserve_frac > 0.0 else 0.0
+        del value_pre
+        cash1, pos1, cost, reversal = trade(
+            p, self._target.take(a), p.cost_rate.take(a), fill, cash0, pos0, reserve
+        )
+        del reserve
+        opened = (reversal | (pos0 == 0.0)) & (pos1 != 0.0)
+        del reversal
+        # Nothing below reads the cash and position before the trade.
+        s.cash[...] = cash1
+        s.position[...] = pos1
+        s.costs += cost
+        del cash0, pos0, cash1, cost  # cash0 and pos0 are views of the updated state
+
+        # --- triple barrier (ENV_SPEC "Triple barrier")
+        closing_sign, label, closing = check_barriers(p, s, t, fill, pos1, opened)
+        del opened
+
+        # --- action diversity (ENV_SPEC "Diversity")
+        diversity = self._diversity(s, cat, rows)
+
+        # --- mark to market, reward (ENV_SPEC "Reward"), summed in the spec's order
+        value1 = s.cash + pos1 * close_1
+        pnl = (value1 - value0) / value0
+        del value0
+        # barrier_scale: +-barrier_half_scale on a profit or stop label, else 0 (+-1 * h is exact).
+        barrier = pnl * (closing_sign * p.barrier_half_scale)
+        comp = out.components
+        reward = pnl + barrier
+        comp[:, 0] = pnl
+        comp[:, 1] = barrier
+        del pnl, barrier
+        reward += risk
+        comp[:, 2] = risk
+        del risk
+        reward += diversity
+        comp[:, 3] = diversity
+        del diversity
+        if obs0 is not None:
+            obs1 = observation(
+                self.features,
+                self.close,
+                p,
+                t1,
+                s.cash,
+                pos1,
+                self._obs_scratch[:n],
+                px=close_1,
+                value=value1,
+            )
+            curiosity = curiosity_bonus(self.curiosity, obs0, obs1, cat, p).astype(np.float64)
+        else:
+            curiosity = 0.0  # the scalar 0.0 adds as a zero array does (-0.0 + 0.0 is 0.0)
+        reward += curiosity
+        comp[:, 4] = curiosity
+        out.reward[...] = reward
+        s.episode_return += reward
+        del reward
+
+        steps = s.step_in_episode
+        steps += 1
+        terminated = np.less_equal(value1, 0.0, out=out.terminated)
+        if closing is not None:
+            terminated |= closing  # profit and stop end the episode, time does not
+        truncated = np.greater_equal(steps, p.episode_length, out=out.truncated)
+        truncated |= t1 + 1 >= s.hi
+        truncated &= ~terminated
+        ended = np.logical_or(terminated, truncated, out=out.done)
+        s.bar[...] = t1
+
+        out.portfolio_value[...] = value1
+        out.position[...] = pos1
+        out.barrier_label[...] = label
+        np.multiply(s.episode_return, ended, out=out.episode_return)
+        np.multiply(steps, ended, out=out.episode_length)
+        return close_1, value1
+
+    def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
+
+        ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``take_rows``
+        leaves whole (None: ``s`` holds every env).
+        """
+        p = self.params
+        window = p.diversity_window
+        n = cat.shape[0]
+        n_all = s.div_hist.shape[1]
+        ids = self._env_ids if rows is None else rows
+        # Flat indices into the [window, N] ring and the [3, N] histogram: row * N + env.
+        ring = s.div_ring.reshape(-1)
+        hist = s.div_hist.reshape(-1)
+        slot = np.multiply(s.div_cursor, n_all, dtype=np.int64)
+        slot += ids
+        full = (s.div_count >= window).nonzero()[0]
+        if full.size:
+            # The entry at the cursor is the oldest one; it leaves a full ring.
+            dropped = ring.take(slot.take(full)).astype(np.int64)
+            hist[dropped * n_all + ids.take(full)] -= 1
+        ring[slot] = cat
+        del slot
+        cell = np.multiply(cat, n_all, dtype=np.int64)
+        cell += ids
+        hist[cell] += 1
+        if rows is None:
+            h0, h1, h2 = s.div_hist
+        else:
+            h0, h1, h2 = (h.take(rows) for h in s.div_hist)
+        cursor = s.div_cursor
+        cursor += 1
+        cursor[cursor == window] = 0
+        count = s.div_count
+        count += 1
+        np.minimum(count, window, out=count)
+        if self._penalised is not None:
+            # The ring's (count, h0, h1) fixes h2, so the whole penalty decision is one lookup.
+            w1 = window + 1
+            penalised = self._penalised.take((count * w1 + h0) * w1 + h1)
+        else:
+            if self._entropy_table is not None:
+                row = count * (window + 1)
+                tab = self._entropy_table
+                entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
+            else:
+                nf = count.astype(np.float64)
+                entropy = np.zeros(n, dtype=np.float64)
+                for h in (h0, h1, h2):
+                    pr = h / nf
+                    entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
+            penalised = (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
+        diversity = np.zeros(n)  # a scatter: np.where costs several times more inside a step
+        diversity[penalised.nonzero()[0]] = -p.diversity_penalty
+        return diversity

@@ -1,0 +1,1 @@
+"""The semantics of one env step: config, state layout, the reference step, shared constants."""

@@ -1,0 +1,351 @@
+"""``EnvConfig``: every static knob of the trading environment, validated on construction.
+
+The formulas each field enters are stated in ``docs/ENV_SPEC.md``. Both backends read the
+config only through :func:`action_table` and :func:`step_scalars`, so the NumPy reference and
+the CUDA kernel consume one derived parameter set and cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from gpu_trading_env.core.constants import (
+    CATEGORY_FLAT,
+    CATEGORY_LONG,
+    CATEGORY_SHORT,
+    MODE_DISABLED,
+    MODE_NEXT_STEP,
+    MODE_SAME_STEP,
+    kernel_constant_defines,
+)
+
+FILL_MODES = ("close", "next_open")
+
+_AUTORESET_ALIASES = {
+    "same_step": AutoresetMode.SAME_STEP,
+    "samestep": AutoresetMode.SAME_STEP,
+    "next_step": AutoresetMode.NEXT_STEP,
+    "nextstep": AutoresetMode.NEXT_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+
+
+def _fail(name: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"EnvConfig.{name} = {value!r} is invalid: allowed is {allowed}")
+
+
+def parse_autoreset_mode(value: AutoresetMode | str) -> AutoresetMode:
+    """Accept a gymnasium ``AutoresetMode`` or its name (``"same_step"``, ``"SameStep"``, ...)."""
+    if isinstance(value, AutoresetMode):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "_")
+        if key in _AUTORESET_ALIASES:
+            return _AUTORESET_ALIASES[key]
+        for mode in AutoresetMode:
+            if value in (mode.value, mode.name):
+                return mode
+    _fail(
+        "autoreset_mode", value, "AutoresetMode.SAME_STEP, NEXT_STEP or DISABLED (or their names)"
+    )
+    raise AssertionError  # unreachable
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Static parameters of the trading environment.
+
+    Money is in the data's quote currency, positions in units of the instrument, rates in basis
+    points (1 bp = 1e-4) unless a field says otherwise. Defaults reproduce the source design.
+    """
+
+    initial_capital: float = 100_000.0
+    """Cash at the start of every episode (currency, > 0)."""
+    max_position: float | None = None
+    """Units held at exposure 1.0; ``None``: floor(initial_capital / median close), at least 1."""
+    exposure_levels: tuple[float, ...] = (-1.0, -0.5, 0.0, 0.5, 1.0)
+    """Target exposure of each action group, as a fraction of ``max_position`` (each in [-1, 1])."""
+    order_cost_bps: tuple[float, ...] = (1.0, 0.5, 1.5)
+    """Cost rate of each order type, bps of traded notional (market, limit, aggressive)."""
+    sub_actions: int = 3
+    """Size of the third action factor ``k``; it changes no trade (kept for the 45-action layout)."""
+    reserve_pct: float = 0.0
+    """Cash reserve, percent of the pre-trade portfolio value, that buys may not spend ([0, 100))."""
+    spread: float = 0.0
+    """Quoted spread shown as the last observation feature (fraction of price, >= 0)."""
+    fill: str = "close"
+    """``"close"``: trade at bar t's close; ``"next_open"``: trade at bar t+1's open."""
+
+    barriers: bool = True
+    """Enable the triple barrier (profit, stop, time)."""
+    profit_target_bps: float = 100.0
+    """Distance of the profit barrier from the entry price (bps, > 0)."""
+    stop_loss_bps: float = 50.0
+    """Distance of the stop barrier from the entry price (bps, > 0)."""
+    max_holding_bars: int = 500
+    """Time barrier: bars after the entry bar (>= 1)."""
+    barrier_reward_scale: float = 1.0
+    """A profit hit scales the step's pnl by 1 + 0.5*scale, a stop hit by 1 - 0.5*scale (>= 0)."""
+
+    diversity_window: int = 100
+    """Length of the ring of recent action categories per env (1..4096)."""
+    diversity_threshold_bits: float = 1.0
+    """Penalty when the ring's Shannon entropy (bits) is below this ([0, log2(3)])."""
+    diversity_penalty: float = 0.1
+    """Size of the diversity penalty (>= 0); the reward component is its negative."""
+    diversity_min_entries: int = 3
+    """No penalty while the ring holds fewer entries than this (>= 1)."""
+
+    curiosity_state_dims: int = 32
+    """Leading observation dims the curiosity forward model reads and predicts."""
+    curiosity_hidden: int = 64
+    """Hidden width of the curiosity forward model."""
+    curiosity_scale: float = 1.0
+    """Weight of the curiosity bonus (>= 0); the bonus is off until weights are set."""
+    curiosity_max_reward: float = 0.1
+    """Cap on the forward model's MSE before scaling (> 0)."""
+
+    risk_threshold: float = 0.8
+    """Risk penalty applies when |position feature| exceeds this (>= 0)."""
+    risk_penalty_scale: float = 0.5
+    """Risk penalty = scale * (|position feature| - threshold) (>= 0)."""
+
+    episode_length: int = 500
+    """Steps before truncation (>= 1)."""
+    autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP
+    """Gymnasium autoreset mode of the vector env."""
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "autoreset_mode", parse_autoreset_mode(self.autoreset_mode))
+        set_(self, "exposure_levels", _float_tuple("exposure_levels", self.exposure_levels))
+        set_(self, "order_cost_bps", _float_tuple("order_cost_bps", self.order_cost_bps))
+        self._validate()
+
+    def _validate(self) -> None:
+        _positive_finite("initial_capital", self.initial_capital)
+        if self.max_position is not None:
+            _positive_finite("max_position", self.max_position)
+        if not self.exposure_levels:
+            _fail("exposure_levels", self.exposure_levels, "a non-empty tuple of floats in [-1, 1]")
+        for x in self.exposure_levels:
+            if not (-1.0 <= x <= 1.0):
+                _fail("exposure_levels", self.exposure_levels, "values in [-1, 1]")
+        if not self.order_cost_bps:
+            _fail("order_cost_bps", self.order_cost_bps, "a non-empty tuple of floats >= 0")
+        for x in self.order_cost_bps:
+            if not (math.isfinite(x) and 0.0 <= x < 10_000.0):
+                _fail("order_cost_bps", self.order_cost_bps, "values in [0, 10000) bps")
+        _int_range("sub_actions", self.sub_actions, 1, 1024)
+        if self.n_actions > 2**31 - 1:
+            _fail("sub_actions", self.sub_actions, "a layout of fewer than 2**31 actions")
+        if not (isinstance(self.reserve_pct, int | float) and 0.0 <= self.reserve_pct < 100.0):
+            _fail("reserve_pct", self.reserve_pct, "a percentage in [0, 100)")
+        _nonnegative_finite("spread", self.spread)
+        if self.fill not in FILL_MODES:
+            _fail("fill", self.fill, f"one of {FILL_MODES}")
+        if not isinstance(self.barriers, bool):
+            _fail("barriers", self.barriers, "True or False")
+        _positive_finite("profit_target_bps", self.profit_target_bps)
+        _positive_finite("stop_loss_bps", self.stop_loss_bps)
+        if self.stop_loss_bps >= 10_000.0:
+            _fail("stop_loss_bps", self.stop_loss_bps, "a value below 10000 bps (100%)")
+        _int_range("max_holding_bars", self.max_holding_bars, 1, 2**31 - 1)
+        _nonnegative_finite("barrier_reward_scale", self.barrier_reward_scale)
+        _int_range("diversity_window", self.diversity_window, 1, 4096)
+        if not (0.0 <= self.diversity_threshold_bits <= math.log2(3) + 1e-12):
+            _fail("diversity_threshold_bits", self.diversity_threshold_bits, "[0, log2(3)]")
+        _nonnegative_finite("diversity_penalty", self.diversity_penalty)
+        _int_range("diversity_min_entries", self.diversity_min_entries, 1, self.diversity_window)
+        _int_range("curiosity_state_dims", self.curiosity_state_dims, 1, 4096)
+        _int_range("curiosity_hidden", self.curiosity_hidden, 1, 4096)
+        _nonnegative_finite("curiosity_scale", self.curiosity_scale)
+        _positive_finite("curiosity_max_reward", self.curiosity_max_reward)
+        _nonnegative_finite("risk_threshold", self.risk_threshold)
+        _nonnegative_finite("risk_penalty_scale", self.risk_penalty_scale)
+        _int_range("episode_length", self.episode_length, 1, 2**31 - 1)
+
+    @property
+    def n_actions(self) -> int:
+        """Size of the ``Discrete`` action space: levels x order types x sub-actions."""
+        return len(self.exposure_levels) * len(self.order_cost_bps) * self.sub_actions
+
+    def replace(self, **changes: Any) -> EnvConfig:
+        """A copy with ``changes`` applied (validated again); unknown names raise TypeError."""
+        unknown = sorted(set(changes) - set(config_field_names()))
+        if unknown:
+            raise TypeError(
+                f"EnvConfig has no field(s) {unknown}; known fields: {config_field_names()}"
+            )
+        return dataclasses.replace(self, **changes)
+
+    def decode_action(self, action: int) -> tuple[int, int, int]:
+        """``(exposure_index, order_type, k)`` of an action: a = e*(O*K) + o*K + k."""
+        if not (0 <= int(action) < self.n_actions):
+            raise ValueError(f"action = {action!r} is invalid: allowed is 0..{self.n_actions - 1}")
+        k = self.sub_actions
+        o = len(self.order_cost_bps)
+        return int(action) // (o * k), (int(action) // k) % o, int(action) % k
+
+    def encode_action(self, exposure_index: int, order_type: int = 0, k: int = 0) -> int:
+        """Inverse of :meth:`decode_action`."""
+        o = len(self.order_cost_bps)
+        if not 0 <= exposure_index < len(self.exposure_levels):
+            raise ValueError(
+                f"exposure_index = {exposure_index} is invalid: allowed is 0..{len(self.exposure_levels) - 1}"
+            )
+        if not 0 <= order_type < o:
+            raise ValueError(f"order_type = {order_type} is invalid: allowed is 0..{o - 1}")
+        if not 0 <= k < self.sub_actions:
+            raise ValueError(f"k = {k} is invalid: allowed is 0..{self.sub_actions - 1}")
+        return (exposure_index * o + order_type) * self.sub_actions + k
+
+
+def config_field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(EnvConfig)]
+
+
+def _float_tuple(name: str, value: Any) -> tuple[float, ...]:
+    try:
+        out = tuple(float(x) for x in value)
+    except (TypeError, ValueError):
+        _fail(name, value, "a tuple of floats")
+    if not all(math.isfinite(x) for x in out):
+        _fail(name, value, "finite floats")
+    return out
+
+
+def _positive_finite(name: str, value: Any) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        _fail(name, value, "a finite number > 0")
+
+
+def _nonnegative_finite(name: str, value: Any) -> None:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        _fail(name, value, "a finite number >= 0")
+
+
+def _int_range(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not lo <= value <= hi:
+        _fail(name, value, f"an integer in [{lo}, {hi}]")
+
+
+# --------------------------------------------------------------------------------------------
+# Derived parameters: the one place both backends get their numbers from.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionTable:
+    """Per-action lookup arrays, shape [n_actions]."""
+
+    exposure: np.ndarray  # float64, fraction of max_position
+    cost_rate: np.ndarray  # float64, fraction of notional (bps / 1e4)
+    category: np.ndarray  # uint8, CATEGORY_SHORT / FLAT / LONG
+
+
+def action_table(config: EnvConfig) -> ActionTable:
+    """Expand the action layout a = e*(O*K) + o*K + k into lookup arrays."""
+    n_o, n_k = len(config.order_cost_bps), config.sub_actions
+    a = np.arange(config.n_actions)
+    e_idx = a // (n_o * n_k)
+    o_idx = (a // n_k) % n_o
+    exposure = np.asarray(config.exposure_levels, dtype=np.float64)[e_idx]
+    cost_rate = np.asarray(config.order_cost_bps, dtype=np.float64)[o_idx] / 10_000.0
+    category = np.where(
+        exposure < 0, CATEGORY_SHORT, np.where(exposure > 0, CATEGORY_LONG, CATEGORY_FLAT)
+    ).astype(np.uint8)
+    return ActionTable(exposure=exposure, cost_rate=cost_rate, category=category)
+
+
+def resolve_max_position(config: EnvConfig, close: np.ndarray) -> float:
+    """``max_position`` or its default floor(initial_capital / median close), at least 1."""
+    if config.max_position is not None:
+        return float(config.max_position)
+    return float(max(1.0, math.floor(config.initial_capital / float(np.median(close)))))
+
+
+# Scalar parameters in the order the CUDA kernel reads them (P_<NAME> slots, generated defines).
+FLOAT_PARAMS = (
+    "initial_capital",
+    "max_position",
+    "reserve_frac",
+    "spread",
+    "profit_frac",
+    "stop_frac",
+    "barrier_half_scale",
+    "diversity_threshold_bits",
+    "diversity_penalty",
+    "curiosity_scale",
+    "curiosity_max_reward",
+    "risk_threshold",
+    "risk_penalty_scale",
+)
+INT_PARAMS = (
+    "n_actions",
+    "fill_next_open",
+    "barriers",
+    "max_holding_bars",
+    "diversity_window",
+    "diversity_min_entries",
+    "curiosity_state_dims",
+    "curiosity_hidden",
+    "episode_length",
+    "autoreset_mode",
+)
+AUTORESET_CODES = {
+    AutoresetMode.SAME_STEP: MODE_SAME_STEP,
+    AutoresetMode.NEXT_STEP: MODE_NEXT_STEP,
+    AutoresetMode.DISABLED: MODE_DISABLED,
+}
+
+
+def step_scalars(config: EnvConfig, max_position: float) -> tuple[dict[str, float], dict[str, int]]:
+    """The scalar parameters of a step, precomputed once so both backends do the same arithmetic."""
+    floats = {
+        "initial_capital": float(config.initial_capital),
+        "max_position": float(max_position),
+        "reserve_frac": float(config.reserve_pct) / 100.0,
+        "spread": float(config.spread),
+        "profit_frac": float(config.profit_target_bps) / 10_000.0,
+        "stop_frac": float(config.stop_loss_bps) / 10_000.0,
+        "barrier_half_scale": 0.5 * float(config.barrier_reward_scale),
+        "diversity_threshold_bits": float(config.diversity_threshold_bits),
+        "diversity_penalty": float(config.diversity_penalty),
+        "curiosity_scale": float(config.curiosity_scale),
+        "curiosity_max_reward": float(config.curiosity_max_reward),
+        "risk_threshold": float(config.risk_threshold),
+        "risk_penalty_scale": float(config.risk_penalty_scale),
+    }
+    ints = {
+        "n_actions": config.n_actions,
+        "fill_next_open": int(config.fill == "next_open"),
+        "barriers": int(config.barriers),
+        "max_holding_bars": int(config.max_holding_bars),
+        "diversity_window": int(config.diversity_window),
+        "diversity_min_entries": int(config.diversity_min_entries),
+        "curiosity_state_dims": int(config.curiosity_state_dims),
+        "curiosity_hidden": int(config.curiosity_hidden),
+        "episode_length": int(config.episode_length),
+        "autoreset_mode": AUTORESET_CODES[config.autoreset_mode],
+    }
+    assert tuple(floats) == FLOAT_PARAMS and tuple(ints) == INT_PARAMS
+    return floats, ints
+
+
+def kernel_param_defines() -> tuple[tuple[str, str], ...]:
+    """``#define P_<NAME> <slot>`` lines for the CUDA kernel, from the lists above."""
+    defs = [(f"PF_{n.upper()}", str(i)) for i, n in enumerate(FLOAT_PARAMS)]
+    defs += [(f"PI_{n.upper()}", str(i)) for i, n in enumerate(INT_PARAMS)]
+    return tuple(defs)
+
+
+def kernel_defines() -> tuple[tuple[str, str], ...]:
+    """Every ``#define`` the env kernels are compiled with: parameter slots and shared constants."""
+    return kernel_param_defines() + kernel_constant_defines()

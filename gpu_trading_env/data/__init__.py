@@ -1,0 +1,1 @@
+"""Market data: the OHLCV container, its loaders and validation, features, synthetic markets."""

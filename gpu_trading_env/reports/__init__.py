@@ -1,0 +1,1 @@
+"""Reports on top of the env: backtests, metrics, plots and rendered frames."""

@@ -1,0 +1,54 @@
+"""The declared contracts between layers: Backend, CudaBackend's kernel view, DeviceReplayBuffer."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from stable_baselines3.common.buffers import ReplayBuffer
+
+import gpu_trading_env  # noqa: F401
+from agents import GpuDQN, PrioritizedReplayBuffer
+from agents.replay.device_buffer import DeviceReplayBuffer
+from gpu_trading_env.backends.base import Backend
+from gpu_trading_env.backends.cuda_backend import CudaBackend, KernelArgs
+from gpu_trading_env.backends.numpy_backend import NumpyBackend
+
+
+def test_backends_implement_the_declared_contract():
+    contract = ("seed", "reset", "prepare_actions", "step", "check_errors", "observe")
+    for cls in (NumpyBackend, CudaBackend):
+        for name in contract:
+            assert getattr(cls, name) is not getattr(Backend, name) or name == "check_errors"
+    # The public kernel view other packages' kernels use.
+    for name in ("kernel_args", "device_scope", "compile_module", "restart_error_countdown"):
+        assert callable(getattr(CudaBackend, name))
+    assert [f for f in KernelArgs.__dataclass_fields__] == [
+        "state",
+        "market",
+        "params",
+        "curiosity",
+    ]
+
+
+def test_numpy_prepare_actions_names_the_bad_action():
+    env = gym.make_vec("GpuTrading-v0", num_envs=3, device="cpu")
+    env.reset(seed=0)
+    backend = env.unwrapped.backend if hasattr(env, "unwrapped") else env.backend
+    assert backend.prepare_actions(np.array([0, 1, 2])).dtype == np.int64
+    with pytest.raises(ValueError, match=r"actions\[1\] = 99 is invalid"):
+        backend.prepare_actions(np.array([0, 99, 2]))
+    backend.check_errors()  # nothing deferred on the CPU
+
+
+def test_device_buffer_protocol_decides_the_fused_path(monkeypatch):
+    env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu")
+    model = GpuDQN("DuelingPolicy", env, buffer_size=1000, learning_starts=10, device="cpu")
+    assert isinstance(model.replay_buffer, PrioritizedReplayBuffer)
+    assert isinstance(model.replay_buffer, DeviceReplayBuffer)
+    monkeypatch.setattr(model.trading_env, "device", "cuda:0")
+    assert model._uses_fused_rollout(model.env)
+    plain = ReplayBuffer(100, model.observation_space, model.action_space, n_envs=2)
+    assert not isinstance(plain, DeviceReplayBuffer)
+    monkeypatch.setattr(model, "replay_buffer", plain)
+    assert not model._uses_fused_rollout(model.env)  # SB3's loop: the buffer takes no tensors
