@@ -217,8 +217,10 @@ class MarketData:
         Args:
             df: one row per bar. Columns ``open``, ``high``, ``low``, ``close``, ``volume`` (any
                 letter case) and timestamps as a ``DatetimeIndex`` or a column.
-            timestamp_column: the timestamp column; if None, a ``DatetimeIndex`` is used, else a
-                column named timestamp / datetime / date / time. Time-zone-aware timestamps are
+            timestamp_column: the timestamp column; if None, a ``DatetimeIndex`` or an index
+                named timestamp / datetime / date / time (any case) is used, else a column so
+                named. ``dd.mm.yyyy``-style text is read day-first or month-first as the data
+                shows, and refused when it cannot tell. Time-zone-aware timestamps are
                 converted to UTC; naive ones are kept as they are.
             instrument_column: a column naming the instrument of each row; if None, a column named
                 instrument / symbol / ticker is used when present, else all rows are one instrument
@@ -651,6 +653,9 @@ def _timestamps(df: pd.DataFrame, labels: dict[str, list[Any]], column: str | No
     elif isinstance(df.index, pd.DatetimeIndex):
         raw = df.index
         label = "the DatetimeIndex"
+    elif str(df.index.name).strip().lower() in _TIMESTAMP_CANDIDATES:
+        raw = df.index.to_series(index=pd.RangeIndex(len(df)))
+        label = f"timestamp index {df.index.name!r}"
     else:
         col = next(
             (_find(labels, c) for c in _TIMESTAMP_CANDIDATES if _find(labels, c) is not None), None
@@ -669,7 +674,11 @@ def _timestamps(df: pd.DataFrame, labels: dict[str, list[Any]], column: str | No
                 f"{label} is numeric; convert it first, e.g. pd.to_datetime(col, unit='s')"
             )
         missing = pd.isna(raw).to_numpy()
-        parsed = pd.to_datetime(raw, errors="coerce", utc=True, format="mixed")
+        from gpu_trading_env.data.timestamps import day_month_format
+
+        # Day-first text ("01.02.2017 22:00") would be read month-first by "mixed".
+        fmt = None if missing.any() else day_month_format(raw.astype(str), label)
+        parsed = pd.to_datetime(raw, errors="coerce", utc=True, format=fmt or "mixed")
         bad = pd.isna(parsed).to_numpy()
         if bad.any():
             i = int(np.argmax(bad))

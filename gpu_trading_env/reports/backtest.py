@@ -1,82 +1,82 @@
-"""Walk-forward backtests of a policy on MarketData, with metrics and plots for a report.
+"""Backtests of a policy on MarketData: equity, positions, trades and costs per bar.
 
-A backtest walks every instrument from its first bar to its last with one env, episodes
-back to back: when an episode ends (a barrier, or ``episode_length``), the next starts at the
-bar where it ended, flat, so the equity curve covers the whole period. The env's own semantics
-(fills, costs, barriers) apply unchanged.
+A backtest walks one instrument from its first bar to its last with one env, episodes back to
+back: when an episode ends (a barrier, or ``episode_length``), the next starts at the bar where
+it ended, flat, so the equity curve covers the whole period. The env's own semantics (fills,
+costs, barriers) apply unchanged. An episode that ends holding a position is closed at that
+bar's close paying the market order's cost (``order_cost_bps[0]``), as the env's next episode
+starts flat and would otherwise drop the position for free.
+
+The benchmark, buy-and-hold, pays the same market order cost to buy at the first close and to
+sell at the last (``gpu_trading_env.reports.metrics.buy_and_hold_equity``); the frictionless
+``close / first close`` curve is kept beside it and is labelled as such.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.core.config import EnvConfig, action_table
 from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.reports.metrics import (
+    Metrics,
+    bars_per_year,
+    buy_and_hold_equity,
+    curve_metrics,
+)
+from gpu_trading_env.reports.report import plot_equity, plot_learning_curve, write_json
 from gpu_trading_env.vector_env import TradingVectorEnv
+
+__all__ = [
+    "BacktestResult",
+    "Metrics",
+    "Policy",
+    "backtest",
+    "exposure_policy",
+    "plot_equity",
+    "plot_learning_curve",
+    "write_json",
+]
 
 Policy = Callable[[np.ndarray, int], np.ndarray]
 """Maps an observation float32 [1, D] and its bar index (within the instrument) to an action."""
 
 
 @dataclass
-class Metrics:
-    """Performance of one equity curve (returns are fractions, not percent)."""
-
-    total_return: float
-    annual_return: float
-    sharpe: float
-    max_drawdown: float
-    n_bars: int
-
-
-@dataclass
 class BacktestResult:
-    equity: np.ndarray  # float64 [T], strategy value / initial capital, per bar
-    buy_and_hold: np.ndarray  # float64 [T], close / first close
+    """One instrument's backtest. Per-step arrays [T-1] describe bar t -> t+1."""
+
+    equity: np.ndarray  # float64 [T], strategy value / initial capital, costs in
+    buy_and_hold: np.ndarray  # float64 [T], buy-and-hold value / initial capital, costs in
     timestamps: np.ndarray  # datetime64[ns] [T]
+    exposure: np.ndarray  # float64 [T-1], signed notional / value held after bar t's trade
+    traded: np.ndarray  # float64 [T-1], |traded notional| / value at bar t
+    costs: np.ndarray  # float64 [T-1], costs paid at bar t / initial capital
     strategy: Metrics
     benchmark: Metrics
+    frictionless_buy_and_hold: Metrics
     episodes: int
     instrument: str
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def returns(self) -> np.ndarray:
+        """float64 [T-1], the strategy's per-bar returns."""
+        return self.equity[1:] / self.equity[:-1] - 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "instrument": self.instrument,
             "episodes": self.episodes,
-            "strategy": asdict(self.strategy),
-            "buy_and_hold": asdict(self.benchmark),
+            "strategy": self.strategy.to_dict(),
+            "buy_and_hold": self.benchmark.to_dict(),
+            "buy_and_hold_frictionless": self.frictionless_buy_and_hold.to_dict(),
             **self.extra,
         }
-
-
-def bars_per_year(timestamps: np.ndarray) -> float:
-    """Annualisation factor from the median bar spacing (365.25 days a year)."""
-    if len(timestamps) < 2:
-        return 252.0
-    step = np.median(np.diff(timestamps.astype("datetime64[ns]").astype(np.int64)))
-    return float(365.25 * 24 * 3600 * 1e9 / max(step, 1))
-
-
-def curve_metrics(equity: np.ndarray, per_year: float) -> Metrics:
-    """Total and annualised return, annualised Sharpe of per-bar returns, max drawdown."""
-    equity = np.asarray(equity, dtype=np.float64)
-    rets = np.diff(equity) / equity[:-1]
-    total = float(equity[-1] / equity[0] - 1.0)
-    years = max(len(rets) / per_year, 1e-12)
-    annual = float((equity[-1] / equity[0]) ** (1.0 / years) - 1.0) if equity[-1] > 0 else -1.0
-    sd = float(np.std(rets))
-    sharpe = float(np.mean(rets) / sd * math.sqrt(per_year)) if sd > 0 else 0.0
-    peak = np.maximum.accumulate(equity)
-    mdd = float(np.max(1.0 - equity / peak))
-    return Metrics(total, annual, sharpe, mdd, int(len(equity)))
 
 
 def backtest(
@@ -85,37 +85,85 @@ def backtest(
     config: EnvConfig | None = None,
     instrument: int = 0,
     device: str = "cpu",
+    per_year: float | None = None,
 ) -> BacktestResult:
-    """Run ``policy`` over one instrument of ``data`` from its first bar to its last."""
+    """Run ``policy`` over one instrument of ``data`` from its first bar to its last.
+
+    :param per_year: bars per year for the annualised figures; None infers it from the
+        instrument's timestamps (``gpu_trading_env.reports.metrics.bars_per_year``).
+    """
     one = data.instrument(instrument)
     n = one.n_bars
     cfg = (config or EnvConfig()).replace(autoreset_mode="disabled")
     if cfg.episode_length > n - 1:
         cfg = cfg.replace(episode_length=n - 1)
     env = TradingVectorEnv(1, device=device, data=one, config=cfg, array_type="numpy")
+    rates = action_table(cfg).cost_rate
+    exit_rate = cfg.order_cost_bps[0] / 1e4
+    close = np.asarray(one.close, dtype=np.float64)
+    fill = close if cfg.fill == "close" else np.r_[np.asarray(one.open)[1:], np.nan]
+    c0 = cfg.initial_capital
     equity = np.ones(n, dtype=np.float64)
-    scale = 1.0
+    exposure = np.zeros(n - 1)
+    traded = np.zeros(n - 1)
+    costs = np.zeros(n - 1)
+    scale = 1.0  # equity at the start of the current episode
+    pos, value = 0.0, c0  # env units: position and value before the bar's trade
     bar = 0
     episodes = 0
     obs, _ = env.reset(seed=0, options={"start_index": 0})
     while bar < n - 1:
         action = np.asarray(policy(obs, bar), dtype=np.int64).reshape(1)
         obs, _, terminated, truncated, info = env.step(action)
+        new_pos = float(info["position"][0])
+        new_value = float(info["portfolio_value"][0])
+        notional = abs(new_pos - pos) * fill[bar]
+        traded[bar] = notional / value
+        costs[bar] = scale * notional * rates[int(action[0])] / c0
+        exposure[bar] = new_pos * close[bar] / value
         bar += 1
-        equity[bar] = scale * float(info["portfolio_value"][0]) / cfg.initial_capital
+        equity[bar] = scale * new_value / c0
+        pos, value = new_pos, new_value
         if (terminated[0] or truncated[0]) and bar < n - 1:
+            if pos != 0.0:
+                exit_cost = abs(pos) * close[bar] * exit_rate
+                equity[bar] -= scale * exit_cost / c0
+                costs[bar - 1] += scale * exit_cost / c0
+                traded[bar - 1] += abs(pos) * close[bar] / value
             scale = equity[bar]
             episodes += 1
+            pos, value = 0.0, c0
             obs, _ = env.reset(options={"start_index": bar, "reset_mask": np.ones(1, dtype=bool)})
     episodes += 1
-    bh = one.close / one.close[0]
-    per_year = bars_per_year(one.timestamps)
+    per_year = bars_per_year(one.timestamps) if per_year is None else float(per_year)
+    bh, bh_costs = buy_and_hold_equity(close, exit_rate)
+    bh_traded = np.zeros(n - 1)
+    bh_traded[0] = 1.0
+    bh_traded[-1] += 1.0
     return BacktestResult(
         equity=equity,
         buy_and_hold=bh,
         timestamps=one.timestamps,
-        strategy=curve_metrics(equity, per_year),
-        benchmark=curve_metrics(bh, per_year),
+        exposure=exposure,
+        traded=traded,
+        costs=costs,
+        strategy=curve_metrics(
+            equity,
+            per_year,
+            costs_included=True,
+            exposure=exposure,
+            traded=traded,
+            costs=costs,
+        ),
+        benchmark=curve_metrics(
+            bh,
+            per_year,
+            costs_included=True,
+            exposure=np.ones(n - 1),
+            traded=bh_traded,
+            costs=bh_costs,
+        ),
+        frictionless_buy_and_hold=curve_metrics(close / close[0], per_year, costs_included=False),
         episodes=episodes,
         instrument=one.instruments[0],
     )
@@ -138,55 +186,3 @@ def exposure_policy(exposure: np.ndarray, config: EnvConfig) -> Policy:
         return actions[bar : bar + 1]
 
     return policy
-
-
-def plot_equity(result: BacktestResult, path: Path, title: str = "Out-of-sample equity") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.plot(
-        result.timestamps, result.equity, label=f"strategy (Sharpe {result.strategy.sharpe:.2f})"
-    )
-    ax.plot(
-        result.timestamps,
-        result.buy_and_hold,
-        label=f"buy and hold (Sharpe {result.benchmark.sharpe:.2f})",
-        alpha=0.8,
-    )
-    ax.set_ylabel("value / initial capital")
-    ax.set_title(f"{title}: {result.instrument}")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_learning_curve(
-    timesteps: np.ndarray, returns: np.ndarray, path: Path, reference: float | None = None
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.plot(timesteps, returns, label="mean episode return (last 100)")
-    if reference is not None:
-        ax.axhline(reference, color="k", ls="--", label="reference")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return")
-    ax.set_title("Learning curve")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def write_json(obj: Any, path: Path) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=float))

@@ -1,0 +1,354 @@
+"""Train GpuDQN and judge it out of sample: one split (``train_selected``) or rolling folds
+(``walk_forward``).
+
+Model selection never looks at the out-of-sample window: the last ``val_fraction`` of a training
+window is held out as a validation window; every ``eval_every`` env steps the greedy policy is
+backtested on it (costs in) and the weights with the best validation Sharpe are kept. The
+out-of-sample window is evaluated at the same points for the learning curve only.
+
+Walk-forward: fold k trains on the ``train_bars`` bars before its test window and is tested on
+the next ``test_bars`` bars (``MarketData.walk_forward``); each fold starts from scratch, or with
+``warm_start`` from the previous fold's kept weights. Several seeds run per fold. The test
+windows' per-bar returns are stitched into one out-of-sample curve per seed; the seeds' mean
+return per bar is the "ensemble" curve (an equal-weight portfolio of the seeds' agents). Beside
+it: buy-and-hold with the same costs, a uniformly random policy through the same env, and on
+synthetic planted data the known rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_policy
+from gpu_trading_env.reports.metrics import curve_metrics, sharpe_difference_interval
+
+__all__ = ["TrainSettings", "greedy_policy", "random_policy", "train_selected", "walk_forward"]
+
+# The known rule of the planted market is held at half exposure: the env's barriers end
+# episodes often, and half exposure keeps the rule's costs and stops in the range the agent
+# trades at (the train command's reference since it was added).
+RULE_EXPOSURE = 0.5
+
+
+@dataclass
+class TrainSettings:
+    """Budget and hyper-parameters of one training run (see the CLI's ``--help``)."""
+
+    timesteps: int
+    num_envs: int
+    batch_size: int
+    buffer_size: int
+    learning_rate: float = 3e-4
+    gamma: float = 0.9
+    eval_every: int | None = None  # env steps between validation backtests; None: timesteps / 10
+    val_fraction: float = 0.2
+    device: str = "cpu"
+    curiosity: bool = False
+    verbose: int = 0
+    progress_bar: bool = False
+    tensorboard_log: str | None = None
+
+
+def greedy_policy(model: Any) -> Callable[[np.ndarray, int], np.ndarray]:
+    def policy(obs: np.ndarray, bar: int) -> np.ndarray:
+        action, _ = model.predict(obs, deterministic=True)
+        return np.asarray(action).reshape(1)
+
+    return policy
+
+
+def random_policy(n_actions: int, seed: int) -> Callable[[np.ndarray, int], np.ndarray]:
+    """Uniform random actions from ``numpy.random.default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+
+    def policy(obs: np.ndarray, bar: int) -> np.ndarray:
+        return rng.integers(0, n_actions, size=1)
+
+    return policy
+
+
+def known_rule(data: MarketData, config: EnvConfig) -> BacktestResult | None:
+    """The planted rule's backtest on ``data``, or None if the data is not the planted market."""
+    if "rule_expected_return" not in data.metadata:
+        return None
+    from gpu_trading_env.data.synthetic import planted_rule_exposure
+
+    return backtest(
+        exposure_policy(RULE_EXPOSURE * planted_rule_exposure(data), config), data, config
+    )
+
+
+def train_selected(
+    train: MarketData,
+    test: MarketData,
+    config: EnvConfig,
+    settings: TrainSettings,
+    seed: int,
+    *,
+    per_year: float,
+    init_from: Any = None,
+) -> dict[str, Any]:
+    """Train on ``train`` minus its validation tail; keep the weights best on validation.
+
+    :param init_from: a policy ``state_dict`` to start from (warm start), or None.
+    :returns: ``{"model", "test": BacktestResult, "last_test": BacktestResult, "curve",
+        "evals", "selected_step", "train_seconds", "timesteps"}``; ``model`` holds the kept
+        weights.
+    """
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    import gpu_trading_env  # noqa: F401  (registers the env)
+    from agents import GpuDQN
+
+    n = int(train.bars_per_instrument.min())
+    n_val = max(int(round(settings.val_fraction * n)), 2)
+    fit, val = train.split(float(n - n_val) / n)
+    env = gym.make_vec(
+        "GpuTrading-v0",
+        num_envs=settings.num_envs,
+        device=settings.device,
+        data=fit,
+        config=config,
+    )
+    steps = settings.timesteps
+    eval_every = settings.eval_every or max(steps // 10, settings.num_envs)
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        learning_rate=settings.learning_rate,
+        buffer_size=settings.buffer_size,
+        learning_starts=max(10 * settings.num_envs, 1000),
+        batch_size=settings.batch_size,
+        gamma=settings.gamma,
+        train_freq=1,
+        gradient_steps=1,
+        target_update_interval=max(steps // 50, settings.num_envs),
+        exploration_fraction=0.3,
+        exploration_final_eps=0.02,
+        curiosity=settings.curiosity,
+        tensorboard_log=settings.tensorboard_log,
+        verbose=settings.verbose,
+        seed=seed,
+        device="cuda" if settings.device != "cpu" else "cpu",
+    )
+    if init_from is not None:
+        model.policy.load_state_dict(init_from)
+
+    class Evaluate(BaseCallback):
+        """Training curve every 1% of the run; validation and test backtests every eval_every."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.curve: list[tuple[int, float]] = []
+            self.evals: dict[str, list[float]] = {"timesteps": [], "validation": [], "test": []}
+            self.best: tuple[float, int, Any] = (-np.inf, 0, None)
+            self._next_curve = max(steps // 100, settings.num_envs)
+            self._next_eval = eval_every
+
+        def evaluate(self) -> None:
+            policy = greedy_policy(self.model)
+            v = backtest(policy, val, config, per_year=per_year).strategy.sharpe
+            t = backtest(policy, test, config, per_year=per_year).strategy.sharpe
+            self.evals["timesteps"].append(int(self.num_timesteps))
+            self.evals["validation"].append(v)
+            self.evals["test"].append(t)
+            if v >= self.best[0]:
+                state = copy.deepcopy(self.model.policy.state_dict())
+                self.best = (v, int(self.num_timesteps), state)
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self._next_curve and len(self.model.ep_info_buffer) > 0:
+                self._next_curve += max(steps // 100, settings.num_envs)
+                rets = [e["r"] for e in self.model.ep_info_buffer]
+                self.curve.append((int(self.num_timesteps), float(np.mean(rets))))
+            if self.num_timesteps >= self._next_eval:
+                self._next_eval += eval_every
+                self.evaluate()
+            return True
+
+    cb = Evaluate()
+    t0 = time.perf_counter()
+    model.learn(
+        total_timesteps=steps, callback=cb, progress_bar=settings.progress_bar, tb_log_name="GpuDQN"
+    )
+    wall = time.perf_counter() - t0
+    if not cb.evals["timesteps"] or cb.evals["timesteps"][-1] != model.num_timesteps:
+        cb.evaluate()
+    last_test = backtest(greedy_policy(model), test, config, per_year=per_year)
+    model.policy.load_state_dict(cb.best[2])
+    result = backtest(greedy_policy(model), test, config, per_year=per_year)
+    env.close()
+    return {
+        "model": model,
+        "test": result,
+        "last_test": last_test,
+        "curve": cb.curve,
+        "evals": cb.evals,
+        "selected_step": cb.best[1],
+        "validation_sharpe": cb.best[0],
+        "train_seconds": wall,
+        "timesteps": int(model.num_timesteps),
+    }
+
+
+def _stitch(results: list[BacktestResult]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bar returns [sum(T_k - 1)] of consecutive test windows and their end timestamps."""
+    rets = np.concatenate([r.equity[1:] / r.equity[:-1] - 1.0 for r in results])
+    ts = np.concatenate([r.timestamps[1:] for r in results])
+    return rets, ts
+
+
+def _curve(rets: np.ndarray) -> np.ndarray:
+    return np.concatenate([[1.0], np.cumprod(1.0 + rets)])
+
+
+def walk_forward(
+    data: MarketData,
+    config: EnvConfig,
+    settings: TrainSettings,
+    *,
+    folds: int,
+    train_bars: int | None,
+    test_bars: int | None,
+    seeds: list[int],
+    warm_start: bool,
+    per_year: float,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Rolling-fold training and out-of-sample evaluation of one instrument (``data``).
+
+    :returns: a dict with ``folds`` (per-fold figures and curves), ``stitched`` (curves over all
+        test windows: per seed, ensemble, buy-and-hold, random, rule), ``aggregate`` (metrics of
+        the stitched curves, costs in) and ``sharpe_vs_buy_and_hold`` (block-bootstrap interval
+        of the ensemble's Sharpe minus buy-and-hold's).
+    """
+    pieces = data.walk_forward(folds, train_bars, test_bars)
+    fold_out: list[dict[str, Any]] = []
+    by_seed: dict[int, list[BacktestResult]] = {s: [] for s in seeds}
+    bench: dict[str, list[BacktestResult]] = {"buy_and_hold": [], "random": [], "rule": []}
+    warm: dict[int, Any] = {}
+    for k, (train, test) in enumerate(pieces):
+        runs = []
+        for s in seeds:
+            log(
+                f"fold {k + 1}/{folds}, seed {s}: training on {train.n_bars} bars "
+                f"({_span(train)}), testing on {test.n_bars} ({_span(test)})"
+            )
+            run = train_selected(
+                train,
+                test,
+                config,
+                settings,
+                seed=s,
+                per_year=per_year,
+                init_from=warm.get(s) if warm_start else None,
+            )
+            if warm_start:
+                warm[s] = copy.deepcopy(run["model"].policy.state_dict())
+            by_seed[s].append(run["test"])
+            runs.append(run)
+        rnd = backtest(random_policy(config.n_actions, 10_000 + k), test, config, per_year=per_year)
+        rule = known_rule(test, config)
+        bench["random"].append(rnd)
+        bench["buy_and_hold"].append(runs[0]["test"])  # its buy_and_hold curve
+        if rule is not None:
+            bench["rule"].append(rule)
+        fold_out.append(
+            {
+                "fold": k,
+                "train": _window(train),
+                "test": _window(test),
+                "seeds": [
+                    {
+                        "seed": s,
+                        "strategy": r["test"].strategy.to_dict(),
+                        "last_model_strategy": r["last_test"].strategy.to_dict(),
+                        "selected_step": r["selected_step"],
+                        "validation_sharpe": r["validation_sharpe"],
+                        "train_seconds": r["train_seconds"],
+                        "timesteps": r["timesteps"],
+                        "learning_curve": r["curve"],
+                        "evaluations": r["evals"],
+                    }
+                    for s, r in zip(seeds, runs, strict=True)
+                ],
+                "buy_and_hold": runs[0]["test"].benchmark.to_dict(),
+                "random": rnd.strategy.to_dict(),
+                "rule": rule.strategy.to_dict() if rule is not None else None,
+                "_results": runs,
+                "_random": rnd,
+                "_rule": rule,
+            }
+        )
+    stitched: dict[str, Any] = {}
+    seed_rets = {}
+    for s in seeds:
+        seed_rets[s], ts = _stitch(by_seed[s])
+    ts = np.concatenate([[pieces[0][1].timestamps[0]], ts])
+    ensemble = np.mean([seed_rets[s] for s in seeds], axis=0)
+    bh_rets = np.concatenate(
+        [r.buy_and_hold[1:] / r.buy_and_hold[:-1] - 1.0 for r in bench["buy_and_hold"]]
+    )
+    rnd_rets, _ = _stitch(bench["random"])
+    stitched["timestamps"] = ts
+    stitched["ensemble"] = _curve(ensemble)
+    stitched["seeds"] = {s: _curve(seed_rets[s]) for s in seeds}
+    stitched["buy_and_hold"] = _curve(bh_rets)
+    stitched["random"] = _curve(rnd_rets)
+    if bench["rule"]:
+        stitched["rule"] = _curve(_stitch(bench["rule"])[0])
+    stitched["exposure"] = np.concatenate([r.exposure for r in by_seed[seeds[0]]])
+    stitched["boundaries"] = [p[1].timestamps[0] for p in pieces]
+
+    def m(curve: np.ndarray) -> dict[str, Any]:
+        return curve_metrics(curve, per_year, costs_included=True).to_dict()
+
+    aggregate = {
+        "ensemble": m(stitched["ensemble"]),
+        "seeds": {str(s): m(c) for s, c in stitched["seeds"].items()},
+        "buy_and_hold": m(stitched["buy_and_hold"]),
+        "random": m(stitched["random"]),
+    }
+    if "rule" in stitched:
+        aggregate["rule"] = m(stitched["rule"])
+    ci = sharpe_difference_interval(ensemble, bh_rets, per_year)
+    beats = [
+        all(
+            f["_results"][j]["test"].equity[-1] > f["_results"][j]["test"].buy_and_hold[-1]
+            for f in fold_out
+        )
+        for j in range(len(seeds))
+    ]
+    return {
+        "folds": fold_out,
+        "stitched": stitched,
+        "aggregate": aggregate,
+        "sharpe_vs_buy_and_hold": ci,
+        "beats_buy_and_hold_every_fold": dict(zip(map(str, seeds), beats, strict=True)),
+        "settings": asdict(settings),
+    }
+
+
+def _span(md: MarketData) -> str:
+    import pandas as pd
+
+    return f"{pd.Timestamp(md.timestamps[0])} to {pd.Timestamp(md.timestamps[-1])}"
+
+
+def _window(md: MarketData) -> dict[str, Any]:
+    import pandas as pd
+
+    return {
+        "start": str(pd.Timestamp(md.timestamps[0])),
+        "end": str(pd.Timestamp(md.timestamps[-1])),
+        "bars": int(md.n_bars),
+    }

@@ -1,0 +1,233 @@
+"""Bars from the files people have: CSV or Parquet exports of brokers, exchanges and Yahoo.
+
+``load_bars`` reads one or several files into one ``MarketData``:
+
+- the timestamps come from a column or index named like time or date, in any letter case
+  (``Date``, ``Time``, ``timestamp``, ``Open time``, ``Gmt time``), or the one ``time_column``;
+- text timestamps in ISO order parse as they are; ``d.m.Y`` / ``m/d/Y`` style dates are read
+  day-first or month-first when a field above 12 says which, and refused otherwise with the
+  ``--date-format`` to pass; ``date_format`` always wins;
+- numeric timestamps are epoch seconds, milliseconds, microseconds or nanoseconds by their
+  magnitude (``timestamp_unit`` overrides), and refused when they are none of these;
+- several instruments come from a symbol column (long format: ``instrument``, ``symbol``,
+  ``ticker``, ``asset`` or ``pair``) or from several files (each named after its file);
+- ``columns`` maps the OHLCV fields to the file's names, e.g. ``{"close": "Adj Close"}``.
+
+Every error is a ``DataError`` (a ``ValueError``) naming the file, and the line and column where
+the file has them. Timestamp parsing is ``gpu_trading_env.data.timestamps``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.data.timestamps import DataError, parse_timestamps
+
+__all__ = ["DataError", "load_bars"]
+
+_TIME_NAMES = ("timestamp", "datetime", "date", "time", "date_time", "time (utc)", "gmt time")
+_SYMBOL_NAMES = ("instrument", "symbol", "ticker", "asset", "pair")
+_FIELDS = ("open", "high", "low", "close", "volume")
+
+
+def load_bars(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    date_format: str | None = None,
+    timestamp_unit: str | None = None,
+    time_column: str | None = None,
+    symbol_column: str | None = None,
+    columns: Mapping[str, str] | None = None,
+) -> MarketData:
+    """One ``MarketData`` from one or several CSV / Parquet files of OHLCV bars.
+
+    :param paths: a file or a list of files; instruments of several files are named after each
+        file's stem unless the file has a symbol column.
+    :param date_format: ``strftime`` format of text timestamps, e.g. ``"%d.%m.%Y %H:%M:%S.%f"``.
+    :param timestamp_unit: ``s``, ``ms``, ``us`` or ``ns`` for numeric epoch timestamps.
+    :param time_column: the timestamp column (default: found by name, see the module doc).
+    :param symbol_column: the instrument column of a long-format file (default: found by name).
+    :param columns: ``{field: column}`` for fields named otherwise in the file.
+    :raises DataError: on anything the file does not say clearly; the message names the fix.
+    """
+    files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    if not files:
+        raise DataError("no data file given")
+    if timestamp_unit is not None and timestamp_unit not in ("s", "ms", "us", "ns"):
+        raise DataError(f"timestamp unit {timestamp_unit!r} is invalid: allowed is s, ms, us, ns")
+    mapping = {k.lower(): v for k, v in (columns or {}).items()}
+    bad_fields = sorted(set(mapping) - set(_FIELDS))
+    if bad_fields:
+        raise DataError(f"column mapping names {bad_fields}: allowed fields are {list(_FIELDS)}")
+    frames = []
+    for path in files:
+        df = _read(path)
+        frame = _normalise(
+            df, path, date_format, timestamp_unit, time_column, symbol_column, mapping
+        )
+        if "instrument" not in frame.columns:
+            frame.insert(0, "instrument", path.stem)
+        frames.append((path, frame))
+    seen: dict[str, Path] = {}
+    for path, frame in frames:
+        for name in pd.unique(frame["instrument"]):
+            if name in seen and seen[name] != path:
+                raise DataError(
+                    f"{path}: instrument {name!r} is also in {seen[name]}; give the files "
+                    "distinct names or symbol columns"
+                )
+            seen[name] = path
+    df = pd.concat([f for _, f in frames], ignore_index=True) if len(frames) > 1 else frames[0][1]
+    where = str(files[0]) if len(files) == 1 else ", ".join(map(str, files))
+    try:
+        data = MarketData.from_dataframe(
+            df,
+            timestamp_column="timestamp",
+            instrument_column="instrument",
+            metadata={"source": "file", "paths": [str(p) for p in files]},
+        )
+    except ValueError as exc:
+        # from_dataframe counts rows of the combined table from 0; a file's line is row + 2.
+        raise DataError(f"{where}: {_with_lines(str(exc), frames)}") from None
+    return data
+
+
+def _read(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    if path.is_dir():
+        raise DataError(f"{path}: is a folder, not a CSV or Parquet file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise DataError(
+                    f"{path}: reading Parquet needs pyarrow (pip install 'gpu-trading-env[parquet]')"
+                ) from None
+            df = pd.read_parquet(path)
+            if not isinstance(df.index, pd.RangeIndex):
+                df = df.reset_index()
+            return df
+        if suffix in (".csv", ".txt") or path.name.lower().endswith(".csv.gz"):
+            return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    raise DataError(f"{path}: unknown file type {suffix!r}: allowed is .csv, .csv.gz or .parquet")
+
+
+def _normalise(
+    df: pd.DataFrame,
+    path: Path,
+    date_format: str | None,
+    unit: str | None,
+    time_column: str | None,
+    symbol_column: str | None,
+    mapping: dict[str, str],
+) -> pd.DataFrame:
+    """A frame with columns timestamp (datetime64), [instrument], open, high, low, close, volume."""
+    if len(df) == 0:
+        raise DataError(f"{path}: has a header but no rows")
+    if not isinstance(df.index, pd.RangeIndex):
+        df = df.reset_index()
+    lower = {str(c).strip().lower(): c for c in df.columns}
+    time_col = _pick(df, lower, path, time_column, _TIME_NAMES, "timestamp", "--time-column")
+    if time_col is None:
+        guess = [c for c in df.columns if re.search(r"time|date", str(c), re.IGNORECASE)]
+        if len(guess) == 1:
+            time_col = guess[0]
+        else:
+            raise DataError(
+                f"{path}: no timestamp column among {list(map(str, df.columns))}: "
+                "pass --time-column NAME"
+            )
+    out = pd.DataFrame(
+        {"timestamp": parse_timestamps(df[time_col], date_format, unit, f"{path}", time_col)}
+    )
+    sym_col = _pick(df, lower, path, symbol_column, _SYMBOL_NAMES, "symbol", "--symbol-column")
+    if sym_col is not None:
+        sym = df[sym_col]
+        if sym.isna().any():
+            i = int(np.argmax(sym.isna().to_numpy()))
+            raise DataError(f"{path}, line {i + 2}, column {sym_col!r}: no instrument name")
+        out["instrument"] = sym.astype(str).to_numpy()
+    for field in _FIELDS:
+        name = mapping.get(field)
+        if name is not None:
+            if name not in df.columns:
+                raise DataError(
+                    f"{path}: no column {name!r} for {field} (--column {field}={name}); "
+                    f"the file has {list(map(str, df.columns))}"
+                )
+            col = name
+        else:
+            col = lower.get(field)
+            if col is None:
+                raise DataError(
+                    f"{path}: no {field!r} column among {list(map(str, df.columns))}: "
+                    f"pass --column {field}=NAME"
+                )
+        out[field] = _numbers(df[col], path, col)
+    return out
+
+
+def _pick(
+    df: pd.DataFrame,
+    lower: dict[str, Any],
+    path: Path,
+    given: str | None,
+    names: Sequence[str],
+    what: str,
+    option: str,
+) -> Any:
+    if given is not None:
+        if given in df.columns:
+            return given
+        if given.strip().lower() in lower:
+            return lower[given.strip().lower()]
+        raise DataError(
+            f"{path}: no {what} column {given!r} ({option}); the file has "
+            f"{list(map(str, df.columns))}"
+        )
+    for name in names:
+        if name in lower:
+            return lower[name]
+    return None
+
+
+def _numbers(col: pd.Series, path: Path, name: Any) -> np.ndarray:
+    missing = col.isna().to_numpy()
+    if missing.any():
+        i = int(np.argmax(missing))
+        raise DataError(f"{path}, line {i + 2}, column {str(name)!r}: no value (empty, NaN or N/A)")
+    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+    conv = pd.to_numeric(col, errors="coerce")
+    bad = (pd.isna(conv) & ~pd.isna(col)).to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise DataError(
+            f"{path}, line {i + 2}, column {str(name)!r}: {col.iloc[i]!r} is not a number"
+        )
+    return conv.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _with_lines(message: str, frames: list[tuple[Path, pd.DataFrame]]) -> str:
+    """Rewrite 'row N' of the combined table as 'line L' (of file F when there are several)."""
+    ends = np.cumsum([len(f) for _, f in frames])
+
+    def line(m: re.Match) -> str:
+        row = int(m.group(1))
+        k = int(np.searchsorted(ends, row, side="right"))
+        local = row - (int(ends[k - 1]) if k else 0)
+        return f"line {local + 2}" if len(frames) == 1 else f"{frames[k][0]} line {local + 2}"
+
+    return re.sub(r"\brow (\d+)\b", line, message)

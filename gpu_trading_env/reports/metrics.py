@@ -1,0 +1,256 @@
+"""Performance figures of an equity curve, annualised from the data's own bar calendar.
+
+Every figure is computed from per-bar simple returns ``r_t = equity[t+1] / equity[t] - 1`` of a
+curve that starts at 1.0 (value / initial capital); whether trading costs are in the curve is the
+caller's statement and travels with the figures (``Metrics.costs_included``).
+
+Annualisation: ``bars_per_year`` is inferred from the timestamps as the mean number of bars in a
+complete calendar week times 52.1775 weeks a year, so a stock calendar (about 4.83 daily bars a
+week with holidays) gives about 252, a weekday calendar without holidays 260.9, hourly bars of a
+24/7 market 8766, and 390 minute bars a day on weekdays 101,746. Series shorter than three weeks
+fall back to the median bar spacing over 365.25 days. ``--bars-per-year`` overrides it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "WEEKS_PER_YEAR",
+    "Metrics",
+    "bars_per_year",
+    "buy_and_hold_equity",
+    "curve_metrics",
+    "drawdown",
+    "sharpe",
+    "sharpe_difference_interval",
+]
+
+WEEKS_PER_YEAR = 365.2425 / 7.0  # 52.1775 (Gregorian calendar)
+_NS_PER_DAY = 86_400 * 10**9
+
+
+def bars_per_year(timestamps: np.ndarray) -> float:
+    """Annualisation factor: bars a year in the calendar the timestamps follow.
+
+    :param timestamps: datetime64 [T], increasing.
+    :returns: the mean count of bars per complete ISO week (the first and the last week of the
+        series are left out as they may be partial) times ``WEEKS_PER_YEAR``; with fewer than
+        three weeks, ``365.25 days / median spacing``.
+    :raises ValueError: with fewer than two timestamps.
+    """
+    ts = np.asarray(timestamps).astype("datetime64[ns]")
+    if len(ts) < 2:
+        raise ValueError(f"bars_per_year needs at least 2 timestamps, got {len(ts)}")
+    ns = ts.astype(np.int64)
+    # Weeks counted from a Monday (1970-01-05), so that a week is Monday..Sunday.
+    week = (ns - 4 * _NS_PER_DAY) // (7 * _NS_PER_DAY)
+    weeks, counts = np.unique(week, return_counts=True)
+    if len(weeks) >= 3:
+        inner = counts[1:-1]
+        # Weeks with no bar at all (a market closed for a week) count as weeks of the calendar.
+        span = int(weeks[-2] - weeks[1] + 1)
+        return float(inner.sum() / span * WEEKS_PER_YEAR)
+    step = float(np.median(np.diff(ns)))
+    if step <= 0:
+        raise ValueError("bars_per_year: timestamps do not increase")
+    return float(365.25 * _NS_PER_DAY / step)
+
+
+@dataclass
+class Metrics:
+    """Figures of one equity curve. Returns and drawdowns are fractions, not percent.
+
+    ``turnover`` is traded notional over portfolio value, summed over a year (2.0 = the whole
+    portfolio bought and sold once a year); ``costs_paid`` is the sum of trading costs over the
+    initial capital; ``exposure`` is the mean absolute notional over value; ``time_in_market``
+    the fraction of bars holding a position; ``hit_rate`` the fraction of bars held in the market
+    whose return was positive. Fields that need positions are None for curves without them.
+    """
+
+    total_return: float
+    annual_return: float
+    annual_volatility: float
+    sharpe: float
+    sortino: float
+    max_drawdown: float
+    n_bars: int
+    bars_per_year: float
+    costs_included: bool
+    turnover: float | None = None
+    costs_paid: float | None = None
+    exposure: float | None = None
+    time_in_market: float | None = None
+    hit_rate: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def returns_of(equity: np.ndarray) -> np.ndarray:
+    """float64 [T-1] per-bar simple returns of an equity curve [T]."""
+    equity = np.asarray(equity, dtype=np.float64)
+    return equity[1:] / equity[:-1] - 1.0
+
+
+def sharpe(returns: np.ndarray, per_year: float) -> float:
+    """Annualised Sharpe ratio (zero risk-free rate): mean / sample std (ddof 1) x sqrt(per_year).
+
+    0.0 when the returns do not vary (a flat curve has no risk and no edge).
+    """
+    r = np.asarray(returns, dtype=np.float64)
+    if len(r) < 2:
+        return 0.0
+    sd = float(np.std(r, ddof=1))
+    return float(np.mean(r) / sd * math.sqrt(per_year)) if sd > 0 else 0.0
+
+
+def sortino(returns: np.ndarray, per_year: float) -> float:
+    """Annualised Sortino ratio: mean / downside deviation sqrt(mean(min(r, 0)^2)) x sqrt(per_year)."""
+    r = np.asarray(returns, dtype=np.float64)
+    if len(r) == 0:
+        return 0.0
+    down = math.sqrt(float(np.mean(np.minimum(r, 0.0) ** 2)))
+    return float(np.mean(r) / down * math.sqrt(per_year)) if down > 0 else 0.0
+
+
+def drawdown(equity: np.ndarray) -> np.ndarray:
+    """float64 [T]: 1 - equity / running peak (0 at a new high)."""
+    equity = np.asarray(equity, dtype=np.float64)
+    return 1.0 - equity / np.maximum.accumulate(equity)
+
+
+def curve_metrics(
+    equity: np.ndarray,
+    per_year: float,
+    *,
+    costs_included: bool,
+    exposure: np.ndarray | None = None,
+    traded: np.ndarray | None = None,
+    costs: np.ndarray | None = None,
+) -> Metrics:
+    """Figures of an equity curve.
+
+    :param equity: float64 [T], value / initial capital per bar (equity[0] is the start).
+    :param per_year: bars per year (see ``bars_per_year``).
+    :param costs_included: whether the curve is net of trading costs (recorded, not applied).
+    :param exposure: float64 [T-1], signed notional / value held over bar t -> t+1.
+    :param traded: float64 [T-1], |traded notional| / value at bar t.
+    :param costs: float64 [T-1], costs paid at bar t / initial capital.
+    """
+    equity = np.asarray(equity, dtype=np.float64)
+    if len(equity) < 2:
+        raise ValueError(f"curve_metrics needs at least 2 bars, got {len(equity)}")
+    if not per_year > 0:
+        raise ValueError(f"per_year must be > 0, got {per_year}")
+    r = returns_of(equity)
+    growth = equity[-1] / equity[0]
+    years = len(r) / per_year
+    annual = float(growth ** (1.0 / years) - 1.0) if growth > 0 else -1.0
+    vol = float(np.std(r, ddof=1) * math.sqrt(per_year)) if len(r) > 1 else 0.0
+    m = Metrics(
+        total_return=float(growth - 1.0),
+        annual_return=annual,
+        annual_volatility=vol,
+        sharpe=sharpe(r, per_year),
+        sortino=sortino(r, per_year),
+        max_drawdown=float(drawdown(equity).max()),
+        n_bars=int(len(equity)),
+        bars_per_year=float(per_year),
+        costs_included=bool(costs_included),
+    )
+    if exposure is not None:
+        exposure = np.asarray(exposure, dtype=np.float64)
+        held = exposure != 0.0
+        m.exposure = float(np.mean(np.abs(exposure)))
+        m.time_in_market = float(np.mean(held))
+        m.hit_rate = float(np.mean(r[held] > 0.0)) if held.any() else 0.0
+    if traded is not None:
+        m.turnover = float(np.mean(traded) * per_year)
+    if costs is not None:
+        m.costs_paid = float(np.sum(costs))
+    return m
+
+
+def buy_and_hold_equity(close: np.ndarray, cost_rate: float) -> tuple[np.ndarray, np.ndarray]:
+    """Buy with all the capital at the first close and sell at the last, paying ``cost_rate``
+    (fraction of traded notional) on both trades.
+
+    :returns: ``(equity [T], costs [T-1])``: value / initial capital per bar, the last bar net of
+        the selling cost; costs paid at each bar / initial capital.
+    """
+    close = np.asarray(close, dtype=np.float64)
+    if not 0.0 <= cost_rate < 1.0:
+        raise ValueError(f"cost_rate must be in [0, 1), got {cost_rate}")
+    units = 1.0 / (close[0] * (1.0 + cost_rate))  # per unit of initial capital
+    equity = units * close
+    costs = np.zeros(len(close) - 1)
+    costs[0] = units * close[0] * cost_rate
+    exit_cost = units * close[-1] * cost_rate
+    equity[-1] -= exit_cost
+    costs[-1] += exit_cost
+    return equity, costs
+
+
+def sharpe_difference_interval(
+    returns_a: np.ndarray,
+    returns_b: np.ndarray,
+    per_year: float,
+    *,
+    level: float = 0.95,
+    n_boot: int = 2000,
+    block: int | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Circular block bootstrap of ``Sharpe(a) - Sharpe(b)`` on paired per-bar returns.
+
+    Blocks of ``block`` consecutive bars (default ``ceil(T ** (1/3))``) are drawn with
+    replacement from the pair series wrapped into a circle, the same blocks for both series, so
+    that their correlation and short-range dependence are kept. The interval is the percentile
+    interval of the resampled differences.
+
+    :returns: ``{"difference", "low", "high", "level", "block", "n_boot", "p_value"}``, where
+        ``p_value`` is the two-sided bootstrap share of resampled differences on the other side
+        of zero.
+    """
+    a = np.asarray(returns_a, dtype=np.float64)
+    b = np.asarray(returns_b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired returns must be 1-D of one length, got {a.shape} and {b.shape}")
+    t = len(a)
+    if t < 4:
+        raise ValueError(f"the bootstrap needs at least 4 paired returns, got {t}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    blk = int(block) if block is not None else max(1, math.ceil(t ** (1.0 / 3.0)))
+    if not 1 <= blk <= t:
+        raise ValueError(f"block must be in [1, {t}], got {block}")
+    rng = np.random.default_rng(seed)
+    n_blocks = math.ceil(t / blk)
+    starts = rng.integers(0, t, size=(n_boot, n_blocks))
+    idx = ((starts[:, :, None] + np.arange(blk)[None, None, :]) % t).reshape(n_boot, -1)[:, :t]
+
+    def ann_sharpe(x: np.ndarray) -> np.ndarray:
+        sd = x.std(axis=1, ddof=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = np.where(sd > 0, x.mean(axis=1) / sd, 0.0)
+        return s * math.sqrt(per_year)
+
+    diff = ann_sharpe(a[idx]) - ann_sharpe(b[idx])
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(diff, [tail, 1.0 - tail])
+    point = sharpe(a, per_year) - sharpe(b, per_year)
+    p = 2.0 * min(float(np.mean(diff <= 0.0)), float(np.mean(diff >= 0.0)))
+    return {
+        "difference": float(point),
+        "low": float(lo),
+        "high": float(hi),
+        "level": float(level),
+        "block": int(blk),
+        "n_boot": int(n_boot),
+        "p_value": float(min(p, 1.0)),
+    }

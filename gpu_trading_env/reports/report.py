@@ -1,0 +1,272 @@
+"""The report of a run: labelled PNG plots, ``metrics.json`` and one HTML page linking them.
+
+Plots (matplotlib, Agg backend):
+
+- ``plot_equity``: value / initial capital of the strategy and its benchmarks over time (costs
+  in, as the legend says), linear or log scale, with the drawdown below;
+- ``plot_position``: the exposure held over time;
+- ``plot_learning_curve``: mean training episode return against env steps, with the greedy
+  policy's validation and out-of-sample evaluations on a second axis and the selected point;
+- ``plot_folds``: one group of bars per walk-forward fold.
+
+``write_html`` writes ``index.html``: a title, the notes (data source, "synthetic" where it is,
+costs, annualisation), a metrics table and every image with its caption.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpu_trading_env.reports.metrics import drawdown
+
+if TYPE_CHECKING:
+    from gpu_trading_env.reports.backtest import BacktestResult
+
+__all__ = [
+    "plot_curves",
+    "plot_equity",
+    "plot_folds",
+    "plot_learning_curve",
+    "plot_position",
+    "write_html",
+    "write_json",
+]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path, dates: bool = False) -> None:
+    if dates:
+        fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    _pyplot().close(fig)
+
+
+def _suffix(synthetic: bool) -> str:
+    return " (synthetic data)" if synthetic else ""
+
+
+def plot_curves(
+    timestamps: np.ndarray,
+    curves: Mapping[str, np.ndarray],
+    path: Path,
+    title: str,
+    *,
+    log_scale: bool = False,
+    synthetic: bool = False,
+    boundaries: Sequence[np.datetime64] = (),
+) -> None:
+    """Equity curves [T] (value / initial capital) over time, and their drawdowns below.
+
+    The first curve is drawn bold; ``boundaries`` are drawn as dotted vertical lines (walk-forward
+    fold starts).
+    """
+    plt = _pyplot()
+    fig, (ax, dd) = plt.subplots(
+        2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
+    )
+    for k, (label, eq) in enumerate(curves.items()):
+        eq = np.asarray(eq, dtype=np.float64)
+        kw = {"lw": 1.6} if k == 0 else {"lw": 1.0, "alpha": 0.85}
+        ax.plot(timestamps, eq, label=label, **kw)
+        dd.plot(timestamps, -100.0 * drawdown(eq), **kw)
+    for b in boundaries:
+        ax.axvline(b, color="grey", ls=":", lw=0.8)
+        dd.axvline(b, color="grey", ls=":", lw=0.8)
+    if log_scale:
+        ax.set_yscale("log")
+    ax.set_ylabel("value / initial capital" + (" (log scale)" if log_scale else ""))
+    ax.set_title(title + _suffix(synthetic))
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    dd.set_ylabel("drawdown (%)")
+    dd.set_xlabel("bar timestamp")
+    dd.grid(alpha=0.3)
+    _save(fig, path, dates=True)
+
+
+def plot_equity(
+    result: BacktestResult,
+    path: Path,
+    title: str = "Out-of-sample equity",
+    *,
+    log_scale: bool = False,
+    synthetic: bool = False,
+    extra: Mapping[str, np.ndarray] | None = None,
+) -> None:
+    """A backtest's equity beside buy-and-hold (both net of costs) and any ``extra`` curves."""
+    curves = {
+        f"strategy, costs in (Sharpe {result.strategy.sharpe:.2f})": result.equity,
+        f"buy and hold, costs in (Sharpe {result.benchmark.sharpe:.2f})": result.buy_and_hold,
+        **(extra or {}),
+    }
+    plot_curves(
+        result.timestamps,
+        curves,
+        path,
+        f"{title}: {result.instrument}",
+        log_scale=log_scale,
+        synthetic=synthetic,
+    )
+
+
+def plot_position(
+    timestamps: np.ndarray,
+    exposure: np.ndarray,
+    path: Path,
+    title: str = "Position held",
+    *,
+    synthetic: bool = False,
+) -> None:
+    """Exposure [T-1] (signed notional / value) held from bar t to t+1, as a step plot."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    ax.step(timestamps[: len(exposure)], exposure, where="post", lw=0.7)
+    ax.axhline(0.0, color="k", lw=0.5)
+    ax.set_ylabel("exposure\n(notional / value)")
+    ax.set_xlabel("bar timestamp")
+    ax.set_title(title + _suffix(synthetic))
+    ax.grid(alpha=0.3)
+    _save(fig, path, dates=True)
+
+
+def plot_learning_curve(
+    timesteps: np.ndarray,
+    returns: np.ndarray,
+    path: Path,
+    reference: float | None = None,
+    *,
+    evals: Mapping[str, Sequence[float]] | None = None,
+    selected: int | None = None,
+    title: str = "Learning curve",
+) -> None:
+    """Mean training episode return (reward, last 100 episodes) against env steps.
+
+    :param evals: ``{"timesteps": [...], "validation": [...], "test": [...]}``: the greedy
+        policy's Sharpe ratio (costs in) on the validation and out-of-sample windows, drawn on a
+        second axis.
+    :param selected: the env step of the model kept (best validation), marked with a line.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    if len(timesteps):
+        ax.plot(timesteps, returns, color="C0", label="training: mean episode reward (last 100)")
+    if reference is not None:
+        ax.axhline(reference, color="k", ls="--", lw=0.8, label="known rule, per episode")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode reward")
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if evals and len(evals.get("timesteps", [])):
+        ax2 = ax.twinx()
+        ax2.plot(evals["timesteps"], evals["validation"], "o-", color="C2", ms=3, lw=1)
+        ax2.plot(evals["timesteps"], evals["test"], "s--", color="C3", ms=3, lw=1)
+        ax2.set_ylabel("greedy policy Sharpe, costs in")
+        handles += ax2.get_lines()[-2:]
+        labels += ["validation window (selects the model)", "out-of-sample window (not used)"]
+    if selected is not None:
+        line = ax.axvline(selected, color="C2", ls=":", lw=1)
+        handles.append(line)
+        labels.append("model kept")
+    ax.legend(handles, labels, fontsize=8, loc="best")
+    ax.set_title(title)
+    _save(fig, path)
+
+
+def plot_folds(
+    folds: Sequence[Mapping[str, float]],
+    path: Path,
+    *,
+    value: str = "total return, costs in (%)",
+    synthetic: bool = False,
+) -> None:
+    """One group of bars per fold: ``folds[k]`` maps a series name to its value in fold k."""
+    plt = _pyplot()
+    names = list(folds[0]) if folds else []
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / max(len(names), 1)
+    x = np.arange(len(folds))
+    for j, name in enumerate(names):
+        ax.bar(x + (j - (len(names) - 1) / 2) * width, [f[name] for f in folds], width, label=name)
+    ax.axhline(0.0, color="k", lw=0.5)
+    ax.set_xticks(x, [f"fold {k}" for k in range(len(folds))])
+    ax.set_ylabel(value)
+    ax.set_title("Out-of-sample window of each fold" + _suffix(synthetic))
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    _save(fig, path)
+
+
+def write_json(obj: Any, path: Path) -> None:
+    path.write_text(json.dumps(obj, indent=2, default=_jsonable))
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
+
+
+def write_html(
+    out: Path,
+    title: str,
+    notes: Sequence[str],
+    table: Sequence[Sequence[Any]],
+    images: Sequence[tuple[str, str]],
+    *,
+    metrics_file: str = "metrics.json",
+) -> Path:
+    """``out/index.html``: notes, a table (first row is the header), images with captions.
+
+    The page needs nothing but the files next to it: no script, no external style sheet.
+    """
+
+    def cell(x: Any) -> str:
+        return html.escape(f"{x:.4g}" if isinstance(x, float) else str(x))
+
+    rows = []
+    for i, row in enumerate(table):
+        tag = "th" if i == 0 else "td"
+        rows.append("<tr>" + "".join(f"<{tag}>{cell(c)}</{tag}>" for c in row) + "</tr>")
+    figures = "\n".join(
+        f'<figure><img src="{html.escape(src)}" alt="{html.escape(cap)}">'
+        f"<figcaption>{html.escape(cap)}</figcaption></figure>"
+        for src, cap in images
+    )
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; max-width: 980px; margin: 2em auto; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+img {{ max-width: 100%; }} figure {{ margin: 1.5em 0; }} figcaption {{ color: #555; }}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<ul>{"".join(f"<li>{html.escape(n)}</li>" for n in notes)}</ul>
+<table>{"".join(rows)}</table>
+<p>All figures: <a href="{html.escape(metrics_file)}">{html.escape(metrics_file)}</a>.</p>
+{figures}
+</body></html>
+"""
+    path = out / "index.html"
+    path.write_text(page)
+    return path

@@ -1,0 +1,224 @@
+"""The command line on bad input: one line on stderr, a non-zero exit code, nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agents import cli
+from gpu_trading_env.data.features import WARMUP_BARS
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _csv(path, n=WARMUP_BARS + 40, drop=(), time_format="%Y-%m-%d"):
+    rng = np.random.default_rng(0)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
+    open_ = np.r_[close[0], close[:-1]]
+    df = pd.DataFrame(
+        {
+            "Date": pd.bdate_range("2015-01-01", periods=n).strftime(time_format),
+            "Open": open_,
+            "High": np.maximum(open_, close) * 1.001,
+            "Low": np.minimum(open_, close) * 0.999,
+            "Close": close,
+            "Volume": 1000.0,
+        }
+    ).drop(columns=list(drop))
+    df.to_csv(path, index=False)
+    return path
+
+
+def _fails(capsys, argv, *needles, code=2):
+    """Run the command; assert exit code, exactly one stderr line holding every needle."""
+    before = set(os.listdir("."))
+    try:
+        got = cli.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        got = exc.code
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert got == code, (got, err)
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert "Traceback" not in err
+    assert set(os.listdir(".")) == before, "the command left files behind"
+    return lines[0]
+
+
+TRAIN = ["train", "--device", "cpu", "--out", "out"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (TRAIN + ["--timesteps", "-5"], ["--timesteps -5 is invalid", "> 0"]),
+        (TRAIN + ["--timesteps", "0"], ["--timesteps 0 is invalid"]),
+        (TRAIN + ["--timesteps", "abc"], ["'abc' is not an integer"]),
+        (TRAIN + ["--num-envs", "0"], ["--num-envs 0 is invalid"]),
+        (TRAIN + ["--batch-size", "0"], ["--batch-size 0 is invalid"]),
+        (TRAIN + ["--train-fraction", "1.0"], ["--train-fraction 1.0 is invalid", "(0, 1)"]),
+        (TRAIN + ["--train-fraction", "0"], ["--train-fraction 0.0 is invalid"]),
+        (TRAIN + ["--episode-length", "1"], ["--episode-length 1 is invalid"]),
+        (TRAIN + ["--learning-rate", "-1"], ["--learning-rate -1.0 is invalid"]),
+        (TRAIN + ["--gamma", "0"], ["--gamma 0.0 is invalid"]),
+        (TRAIN + ["--gamma", "1.5"], ["--gamma 1.5 is invalid"]),
+        (TRAIN + ["--val-fraction", "0.9"], ["--val-fraction 0.9 is invalid"]),
+        (TRAIN + ["--eval-every", "0"], ["--eval-every 0 is invalid"]),
+        (TRAIN + ["--seed", "-1"], ["--seed -1 is invalid"]),
+        (TRAIN + ["--torch-threads", "0"], ["--torch-threads 0 is invalid"]),
+        (TRAIN + ["--bars-per-year", "0"], ["--bars-per-year 0.0 is invalid"]),
+        (["train", "--device", "tpu", "--out", "out"], ["--device 'tpu' is invalid"]),
+        (TRAIN + ["--env", "nonsense=1"], ["--env 'nonsense=1' is invalid", "FIELD=VALUE"]),
+        (TRAIN + ["--env", "spread=-1"], ["spread"]),
+        (TRAIN + ["--data", "absent.csv"], ["--data absent.csv: no such file"]),
+        (TRAIN + ["--column", "close"], ["--column 'close' is invalid", "FIELD=NAME"]),
+        (TRAIN + ["--date-format", "%Y"], ["apply to --data files"]),
+        (TRAIN + ["--no-such-option"], ["unrecognized arguments: --no-such-option"]),
+        (["eval", "--model", "nowhere/model.zip"], ["--model nowhere/model.zip: no such file"]),
+        (["backtest", "--exposure", "2"], ["--exposure 2.0 is invalid", "[-1, 1]"]),
+        (["backtest", "--train-fraction", "1"], ["--train-fraction 1.0 is invalid"]),
+        (["backtest", "--instrument", "XYZ"], ["--instrument 'XYZ'", "planted_0"]),
+        (["walkforward", "--folds", "0"], ["--folds 0 is invalid"]),
+        (["walkforward", "--seeds", "-1"], ["--seeds -1 is invalid"]),
+        (["walkforward", "--test-bars", "1"], ["--test-bars 1 is invalid"]),
+        (["walkforward", "--folds", "30", "--test-bars", "1000"], ["too few", "--folds"]),
+        (["bench", "--steps", "0"], ["--steps 0 is invalid"]),
+        (["frobnicate"], ["invalid choice: 'frobnicate'"]),
+    ],
+)
+def test_bad_options(in_tmp, capsys, argv, needles):
+    line = _fails(capsys, argv, *needles)
+    assert "model.zip.zip" not in line
+
+
+def test_missing_column_names_the_cli_option(in_tmp, capsys):
+    _csv(in_tmp / "novol.csv", drop=["Volume"])
+    _fails(capsys, TRAIN + ["--data", "novol.csv"], "novol.csv", "--column volume=NAME")
+    _fails(
+        capsys,
+        ["backtest", "--data", "novol.csv", "--column", "volume=Vol"],
+        "no column 'Vol' for volume",
+    )
+
+
+def test_data_errors_name_file_line_and_column(in_tmp, capsys):
+    path = _csv(in_tmp / "bad.csv")
+    df = pd.read_csv(path).astype({"High": object})
+    df.loc[40, "High"] = "#N/A"
+    df.to_csv(path, index=False)
+    _fails(capsys, ["backtest", "--data", "bad.csv"], "bad.csv, line 42, column 'High'")
+
+
+def test_ambiguous_dates_name_the_date_format(in_tmp, capsys):
+    _csv(in_tmp / "dm.csv", time_format="%d.%m.%Y")
+    df = pd.read_csv("dm.csv")
+    # Keep only days 1..12 so that day and month cannot be told apart.
+    df[pd.to_datetime(df["Date"], format="%d.%m.%Y").dt.day <= 12].to_csv("dm.csv", index=False)
+    _fails(
+        capsys,
+        ["backtest", "--data", "dm.csv"],
+        "dm.csv, column 'Date'",
+        "--date-format '%d.%m.%Y' or --date-format '%m.%d.%Y'",
+    )
+
+
+def test_debug_shows_the_traceback(in_tmp):
+    with pytest.raises(cli.UsageError):
+        cli.main(["--debug", "train", "--timesteps", "-5"])
+    with pytest.raises(cli.UsageError):
+        cli.main(["train", "--debug", "--timesteps", "-5"])
+
+
+def test_default_out_folders_do_not_collide(in_tmp):
+    a = cli.default_out("train")
+    a.mkdir(parents=True)
+    b = cli.default_out("train")
+    assert a != b and not b.exists()
+    assert cli.default_out("backtest").name.startswith("backtest-")
+
+
+def test_every_option_has_help_and_a_default_shown(capsys):
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.dest in ("help",) or action.help == "==SUPPRESS==":
+                continue
+            assert action.help, f"{name} {action.option_strings} has no help"
+        text = p.format_help()
+        assert "(default:" in text, name
+
+
+def test_backtest_writes_the_report(in_tmp, capsys):
+    path = _csv(in_tmp / "GOOGL.csv", n=WARMUP_BARS + 300)
+    assert cli.main(["backtest", "--data", str(path), "--rule", "buy_and_hold", "--out", "r"]) == 0
+    out = capsys.readouterr().out
+    assert "report: r/index.html" in out
+    m = json.loads((in_tmp / "r" / "metrics.json").read_text())
+    assert m["synthetic_data"] is False
+    assert m["strategy"]["costs_included"] and m["buy_and_hold"]["costs_included"]
+    assert not m["buy_and_hold_frictionless"]["costs_included"]
+    assert 250 < m["bars_per_year"] < 262  # weekdays, not calendar days
+    for f in ("equity_curve.png", "equity_curve_log.png", "position.png", "index.html"):
+        assert (in_tmp / "r" / f).exists()
+    page = (in_tmp / "r" / "index.html").read_text()
+    assert 'href="metrics.json"' in page and 'src="equity_curve.png"' in page
+
+
+def test_backtest_of_synthetic_data_says_so(in_tmp, capsys):
+    assert cli.main(["backtest", "--train-fraction", "0.95", "--out", "s"]) == 0
+    assert "(synthetic data)" in capsys.readouterr().out
+    assert "SYNTHETIC" in (in_tmp / "s" / "index.html").read_text()
+
+
+def test_bench_runs_from_the_package(in_tmp, capsys):
+    assert cli.main(["bench", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "numpy" in out and "SyncVectorEnv" in out
+
+
+@pytest.mark.slow
+def test_walkforward_end_to_end_tiny(in_tmp, capsys):
+    argv = [
+        "walkforward",
+        "--device",
+        "cpu",
+        "--folds",
+        "2",
+        "--train-bars",
+        "400",
+        "--test-bars",
+        "100",
+        "--timesteps",
+        "64",
+        "--num-envs",
+        "4",
+        "--eval-every",
+        "32",
+        "--seeds",
+        "0",
+        "1",
+        "--no-progress",
+        "--out",
+        "wf",
+    ]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "report: wf/index.html" in out and "known rule" in out
+    m = json.loads((in_tmp / "wf" / "metrics.json").read_text())
+    assert len(m["folds"]) == 2 and len(m["folds"][0]["seeds"]) == 2
+    assert set(m["aggregate"]) >= {"ensemble", "buy_and_hold", "random", "rule", "seeds"}
+    assert m["sharpe_vs_buy_and_hold"]["low"] <= m["sharpe_vs_buy_and_hold"]["high"]
+    for k in range(2):
+        assert (in_tmp / "wf" / f"learning_curve_fold{k}.png").exists()
+    assert (in_tmp / "wf" / "folds.png").exists()

@@ -1,0 +1,168 @@
+"""Loading the layouts real exports have: Yahoo, a day-first FX export, epoch-ms crypto, long format."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_trading_env.data.features import WARMUP_BARS
+from gpu_trading_env.data.loaders import DataError, load_bars
+from gpu_trading_env.data.market_data import MarketData
+
+N = WARMUP_BARS + 30
+
+
+def _ohlcv(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
+    open_ = np.r_[close[0], close[:-1]]
+    high = np.maximum(open_, close) * 1.002
+    low = np.minimum(open_, close) * 0.998
+    vol = rng.integers(1_000, 5_000, n).astype(float)
+    return pd.DataFrame({"Open": open_, "High": high, "Low": low, "Close": close, "Volume": vol})
+
+
+def test_yahoo_daily(tmp_path):
+    df = _ohlcv(N)
+    dates = pd.bdate_range("2019-01-02", periods=N)
+    df.insert(0, "Date", dates.strftime("%Y-%m-%d"))
+    df.insert(5, "Adj Close", df["Close"].round(2))
+    path = tmp_path / "GOOGL.csv"
+    df.to_csv(path, index=False)
+    md = load_bars(path)
+    assert md.instruments == ("GOOGL",)
+    assert md.n_bars == N - WARMUP_BARS
+    assert pd.Timestamp(md.timestamps[0]) == dates[WARMUP_BARS]
+    np.testing.assert_allclose(md.close, df["Close"].to_numpy()[WARMUP_BARS:])
+    adj = load_bars(path, columns={"close": "Adj Close"})
+    np.testing.assert_allclose(adj.close, df["Adj Close"].to_numpy()[WARMUP_BARS:])
+
+
+def _fx_frame(start: str, freq: str = "1h") -> pd.DataFrame:
+    df = _ohlcv(N, seed=1)
+    ts = pd.date_range(start, periods=N, freq=freq)
+    df.insert(0, "Time", ts.strftime("%d.%m.%Y %H:%M:%S.000"))
+    return df
+
+
+def test_day_first_hourly_fx_export(tmp_path):
+    # gym-anytrading's FOREX_EURUSD_1H_ASK.csv layout; 1 Jan 22:00 onwards reaches day 13.
+    df = _fx_frame("2017-01-01 22:00")
+    assert df["Time"].iloc[0] == "01.01.2017 22:00:00.000"
+    path = tmp_path / "FOREX_EURUSD_1H_ASK.csv"
+    df.to_csv(path, index=False)
+    md = load_bars(path)
+    expected = pd.date_range("2017-01-01 22:00", periods=N, freq="1h")[WARMUP_BARS:]
+    np.testing.assert_array_equal(md.timestamps, expected.to_numpy())
+    # The same frame with its text index named Time, straight into from_dataframe.
+    direct = MarketData.from_dataframe(df.set_index("Time"))
+    np.testing.assert_array_equal(direct.timestamps, md.timestamps)
+
+
+def test_ambiguous_day_month_is_refused_with_both_formats(tmp_path):
+    df = _fx_frame("2017-01-01 00:00", freq="30min")  # days 1..8 only: 1..12 either way
+    path = tmp_path / "fx.csv"
+    df.to_csv(path, index=False)
+    with pytest.raises(DataError) as exc:
+        load_bars(path)
+    msg = str(exc.value)
+    assert "fx.csv" in msg and "'Time'" in msg
+    assert "--date-format '%d.%m.%Y %H:%M:%S.%f'" in msg
+    assert "--date-format '%m.%d.%Y %H:%M:%S.%f'" in msg
+    md = load_bars(path, date_format="%d.%m.%Y %H:%M:%S.%f")
+    last = pd.Timestamp("2017-01-01") + (N - 1) * pd.Timedelta("30min")
+    assert pd.Timestamp(md.timestamps[-1]) == last
+
+
+def test_epoch_milliseconds_crypto_export(tmp_path):
+    df = _ohlcv(N, seed=2)
+    ts = pd.date_range("2021-03-01", periods=N, freq="1min")
+    df.insert(0, "open_time", (ts - pd.Timestamp("1970-01-01")) // pd.Timedelta("1ms"))
+    df.columns = [c.lower() for c in df.columns]
+    path = tmp_path / "BTCUSDT-1m.csv"
+    df.to_csv(path, index=False)
+    md = load_bars(path)
+    np.testing.assert_array_equal(md.timestamps, ts[WARMUP_BARS:].to_numpy())
+    seconds = df.assign(open_time=df["open_time"] // 1000)
+    seconds.to_csv(path, index=False)
+    np.testing.assert_array_equal(load_bars(path).timestamps, md.timestamps)
+
+
+def test_numbers_that_are_no_epoch_name_the_options(tmp_path):
+    df = _ohlcv(N)
+    dates = pd.bdate_range("2019-01-02", periods=N)
+    df.insert(0, "date", dates.strftime("%Y%m%d").astype(int))
+    path = tmp_path / "ymd.csv"
+    df.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"--timestamp-unit .* --date-format"):
+        load_bars(path)
+    md = load_bars(path, date_format="%Y%m%d")
+    assert pd.Timestamp(md.timestamps[0]) == dates[WARMUP_BARS]
+
+
+def test_long_format_multi_symbol_file(tmp_path):
+    dates = pd.bdate_range("2020-01-01", periods=N)
+    frames = []
+    for k, sym in enumerate(["AAPL", "MSFT", "SPY"]):
+        f = _ohlcv(N, seed=10 + k)
+        f.insert(0, "Symbol", sym)
+        f.insert(0, "Date", dates.strftime("%Y-%m-%d"))
+        frames.append(f)
+    long = pd.concat(frames).sort_values(["Date", "Symbol"], kind="stable")
+    path = tmp_path / "prices_long.csv"
+    long.to_csv(path, index=False)
+    md = load_bars(path)
+    assert md.instruments == ("AAPL", "MSFT", "SPY")
+    assert list(md.bars_per_instrument) == [N - WARMUP_BARS] * 3
+    np.testing.assert_allclose(
+        md.instrument("MSFT").close, frames[1]["Close"].to_numpy()[WARMUP_BARS:]
+    )
+
+
+def test_several_files_are_several_instruments(tmp_path):
+    paths = []
+    for k, sym in enumerate(["EURUSD", "GBPUSD"]):
+        df = _ohlcv(N, seed=20 + k)
+        df.insert(0, "timestamp", pd.date_range("2022-01-03", periods=N, freq="1h"))
+        paths.append(tmp_path / f"{sym}.csv")
+        df.to_csv(paths[-1], index=False)
+    md = load_bars(paths)
+    assert md.instruments == ("EURUSD", "GBPUSD")
+    (tmp_path / "copy").mkdir()
+    twin = tmp_path / "copy" / "EURUSD.csv"
+    twin.write_bytes(paths[0].read_bytes())
+    with pytest.raises(DataError, match="also in"):
+        load_bars([paths[0], twin])
+
+
+def test_errors_name_file_line_and_column(tmp_path):
+    df = _ohlcv(N)
+    df.insert(0, "Date", pd.bdate_range("2019-01-02", periods=N).strftime("%Y-%m-%d"))
+    bad = df.astype({"Close": object})
+    bad.loc[7, "Close"] = "n/a?"
+    path = tmp_path / "bad.csv"
+    bad.to_csv(path, index=False)
+    with pytest.raises(
+        DataError, match=r"bad\.csv, line 9, column 'Close': 'n/a\?' is not a number"
+    ):
+        load_bars(path)
+    unsorted = df.copy()
+    unsorted.loc[[10, 11], "Date"] = unsorted.loc[[11, 10], "Date"].to_numpy()
+    unsorted.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"bad\.csv: timestamps not sorted .*line 13"):
+        load_bars(path)
+    df.drop(columns=["Volume"]).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"no 'volume' column .* --column volume=NAME"):
+        load_bars(path)
+    df.rename(columns={"Date": "When"}).to_csv(path, index=False)
+    with pytest.raises(DataError, match="--time-column"):
+        load_bars(path)
+    assert load_bars(path, time_column="when").n_bars == N - WARMUP_BARS
+    with pytest.raises(DataError, match="no such file"):
+        load_bars(tmp_path / "absent.csv")
+    with pytest.raises(DataError, match="line 5: '2019-13-45' does not match --date-format"):
+        d = df.copy()
+        d.loc[3, "Date"] = "2019-13-45"
+        d.to_csv(path, index=False)
+        load_bars(path, date_format="%Y-%m-%d")

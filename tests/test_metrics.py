@@ -1,0 +1,150 @@
+"""Metrics against hand-computed values: annualisation, ratios, costs, the bootstrap's coverage."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_trading_env.reports.metrics import (
+    WEEKS_PER_YEAR,
+    bars_per_year,
+    buy_and_hold_equity,
+    curve_metrics,
+    sharpe_difference_interval,
+)
+
+
+def test_weeks_per_year_is_the_gregorian_average():
+    assert WEEKS_PER_YEAR * 7 == pytest.approx(365.2425)
+
+
+def test_daily_weekday_bars_are_261_a_year():
+    ts = pd.bdate_range("2021-01-04", periods=300).to_numpy()
+    assert bars_per_year(ts) == pytest.approx(5 * 52.1775, rel=1e-6)
+
+
+def test_daily_bars_with_holidays_give_the_stock_calendar():
+    # 252 trading days: every weekday of 2019 except 9 holidays, spread over 9 weeks.
+    days = pd.bdate_range("2019-01-01", "2019-12-31")
+    holidays = days[[0, 14, 34, 74, 99, 126, 157, 226, 248]]
+    ts = days.difference(holidays)
+    # The first (Tue 1 Jan - Fri 4 Jan, a holiday on the 1st) and the last (Mon 30 - Tue 31 Dec)
+    # weeks are partial and left out: 252 - 3 - 2 bars over 52 - 2 complete weeks... of 53.
+    weeks = pd.Index(ts.to_period("W-SUN")).unique()
+    expected = (252 - 3 - 2) / (len(weeks) - 2) * 52.1775
+    assert len(ts) == 252
+    assert bars_per_year(ts.to_numpy()) == pytest.approx(expected)
+    assert 250 < bars_per_year(ts.to_numpy()) < 254
+
+
+def test_hourly_bars_of_a_24_7_market():
+    ts = pd.date_range("2020-01-01", periods=24 * 60, freq="1h").to_numpy()
+    assert bars_per_year(ts) == pytest.approx(24 * 365.2425)
+
+
+def test_hourly_fx_bars_sunday_evening_to_friday_evening():
+    # 22:00 Sunday to 21:00 Friday: 120 bars a week.
+    ts = pd.date_range("2017-01-01 22:00", periods=24 * 7 * 8, freq="1h")
+    ts = ts[~((ts.day_of_week == 5) | ((ts.day_of_week == 6) & (ts.hour < 22)))]
+    ts = ts[~((ts.day_of_week == 4) & (ts.hour >= 22))]
+    assert bars_per_year(ts.to_numpy()) == pytest.approx(120 * 52.1775)
+
+
+def test_minute_bars_of_a_stock_session():
+    days = pd.bdate_range("2024-01-01", periods=25)
+    ts = np.concatenate(
+        [pd.date_range(d + pd.Timedelta("9h30min"), periods=390, freq="1min") for d in days]
+    )
+    assert bars_per_year(ts) == pytest.approx(390 * 5 * 52.1775)
+
+
+def test_short_series_fall_back_to_the_spacing():
+    ts = pd.date_range("2024-01-01", periods=10, freq="15min").to_numpy()
+    assert bars_per_year(ts) == pytest.approx(365.25 * 96)
+
+
+def test_curve_metrics_by_hand():
+    equity = np.array([1.0, 1.1, 0.99, 1.089])
+    r = np.array([0.1, -0.1, 0.1])
+    m = curve_metrics(equity, 252.0, costs_included=True, exposure=np.array([1.0, 0.0, -0.5]))
+    assert m.total_return == pytest.approx(0.089)
+    assert m.annual_return == pytest.approx(1.089 ** (252 / 3) - 1)
+    sd = math.sqrt(((0.1 - 1 / 30) ** 2 * 2 + (-0.1 - 1 / 30) ** 2) / 2)
+    assert m.sharpe == pytest.approx((1 / 30) / sd * math.sqrt(252))
+    assert m.annual_volatility == pytest.approx(sd * math.sqrt(252))
+    assert m.sortino == pytest.approx((1 / 30) / math.sqrt(0.01 / 3) * math.sqrt(252))
+    assert m.max_drawdown == pytest.approx(0.1)
+    assert m.exposure == pytest.approx(0.5)
+    assert m.time_in_market == pytest.approx(2 / 3)
+    assert m.hit_rate == pytest.approx(1.0)  # held over bars 0 and 2, both +10%
+    assert r.mean() == pytest.approx(1 / 30)
+
+
+def test_hit_rate_counts_only_bars_in_the_market():
+    equity = np.array([1.0, 1.1, 1.0, 1.2, 1.1])
+    m = curve_metrics(equity, 252, costs_included=False, exposure=np.array([1, 0, 1, 1.0]))
+    # Held over bars 0 (+), 2 (+), 3 (-): 2 of 3.
+    assert m.hit_rate == pytest.approx(2 / 3)
+
+
+def test_turnover_and_costs():
+    equity = np.ones(5)
+    traded = np.array([1.0, 0.0, 2.0, 0.0])
+    costs = np.array([1e-4, 0.0, 2e-4, 0.0])
+    m = curve_metrics(equity, 252, costs_included=True, traded=traded, costs=costs)
+    assert m.turnover == pytest.approx(0.75 * 252)
+    assert m.costs_paid == pytest.approx(3e-4)
+    assert m.sharpe == 0.0 and m.max_drawdown == 0.0
+
+
+def test_buy_and_hold_pays_the_entry_and_the_exit_cost():
+    close = np.array([100.0, 110.0, 121.0])
+    rate = 1e-3
+    equity, costs = buy_and_hold_equity(close, rate)
+    units = 1.0 / (100.0 * 1.001)
+    assert equity[0] == pytest.approx(1.0 / 1.001)
+    assert equity[1] == pytest.approx(units * 110.0)
+    assert equity[-1] == pytest.approx(units * 121.0 * (1 - rate))
+    assert costs.sum() == pytest.approx(units * 100 * rate + units * 121 * rate)
+    free, free_costs = buy_and_hold_equity(close, 0.0)
+    np.testing.assert_allclose(free, close / 100.0)
+    assert free_costs.sum() == 0.0
+
+
+def test_bootstrap_interval_of_identical_series_is_zero():
+    r = np.random.default_rng(0).normal(0, 0.01, 300)
+    ci = sharpe_difference_interval(r, r, 252)
+    assert ci["difference"] == 0.0 and ci["low"] == 0.0 and ci["high"] == 0.0
+
+
+def test_bootstrap_interval_covers_the_true_difference():
+    """AR(1) returns with known mean and variance: the 90% interval of the Sharpe difference
+    holds the true value in about 90% of replications."""
+    rng = np.random.default_rng(1)
+    per_year, n, reps, phi = 252.0, 500, 200, 0.2
+    mu_a, mu_b, sigma = 0.001, 0.0, 0.01
+    sd = sigma / math.sqrt(1 - phi * phi)
+    truth = (mu_a - mu_b) / sd * math.sqrt(per_year)
+    hits = 0
+    for k in range(reps):
+        eps = rng.standard_normal((2, n))
+        x = np.empty((2, n))
+        x[:, 0] = eps[:, 0] * sd
+        for t in range(1, n):
+            x[:, t] = phi * x[:, t - 1] + sigma * eps[:, t]
+        ci = sharpe_difference_interval(
+            x[0] + mu_a, x[1] + mu_b, per_year, level=0.9, n_boot=400, seed=k
+        )
+        hits += ci["low"] <= truth <= ci["high"]
+    coverage = hits / reps
+    assert 0.82 <= coverage <= 0.97, coverage
+
+
+def test_bootstrap_rejects_bad_input():
+    with pytest.raises(ValueError, match="paired"):
+        sharpe_difference_interval(np.zeros(5), np.zeros(6), 252)
+    with pytest.raises(ValueError, match="level"):
+        sharpe_difference_interval(np.zeros(5), np.zeros(5), 252, level=1.5)
