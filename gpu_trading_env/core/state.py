@@ -8,6 +8,7 @@ i+1's, which keeps the kernel's accesses coalesced.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -131,24 +132,57 @@ def outputs_from_block(
     return StepOutputs(**block_views(block, layout))
 
 
+@functools.lru_cache(maxsize=64)
+def _view_plan(
+    layout: tuple[tuple[str, Any, tuple[int, ...], int], ...],
+) -> tuple[tuple[str, Any, tuple[int, ...], tuple[int, ...], int, int], ...]:
+    """Per field of ``layout``: name, dtype, shape, element strides, byte offset, byte end."""
+    plan = []
+    for name, dtype, shape, offset in layout:
+        strides = tuple(int(np.prod(shape[k + 1 :])) for k in range(len(shape)))
+        plan.append(
+            (name, dtype, shape, strides, offset, offset + int(np.prod(shape)) * dtype.itemsize)
+        )
+    return tuple(plan)
+
+
 def block_views(
     block: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]
 ) -> dict[str, Any]:
     """``{name: view}`` of the arrays of ``layout`` that lie within ``block`` (a prefix of a
-    full block holds the leading fields only)."""
-    torch_block = hasattr(block, "data_ptr")
-    arrays = {}
-    for name, dtype, shape, offset in layout:
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        if offset + nbytes > block.shape[0]:
-            continue
-        raw = block[offset : offset + nbytes]
-        if torch_block:
-            import torch
+    full block holds the leading fields only).
 
-            arrays[name] = raw.view(_TORCH_DTYPES[dtype.char](torch)).view(shape)
-        else:
-            arrays[name] = raw.view(dtype).reshape(shape)
+    This runs on every owned-output step, so it makes one view per field (NumPy: an ndarray
+    over the block's buffer; torch: one strided view of the block reinterpreted once per
+    dtype) from a plan computed once per layout.
+    """
+    size = int(block.shape[0])
+    plan = _view_plan(layout)
+    if isinstance(block, np.ndarray):
+        return {
+            name: np.ndarray(shape, dtype, buffer=block, offset=offset)
+            for name, dtype, shape, _, offset, end in plan
+            if end <= size
+        }
+    arrays = {}
+    if not hasattr(block, "data_ptr"):  # CuPy
+        for name, dtype, shape, _, offset, end in plan:
+            if end <= size:
+                arrays[name] = block[offset:end].view(dtype).reshape(shape)
+        return arrays
+    import torch
+
+    typed: dict[str, Any] = {}
+    for name, dtype, shape, strides, offset, end in plan:
+        if end > size:
+            continue
+        flat = typed.get(dtype.char)
+        if flat is None:
+            whole = size - size % dtype.itemsize
+            flat = typed[dtype.char] = block[:whole].view(_TORCH_DTYPES[dtype.char](torch))
+        arrays[name] = flat.as_strided(
+            shape, strides, flat.storage_offset() + offset // dtype.itemsize
+        )
     return arrays
 
 
