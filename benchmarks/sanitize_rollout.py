@@ -23,7 +23,14 @@ args = parser.parse_args()
 
 data = MarketData.synthetic(kind="regime", n_bars=1500, n_instruments=2, seed=5)
 N = 300  # not a multiple of the block size
-kw = dict(num_envs=N, data=data, episode_length=25, profit_target_bps=30.0, stop_loss_bps=20.0)
+kw = dict(
+    num_envs=N,
+    data=data,
+    episode_length=25,
+    profit_target_bps=30.0,
+    stop_loss_bps=20.0,
+    autoreset_mode="same_step",  # the monolithic kernel resets in the same step
+)
 
 # Monolithic kernel: every transition against the reference env.
 env = TradingVectorEnv(device=args.device, **kw)

@@ -91,8 +91,8 @@ def soak_env(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         comps = info["reward_components"]
         bad += (~lib.isfinite(reward)).sum() + (~lib.isfinite(comps)).sum()
         bad += (~lib.isfinite(obs)).sum()
-        ended = info["_episode"]
-        length = info["episode"]["l"]
+        ended = info["_episode_length"]
+        length = info["episode_length"]
         episodes += ended.sum()
         bad_lengths += (ended & ((length < 1) | (length > args.episode_length))).sum()
         if mode == "disabled":

@@ -121,8 +121,8 @@ def test_step_invariants(cfg, close, n_instruments, curiosity, seed, data) -> No
         np.testing.assert_array_equal(info["portfolio_value"][live], expect[live])
         np.testing.assert_array_equal(info["position"][live], s.position[live])
         # Every ended episode is reported exactly once, on the step it ends.
-        np.testing.assert_array_equal(info["_episode"], done)
-        reported += int(info["_episode"].sum())
+        np.testing.assert_array_equal(info["_episode_return"], done)
+        reported += int(info["_episode_return"].sum())
         ended += int(done.sum())
         if disabled and done.any():
             env.reset(options={"reset_mask": done})
@@ -145,7 +145,7 @@ def test_next_step_and_same_step_report_each_episode_once(mode: str) -> None:
         barriers=False,
     )
     env.reset(seed=0)
-    flags = [env.step(np.array([18, 20]))[4]["_episode"].copy() for _ in range(8)]
+    flags = [env.step(np.array([18, 20]))[4]["_episode_return"].copy() for _ in range(8)]
     per_env = np.array(flags).sum(axis=0)
     # Flat actions, no barriers: episodes end by truncation only. Episodes of 3 steps: SAME_STEP ends one every 3 steps, NEXT_STEP every 4 (a reset step).
     expected = 8 // 3 if mode == "same_step" else 8 // 4
