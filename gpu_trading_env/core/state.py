@@ -9,6 +9,7 @@ i+1's, which keeps the kernel's accesses coalesced.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -120,7 +121,7 @@ def output_layout(
     offset = 0
     for name, dtype, shape in specs:
         layout.append((name, np.dtype(dtype), shape, offset))
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         offset += (nbytes + 15) // 16 * 16
     return tuple(layout), max(offset, 16)
 
@@ -139,9 +140,9 @@ def _view_plan(
     """Per field of ``layout``: name, dtype, shape, element strides, byte offset, byte end."""
     plan = []
     for name, dtype, shape, offset in layout:
-        strides = tuple(int(np.prod(shape[k + 1 :])) for k in range(len(shape)))
+        strides = tuple(math.prod(shape[k + 1 :]) for k in range(len(shape)))
         plan.append(
-            (name, dtype, shape, strides, offset, offset + int(np.prod(shape)) * dtype.itemsize)
+            (name, dtype, shape, strides, offset, offset + math.prod(shape) * dtype.itemsize)
         )
     return tuple(plan)
 
