@@ -25,19 +25,12 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from gpu_trading_env.gpu.device import to_numpy
+
 __all__ = ["SB3VecEnv"]
 
 # Keys of the vector info that are translated rather than passed through per env.
 _SPECIAL_KEYS = ("episode", "episode_return", "episode_length", "final_obs", "final_info")
-
-
-def _to_numpy(x: Any) -> np.ndarray:
-    """One host copy of a torch tensor, a CuPy array or anything array-like."""
-    if hasattr(x, "detach"):
-        return x.detach().cpu().numpy()
-    if hasattr(x, "get") and not isinstance(x, np.ndarray | dict):
-        return x.get()
-    return np.asarray(x)
 
 
 def _autoreset_mode(venv: GymVectorEnv) -> Any:
@@ -122,7 +115,7 @@ class SB3VecEnv(VecEnv):
         self._reset_seeds()
         self._reset_options()
         self.reset_infos = self._split_infos(info, None, None, None)
-        return np.array(_to_numpy(obs), copy=True)
+        return np.array(to_numpy(obs), copy=True)
 
     def step_async(self, actions: np.ndarray) -> None:
         """Remember ``actions`` ``[N]`` (int for ``Discrete``) for :meth:`step_wait`."""
@@ -140,10 +133,10 @@ class SB3VecEnv(VecEnv):
             actions = actions.reshape(self.num_envs).astype(np.int64, copy=False)
         self._actions = None
         obs, reward, terminated, truncated, info = self.venv.step(actions)
-        obs_np = np.array(_to_numpy(obs), copy=True)
-        rewards = np.array(_to_numpy(reward), dtype=np.float32, copy=True).reshape(self.num_envs)
-        term = _to_numpy(terminated).astype(bool).reshape(self.num_envs)
-        trunc = _to_numpy(truncated).astype(bool).reshape(self.num_envs)
+        obs_np = np.array(to_numpy(obs), copy=True)
+        rewards = np.array(to_numpy(reward), dtype=np.float32, copy=True).reshape(self.num_envs)
+        term = to_numpy(terminated).astype(bool).reshape(self.num_envs)
+        trunc = to_numpy(truncated).astype(bool).reshape(self.num_envs)
         dones = term | trunc
         infos = self._split_infos(info, dones, term, trunc)
         return obs_np, rewards, dones, infos
@@ -247,7 +240,7 @@ class SB3VecEnv(VecEnv):
                     mask = final.get(f"_{key}", info.get("_final_info"))
                     _scatter(infos, key, value, mask)
         if "final_obs" in info:
-            final_obs = _to_numpy(info["final_obs"])
+            final_obs = to_numpy(info["final_obs"])
             for i in done_idx:
                 infos[i]["terminal_observation"] = np.array(final_obs[i], copy=True)
         stats = None
@@ -257,9 +250,9 @@ class SB3VecEnv(VecEnv):
             stats = info["episode"]["r"], info["episode"]["l"], info.get("_episode")
         if stats is not None:
             ep_r, ep_l, mask = stats
-            has_ep = dones if mask is None else _to_numpy(mask).astype(bool)
-            r = _to_numpy(ep_r)
-            length = _to_numpy(ep_l)
+            has_ep = dones if mask is None else to_numpy(mask).astype(bool)
+            r = to_numpy(ep_r)
+            length = to_numpy(ep_l)
             t = round(time.time() - self._t_start, 6)
             for i in np.flatnonzero(has_ep):
                 infos[i]["episode"] = {"r": float(r[i]), "l": int(length[i]), "t": t}
@@ -285,10 +278,10 @@ def _scatter(infos: list[dict[str, Any]], key: str, value: Any, mask: Any) -> No
             if sub[i]:
                 infos[i][key] = sub[i]
         return
-    arr = _to_numpy(value)
+    arr = to_numpy(value)
     if arr.ndim == 0 or arr.shape[0] != n:
         return
-    rows = range(n) if mask is None else np.flatnonzero(_to_numpy(mask))
+    rows = range(n) if mask is None else np.flatnonzero(to_numpy(mask))
     if arr.ndim == 1 and arr.dtype != object:
         vals = arr.tolist()
         for i in rows:

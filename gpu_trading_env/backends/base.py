@@ -30,6 +30,7 @@ from gpu_trading_env.core.state import (
     allocate_state,
     instrument_bounds,
 )
+from gpu_trading_env.gpu.device import to_numpy
 
 
 @dataclass(frozen=True)
@@ -68,14 +69,6 @@ class CuriosityWeights:
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
-def _host_copy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach"):  # torch, any device
-        x = x.detach().cpu().numpy()
-    elif hasattr(x, "get") and not isinstance(x, np.ndarray):  # CuPy
-        x = x.get()
-    return np.asarray(x)
-
-
 def check_curiosity_weights(weights: CuriosityWeights, state_dims: int, hidden: int) -> None:
     """Raise ValueError unless every weight has its shape and is finite in float32.
 
@@ -85,7 +78,7 @@ def check_curiosity_weights(weights: CuriosityWeights, state_dims: int, hidden: 
     d, h = int(state_dims), int(hidden)
     expected = {"w1": (h, d + N_CATEGORIES), "b1": (h,), "w2": (d, h), "b2": (d,)}
     for name, shape in expected.items():
-        arr = _host_copy(getattr(weights, name))
+        arr = np.asarray(to_numpy(getattr(weights, name)))
         if tuple(arr.shape) != shape:
             raise ValueError(
                 f"curiosity weight {name} has shape {tuple(arr.shape)}; expected {shape} "

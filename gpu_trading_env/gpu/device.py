@@ -11,8 +11,20 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 # Headers of this layer (philox.cuh) that kernels of either package include.
 INCLUDE_DIR = Path(__file__).resolve().parent / "kernels"
+
+
+def to_numpy(x: Any) -> Any:
+    """One host copy of a torch tensor (any device) or a CuPy array; anything else array-like
+    through ``np.asarray``."""
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "get") and not isinstance(x, np.ndarray | dict):
+        return x.get()
+    return np.asarray(x)
 
 
 @functools.cache
