@@ -57,6 +57,7 @@ def soak_env(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         data=data,
         episode_length=args.episode_length,
         autoreset_mode=mode,
+        copy_outputs=args.owned,
     )
     n = env.num_envs
     d, h = env.config.curiosity_state_dims, env.config.curiosity_hidden
@@ -88,9 +89,13 @@ def soak_env(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     start = time.perf_counter()
     for t in range(steps):
         obs, reward, term, trunc, info = env.step(draw())
-        comps = info["reward_components"]
-        bad += (~lib.isfinite(reward)).sum() + (~lib.isfinite(comps)).sum()
-        bad += (~lib.isfinite(obs)).sum()
+        # A NaN or inf anywhere makes the array's sum non-finite: one reduction per array and
+        # no array-sized temporaries (a per-element isfinite cost more than the step itself).
+        f64 = lib.float64
+        total = (
+            obs.sum(dtype=f64) + reward.sum(dtype=f64) + info["reward_components"].sum(dtype=f64)
+        )
+        bad += ~lib.isfinite(total)
         ended = info["_episode_length"]
         length = info["episode_length"]
         episodes += ended.sum()
@@ -115,6 +120,10 @@ def soak_env(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             _check(bool(((bar >= lo) & (bar < hi)).all()), f"{mode}: bar outside its instrument")
             cash, pos = host(s.cash), host(s.position)
             _check(bool(np.isfinite(cash).all() and np.isfinite(pos).all()), f"{mode}: money")
+            if args.verbose:
+                done_steps = (t + 1) * n
+                rate = done_steps / (time.perf_counter() - start)
+                print(f"  {mode}: {done_steps:.3e} env-steps checked ({rate:.3e}/s)", flush=True)
     if cuda:
         th.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -204,7 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tree-batch", type=int, default=4096)
     p.add_argument("--tree-check-every", type=int, default=20_000, help="updates between checks")
     p.add_argument("--sample-every", type=int, default=4, help="updates between sample calls")
+    p.add_argument(
+        "--owned",
+        action="store_true",
+        help="owned outputs (a copy per step); default: zero-copy, as the fused rollout steps",
+    )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verbose", action="store_true", help="a progress line at every check")
     p.add_argument("--out", default=None, help="write the figures here as JSON")
     args = p.parse_args(argv)
     figures: dict[str, Any] = {"args": vars(args), "env": [], "tree": None}

@@ -45,3 +45,26 @@ def test_soak_catches_a_tree_whose_root_is_wrong(soak) -> None:
     tree.sum_tree[1] = np.nextafter(tree.sum_tree[1], np.inf)  # one ulp off
     with pytest.raises(soak.SoakFailure, match="pairwise leaf sum"):
         soak.check_tree(tree, 2)
+
+
+@pytest.mark.parametrize("field", ["obs", "reward", "reward_components"])
+def test_soak_catches_a_non_finite_output(soak, monkeypatch, field) -> None:
+    """One NaN in one env's output of one step fails the soak (the sum-based check sees it)."""
+    from gpu_trading_env import TradingVectorEnv
+
+    real_step = TradingVectorEnv.step
+    calls = {"n": 0}
+
+    def poisoned(self, actions):
+        obs, reward, term, trunc, info = real_step(self, actions)
+        calls["n"] += 1
+        if calls["n"] == 7:
+            obs, reward, info = obs.copy(), reward.copy(), dict(info)
+            target = {"obs": obs, "reward": reward}.get(field)
+            if target is None:
+                target = info["reward_components"] = info["reward_components"].copy()
+            target.reshape(-1)[5] = np.nan
+        return obs, reward, term, trunc, info
+
+    monkeypatch.setattr(TradingVectorEnv, "step", poisoned)
+    assert soak.main(TINY) == 1
