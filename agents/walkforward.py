@@ -176,9 +176,18 @@ def train_selected(
             return True
 
     cb = Evaluate()
+    # SB3 dumps its logs every log_interval episodes; thousands of envs end episodes every step,
+    # and a dump per step (TensorBoard write, stdout table) cost more than the step: about 100
+    # dumps per run.
+    episodes = steps // max(int(config.episode_length), 1)
+    log_interval = max(4, episodes // 100)
     t0 = time.perf_counter()
     model.learn(
-        total_timesteps=steps, callback=cb, progress_bar=settings.progress_bar, tb_log_name="GpuDQN"
+        total_timesteps=steps,
+        callback=cb,
+        log_interval=log_interval,
+        progress_bar=settings.progress_bar,
+        tb_log_name="GpuDQN",
     )
     wall = time.perf_counter() - t0
     if not cb.evals["timesteps"] or cb.evals["timesteps"][-1] != model.num_timesteps:

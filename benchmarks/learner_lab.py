@@ -186,11 +186,12 @@ def bench_steps(data: MarketData, names: list[str], reps: int = 300) -> list[dic
                 gen = th.Generator(device="cuda")
                 gen.manual_seed(0)
                 cap = buf.buffer_size * buf.n_envs
-                while buf.size() * buf.n_envs < cap:
-                    o = th.randn(4096, dim, device="cuda", generator=gen)
-                    z = th.zeros(4096, dtype=th.bool, device="cuda")
-                    a = th.randint(0, 45, (4096,), device="cuda", generator=gen)
-                    r = th.randn(4096, device="cuda", generator=gen)
+                n = buf.n_envs
+                while buf.size() * n < cap:
+                    o = th.randn(n, dim, device="cuda", generator=gen)
+                    z = th.zeros(n, dtype=th.bool, device="cuda")
+                    a = th.randint(0, 45, (n,), device="cuda", generator=gen)
+                    r = th.randn(n, device="cuda", generator=gen)
                     buf.add_tensors(o, o.roll(1, 0), a, r, z, z)
                 t_compile = time.perf_counter()
                 for _ in range(5):
@@ -281,6 +282,22 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
     from agents.cli import main as cli_main
 
     original = _patched_gpu_dqn()
+    import agents.walkforward as wf
+
+    timers = {"dump_logs": 0.0, "backtest": 0.0}
+
+    def timed(fn: Any, key: str) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                timers[key] += time.perf_counter() - t
+
+        return wrapper
+
+    wf.backtest = timed(wf.backtest, "backtest")
+    original.dump_logs = timed(original.dump_logs, "dump_logs")
     rows = []
     for cfg in configs:
         _GPU_DQN_OVERRIDES.clear()
@@ -290,6 +307,8 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
             argv = ["train", "--device", "cuda", "--seed", str(seed), "--no-progress"]
             argv += ["--out", str(run_dir), *cfg.get("cli", [])]
             t0 = time.perf_counter()
+            for key in timers:
+                timers[key] = 0.0
             try:
                 rc = cli_main(argv)
                 m = json.loads((run_dir / "metrics.json").read_text())
@@ -302,6 +321,7 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
                     "vs_rule": m.get("agent_return_vs_known_rule"),
                     "agent_return": m.get("strategy", {}).get("total_return"),
                     "selected": m.get("model_selection"),
+                    **{f"{k}_s": v for k, v in timers.items()},
                 }
             except Exception as err:
                 traceback.print_exc()
