@@ -58,9 +58,26 @@ class TrainSettings:
 
 
 def greedy_policy(model: Any) -> Callable[[np.ndarray, int], np.ndarray]:
+    """The model's greedy action per bar, from a CPU copy of its Q-network taken now.
+
+    A backtest asks for one action per bar: a one-row forward. On the GPU each is a host round
+    trip, and torch's CPU thread pool on a busy machine made it about 8 ms (a 4,000-bar backtest
+    took 30 s on two loaded cores, 2.6 s with one thread); so the forward runs on the CPU with
+    one intra-op thread, and the caller's thread setting is restored after each call.
+    """
+    import torch as th
+
+    q_net = copy.deepcopy(model.q_net).to("cpu").eval()
+
     def policy(obs: np.ndarray, bar: int) -> np.ndarray:
-        action, _ = model.predict(obs, deterministic=True)
-        return np.asarray(action).reshape(1)
+        threads = th.get_num_threads()
+        th.set_num_threads(1)
+        try:
+            with th.inference_mode():
+                x = th.as_tensor(np.asarray(obs, dtype=np.float32)).reshape(1, -1)
+                return q_net(x).argmax(dim=1).numpy().astype(np.int64)
+        finally:
+            th.set_num_threads(threads)
 
     return policy
 

@@ -222,3 +222,27 @@ def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     for k in range(2):
         assert (in_tmp / "wf" / f"learning_curve_fold{k}.png").exists()
     assert (in_tmp / "wf" / "folds.png").exists()
+
+
+def test_greedy_policy_matches_predict() -> None:
+    """The backtests' CPU copy of the Q-network picks the actions ``model.predict`` picks, and
+    leaves torch's thread setting as it found it."""
+    import gymnasium as gym
+    import torch as th
+
+    import gpu_trading_env  # noqa: F401
+    from agents import GpuDQN
+    from agents.walkforward import greedy_policy
+    from gpu_trading_env import MarketData
+
+    env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu", data=MarketData.default())
+    model = GpuDQN("DuelingPolicy", env, buffer_size=100, seed=3, device="cpu")
+    policy = greedy_policy(model)
+    threads = th.get_num_threads()
+    rng = np.random.default_rng(0)
+    dim = env.single_observation_space.shape[0]
+    for _ in range(50):
+        obs = rng.normal(0.0, 2.0, (1, dim)).astype(np.float32)
+        expected, _ = model.predict(obs, deterministic=True)
+        assert policy(obs, 0).tolist() == np.asarray(expected).reshape(1).tolist()
+    assert th.get_num_threads() == threads
