@@ -1,6 +1,7 @@
 """The walk-forward reports in docs/: a daily stock-like series and the planted market.
 
     python benchmarks/walkforward_figures.py --timesteps 30000 --seeds 0 1
+    python benchmarks/walkforward_figures.py --which planted --device cuda --timesteps 8000000
 
 1. ``stock``: a seeded daily series in Yahoo's CSV layout (``Date,Open,High,Low,Close,Adj Close,
    Volume``) on the NYSE calendar of 2012-2023 (weekdays less US federal holidays), GARCH(1,1)
@@ -73,6 +74,10 @@ def main() -> None:
     parser.add_argument("--timesteps", type=int, default=30_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--extra", nargs=argparse.REMAINDER, default=[], help="more walkforward options, last"
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from agents import cli
@@ -80,7 +85,7 @@ def main() -> None:
     work = ROOT / "runs" / "walkforward_figures"
     common = [
         "--device",
-        "cpu",
+        args.device,
         "--timesteps",
         str(args.timesteps),
         "--seeds",
@@ -88,6 +93,7 @@ def main() -> None:
         "--torch-threads",
         str(args.torch_threads),
         "--no-progress",
+        *args.extra,
     ]
     runs = {
         "stock": [
