@@ -37,9 +37,9 @@ from stable_baselines3.common.type_aliases import (
 )
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from stable_baselines3.dqn.policies import DQNPolicy
-from torch.nn import functional as F
 
 from agents.curiosity import CuriosityModel
+from agents.dqn_loss import td_target, weighted_td_loss
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
@@ -431,13 +431,11 @@ class GpuDQN(DQN):
         """
         gamma = self.gamma if discounts is None else discounts
         with th.no_grad():
-            next_q_target = self.q_net_target(next_observations)
-            if self.double_q:
-                next_actions = self.q_net(next_observations).argmax(dim=1, keepdim=True)
-                next_q = th.gather(next_q_target, 1, next_actions)
-            else:
-                next_q = next_q_target.max(dim=1, keepdim=True).values
-            return rewards.reshape(-1, 1) + (1.0 - dones.reshape(-1, 1)) * gamma * next_q
+            q_next_target = self.q_net_target(next_observations)
+            q_next_online = self.q_net(next_observations) if self.double_q else None
+        return td_target(
+            rewards.reshape(-1, 1), dones.reshape(-1, 1), gamma, q_next_target, q_next_online
+        )
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """``gradient_steps`` prioritized double-DQN updates, then priorities and curiosity.
@@ -499,19 +497,13 @@ class GpuDQN(DQN):
                 data.rewards, data.next_observations, data.dones, data.discounts
             )
             q = th.gather(self.q_net(data.observations), 1, data.actions.long())
-            elementwise = F.smooth_l1_loss(q, target, reduction="none")
-            weights = getattr(data, "weights", None)
-            if weights is not None:
-                loss = (weights.reshape(-1, 1).to(elementwise.dtype) * elementwise).mean()
-            else:
-                loss = elementwise.mean()
+            loss, td = weighted_td_loss(q, target, getattr(data, "weights", None))
 
             self.policy.optimizer.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
 
-            td = (q.detach() - target).abs().reshape(-1)
             indices = getattr(data, "indices", None)
             if indices is not None and device_buffer:
                 buffer.update_priorities(indices, td)
