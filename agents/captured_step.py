@@ -68,7 +68,7 @@ def captured_train_unsupported(model: Any) -> str | None:
     if model.device.type != "cuda":
         return f"the model is on {model.device}, not a CUDA device"
     buffer = model.replay_buffer
-    if not isinstance(buffer, PrioritizedReplayBuffer) or buffer.tree.backend != "cuda":
+    if not isinstance(buffer, PrioritizedReplayBuffer) or not buffer.tree.capturable:
         return "the replay buffer is not a PrioritizedReplayBuffer on a CUDA device"
     if not isinstance(model.observation_space, spaces.Box):
         return "the observation space is not a Box"

@@ -126,6 +126,14 @@ class NumpySumMinTree(SumMinTree):
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         return _is_weights(self.sum_tree[idx + self.pow2], self.min_tree[1], float(beta))
 
+    def to_torch(self, x: Any) -> Any:
+        import torch
+
+        return torch.as_tensor(np.asarray(x))
+
+    def from_torch(self, x: Any) -> np.ndarray:
+        return x.detach().cpu().numpy()
+
     def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
         return self.sum_tree, self.min_tree
 

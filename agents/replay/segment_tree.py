@@ -192,6 +192,7 @@ class CudaSumMinTree(SumMinTree):
     """
 
     backend = "cuda"
+    capturable = True
 
     def __init__(self, capacity: int, seed: int = 0, device: int | None = None) -> None:
         super().__init__(capacity, seed)
@@ -555,6 +556,20 @@ class CudaSumMinTree(SumMinTree):
                     ),
                 )
         return out
+
+    def to_torch(self, x: Any) -> Any:
+        import torch
+
+        if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):  # CuPy: no copy
+            return torch.from_dlpack(x)
+        return torch.as_tensor(np.asarray(x), device=torch.device("cuda", self.device))
+
+    def from_torch(self, x: Any) -> Any:
+        import torch
+
+        x = x.detach()
+        device = torch.device("cuda", self.device)
+        return x if x.device == device else x.to(device)
 
     def _host(self, x: Any) -> np.ndarray:
         cp = self._cp

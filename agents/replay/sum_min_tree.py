@@ -27,6 +27,9 @@ class SumMinTree:
     """
 
     backend = "abstract"
+    # Whether sample_into exists and update never waits for the host, so that a CUDA graph can
+    # record both (agents.captured_step).
+    capturable = False
 
     def __init__(self, capacity: int, seed: int = 0) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
@@ -172,6 +175,17 @@ class SumMinTree:
 
     def reset(self) -> None:
         """Empty every leaf and set the running maximum back to 1."""
+        raise NotImplementedError
+
+    # Exchange with torch (the replay buffer's storage).
+    def to_torch(self, x: Any) -> Any:
+        """``x`` (an array of this tree's kind, such as :meth:`sample` returns, or anything NumPy
+        reads) as a torch tensor on the tree's device, sharing memory where it can."""
+        raise NotImplementedError
+
+    def from_torch(self, x: Any) -> Any:
+        """The torch tensor ``x``, detached, as :meth:`update` and :meth:`weights` take it on this
+        tree's device (a NumPy array for the NumPy tree, a device tensor for the CUDA tree)."""
         raise NotImplementedError
 
     # Host-side views (copies for the CUDA tree: they synchronise).
