@@ -1,4 +1,5 @@
-"""The sum/min tree in NumPy: the reference of the specification in :mod:`agents.replay.segment_tree`."""
+"""The sum/min tree in NumPy: the reference of the specification in
+:mod:`agents.replay.sum_min_tree`."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _is_weights(leaf: np.ndarray, min_value: float, beta: float) -> np.ndarray:
 
 
 class NumpySumMinTree(SumMinTree):
-    """The tree in NumPy (see the module docstring for the specification)."""
+    """The tree in NumPy (the specification is in :mod:`agents.replay.sum_min_tree`)."""
 
     backend = "numpy"
 
