@@ -99,17 +99,7 @@ class MonolithicRollout:
                 np.int32(steps),
                 np.uint64(self.seed),
                 np.uint64(self.round),
-                *(
-                    cp.from_dlpack(out[k])
-                    for k in (
-                        "obs",
-                        "action",
-                        "reward",
-                        "terminated",
-                        "truncated",
-                        "next_obs",
-                    )
-                ),
+                *(cp.from_dlpack(t) for t in out.values()),  # in the kernel's order
                 np.int32(n),
             )
             self.kernel(((n + BLOCK - 1) // BLOCK,), (BLOCK,), args)
