@@ -16,8 +16,9 @@ The whole step, in order::
     error   = max(error, tree status)               # first rejected position, or -1
     sums   += (loss, mean |y - q|)
 
-This is :meth:`GpuDQN.train`'s eager loop, step for step (the eager path runs two forwards of
-the online net where this one runs one over both halves). The learning rate and beta enter as
+This is :meth:`GpuDQN.train`'s eager loop, step for step, with the same target and loss
+(:mod:`agents.dqn_loss`); the eager path runs two forwards of the online net where this one runs
+one over both halves. The learning rate and beta enter as
 device scalars filled before a replay when their host values change, so one graph serves the
 whole run; the target network is updated by SB3's ``_on_step`` schedule, between train calls,
 as on the eager path. Loss, mean TD error and the error flag reach the host every
@@ -43,7 +44,8 @@ from typing import Any
 
 import torch as th
 from gymnasium import spaces
-from torch.nn import functional as F
+
+from agents.dqn_loss import td_target, weighted_td_loss
 
 __all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
 
@@ -66,7 +68,7 @@ def captured_train_unsupported(model: Any) -> str | None:
     if model.device.type != "cuda":
         return f"the model is on {model.device}, not a CUDA device"
     buffer = model.replay_buffer
-    if not isinstance(buffer, PrioritizedReplayBuffer) or buffer.tree.backend != "cuda":
+    if not isinstance(buffer, PrioritizedReplayBuffer) or not buffer.tree.capturable:
         return "the replay buffer is not a PrioritizedReplayBuffer on a CUDA device"
     if not isinstance(model.observation_space, spaces.Box):
         return "the observation space is not a Box"
@@ -251,22 +253,16 @@ class CapturedTrainStep:
         q_all = m.q_net(x)
         q = th.gather(q_all[:b], 1, actions.long())
         with th.no_grad():
-            next_q_target = m.q_net_target(x[b:])
-            if m.double_q:
-                next_actions = q_all[b:].detach().argmax(dim=1, keepdim=True)
-                next_q = th.gather(next_q_target, 1, next_actions)
-            else:
-                next_q = next_q_target.max(dim=1, keepdim=True).values
-            target = rewards + (1.0 - dones) * m.gamma * next_q
-        elementwise = F.smooth_l1_loss(q, target, reduction="none")
-        loss = (self.weights.reshape(-1, 1) * elementwise).mean()
+            q_next_target = m.q_net_target(x[b:])
+        q_next_online = q_all[b:].detach() if m.double_q else None
+        target = td_target(rewards, dones, m.gamma, q_next_target, q_next_online)
+        loss, td = weighted_td_loss(q, target, self.weights)
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         th.nn.utils.clip_grad_norm_(self.params, m.max_grad_norm)
         self.optimizer.step()
 
-        td = (q.detach() - target).abs().reshape(-1)
         buf = self.buffer
         # The sampled indices are leaves of non-zero priority, so filled slots; what the device
         # check guards here are the TD errors (NaN, inf).

@@ -16,7 +16,14 @@ import torch as th
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["CuriosityModel"]
+__all__ = ["CuriosityModel", "check_positive_ints"]
+
+
+def check_positive_ints(**values: Any) -> None:
+    """Raise ValueError naming the first value that is not an int >= 1 (bools are refused)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} = {value!r} is invalid: allowed is an int >= 1")
 
 
 class CuriosityModel(nn.Module):
@@ -39,13 +46,7 @@ class CuriosityModel(nn.Module):
         device: th.device | str = "cpu",
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("state_dims", state_dims),
-            ("n_categories", n_categories),
-            ("hidden", hidden),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} = {value!r} is invalid: allowed is an int >= 1")
+        check_positive_ints(state_dims=state_dims, n_categories=n_categories, hidden=hidden)
         self.state_dims = state_dims
         self.n_categories = n_categories
         self.hidden = hidden

@@ -6,15 +6,20 @@ as its env and wraps it in :class:`~gpu_trading_env.wrappers.SB3VecEnv`; any SB3
 Gymnasium env works too. On a CUDA trading env ``collect_rollouts`` hands the step loop to
 ``agents.rollouts.fused.FusedRollout`` (acting, stepping and storing on the device); elsewhere SB3's
 own loop runs through the adapter.
+
+This module holds the algorithm: its options, acting, the rollout and train-step dispatch, and
+the eager gradient step. The rest lives beside it: the target and loss in ``agents.dqn_loss``,
+the captured gradient step in ``agents.captured_step``, curiosity rounds in
+``agents.curiosity_training``, env wrapping and atomic saves in ``agents.sb3_integration``.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import pathlib
 import warnings
 from collections.abc import Iterable
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -25,7 +30,6 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import (
     GymEnv,
@@ -35,17 +39,16 @@ from stable_baselines3.common.type_aliases import (
     TrainFreq,
     TrainFrequencyUnit,
 )
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.dqn.policies import DQNPolicy
-from torch.nn import functional as F
 
-from agents.curiosity import CuriosityModel
+from agents.curiosity import CuriosityModel, check_positive_ints
+from agents.curiosity_training import CuriosityTraining, curiosity_layout
+from agents.dqn_loss import td_target, weighted_td_loss
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
-from gpu_trading_env.atomic_file import atomic_write, with_suffix_if_missing
-from gpu_trading_env.core.config import action_table
-from gpu_trading_env.core.constants import N_CATEGORIES
+from agents.sb3_integration import find_trading_env, wrap_env, write_atomically
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -169,13 +172,11 @@ class GpuDQN(DQN):
                 "bootstrapping at them",
                 stacklevel=2,
             )
-        for name, value in (
-            ("curiosity_train_freq", curiosity_train_freq),
-            ("curiosity_batch_size", curiosity_batch_size),
-            ("curiosity_gradient_steps", curiosity_gradient_steps),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} = {value!r} is invalid: allowed is an int >= 1")
+        check_positive_ints(
+            curiosity_train_freq=curiosity_train_freq,
+            curiosity_batch_size=curiosity_batch_size,
+            curiosity_gradient_steps=curiosity_gradient_steps,
+        )
 
         super().__init__(
             policy,
@@ -225,35 +226,31 @@ class GpuDQN(DQN):
         self.train_precision = train_precision
         self._captured_step: Any = None
         self._captured_unsupported: tuple | None = None
-        self.curiosity_model: CuriosityModel | None = None
-        self._train_calls = 0
-        # True once the env reward carries this model's curiosity bonus; saved with the model
-        # so that load / set_env put the same weights back (the reward must not change on resume).
-        self._curiosity_installed = False
         self._fused_rollout: Any = None
-        self._category_table_t: th.Tensor | None = None
-        self.trading_env: TradingVectorEnv | None = _find_trading_env(self.env)
+        self._train_calls = 0
+        self.trading_env: TradingVectorEnv | None = find_trading_env(self.env)
+        self.curiosity_model: CuriosityModel | None = None
+        self._curiosity: CuriosityTraining | None = None
+        # Saved with the model: the layout (a model loaded without env rebuilds its curiosity
+        # model), and whether the env reward carries this model's curiosity bonus, so that
+        # load / set_env put the same weights back (the reward must not change on resume).
         self._curiosity_dims: dict[str, int] | None = None
         self._curiosity_categories: np.ndarray | None = None
+        self._curiosity_installed = False
         if self.curiosity:
-            self._resolve_curiosity_layout()
+            self._curiosity_dims, self._curiosity_categories = curiosity_layout(
+                self.env, self.trading_env
+            )
         if _init_setup_model:
             self._setup_model()
 
     # ------------------------------------------------------------------ env handling
-    @staticmethod
-    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        """SB3's wrapping, with Gymnasium vector envs wrapped in :class:`SB3VecEnv` first."""
-        if isinstance(env, GymVectorEnv):
-            if verbose >= 1:
-                print("Wrapping the vector env in an SB3VecEnv.")
-            env = SB3VecEnv(env)  # type: ignore[assignment]
-        return OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)
+    _wrap_env = staticmethod(wrap_env)  # Gymnasium vector envs go into SB3VecEnv first
 
     def set_env(self, env: GymEnv | GymVectorEnv, force_reset: bool = True) -> None:
         """SB3's ``set_env``; also re-reads ``trading_env`` and drops the fused rollout state."""
         super().set_env(env, force_reset=force_reset)  # type: ignore[arg-type]
-        self.trading_env = _find_trading_env(self.env)
+        self.trading_env = find_trading_env(self.env)
         self._fused_rollout = None
         self._restore_curiosity_weights()
 
@@ -274,31 +271,18 @@ class GpuDQN(DQN):
     def _setup_model(self) -> None:
         super()._setup_model()
         self.curiosity_model = None
+        self._curiosity = None
         if self.curiosity:
-            if self._curiosity_dims is None:
-                self._resolve_curiosity_layout()
-            assert self._curiosity_dims is not None
+            if self._curiosity_dims is None or self._curiosity_categories is None:
+                self._curiosity_dims, self._curiosity_categories = curiosity_layout(
+                    self.env, self.trading_env
+                )
             self.curiosity_model = CuriosityModel(
                 **self._curiosity_dims,
                 learning_rate=self.curiosity_learning_rate,
                 device=self.device,
             )
-
-    def _resolve_curiosity_layout(self) -> None:
-        config = self.trading_env.config if self.trading_env is not None else None
-        if config is None and self.env is not None and self.env.has_attr("config"):
-            config = self.env.get_attr("config", indices=[0])[0]
-        if config is None:
-            raise ValueError(
-                "curiosity=True is invalid for this env: allowed is a gpu_trading_env env "
-                "(TradingVectorEnv or TradingEnv), whose config gives the curiosity layout"
-            )
-        self._curiosity_dims = {
-            "state_dims": int(config.curiosity_state_dims),
-            "n_categories": N_CATEGORIES,
-            "hidden": int(config.curiosity_hidden),
-        }
-        self._curiosity_categories = np.asarray(action_table(config).category, dtype=np.int64)
+            self._curiosity = CuriosityTraining(self, self._curiosity_categories)
 
     # ------------------------------------------------------------------ acting
     def _random_actions(self, n: int) -> np.ndarray:
@@ -431,13 +415,11 @@ class GpuDQN(DQN):
         """
         gamma = self.gamma if discounts is None else discounts
         with th.no_grad():
-            next_q_target = self.q_net_target(next_observations)
-            if self.double_q:
-                next_actions = self.q_net(next_observations).argmax(dim=1, keepdim=True)
-                next_q = th.gather(next_q_target, 1, next_actions)
-            else:
-                next_q = next_q_target.max(dim=1, keepdim=True).values
-            return rewards.reshape(-1, 1) + (1.0 - dones.reshape(-1, 1)) * gamma * next_q
+            q_next_target = self.q_net_target(next_observations)
+            q_next_online = self.q_net(next_observations) if self.double_q else None
+        return td_target(
+            rewards.reshape(-1, 1), dones.reshape(-1, 1), gamma, q_next_target, q_next_online
+        )
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """``gradient_steps`` prioritized double-DQN updates, then priorities and curiosity.
@@ -499,19 +481,13 @@ class GpuDQN(DQN):
                 data.rewards, data.next_observations, data.dones, data.discounts
             )
             q = th.gather(self.q_net(data.observations), 1, data.actions.long())
-            elementwise = F.smooth_l1_loss(q, target, reduction="none")
-            weights = getattr(data, "weights", None)
-            if weights is not None:
-                loss = (weights.reshape(-1, 1).to(elementwise.dtype) * elementwise).mean()
-            else:
-                loss = elementwise.mean()
+            loss, td = weighted_td_loss(q, target, getattr(data, "weights", None))
 
             self.policy.optimizer.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
 
-            td = (q.detach() - target).abs().reshape(-1)
             indices = getattr(data, "indices", None)
             if indices is not None and device_buffer:
                 buffer.update_priorities(indices, td)
@@ -531,36 +507,20 @@ class GpuDQN(DQN):
 
         :return: The last batch's mean squared prediction error (before its step).
         """
-        assert self.curiosity_model is not None and self.replay_buffer is not None
-        if self._category_table_t is None:
-            self._category_table_t = th.as_tensor(self._curiosity_categories, device=self.device)
-        loss = float("nan")
-        for _ in range(self.curiosity_gradient_steps):
-            # Raw observations: the env's forward model reads unnormalised ones.
-            data = self.replay_buffer.sample(self.curiosity_batch_size)
-            loss = self.curiosity_model.train_step(
-                data.observations, data.actions, data.next_observations, self._category_table_t
-            )
-        self.logger.record("train/curiosity_loss", loss)
+        assert self._curiosity is not None
+        loss = self._curiosity.train()
         self.push_curiosity_weights()
         return loss
 
     def push_curiosity_weights(self) -> None:
         """Install the curiosity model's weights in the env (trading env or via ``env_method``)."""
-        assert self.curiosity_model is not None
-        weights = self.curiosity_model.export_weights()
-        te = self.trading_env
-        if te is not None:
-            if not str(te.device).startswith("cuda"):
-                weights = tuple(w.cpu() for w in weights)  # type: ignore[assignment]
-            te.set_curiosity_weights(*weights)
-        elif self.env is not None:
-            self.env.env_method("set_curiosity_weights", *(w.cpu().numpy() for w in weights))
+        assert self._curiosity is not None
+        self._curiosity.install()
         self._curiosity_installed = True
 
     def _restore_curiosity_weights(self) -> None:
         """Reinstall the curiosity weights in the env if they were installed when saved."""
-        if self._curiosity_installed and self.curiosity_model is not None and self.env is not None:
+        if self._curiosity_installed and self._curiosity is not None and self.env is not None:
             self.push_curiosity_weights()
 
     def learn(
@@ -607,19 +567,11 @@ class GpuDQN(DQN):
 
         A path without a suffix gets ``.zip`` (as in SB3).
         """
-        if isinstance(path, (str, os.PathLike)):
-            with atomic_write(with_suffix_if_missing(path, "zip")) as fh:
-                super().save(fh, exclude=exclude, include=include)
-        else:
-            super().save(path, exclude=exclude, include=include)
+        write_atomically(path, "zip", partial(super().save, exclude=exclude, include=include))
 
     def save_replay_buffer(self, path: str | pathlib.Path | io.BufferedIOBase) -> None:
         """Pickle the replay buffer atomically (a path without a suffix gets ``.pkl``)."""
-        if isinstance(path, (str, os.PathLike)):
-            with atomic_write(with_suffix_if_missing(path, "pkl")) as fh:
-                super().save_replay_buffer(fh)
-        else:
-            super().save_replay_buffer(path)
+        write_atomically(path, "pkl", super().save_replay_buffer)
 
     def load_replay_buffer(
         self, path: str | pathlib.Path | io.BufferedIOBase, truncate_last_traj: bool = True
@@ -657,8 +609,8 @@ class GpuDQN(DQN):
             *super()._excluded_save_params(),
             "trading_env",
             "curiosity_model",
+            "_curiosity",
             "_fused_rollout",
-            "_category_table_t",
             "_captured_step",
             "_captured_unsupported",
         ]
@@ -668,15 +620,3 @@ class GpuDQN(DQN):
         if self.curiosity_model is not None:
             state_dicts = [*state_dicts, "curiosity_model", "curiosity_model.optimizer"]
         return state_dicts, variables
-
-
-def _find_trading_env(env: VecEnv | None) -> TradingVectorEnv | None:
-    """The ``TradingVectorEnv`` under SB3 ``VecEnvWrapper``s and the adapter, if there is one."""
-    while isinstance(env, VecEnvWrapper):
-        env = env.venv
-    if isinstance(env, SB3VecEnv):
-        inner = env.venv
-        raw = getattr(inner, "unwrapped", inner)
-        if isinstance(raw, TradingVectorEnv):
-            return raw
-    return None

@@ -38,9 +38,7 @@ env.reset(seed=9)
 model = GpuDQN(
     "DuelingPolicy", env, buffer_size=20_000, learning_starts=0, seed=0, device=args.device
 )
-out = {
-    k: v.cpu().numpy() for k, v in MonolithicRollout(model, seed=1).launch(30, 0.3, 0.99).items()
-}
+out = {k: v.cpu().numpy() for k, v in MonolithicRollout(model, seed=1).launch(30, 0.3).items()}
 ref = TradingVectorEnv(device="cpu", **kw)
 obs, _ = ref.reset(seed=9)
 for t in range(30):
@@ -53,8 +51,6 @@ for t in range(30):
         and np.allclose(out["reward"][:, t], reward, rtol=1e-6, atol=1e-8)
     ):
         raise AssertionError(f"monolithic: step {t} differs from the NumPy env")
-if not np.isfinite(out["td_error"]).all():
-    raise AssertionError("monolithic: non-finite TD error")
 
 # Fused rollout with graph capture and training (tree updates, sampling), curiosity on.
 env = TradingVectorEnv(device=args.device, **kw)

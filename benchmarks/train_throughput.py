@@ -131,10 +131,10 @@ def bench_monolithic(data: MarketData, num_envs: int, steps: int) -> dict:
     env.reset(seed=0)
     model = _model(env, "cuda", buffer_size=1024)
     mono = MonolithicRollout(model, seed=0)
-    mono.launch(2, 0.1, 0.99)
+    mono.launch(2, 0.1)
     _sync()
     t0 = time.perf_counter()
-    mono.launch(steps, 0.1, 0.99)
+    mono.launch(steps, 0.1)
     _sync()
     dt = time.perf_counter() - t0
     return {

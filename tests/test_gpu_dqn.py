@@ -179,6 +179,20 @@ def test_double_dqn_target_on_hand_built_batch() -> None:
     )
 
 
+def test_weighted_td_loss_on_hand_built_batch() -> None:
+    from agents.dqn_loss import weighted_td_loss
+
+    q = th.tensor([[1.0], [0.0], [2.0]], requires_grad=True)
+    target = th.tensor([[1.5], [3.0], [2.0]])
+    # smooth_l1: 0.5 * 0.5**2 = 0.125 (quadratic), 3 - 0.5 = 2.5 (linear), 0.
+    loss, td = weighted_td_loss(q, target, th.tensor([1.0, 0.5, 1.0]))
+    th.testing.assert_close(loss, th.tensor((0.125 + 0.5 * 2.5) / 3))
+    th.testing.assert_close(td, th.tensor([0.5, 3.0, 0.0]))
+    assert not td.requires_grad
+    unweighted, _ = weighted_td_loss(q, target)
+    th.testing.assert_close(unweighted, th.tensor((0.125 + 2.5) / 3))
+
+
 def test_truncation_bootstraps_termination_does_not() -> None:
     model = make_model(env=make_env(16, episode_length=20))
     fill_buffer(model, 2_000)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.replay.segment_tree import tree_kernel_defines
+from agents.replay.tree_kernels import tree_kernel_defines
 from gpu_trading_env.core.config import kernel_defines
 from gpu_trading_env.gpu.device import F64, I32, I64, INCLUDE_DIR, PTR, U32
 
@@ -95,7 +95,7 @@ def c_kernel_params(source: str, kernel: str) -> list[tuple[str, str]]:
 
 
 def test_tree_launch_parameters_match_the_kernel_source():
-    from agents.replay.segment_tree import KERNEL_FILE, TREE_KERNEL_PARAMS
+    from agents.replay.tree_kernels import KERNEL_FILE, TREE_KERNEL_PARAMS
 
     source = KERNEL_FILE.read_text()
     for kernel, declared in TREE_KERNEL_PARAMS.items():

@@ -3,7 +3,9 @@
 - ``gpu_trading_env`` never imports ``agents``;
 - the GPU layer ``gpu_trading_env.gpu`` imports neither package (only itself);
 - inside ``gpu_trading_env``, a layer imports only the layers below it;
-- no module reads a private attribute (``obj._name``) that only another package defines.
+- no module reads a private attribute (``obj._name``) that only another package defines;
+- ``agents.dqn_loss`` imports neither package, and the parts ``MarketData`` is built from
+  (``data.validation``, ``data.frames``, ``data.splits``) never import it at run time.
 """
 
 from __future__ import annotations
@@ -87,6 +89,40 @@ def test_imports_follow_the_layers(path: Path):
             if mine is not None and theirs is not None and theirs > mine:
                 bad.append((line, target, f"layer {mine} imports layer {theirs}"))
     assert not bad, f"{me}: " + "; ".join(f"line {n}: {t} ({why})" for n, t, why in bad)
+
+
+def runtime_imports(path: Path) -> list[str]:
+    """Modules imported when ``path`` runs (imports under ``if TYPE_CHECKING:`` left out)."""
+    found: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.Import):
+            found.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def test_the_loss_takes_q_values_only():
+    """``agents.dqn_loss`` serves every gradient-step path: it imports neither package."""
+    bad = [
+        m for m in runtime_imports(ROOT / "agents" / "dqn_loss.py") if m.split(".")[0] in PACKAGES
+    ]
+    assert not bad, f"agents.dqn_loss imports {bad}"
+
+
+@pytest.mark.parametrize("part", ["validation", "frames", "splits"])
+def test_market_data_parts_do_not_import_the_container(part: str):
+    """``MarketData`` is built from these modules; they never import it back (no cycle)."""
+    path = ROOT / "gpu_trading_env" / "data" / f"{part}.py"
+    bad = [m for m in runtime_imports(path) if m.startswith("gpu_trading_env.data.market_data")]
+    assert not bad, f"gpu_trading_env.data.{part} imports {bad}"
 
 
 @functools.cache

@@ -1,4 +1,5 @@
-"""The sum/min tree in NumPy: the reference of the specification in :mod:`agents.replay.segment_tree`."""
+"""The sum/min tree in NumPy: the reference of the specification in
+:mod:`agents.replay.sum_min_tree`."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _is_weights(leaf: np.ndarray, min_value: float, beta: float) -> np.ndarray:
 
 
 class NumpySumMinTree(SumMinTree):
-    """The tree in NumPy (see the module docstring for the specification)."""
+    """The tree in NumPy (the specification is in :mod:`agents.replay.sum_min_tree`)."""
 
     backend = "numpy"
 
@@ -125,6 +126,14 @@ class NumpySumMinTree(SumMinTree):
     def weights(self, indices: Any, beta: float) -> np.ndarray:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         return _is_weights(self.sum_tree[idx + self.pow2], self.min_tree[1], float(beta))
+
+    def to_torch(self, x: Any) -> Any:
+        import torch
+
+        return torch.as_tensor(np.asarray(x))
+
+    def from_torch(self, x: Any) -> np.ndarray:
+        return x.detach().cpu().numpy()
 
     def to_numpy(self) -> tuple[np.ndarray, np.ndarray]:
         return self.sum_tree, self.min_tree

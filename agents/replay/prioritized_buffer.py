@@ -315,14 +315,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _to_torch_index(self, indices: Any) -> th.Tensor:
         if isinstance(indices, th.Tensor):
             return indices.to(device=self.device, dtype=th.int64).reshape(-1)
-        if self.tree.backend == "cuda" and not isinstance(indices, np.ndarray):
-            return th.from_dlpack(indices).to(th.int64).reshape(-1)  # CuPy array, zero copy
-        return th.as_tensor(np.asarray(indices, dtype=np.int64).reshape(-1), device=self.device)
-
-    def _to_torch_weights(self, weights: Any) -> th.Tensor:
-        if self.tree.backend == "cuda":
-            return th.from_dlpack(weights).reshape(-1, 1)
-        return th.as_tensor(weights, device=self.device).reshape(-1, 1)
+        return self.tree.to_torch(indices).to(th.int64).reshape(-1)
 
     def sample(
         self, batch_size: int, env: VecNormalize | None = None
@@ -349,15 +342,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             )
         self._warn_if_priorities_stale()
         idx, w = self.tree.sample(int(batch_size), beta=self.beta, weights_dtype=np.float32)
-        return self._gather(self._to_torch_index(idx), self._to_torch_weights(w), env)
+        return self._gather(self._to_torch_index(idx), self.tree.to_torch(w).reshape(-1, 1), env)
 
     def _get_samples(
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
     ) -> PrioritizedReplayBufferSamples:  # type: ignore[override]
         """Samples at given flat slot indices (``row * n_envs + env``), with their IS weights."""
         idx = self._to_torch_index(batch_inds)
-        w = self.tree.weights(idx if self.tree.backend == "cuda" else idx.cpu().numpy(), self.beta)
-        weights = self._to_torch_weights(w).to(th.float32)
+        w = self.tree.weights(self.tree.from_torch(idx), self.beta)
+        weights = self.tree.to_torch(w).reshape(-1, 1).to(th.float32)
         return self._gather(idx, weights, env)
 
     def _gather(
@@ -399,20 +392,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             touched); everything else stays on the device and runs asynchronously.
         """
         self._samples_since_update = 0
+        if isinstance(indices, th.Tensor):
+            indices = self.tree.from_torch(indices)
         if isinstance(td_errors, th.Tensor):
-            td_errors = td_errors.detach()
-        if self.tree.backend == "numpy":
-            if isinstance(indices, th.Tensor):
-                indices = indices.cpu().numpy()
-            if isinstance(td_errors, th.Tensor):
-                td_errors = td_errors.cpu().numpy()
-        else:
-            if isinstance(indices, th.Tensor) and indices.device != self.device:
-                indices = indices.to(self.device)
-            if isinstance(td_errors, th.Tensor) and td_errors.device != self.device:
-                td_errors = td_errors.to(self.device)
-            if isinstance(td_errors, th.Tensor):
-                td_errors = td_errors.contiguous()
+            td_errors = self.tree.from_torch(td_errors)
         self.tree.update(
             indices,
             td_errors,

@@ -1,167 +1,42 @@
-"""Sum tree and min tree over ``priority**alpha`` for prioritized experience replay.
+"""The sum/min tree on a CUDA device: :class:`CudaSumMinTree`, and :func:`make_tree`.
 
-One specification, two array backends:
-
-- :class:`~agents.replay.numpy_tree.NumpySumMinTree` (``numpy_tree.py``): NumPy, runs anywhere;
-  the reference.
-- :class:`CudaSumMinTree` (this module): CuPy arrays and the CUDA kernels of
-  ``kernels/segment_tree.cu``, launched on torch's current stream.
-
-:class:`~agents.replay.sum_min_tree.SumMinTree` (``sum_min_tree.py``) holds what both share.
-
-Both produce the same sampled indices for the same seed and the same stored values.
-
-**Layout.** ``capacity`` C is rounded up to a power of two P. ``sum_tree`` and ``min_tree`` are
-float64 arrays of ``2P`` nodes: node 1 is the root, node ``n`` has children ``2n`` and ``2n+1``,
-leaf ``i`` is node ``P + i``. Empty leaves (never written, or the padding ``C <= i < P``) hold 0 in
-the sum tree and ``+inf`` in the min tree; a leaf whose value is 0 also holds ``+inf`` in the min
-tree, so ``min_tree[1]`` is the smallest *non-zero* leaf, the smallest value that can be sampled.
-This is the layout of :meth:`SumMinTree.to_numpy`; on the device, the CUDA tree keeps only every
-fourth level up to date (see :class:`CudaSumMinTree`).
-
-**Update** of a batch of B (index, value) pairs: validate (indices in ``[0, n_valid)``, inputs
-finite and ``>= 0``, transformed values finite), keep the *last* occurrence of each index, write
-the leaves, then recompute level by level only the parents of touched nodes, each exactly once
-(no atomics, no races). Each touched node is recomputed from its two children, never adjusted by
-a delta, so sums do not drift: the root equals the pairwise float64 sum of the leaves.
-Work O(B log C).
-
-**Sampling** of B indices is stratified: draw ``j`` takes ``u_j = (j + U_j) / B * total`` with
-``U_j`` in ``[0, 1)`` from Philox4x32-10 keyed by ``(seed, call counter, j, STREAM_PER_SAMPLE)``
-and descends from the root: go left when the left sum is non-zero and ``u < left`` (or the right
-sum is zero), otherwise subtract the left sum and go right. A node with a non-zero sum always has
-a child with a non-zero sum, so the descent always ends on a non-zero leaf, even when rounding
-puts ``u`` at or past the total. Work O(B log C); the draws are in non-decreasing leaf order.
-
-**IS weights** ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` with ``P(i) = v_i / total``;
-the maximum weight belongs to the smallest non-zero value, so ``w_i = (v_i / min_tree[1])**-beta``,
-in ``(0, 1]``, independent of N and of the total.
+The specification of both trees (layout, update, sampling, IS weights) is the docstring of
+:mod:`agents.replay.sum_min_tree`; :class:`~agents.replay.numpy_tree.NumpySumMinTree` is its NumPy
+reference. This tree keeps CuPy arrays and runs the kernels of ``kernels/segment_tree.cu``
+(``tree_kernels.py``: geometry and parameters) on torch's current stream. Both produce the same
+sampled indices for the same seed and the same stored values.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agents.replay.numpy_tree import NumpySumMinTree
 from agents.replay.sum_min_tree import SumMinTree, next_pow2
-from gpu_trading_env.gpu.device import (
-    F64,
-    I32,
-    I64,
-    PTR,
-    U32,
-    KernelLauncher,
-    KernelParams,
-    current_stream,
-    load_module,
-    require_cupy,
+from agents.replay.tree_kernels import (
+    CHECK_THREADS,
+    GROUP,
+    KERNEL_FILE,
+    MAX_CHUNK,
+    MIN_CHUNK,
+    SAMPLE_THREADS,
+    SMEM_KEYS,
+    TREE_KERNEL_PARAMS,
+    UPDATE_THREADS,
+    WEIGHT_THREADS,
+    tree_kernel_defines,
 )
+from gpu_trading_env.gpu.device import KernelLauncher, current_stream, load_module, require_cupy
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
+# Re-exported: their home is tree_kernels.py.
+__all__ += ["KERNEL_FILE", "TREE_KERNEL_PARAMS", "tree_kernel_defines"]
 
-KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "segment_tree.cu"
-_CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
-_MIN_CHUNK, _MAX_CHUNK = 128, 1024  # entries per block of the levels kernel
-_SAMPLE_THREADS = 256
-_SMEM_KEYS = 4096  # the largest batch updated in one launch (keys sorted in shared memory)
-_UPDATE_THREADS = 256  # block size (and chunk) of seg_tree_update_*
 _VERDICT_POLLS = 2000  # reads of the verdict word (about 0.1 µs each) before waiting on the stream
-_GROUP = 4  # levels between stored levels
-_WEIGHT_THREADS = 256
-
-
-def tree_kernel_defines() -> tuple[tuple[str, str], ...]:
-    """The tree geometry ``segment_tree.cu`` is compiled with: the one copy of these numbers."""
-    return (
-        ("ST_SMEM_KEYS", str(_SMEM_KEYS)),
-        ("ST_MAX_THREADS", str(max(_CHECK_THREADS, _MAX_CHUNK))),
-        ("ST_GROUP", str(_GROUP)),
-        ("ST_UPDATE_THREADS", str(_UPDATE_THREADS)),
-    )
-
-
-# The kernels' parameters, named and typed as in segment_tree.cu (tests/test_kernels_compile.py
-# compares them with the source). "in" and the weights are float or double per variant.
-_TREE = (("sum", PTR), ("mn", PTR))
-_INPUT = (("idx", PTR), ("in", PTR), ("n", I64))
-TREE_KERNEL_PARAMS: dict[str, KernelParams] = {
-    "seg_tree_check": (
-        *_INPUT,
-        ("transform", I32),
-        ("alpha", F64),
-        ("eps", F64),
-        ("n_valid", I64),
-        ("max_value", PTR),
-        ("status", PTR),
-        ("status_host", PTR),
-        ("seq", U32),
-        ("flags", PTR),
-        ("keys", PTR),
-        ("scratch", PTR),
-    ),
-    "seg_tree_levels": (
-        *_TREE,
-        *_INPUT,
-        ("capacity", I64),
-        ("pow2", I64),
-        ("levels", I32),
-        ("transform", I32),
-        ("alpha", F64),
-        ("eps", F64),
-        ("range_start", I64),
-        ("max_value", PTR),
-        ("status", PTR),
-        ("flags", PTR),
-        ("keys", PTR),
-        ("ticket", PTR),
-    ),
-    "seg_tree_sample": (
-        *_TREE,
-        ("pow2", I64),
-        ("levels", I32),
-        ("batch", I64),
-        ("k0", U32),
-        ("k1", U32),
-        ("c1", U32),
-        ("c2", U32),
-        ("beta", F64),
-        ("out_idx", PTR),
-        ("out_w", PTR),
-    ),
-    "seg_tree_sample_dev": (
-        *_TREE,
-        ("pow2", I64),
-        ("levels", I32),
-        ("batch", I64),
-        ("k0", U32),
-        ("k1", U32),
-        ("calls", PTR),
-        ("beta", PTR),
-        ("out_idx", PTR),
-        ("out_w", PTR),
-    ),
-    "seg_tree_update": (
-        *_TREE,
-        *_INPUT,
-        ("pow2", I64),
-        ("levels", I32),
-        ("transform", I32),
-        ("alpha", F64),
-        ("eps", F64),
-        ("may_overflow", I32),
-        ("n_valid", I64),
-        ("max_value", PTR),
-        ("status", PTR),
-        ("status_host", PTR),
-        ("seq", U32),
-        ("ticket", PTR),
-    ),
-}
 
 
 def _torch_module() -> Any | None:
@@ -192,6 +67,7 @@ class CudaSumMinTree(SumMinTree):
     """
 
     backend = "cuda"
+    capturable = True
 
     def __init__(self, capacity: int, seed: int = 0, device: int | None = None) -> None:
         super().__init__(capacity, seed)
@@ -324,7 +200,7 @@ class CudaSumMinTree(SumMinTree):
         # Chunks of c entries, c the smallest power of two >= 128 with c * c >= n (at most
         # 1024): enough blocks to spread the work, few enough boundaries that the finishing
         # block handles all of them in one pass per level group.
-        chunk = min(_MAX_CHUNK, max(_MIN_CHUNK, 1 << ((max(n, 1) - 1).bit_length() + 1) // 2))
+        chunk = min(MAX_CHUNK, max(MIN_CHUNK, 1 << ((max(n, 1) - 1).bit_length() + 1) // 2))
         self._launchers["seg_tree_levels_f32" if f32 else "seg_tree_levels_f64"](
             (n + chunk - 1) // chunk,
             chunk,
@@ -373,13 +249,13 @@ class CudaSumMinTree(SumMinTree):
             # update() may return before its kernels have read the inputs (it waits for the
             # verdict only): converted inputs stay referenced until the next update.
             self._inputs_in_flight = (idx, x)
-            if n <= _SMEM_KEYS:  # one launch
+            if n <= SMEM_KEYS:  # one launch
                 # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block
                 # of the kernel checks the indices and inputs only).
                 may_overflow = transform and not (0.0 <= alpha <= 1.0 and 0.0 <= epsilon < 1e290)
                 self._launchers["seg_tree_update_f32" if f32 else "seg_tree_update_f64"](
-                    (n + _UPDATE_THREADS - 1) // _UPDATE_THREADS,
-                    _UPDATE_THREADS,
+                    (n + UPDATE_THREADS - 1) // UPDATE_THREADS,
+                    UPDATE_THREADS,
                     stream,
                     *self._ptrs,
                     idx_ptr,
@@ -403,8 +279,8 @@ class CudaSumMinTree(SumMinTree):
                     with cstream:
                         self._keys = cp.zeros(next_pow2(n), dtype=cp.uint64)
                 self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
-                    (n + _CHECK_THREADS - 1) // _CHECK_THREADS,
-                    _CHECK_THREADS,
+                    (n + CHECK_THREADS - 1) // CHECK_THREADS,
+                    CHECK_THREADS,
                     stream,
                     idx_ptr,
                     x_ptr,
@@ -479,8 +355,8 @@ class CudaSumMinTree(SumMinTree):
             out_idx = cp.ndarray((b,), cp.int64, memory)
             out_w = cp.ndarray((b,), cp.float32 if f32 else cp.float64, memory + 8 * b)
             self._launchers["seg_tree_sample_f32" if f32 else "seg_tree_sample_f64"](
-                (b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,
-                _SAMPLE_THREADS,
+                (b + SAMPLE_THREADS - 1) // SAMPLE_THREADS,
+                SAMPLE_THREADS,
                 stream,
                 *self._ptrs,
                 self.pow2,
@@ -518,8 +394,8 @@ class CudaSumMinTree(SumMinTree):
         self._check_scalars(b, 0.0)
         with self._device_scope:
             self._launchers["seg_tree_sample_dev_f32"](
-                (b + _SAMPLE_THREADS - 1) // _SAMPLE_THREADS,
-                _SAMPLE_THREADS,
+                (b + SAMPLE_THREADS - 1) // SAMPLE_THREADS,
+                SAMPLE_THREADS,
                 current_stream(self.device)[1],
                 *self._ptrs,
                 self.pow2,
@@ -542,8 +418,8 @@ class CudaSumMinTree(SumMinTree):
             out = cp.empty(n, dtype=cp.float64)
             if n:
                 self._k_weights(
-                    ((n + _WEIGHT_THREADS - 1) // _WEIGHT_THREADS,),
-                    (_WEIGHT_THREADS,),
+                    ((n + WEIGHT_THREADS - 1) // WEIGHT_THREADS,),
+                    (WEIGHT_THREADS,),
                     (
                         self.sum_tree,
                         self.min_tree,
@@ -555,6 +431,20 @@ class CudaSumMinTree(SumMinTree):
                     ),
                 )
         return out
+
+    def to_torch(self, x: Any) -> Any:
+        import torch
+
+        if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):  # CuPy: no copy
+            return torch.from_dlpack(x)
+        return torch.as_tensor(np.asarray(x), device=torch.device("cuda", self.device))
+
+    def from_torch(self, x: Any) -> Any:
+        import torch
+
+        x = x.detach()
+        device = torch.device("cuda", self.device)
+        return x if x.device == device else x.to(device)
 
     def _host(self, x: Any) -> np.ndarray:
         cp = self._cp
@@ -569,7 +459,7 @@ class CudaSumMinTree(SumMinTree):
         """
         cp = self._cp
         for level in range(1, self.levels):
-            if level % _GROUP == 0:
+            if level % GROUP == 0:
                 continue
             lo = self.pow2 >> level
             s, m = self.sum_tree, self.min_tree

@@ -1,8 +1,43 @@
-"""What the NumPy and CUDA sum/min trees share: layout, validation messages, Philox keys.
+"""Sum tree and min tree over ``priority**alpha`` for prioritized experience replay: the
+specification, and :class:`SumMinTree`, what both implementations share.
 
-The specification (layout, update, sampling, IS weights) is in the docstring of
-:mod:`agents.replay.segment_tree`; :mod:`agents.replay.numpy_tree` is its NumPy reference and
-:class:`~agents.replay.segment_tree.CudaSumMinTree` its CUDA implementation.
+One specification, two array backends:
+
+- :class:`~agents.replay.numpy_tree.NumpySumMinTree` (``numpy_tree.py``): NumPy, runs anywhere;
+  the reference.
+- :class:`~agents.replay.segment_tree.CudaSumMinTree` (``segment_tree.py``): CuPy arrays and
+  the CUDA kernels of ``kernels/segment_tree.cu``, launched on torch's current stream.
+
+:class:`SumMinTree` (this module) holds what both share: layout, validation messages, Philox
+keys.
+
+Both produce the same sampled indices for the same seed and the same stored values.
+
+**Layout.** ``capacity`` C is rounded up to a power of two P. ``sum_tree`` and ``min_tree`` are
+float64 arrays of ``2P`` nodes: node 1 is the root, node ``n`` has children ``2n`` and ``2n+1``,
+leaf ``i`` is node ``P + i``. Empty leaves (never written, or the padding ``C <= i < P``) hold 0 in
+the sum tree and ``+inf`` in the min tree; a leaf whose value is 0 also holds ``+inf`` in the min
+tree, so ``min_tree[1]`` is the smallest *non-zero* leaf, the smallest value that can be sampled.
+This is the layout of :meth:`SumMinTree.to_numpy`; on the device, the CUDA tree keeps only every
+fourth level up to date (see :class:`~agents.replay.segment_tree.CudaSumMinTree`).
+
+**Update** of a batch of B (index, value) pairs: validate (indices in ``[0, n_valid)``, inputs
+finite and ``>= 0``, transformed values finite), keep the *last* occurrence of each index, write
+the leaves, then recompute level by level only the parents of touched nodes, each exactly once
+(no atomics, no races). Each touched node is recomputed from its two children, never adjusted by
+a delta, so sums do not drift: the root equals the pairwise float64 sum of the leaves.
+Work O(B log C).
+
+**Sampling** of B indices is stratified: draw ``j`` takes ``u_j = (j + U_j) / B * total`` with
+``U_j`` in ``[0, 1)`` from Philox4x32-10 keyed by ``(seed, call counter, j, STREAM_PER_SAMPLE)``
+and descends from the root: go left when the left sum is non-zero and ``u < left`` (or the right
+sum is zero), otherwise subtract the left sum and go right. A node with a non-zero sum always has
+a child with a non-zero sum, so the descent always ends on a non-zero leaf, even when rounding
+puts ``u`` at or past the total. Work O(B log C); the draws are in non-decreasing leaf order.
+
+**IS weights** ``w_i = (N * P(i))**-beta / max_j (N * P(j))**-beta`` with ``P(i) = v_i / total``;
+the maximum weight belongs to the smallest non-zero value, so ``w_i = (v_i / min_tree[1])**-beta``,
+in ``(0, 1]``, independent of N and of the total.
 """
 
 from __future__ import annotations
@@ -27,6 +62,9 @@ class SumMinTree:
     """
 
     backend = "abstract"
+    # Whether sample_into exists and update never waits for the host, so that a CUDA graph can
+    # record both (agents.captured_step).
+    capturable = False
 
     def __init__(self, capacity: int, seed: int = 0) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)):
@@ -172,6 +210,17 @@ class SumMinTree:
 
     def reset(self) -> None:
         """Empty every leaf and set the running maximum back to 1."""
+        raise NotImplementedError
+
+    # Exchange with torch (the replay buffer's storage).
+    def to_torch(self, x: Any) -> Any:
+        """``x`` (an array of this tree's kind, such as :meth:`sample` returns, or anything NumPy
+        reads) as a torch tensor on the tree's device, sharing memory where it can."""
+        raise NotImplementedError
+
+    def from_torch(self, x: Any) -> Any:
+        """The torch tensor ``x``, detached, as :meth:`update` and :meth:`weights` take it on this
+        tree's device (a NumPy array for the NumPy tree, a device tensor for the CUDA tree)."""
         raise NotImplementedError
 
     # Host-side views (copies for the CUDA tree: they synchronise).

@@ -1,7 +1,7 @@
 """The monolithic rollout path: the source design's one-thread-per-env kernel.
 
-One launch runs ``steps`` env steps for every env, each thread doing scalar dueling Q forward
-passes (online net to act, target net for a TD-error estimate) in local memory. It is slower
+One launch runs ``steps`` env steps for every env, each thread doing a scalar dueling Q forward
+pass of the online net (to act) per step in local memory. It is slower
 than :class:`~agents.rollouts.fused.FusedRollout` at every size we measured (see
 docs/PERFORMANCE.md) and is kept as a selectable path (``GpuDQN(rollout_kernel="monolithic")``) and as
 the benchmark baseline. Only the default dueling architecture (256-256 trunk, 128 heads) fits
@@ -75,7 +75,7 @@ class MonolithicRollout:
         self.seed = int(seed)
         self.round = 0
 
-    def launch(self, steps: int, epsilon: float, gamma: float) -> dict[str, th.Tensor]:
+    def launch(self, steps: int, epsilon: float) -> dict[str, th.Tensor]:
         """Run the kernel; returns torch tensors shaped [N, steps, ...] on the env's device."""
         import cupy as cp
 
@@ -89,32 +89,17 @@ class MonolithicRollout:
             "terminated": th.empty((n, steps), dtype=th.bool, device=dev),
             "truncated": th.empty((n, steps), dtype=th.bool, device=dev),
             "next_obs": th.empty((n, steps, d), dtype=th.float32, device=dev),
-            "td_error": th.empty((n, steps), dtype=th.float32, device=dev),
         }
         online = flat_dueling_weights(self.model.q_net, d, self.n_actions).to(dev)
-        target = flat_dueling_weights(self.model.q_net_target, d, self.n_actions).to(dev)
         with b.device_scope(), b.stream():
             args = (
                 *b.kernel_args().all(),
                 cp.from_dlpack(online),
-                cp.from_dlpack(target),
                 np.float32(epsilon),
-                np.float32(gamma),
                 np.int32(steps),
                 np.uint64(self.seed),
                 np.uint64(self.round),
-                *(
-                    cp.from_dlpack(out[k])
-                    for k in (
-                        "obs",
-                        "action",
-                        "reward",
-                        "terminated",
-                        "truncated",
-                        "next_obs",
-                        "td_error",
-                    )
-                ),
+                *(cp.from_dlpack(t) for t in out.values()),  # in the kernel's order
                 np.int32(n),
             )
             self.kernel(((n + BLOCK - 1) // BLOCK,), (BLOCK,), args)
@@ -125,7 +110,7 @@ class MonolithicRollout:
         """One launch of ``n_steps`` steps, then ``n_steps`` buffer writes of N transitions."""
         model = self.model
         eps = 1.0 if model.num_timesteps < learning_starts else float(model.exploration_rate)
-        out = self.launch(n_steps, eps, float(model.gamma))
+        out = self.launch(n_steps, eps)
         for t in range(n_steps):
             model.replay_buffer.add_tensors(
                 out["obs"][:, t],

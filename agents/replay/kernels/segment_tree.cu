@@ -1,4 +1,4 @@
-// Sum tree and min tree for prioritized replay (agents/segment_tree.py, CudaSumMinTree).
+// Sum tree and min tree for prioritized replay (agents/replay/segment_tree.py, CudaSumMinTree).
 //
 // Layout: capacity C rounded up to a power of two P; two float64 arrays of 2P nodes each,
 // node 1 is the root, node n has children 2n and 2n+1, leaf i is node P+i. `sum` holds sums
@@ -42,7 +42,7 @@
 #include "philox.cuh"
 
 // ST_SMEM_KEYS, ST_MAX_THREADS, ST_GROUP and ST_UPDATE_THREADS come from
-// agents/replay/segment_tree.py (tree_kernel_defines), prepended as #defines at compile time.
+// agents/replay/tree_kernels.py (tree_kernel_defines), prepended as #defines at compile time.
 #define ST_KEY_PAD 0xFFFFFFFFFFFFFFFFull
 #define ST_BIG 1.7976931348623157e308
 #define ST_NONE 0x7FFFFFFFFFFFFFFFLL  // no bad position

@@ -1,7 +1,6 @@
 // The source design's monolithic experience kernel, kept as a selectable rollout path and as the
 // baseline the fused rollout is measured against: one thread runs one env for L steps, doing a
-// scalar dueling Q forward pass (online net to act, target net for the TD error) per step in
-// per-thread local arrays. The env step is the shared env_transition (trading_env.cuh), so its
+// scalar dueling Q forward pass of the online net (to act) per step in per-thread local arrays. The env step is the shared env_transition (trading_env.cuh), so its
 // transitions follow the same semantics as every other path; the seed's bugs (LCG "random",
 // long-only barrier, restarting at the same bar) are not reproduced.
 #include "trading_env.cuh"
@@ -61,11 +60,11 @@ __device__ void mono_observe(const EnvStateView& s, const MarketView& m, const P
 // Runs L steps of every env. Outputs are [N, L, ...] thread-major (as the seed wrote them).
 extern "C" __global__ void monolithic_rollout(
     ENV_STATE_ARGS, MARKET_ARGS, PARAM_ARGS, CURIOSITY_ARGS,
-    const float* __restrict__ online, const float* __restrict__ target,
-    float epsilon, float gamma, int steps, unsigned long long seed, unsigned long long round,
+    const float* __restrict__ online,
+    float epsilon, int steps, unsigned long long seed, unsigned long long round,
     float* __restrict__ obs_out, long long* __restrict__ action_out, float* __restrict__ reward_out,
     bool* __restrict__ terminated_out, bool* __restrict__ truncated_out,
-    float* __restrict__ next_obs_out, float* __restrict__ td_out, int n)
+    float* __restrict__ next_obs_out, int n)
 {
     ENV_STATE_VIEW(s);
     MARKET_VIEW(m);
@@ -91,15 +90,9 @@ extern "C" __global__ void monolithic_rollout(
             act = 0;
             for (int k = 1; k < a_n; ++k) if (q[k] > q[act]) act = k;
         }
-        float q_sel = q[act];
         Transition o = env_transition(s, m, p, cur, i, act, n);
         mono_observe(s, m, p, i, x);  // true next observation, before any reset
         for (int j = 0; j < d; ++j) next_obs_out[out * d + j] = x[j];
-        mono_dueling(target, x, d, a_n, q);
-        float q_next = q[0];
-        for (int k = 1; k < a_n; ++k) q_next = fmaxf(q_next, q[k]);
-        float td_target = (float)o.reward + gamma * q_next * (o.terminated ? 0.0f : 1.0f);
-        td_out[out] = fabsf(td_target - q_sel);
         action_out[out] = act;
         reward_out[out] = (float)o.reward;
         terminated_out[out] = o.terminated;

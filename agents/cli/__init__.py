@@ -1,0 +1,89 @@
+"""The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``eval``, ``backtest`` and ``bench``.
+
+    gpu-trading-env train --out runs/quickstart      # GpuDQN on the built-in data, then a report
+    gpu-trading-env walkforward --data prices.csv    # rolling folds on your own bars
+    gpu-trading-env eval --model runs/quickstart/model.zip --data prices.csv
+    gpu-trading-env backtest --rule planted
+    gpu-trading-env bench
+
+Errors are one line on stderr naming the problem and the fix, with exit code 2 for bad options
+and bad data (1 for anything else); ``--debug`` shows the traceback. Every option is checked
+before any work starts and before any folder is made. ``--device auto`` (the default) uses the
+GPU when CuPy and a CUDA device are present.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from agents.cli.backtest import cmd_backtest, cmd_eval
+from agents.cli.bench import cmd_bench
+from agents.cli.data import is_synthetic, load_data, per_year_of
+from agents.cli.options import (
+    DEBUG_HELP,
+    PROG,
+    TRAIN_ENV_DEFAULTS,
+    UsageError,
+    default_out,
+    env_config,
+    parse_env_overrides,
+    resolve_device,
+    resolve_model_path,
+    tensorboard_installed,
+    validate,
+)
+from agents.cli.parser import build_parser
+from agents.cli.train import CPU_DEFAULTS, GPU_DEFAULTS, WALKFORWARD_CPU_TIMESTEPS, cmd_train
+from agents.cli.walkforward import cmd_walkforward
+
+__all__ = [
+    "CPU_DEFAULTS",
+    "DEBUG_HELP",
+    "GPU_DEFAULTS",
+    "PROG",
+    "TRAIN_ENV_DEFAULTS",
+    "WALKFORWARD_CPU_TIMESTEPS",
+    "UsageError",
+    "build_parser",
+    "cmd_backtest",
+    "cmd_bench",
+    "cmd_eval",
+    "cmd_train",
+    "cmd_walkforward",
+    "default_out",
+    "env_config",
+    "is_synthetic",
+    "load_data",
+    "main",
+    "parse_env_overrides",
+    "per_year_of",
+    "resolve_device",
+    "resolve_model_path",
+    "tensorboard_installed",
+    "validate",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    prog = f"{PROG} {args.command}"
+    try:
+        validate(args)
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        if args.debug:
+            raise
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"{prog}: error: {type(exc).__name__}: {first} (run again with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return 1

@@ -1,0 +1,90 @@
+"""``gpu-trading-env eval`` (a saved model) and ``backtest`` (a fixed rule): backtest, then report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.cli.data import load_data, per_year_of, split_data
+from agents.cli.options import UsageError, default_out
+from agents.cli.report import single_report
+
+
+def evaluated_part(data: Any, fraction: float) -> Any:
+    if fraction == 0.0:
+        return data
+    return split_data(data, fraction, "pass --train-fraction 0 to evaluate every bar")[1]
+
+
+def evaluated_instrument(args: argparse.Namespace) -> tuple[Any, Any, float]:
+    """``(data, part, bars per year)``: the data, the evaluated bars of ``--instrument``."""
+    data = load_data(args)
+    part = evaluated_part(data, args.train_fraction).instrument(args.instrument or 0)
+    return data, part, per_year_of(args, data)
+
+
+def backtest_report(
+    args: argparse.Namespace,
+    data: Any,
+    part: Any,
+    per_year: float,
+    policy: Any,
+    title: str,
+    extra: dict[str, Any],
+    rule: Any = None,
+) -> int:
+    """Backtest ``policy`` on ``part`` and write the report to ``--out`` (or a new folder)."""
+    from gpu_trading_env.reports.backtest import backtest
+
+    out = Path(args.out) if args.out else default_out(args.command)
+    result = backtest(policy, part, args.config, per_year=per_year)
+    single_report(out, result, data, args, args.config, per_year, title, extra, rule=rule)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agents import GpuDQN
+    from agents.walkforward import greedy_policy, known_rule
+
+    data, part, per_year = evaluated_instrument(args)
+    model = GpuDQN.load(args.model, device="cpu")
+    if model.observation_space.shape != (part.n_features + 3,):
+        raise UsageError(
+            f"--model {args.model} expects {model.observation_space.shape[0]} observation "
+            f"values but the data gives {part.n_features + 3}: evaluate on data with the "
+            "features the model was trained on"
+        )
+    return backtest_report(
+        args,
+        data,
+        part,
+        per_year,
+        greedy_policy(model),
+        "GpuDQN backtest",
+        {"model": str(args.model)},
+        rule=known_rule(part, args.config),
+    )
+
+
+def cmd_backtest(args: argparse.Namespace) -> int:
+    from gpu_trading_env.reports.backtest import exposure_policy
+
+    data, part, per_year = evaluated_instrument(args)
+    if args.rule == "planted":
+        from gpu_trading_env.data.synthetic import planted_rule_exposure
+
+        exposure = args.exposure * planted_rule_exposure(part)
+    else:
+        exposure = np.full(part.n_bars, args.exposure)
+    return backtest_report(
+        args,
+        data,
+        part,
+        per_year,
+        exposure_policy(exposure, args.config),
+        f"rule '{args.rule}'",
+        {"rule": args.rule, "exposure": args.exposure},
+    )

@@ -1,0 +1,63 @@
+"""The data a command reads: ``--data`` files or the built-in synthetic market, and its split."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from agents.cli.options import UsageError
+
+
+def load_data(args: argparse.Namespace) -> Any:
+    """The data of ``--data`` (or the built-in synthetic market) as MarketData."""
+    from gpu_trading_env.data.market_data import MarketData
+
+    if not args.data:
+        if args.date_format or args.timestamp_unit or args.column:
+            raise UsageError(
+                "--date-format, --timestamp-unit and --column apply to --data files: pass --data"
+            )
+        data = MarketData.default()
+    else:
+        data = _load_files(args)
+    if getattr(args, "instrument", None) is not None and args.instrument not in data.instruments:
+        raise UsageError(
+            f"--instrument {args.instrument!r}: the data has {', '.join(data.instruments)}"
+        )
+    return data
+
+
+def _load_files(args: argparse.Namespace) -> Any:
+    from gpu_trading_env.data.loaders import load_bars
+
+    columns = dict(pair.partition("=")[::2] for pair in args.column or [])
+    try:
+        return load_bars(
+            args.data,
+            date_format=args.date_format,
+            timestamp_unit=args.timestamp_unit,
+            time_column=args.time_column,
+            symbol_column=args.symbol_column,
+            columns={k.lower(): v for k, v in columns.items()},
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def is_synthetic(data: Any) -> bool:
+    return data.metadata.get("source") == "synthetic"
+
+
+def per_year_of(args: argparse.Namespace, data: Any) -> float:
+    from gpu_trading_env.reports.metrics import bars_per_year
+
+    if args.bars_per_year is not None:
+        return float(args.bars_per_year)
+    return bars_per_year(data.instrument(0).timestamps)
+
+
+def split_data(data: Any, fraction: float, what: str) -> tuple[Any, Any]:
+    try:
+        return data.split(fraction)
+    except ValueError as exc:
+        raise UsageError(f"--train-fraction {fraction}: {exc}; {what}") from None

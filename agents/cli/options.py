@@ -1,0 +1,164 @@
+"""The options of the ``gpu-trading-env`` command: their meaning and their checks.
+
+Every option is checked (:func:`validate`) before any work starts and before any folder is made;
+a bad one raises :class:`UsageError`, which ``main`` prints as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.gpu.device import cuda_available
+
+PROG = "gpu-trading-env"
+DEBUG_HELP = "show the traceback of an error"
+
+
+class UsageError(Exception):
+    """A bad option or bad data: printed as one line, exit code 2."""
+
+
+def tensorboard_installed() -> bool:
+    """TensorBoard is optional: ``train`` logs to it only where it is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if name != "cpu" and not (name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit())):
+        raise UsageError(f"--device {name!r} is invalid: allowed is auto, cpu, cuda or cuda:N")
+    if name.startswith("cuda") and not cuda_available():
+        raise UsageError(
+            f"--device {name}: no CUDA device with CuPy was found; pass --device cpu "
+            "(or install gpu-trading-env[cuda12] on a machine with a GPU)"
+        )
+    return name
+
+
+# The commands' own env defaults. EnvConfig keeps the source design's penalties on, but the
+# diversity penalty fires on any two-sided strategy whose long/short mix is not exactly
+# balanced, and the risk penalty arrives one step after the trade that caused it; in a
+# minutes-long training run both drown the pnl signal the quickstart is meant to show.
+TRAIN_ENV_DEFAULTS = {"diversity_penalty": 0.0, "risk_penalty_scale": 0.0}
+
+
+def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
+    """``["key=value", ...]`` into EnvConfig overrides (values parsed as Python literals)."""
+    import ast
+
+    from gpu_trading_env.core.config import config_field_names
+
+    out = dict(TRAIN_ENV_DEFAULTS)
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or key not in config_field_names():
+            raise UsageError(
+                f"--env {pair!r} is invalid: pass FIELD=VALUE with FIELD one of "
+                f"{', '.join(config_field_names())}"
+            )
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
+
+
+def env_config(args: argparse.Namespace) -> EnvConfig:
+    """The EnvConfig of a command: ``--episode-length`` and the ``--env`` overrides."""
+    overrides = parse_env_overrides(args.env)
+    try:
+        return EnvConfig(episode_length=args.episode_length, **overrides)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--env / --episode-length: {exc}") from None
+
+
+# ---------------------------------------------------------------------- option checks
+
+
+def _check(ok: bool, option: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise UsageError(f"{option} {value} is invalid: allowed is {allowed}")
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every numeric option and every path, before any work or folder."""
+    c = args.command
+    for name in ("timesteps", "num_envs", "steps", "folds", "eval_every", "batch_size"):
+        v = getattr(args, name, None)
+        if v is not None:
+            _check(v > 0, "--" + name.replace("_", "-"), v, "an integer > 0")
+    if getattr(args, "episode_length", None) is not None:
+        _check(args.episode_length >= 2, "--episode-length", args.episode_length, "an integer >= 2")
+    for name in ("train_bars", "test_bars"):
+        v = getattr(args, name, None)
+        if v is not None:
+            _check(v >= 2, "--" + name.replace("_", "-"), v, "an integer >= 2")
+    if hasattr(args, "train_fraction"):
+        f = args.train_fraction
+        if c == "train":
+            _check(0.0 < f < 1.0, "--train-fraction", f, "a number in (0, 1), e.g. 0.8")
+        else:
+            _check(
+                0.0 <= f < 1.0,
+                "--train-fraction",
+                f,
+                "a number in [0, 1): bars before the evaluated part, 0 for all bars",
+            )
+    if getattr(args, "val_fraction", None) is not None:
+        _check(0.0 < args.val_fraction <= 0.5, "--val-fraction", args.val_fraction, "(0, 0.5]")
+    if getattr(args, "learning_rate", None) is not None:
+        _check(args.learning_rate > 0, "--learning-rate", args.learning_rate, "a number > 0")
+    if getattr(args, "gamma", None) is not None:
+        _check(0.0 < args.gamma <= 1.0, "--gamma", args.gamma, "a number in (0, 1]")
+    if getattr(args, "exposure", None) is not None:
+        _check(-1.0 <= args.exposure <= 1.0, "--exposure", args.exposure, "a number in [-1, 1]")
+    if getattr(args, "bars_per_year", None) is not None:
+        _check(args.bars_per_year > 0, "--bars-per-year", args.bars_per_year, "a number > 0")
+    for s in getattr(args, "seeds", None) or []:
+        _check(s >= 0, "--seeds", s, "integers >= 0")
+    if getattr(args, "seed", None) is not None:
+        _check(args.seed >= 0, "--seed", args.seed, "an integer >= 0")
+    if getattr(args, "torch_threads", None) is not None:
+        _check(args.torch_threads > 0, "--torch-threads", args.torch_threads, "an integer > 0")
+    for pair in getattr(args, "column", None) or []:
+        field, sep, name = pair.partition("=")
+        if not sep or field.lower() not in ("open", "high", "low", "close", "volume") or not name:
+            raise UsageError(
+                f"--column {pair!r} is invalid: pass FIELD=NAME with FIELD one of open, high, "
+                "low, close, volume, e.g. --column 'close=Adj Close'"
+            )
+    for path in getattr(args, "data", None) or []:
+        if not Path(path).is_file():
+            raise UsageError(f"--data {path}: no such file")
+    if getattr(args, "model", None) is not None:
+        args.model = resolve_model_path(args.model)
+    if getattr(args, "device", None) is not None:
+        args.device = resolve_device(args.device)
+    if hasattr(args, "episode_length"):
+        args.config = env_config(args)
+
+
+def resolve_model_path(given: str) -> Path:
+    """A saved model: ``DIR/model.zip``, ``DIR/model`` (SB3 adds .zip) or ``DIR``."""
+    p = Path(given)
+    for cand in (p, p.with_name(p.name + ".zip"), p / "model.zip"):
+        if cand.is_file():
+            return cand
+    raise UsageError(f"--model {given}: no such file (pass the model.zip that train wrote)")
+
+
+def default_out(command: str) -> Path:
+    """``runs/<command>-<YYYYmmdd-HHMMSS>``, with ``-2``, ``-3``... if that folder exists."""
+    base = Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, k = base, 1
+    while out.exists():
+        k += 1
+        out = base.with_name(f"{base.name}-{k}")
+    return out

@@ -1,0 +1,211 @@
+"""The argument parser of the ``gpu-trading-env`` command and its subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from agents.cli.backtest import cmd_backtest, cmd_eval
+from agents.cli.bench import cmd_bench
+from agents.cli.options import DEBUG_HELP, PROG
+from agents.cli.train import cmd_train
+from agents.cli.walkforward import cmd_walkforward
+
+DESCRIPTION = (
+    "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``eval``, ``backtest`` and "
+    "``bench``."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (argparse prints the usage block too), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` unless the help text already says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = _HelpFormatter
+    parser = _Parser(prog=PROG, description=DESCRIPTION, formatter_class=fmt)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def data_options(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("data")
+        g.add_argument(
+            "--data",
+            nargs="+",
+            metavar="FILE",
+            default=None,
+            help="CSV or Parquet files of OHLCV bars; several files are several instruments "
+            "(default: the built-in synthetic market with a planted signal)",
+        )
+        g.add_argument(
+            "--date-format",
+            default=None,
+            help="strftime format of text timestamps, e.g. '%%d.%%m.%%Y %%H:%%M:%%S.%%f' "
+            "(default: ISO, or day-first/month-first when the data shows which)",
+        )
+        g.add_argument(
+            "--timestamp-unit",
+            choices=["s", "ms", "us", "ns"],
+            default=None,
+            help="unit of numeric epoch timestamps (default: by their magnitude)",
+        )
+        g.add_argument(
+            "--time-column",
+            default=None,
+            help="timestamp column (default: one named like time/date, any case)",
+        )
+        g.add_argument(
+            "--symbol-column",
+            default=None,
+            help="instrument column of a long-format file (default: instrument/symbol/ticker/asset/pair)",
+        )
+        g.add_argument(
+            "--column",
+            action="append",
+            metavar="FIELD=NAME",
+            default=None,
+            help="the file's column for an OHLCV field, e.g. --column 'close=Adj Close' (repeat)",
+        )
+        g.add_argument(
+            "--bars-per-year",
+            type=float,
+            default=None,
+            help="annualisation factor (default: inferred from the timestamps' calendar)",
+        )
+
+    def env_options(p: argparse.ArgumentParser, fraction: float, fraction_help: str) -> None:
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+        data_options(p)
+        p.add_argument("--train-fraction", type=float, default=fraction, help=fraction_help)
+        p.add_argument("--episode-length", type=_int, default=200, help="bars per env episode")
+        p.add_argument(
+            "--env",
+            nargs="*",
+            metavar="FIELD=VALUE",
+            help="EnvConfig overrides (docs/ENV_SPEC.md) (default: EnvConfig's, with "
+            "diversity_penalty=0.0 and risk_penalty_scale=0.0)",
+        )
+        p.add_argument(
+            "--out",
+            default=None,
+            help="report folder (default: runs/<command>-<date>-<time>, never an existing one)",
+        )
+
+    def train_options(p: argparse.ArgumentParser, timesteps_help: str) -> None:
+        g = p.add_argument_group("training")
+        g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+        g.add_argument(
+            "--num-envs", type=_int, default=None, help="parallel envs (default: 16 CPU, 4096 GPU)"
+        )
+        g.add_argument("--timesteps", type=_int, default=None, help=timesteps_help)
+        g.add_argument(
+            "--batch-size", type=_int, default=None, help="SGD batch (default: 128 CPU, 4096 GPU)"
+        )
+        g.add_argument("--learning-rate", type=float, default=3e-4, help="Adam step size")
+        g.add_argument("--gamma", type=float, default=0.9, help="discount factor")
+        g.add_argument(
+            "--val-fraction",
+            type=float,
+            default=0.2,
+            help="last part of the training bars held out to select the model",
+        )
+        g.add_argument(
+            "--eval-every",
+            type=_int,
+            default=None,
+            help="env steps between validation backtests (default: a tenth of --timesteps)",
+        )
+        g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
+        g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")
+        g.add_argument("--no-progress", action="store_true", help="no progress bar")
+        g.add_argument(
+            "--torch-threads",
+            type=_int,
+            default=None,
+            help="torch CPU threads (default: torch's; 1 is faster on a busy machine)",
+        )
+
+    t = sub.add_parser(
+        "train", help="train GpuDQN on one split and write a report", formatter_class=fmt
+    )
+    env_options(t, 0.8, "fraction of the bars to train on; the rest is out of sample")
+    train_options(t, "env steps (default: 200,000 on CPU, 4,000,000 on GPU)")
+    t.add_argument("--seed", type=_int, default=0, help="random seed")
+    t.set_defaults(func=cmd_train)
+
+    w = sub.add_parser(
+        "walkforward",
+        help="train and test on rolling folds of your data and write a report",
+        formatter_class=fmt,
+    )
+    env_options(w, 0.0, argparse.SUPPRESS)
+    train_options(w, "env steps per fold and seed (default: 50,000 on CPU, 4,000,000 on GPU)")
+    w.add_argument("--folds", type=_int, default=4, help="number of test windows")
+    w.add_argument(
+        "--train-bars",
+        type=_int,
+        default=None,
+        help="bars of each training window (default: the bars before the first test window)",
+    )
+    w.add_argument(
+        "--test-bars",
+        type=_int,
+        default=None,
+        help="bars of each test window (default: bars / (folds + 1))",
+    )
+    w.add_argument("--seeds", type=_int, nargs="+", default=[0], help="one model per seed")
+    w.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="start each fold from the previous fold's model (default: from scratch)",
+    )
+    w.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
+    w.set_defaults(func=cmd_walkforward)
+
+    e = sub.add_parser(
+        "eval", help="backtest a saved model and write a report", formatter_class=fmt
+    )
+    env_options(e, 0.8, "bars skipped before the evaluated part; 0 evaluates every bar")
+    e.add_argument("--model", required=True, help="model.zip written by train")
+    e.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
+    e.set_defaults(func=cmd_eval)
+
+    b = sub.add_parser(
+        "backtest", help="backtest a fixed rule and write a report", formatter_class=fmt
+    )
+    env_options(b, 0.8, "bars skipped before the evaluated part; 0 evaluates every bar")
+    b.add_argument(
+        "--rule",
+        choices=["planted", "buy_and_hold"],
+        default="planted",
+        help="planted: the synthetic market's known rule; buy_and_hold: a constant exposure",
+    )
+    b.add_argument("--exposure", type=float, default=1.0, help="exposure of the rule, in [-1, 1]")
+    b.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
+    b.set_defaults(func=cmd_backtest)
+
+    n = sub.add_parser("bench", help="env throughput on this machine", formatter_class=fmt)
+    n.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    n.add_argument("--steps", type=_int, default=200, help="env steps per measurement")
+    n.set_defaults(func=cmd_bench)
+    return parser

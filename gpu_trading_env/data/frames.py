@@ -1,0 +1,237 @@
+"""Reading a pandas DataFrame of OHLCV bars into the arrays of a ``MarketData``.
+
+:func:`arrays_from_dataframe` is the work of ``MarketData.from_dataframe`` (whose docstring
+states the rules): it finds the columns (any letter case), reads the timestamps, splits the rows
+by instrument, checks each instrument's bars (``validation.py``) and computes its features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
+from gpu_trading_env.data.timestamps import day_month_format
+from gpu_trading_env.data.validation import OHLCV, Where, check_finite, validate_bars
+
+TIMESTAMP_CANDIDATES = ("timestamp", "datetime", "date", "time")
+INSTRUMENT_CANDIDATES = ("instrument", "symbol", "ticker")
+
+
+def arrays_from_dataframe(
+    df: pd.DataFrame,
+    *,
+    timestamp_column: str | None = None,
+    instrument_column: str | None = None,
+    columns: dict[str, str] | None = None,
+    features: str | Sequence[str] = "builtin",
+    min_bars: int = 2,
+    name: str = "asset",
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(arrays, metadata)``: ``MarketData`` keyword arguments (all but ``metadata``) and the
+    metadata of the table's reading (``source``, ``features``, ``warmup_bars``).
+
+    The arguments are those of ``MarketData.from_dataframe``.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"from_dataframe expects a pandas DataFrame, got {type(df).__name__}")
+    if int(min_bars) != min_bars or min_bars < 1:
+        raise ValueError(f"min_bars must be an integer >= 1, got {min_bars!r}")
+    if columns:
+        unknown = [k for k in columns if k not in df.columns]
+        if unknown:
+            raise ValueError(f"columns= renames {unknown} but the data has no such column")
+        df = df.rename(columns=columns)
+
+    builtin = isinstance(features, str)
+    if builtin and features != "builtin":
+        raise ValueError(f"features must be 'builtin' or a list of column names, got {features!r}")
+
+    labels = column_lookup(df)
+    ts = frame_timestamps(df, labels, timestamp_column)
+
+    inst_col = None
+    if instrument_column is not None:
+        inst_col = find_column(labels, instrument_column)
+        if inst_col is None:
+            raise ValueError(f"missing instrument column {instrument_column!r}")
+    else:
+        for cand in INSTRUMENT_CANDIDATES:
+            inst_col = find_column(labels, cand)
+            if inst_col is not None:
+                break
+    if inst_col is not None:
+        raw_inst = df[inst_col]
+        missing_inst = raw_inst.isna().to_numpy()
+        if missing_inst.any():
+            i = int(np.argmax(missing_inst))
+            raise ValueError(f"instrument column {inst_col!r} is missing a value at row {i}")
+        inst = raw_inst.astype(str).to_numpy()
+        names = list(pd.unique(inst))
+    else:
+        inst = None
+        names = [str(name)]
+
+    missing = [c for c in OHLCV if find_column(labels, c) is None]
+    if missing:
+        raise ValueError(
+            f"missing column(s) {missing}; found {list(map(str, df.columns))} "
+            "(rename with columns={'Your Name': 'volume', ...})"
+        )
+    ohlcv = {c: numeric_column(df[find_column(labels, c)], c) for c in OHLCV}
+
+    if builtin:
+        feat_names = FEATURE_NAMES
+        warmup = WARMUP_BARS
+        user_feats = None
+    else:
+        feat_names = tuple(str(x) for x in features)
+        if not feat_names:
+            raise ValueError("features= is an empty list")
+        absent = [c for c in feat_names if c not in df.columns and find_column(labels, c) is None]
+        if absent:
+            raise ValueError(f"missing feature column(s) {absent}")
+        user_feats = {
+            c: numeric_column(df[c if c in df.columns else find_column(labels, c)], c)
+            for c in feat_names
+        }
+        warmup = 0
+
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*OHLCV, "ts", "features")}
+    offsets = [0]
+    for inst_name in names:
+        rows = np.arange(len(df)) if inst is None else np.flatnonzero(inst == inst_name)
+        cols = {c: ohlcv[c][rows] for c in OHLCV}
+        its = ts[rows]
+        where = Where(rows, its, inst_name)
+        validate_bars(cols, its, where)
+        if user_feats is not None:
+            for c, vals in user_feats.items():
+                check_finite(vals[rows].astype(np.float32), f"feature column {c!r}", where)
+        n = len(rows)
+        need = warmup + min_bars
+        if n < need:
+            what = (
+                f"the built-in features need {warmup} warm-up bars plus min_bars={min_bars}"
+                if builtin
+                else f"min_bars={min_bars}"
+            )
+            raise ValueError(
+                f"instrument {inst_name!r} has {n} bars but {what}: at least {need} bars"
+            )
+        if builtin:
+            feats = compute_features(*(cols[c] for c in OHLCV))[warmup:]
+        else:
+            feats = np.column_stack([user_feats[c][rows] for c in feat_names])
+        for c in OHLCV:
+            parts[c].append(cols[c][warmup:])
+        parts["ts"].append(its[warmup:])
+        parts["features"].append(np.asarray(feats, dtype=np.float32))
+        offsets.append(offsets[-1] + n - warmup)
+
+    features_arr = np.ascontiguousarray(np.concatenate(parts["features"]), dtype=np.float32)
+    if not np.isfinite(features_arr).all():  # compute_features promises this; keep it honest
+        raise RuntimeError("non-finite feature after the warm-up: please report this bug")
+    arrays = {
+        "features": features_arr,
+        **{c: np.concatenate(parts[c]) for c in OHLCV},
+        "timestamps": np.concatenate(parts["ts"]),
+        "instrument_offsets": np.asarray(offsets, dtype=np.int64),
+        "instruments": names,
+        "feature_names": feat_names,
+    }
+    meta = {
+        "source": "dataframe",
+        "features": "builtin" if builtin else "columns",
+        "warmup_bars": warmup,
+    }
+    return arrays, meta
+
+
+def column_lookup(df: pd.DataFrame) -> dict[str, list[Any]]:
+    labels: dict[str, list[Any]] = {}
+    for col in df.columns:
+        labels.setdefault(str(col).strip().lower(), []).append(col)
+    return labels
+
+
+def find_column(labels: dict[str, list[Any]], name: str) -> Any:
+    hits = labels.get(str(name).strip().lower(), [])
+    if len(hits) > 1:
+        raise ValueError(f"ambiguous column {name!r}: the data has {hits}")
+    return hits[0] if hits else None
+
+
+def frame_timestamps(
+    df: pd.DataFrame, labels: dict[str, list[Any]], column: str | None
+) -> np.ndarray:
+    """datetime64[ns] [len(df)], naive UTC for aware input."""
+    if column is not None:
+        col = find_column(labels, column)
+        if col is None:
+            raise ValueError(f"missing timestamp column {column!r}")
+        raw: Any = df[col]
+        label = f"timestamp column {col!r}"
+    elif isinstance(df.index, pd.DatetimeIndex):
+        raw = df.index
+        label = "the DatetimeIndex"
+    elif str(df.index.name).strip().lower() in TIMESTAMP_CANDIDATES:
+        raw = df.index.to_series(index=pd.RangeIndex(len(df)))
+        label = f"timestamp index {df.index.name!r}"
+    else:
+        col = next(
+            (
+                find_column(labels, c)
+                for c in TIMESTAMP_CANDIDATES
+                if find_column(labels, c) is not None
+            ),
+            None,
+        )
+        if col is None:
+            raise ValueError(
+                "no timestamps: give the DataFrame a DatetimeIndex, or a column named "
+                "timestamp/datetime/date/time, or pass timestamp_column="
+            )
+        raw = df[col]
+        label = f"timestamp column {col!r}"
+
+    if not isinstance(raw, pd.DatetimeIndex):
+        if pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw):
+            raise ValueError(
+                f"{label} is numeric; convert it first, e.g. pd.to_datetime(col, unit='s')"
+            )
+        missing = pd.isna(raw).to_numpy()
+        # Day-first text ("01.02.2017 22:00") would be read month-first by "mixed".
+        fmt = None if missing.any() else day_month_format(raw.astype(str), label)
+        parsed = pd.to_datetime(raw, errors="coerce", utc=True, format=fmt or "mixed")
+        bad = pd.isna(parsed).to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            what = "a missing value" if missing[i] else f"an unparseable value {raw.iloc[i]!r}"
+            raise ValueError(f"{label} has {what} at row {i}")
+        idx = pd.DatetimeIndex(parsed)
+    else:
+        idx = raw
+        if idx.hasnans:
+            i = int(np.argmax(pd.isna(idx)))
+            raise ValueError(f"{label} has a missing value (NaT) at row {i}")
+    if idx.tz is not None:
+        idx = idx.tz_convert("UTC").tz_localize(None)
+    return idx.as_unit("ns").to_numpy()
+
+
+def numeric_column(col: pd.Series, name: str) -> np.ndarray:
+    """float64 [len(col)]; NaN/inf pass through (the caller reports them with their row)."""
+    if pd.api.types.is_bool_dtype(col):
+        raise ValueError(f"column {name!r} is boolean, not numeric")
+    if pd.api.types.is_numeric_dtype(col):
+        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+    conv = pd.to_numeric(col, errors="coerce")
+    bad = (pd.isna(conv) & ~pd.isna(col)).to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"column {name!r} is not numeric at row {i} (value {col.iloc[i]!r})")
+    return conv.to_numpy(dtype=np.float64, na_value=np.nan)
