@@ -188,8 +188,8 @@ class DataParallel:
             if any(v != column[0] for v in column):
                 raise ValueError(
                     f"{name} = {column} (one value per rank) is invalid with distributed = True: "
-                    f"allowed is the same {name} on every rank (each rank must run the same "
-                    "number of gradient steps)"
+                    f"allowed is the same {name} on every rank (the ranks must train and copy "
+                    "their target networks at the same steps, or the all-reduce desynchronises)"
                 )
 
     def broadcast_parameters(self, model: Any) -> None:

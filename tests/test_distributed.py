@@ -286,3 +286,71 @@ def test_not_distributed_changes_nothing() -> None:
     model = make_model()
     assert model.data_parallel is None
     assert np.isfinite(flat_policy(model).numpy()).all()
+
+
+# ---------------------------------------------------------------------- GPUs (NCCL)
+
+
+def _fused_model(device: str, **kwargs) -> GpuDQN:
+    env = gym.make_vec("GpuTrading-v0", num_envs=512, device=device, episode_length=100)
+    params = dict(
+        learning_starts=5_120,
+        train_freq=1,
+        batch_size=512,
+        buffer_size=200_000,
+        target_update_interval=51_200,
+        seed=0,
+        device=device,
+    )
+    params.update(kwargs)
+    return GpuDQN("DuelingPolicy", env, **params)
+
+
+@pytest.mark.gpu
+def test_nccl_all_reduce_is_captured_in_the_train_step_graph() -> None:
+    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = _fused_model("cuda", distributed=True)
+        model.learn(100 * 512)
+        step = model._captured_step
+        assert step is not None and step.graph is not None and not step.graph_failed
+        assert model.data_parallel.flat_gradients.is_cuda
+        assert model._n_updates > 50 and model.data_parallel.parameter_spread(model) == 0.0
+    finally:
+        dist.destroy_process_group()
+
+
+def _gpu_worker(rank: int, port: int, out: str) -> None:
+    th.cuda.set_device(rank)
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=timedelta(seconds=120),
+    )
+    try:
+        model = _fused_model(f"cuda:{rank}", distributed=True)
+        check = _CheckEveryStep()
+        model.learn(200 * 512 * WORLD, callback=check)
+        step = model._captured_step
+        result = {
+            "spreads": check.spreads,
+            "num_timesteps": int(model.num_timesteps),
+            "captured": step is not None and step.graph is not None and not step.graph_failed,
+            "fused": model._fused_rollout is not None,
+        }
+        if rank == 0:
+            th.save(result, Path(out) / "gpu.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(th.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs")
+def test_two_gpus_stay_identical_on_the_fused_captured_path(tmp_path: Path) -> None:
+    mp.spawn(_gpu_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    result = th.load(tmp_path / "gpu.pt", weights_only=False)
+    assert result["fused"] and result["captured"]
+    assert result["num_timesteps"] == 200 * 512 * WORLD
+    assert max(result["spreads"]) == 0.0
