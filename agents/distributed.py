@@ -222,13 +222,12 @@ class DataParallel:
         for p in params:
             if p.grad is None:
                 p.grad = th.zeros_like(p)
-            grads.append(p.grad.reshape(-1))
-        th.cat(grads, out=flat)
+            grads.append(p.grad)
+        th.cat([g.reshape(-1) for g in grads], out=flat)  # one kernel
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         if self.world_size > 1:
             flat.div_(self.world_size)
-        for p, view in zip(params, self._views, strict=True):
-            p.grad.copy_(view)
+        th._foreach_copy_(grads, self._views)  # one kernel, not one per parameter
 
     def _allocate(self, params: list[th.Tensor]) -> None:
         dtypes = {p.dtype for p in params}
