@@ -23,6 +23,8 @@ What each rank owns and what is shared:
 - env, replay buffer, priorities, exploration draws, episode statistics: per rank. The seed of
   rank ``r`` is ``seed + r`` (envs, exploration, network initialisation before the broadcast,
   the buffer's sampling stream), so the shards see different data.
+- callbacks: every rank. One that stops training must stop every rank at the same step (a
+  rank that stops alone leaves the others waiting in their next all-reduce).
 - logging and saving: rank 0. The other ranks log nothing (no stdout, no TensorBoard, no
   progress bar) and :meth:`GpuDQN.save` returns without writing there; ``rollout/ep_rew_mean``
   is rank 0's episodes. ``save_replay_buffer`` writes on every rank (give each rank its path).

@@ -78,7 +78,7 @@ model = GpuDQN(
     device=device,
     distributed=True,
 )
-model.learn(total_timesteps=total, log_interval=1000)
+model.learn(total_timesteps=total, log_interval=1000, progress_bar=True)  # bar on rank 0
 model.save(os.path.join(args.out, "model.zip"))  # writes on rank 0 only
 if rank == 0:
     print(f"{world} rank(s), {model.num_timesteps} env-steps; saved {args.out}/model.zip")
