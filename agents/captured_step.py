@@ -11,7 +11,8 @@ The whole step, in order::
     a'      = argmax q_all[B:]  (double_q)          # else max over q_next
     y       = r + (1 - done) * gamma * q_next[a']   # done: terminations only
     loss    = mean(w * smooth_l1(q_all[:B][a], y))
-    backward; clip_grad_norm_(max_grad_norm); Adam(fused, capturable, lr from a device scalar)
+    backward; [all-reduce of the flat gradients: distributed only]
+    clip_grad_norm_(max_grad_norm); Adam(fused, capturable, lr from a device scalar)
     tree.update(idx, |y - q|)                       # validated on the device
     error   = max(error, tree status)               # first rejected position, or -1
     sums   += (loss, mean |y - q|)
@@ -260,6 +261,8 @@ class CapturedTrainStep:
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if m.data_parallel is not None:  # one NCCL all-reduce of the flat gradients, captured
+            m.data_parallel.all_reduce_gradients(self.optimizer)
         th.nn.utils.clip_grad_norm_(self.params, m.max_grad_norm)
         self.optimizer.step()
 

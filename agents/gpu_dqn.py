@@ -44,6 +44,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 
 from agents.curiosity import CuriosityModel, check_positive_ints
 from agents.curiosity_training import CuriosityTraining, curiosity_layout
+from agents.distributed import DataParallel, DataParallelMixin
 from agents.dqn_loss import td_target, weighted_td_loss
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
@@ -59,7 +60,7 @@ SelfGpuDQN = TypeVar("SelfGpuDQN", bound="GpuDQN")
 PER_DEFAULTS: dict[str, float] = {"alpha": 0.6, "beta": 0.4, "epsilon": 1e-6}
 
 
-class GpuDQN(DQN):
+class GpuDQN(DataParallelMixin, DQN):
     """Deep Q-Network with prioritized replay, double-DQN targets and a dueling policy.
 
     Differences from SB3's ``DQN`` (all other arguments and behaviour are SB3's):
@@ -87,6 +88,11 @@ class GpuDQN(DQN):
     - On a CUDA device with the prioritized buffer and Adam (``captured_train=True``), each
       gradient step of :meth:`train` is one CUDA graph replay
       (:class:`~agents.captured_step.CapturedTrainStep`); elsewhere the eager loop runs.
+    - ``distributed=True``: data-parallel over the ranks of a ``torch.distributed`` process
+      group (initialised by the caller, as for DDP; ``torchrun`` sets it up), one rank per
+      GPU, each with its own env shard and replay buffer; gradients are averaged every step,
+      counters count the env-steps of all ranks, only rank 0 logs and saves
+      (:mod:`agents.distributed`, docs/SCALING.md).
 
     Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
     ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
@@ -108,6 +114,11 @@ class GpuDQN(DQN):
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
+    :param distributed: Train data-parallel over ``process_group``; needs
+        ``torch.distributed.init_process_group`` first (``ValueError`` otherwise). Rank ``r``
+        seeds with ``seed + r``; rank 0's initial parameters are broadcast.
+    :param process_group: The group to train over with ``distributed=True`` (``None``: the
+        default group).
     :param kwargs: The remaining arguments are those of SB3's ``DQN`` (``learning_rate``,
         ``buffer_size``, ``learning_starts``, ``batch_size``, ``tau``, ``gamma``, ``train_freq``,
         ``gradient_steps``, ``replay_buffer_class``, ``replay_buffer_kwargs``,
@@ -157,6 +168,8 @@ class GpuDQN(DQN):
         rollout_kernel: str = "fused",
         captured_train: bool = True,
         train_precision: str = "tf32",
+        distributed: bool = False,
+        process_group: Any = None,
         _init_setup_model: bool = True,
     ) -> None:
         if replay_buffer_class is None:
@@ -241,6 +254,7 @@ class GpuDQN(DQN):
             self._curiosity_dims, self._curiosity_categories = curiosity_layout(
                 self.env, self.trading_env
             )
+        self.data_parallel = DataParallel.from_arguments(distributed, process_group)
         if _init_setup_model:
             self._setup_model()
 
@@ -485,6 +499,8 @@ class GpuDQN(DQN):
 
             self.policy.optimizer.zero_grad()
             loss.backward()
+            if self.data_parallel is not None:
+                self.data_parallel.all_reduce_gradients(self.policy.optimizer)
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
 
@@ -565,8 +581,11 @@ class GpuDQN(DQN):
     ) -> None:
         """SB3's ``save``, written atomically: a save that fails leaves the old file intact.
 
-        A path without a suffix gets ``.zip`` (as in SB3).
+        A path without a suffix gets ``.zip`` (as in SB3). Data-parallel: rank 0 writes, the
+        other ranks return without writing.
         """
+        if self.data_parallel is not None and not self.data_parallel.is_main:
+            return
         write_atomically(path, "zip", partial(super().save, exclude=exclude, include=include))
 
     def save_replay_buffer(self, path: str | pathlib.Path | io.BufferedIOBase) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call: GPU tests, compute-sanitizer, benchmarks.
 # Results go under $OUT (default ./gpu-results).
-# Usage: bash benchmarks/gpu_suite.sh [all | any of: tests sanitize env per train soak]
+# Usage: bash benchmarks/gpu_suite.sh [all | any of: tests sanitize env per train soak scaling]
 # Exits 1 when the sanitizer gate (or the soak) fails.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
@@ -51,6 +51,10 @@ if want per; then
 fi
 if want train; then
   timeout 300 python3 benchmarks/train_throughput.py --out "$OUT/train.json" 2>&1 | grep -v Warn | tee "$OUT/train.log"
+fi
+if [[ $parts == *" scaling "* ]]; then  # not part of "all": needs 2 or more GPUs
+  # GpuDQN.learn on 1 GPU and on every GPU of the host (NCCL), same per-GPU settings.
+  timeout 900 python3 benchmarks/scaling.py ${SCALING_ARGS:-} --out "$OUT/scaling.json" 2>&1 | grep -v Warn | tee "$OUT/scaling.log"
 fi
 if [[ $parts == *" soak "* ]]; then  # not part of "all": only when asked for
   # Defaults: 1e11 env-steps at 2^20 envs (three autoreset modes, curiosity on), then 1e9

@@ -32,6 +32,7 @@ def needs(module: str):
         ("gymnasium_wrappers.py", ["--steps", "200"]),
         ("sb3_dqn.py", ["--total-steps", "1500"]),
         ("sb3_ppo.py", ["--total-steps", "2048", "--num-envs", "8"]),
+        ("train_multi_gpu.py", ["--device", "cpu", "--total-steps", "2000", "--num-envs", "8"]),
         pytest.param("torchrl_dqn.py", ["--total-steps", "800"], marks=needs("torchrl")),
         pytest.param("skrl_ppo.py", ["--timesteps", "100"], marks=needs("skrl")),
         pytest.param("rllib_ppo.py", ["--iterations", "1"], marks=needs("ray")),
