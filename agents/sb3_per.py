@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch as th
-import torch.nn.functional as F  # noqa: N812 (SB3's spelling)
 from stable_baselines3 import DQN
 
+from agents.dqn_loss import weighted_td_loss
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
 
 __all__ = ["PrioritizedDQN"]
@@ -26,7 +26,8 @@ class PrioritizedDQN(DQN):
     """SB3 ``DQN`` whose gradient steps use prioritized replay.
 
     Per sampled batch of B transitions: the Huber loss of each transition ``[B, 1]`` is
-    multiplied by its importance weight ``samples.weights`` ``[B]`` before the mean, and
+    multiplied by its importance weight ``samples.weights`` ``[B, 1]`` before the mean
+    (:func:`agents.dqn_loss.weighted_td_loss`), and
     ``|target - Q(s, a)|`` ``[B]`` (float32, from the same forward pass) is written back with
     ``replay_buffer.update_priorities(samples.indices, td)``. The buffer's beta is annealed
     from its initial value to 1 over ``learn`` (``set_progress``). Targets are SB3's
@@ -51,13 +52,12 @@ class PrioritizedDQN(DQN):
                 best_next = self.q_net_target(batch.next_observations).max(dim=1).values
                 target = batch.rewards + (1 - batch.dones) * gamma * best_next.reshape(-1, 1)
             q_taken = self.q_net(batch.observations).gather(1, batch.actions.long())
-            per_sample = F.smooth_l1_loss(q_taken, target, reduction="none").reshape(-1)
-            loss = (batch.weights.to(per_sample.dtype) * per_sample).mean()
+            loss, td = weighted_td_loss(q_taken, target, batch.weights)
             self.policy.optimizer.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
-            buffer.update_priorities(batch.indices, (target - q_taken).detach().abs().reshape(-1))
+            buffer.update_priorities(batch.indices, td)
             losses.append(loss.detach())
         self._n_updates += gradient_steps
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")

@@ -311,6 +311,47 @@ def test_sb3_dqn_with_per_priorities_change_and_transitions_chain(one_torch_thre
     assert not is_reset_obs(nxt[done]).all()  # the stored next obs is the true last one
 
 
+def test_prioritized_dqn_loss_is_the_importance_weighted_mean(one_torch_thread) -> None:
+    """mean_i(w_i * huber_i) with w of shape [B, 1], not mean(w) * mean(huber) (a [B, B] product)."""
+    import dataclasses
+
+    import torch as th
+    from torch.nn import functional as F
+
+    from agents import PrioritizedDQN, PrioritizedReplayBuffer
+
+    model = PrioritizedDQN(
+        "MlpPolicy",
+        SB3VecEnv(make(N)),
+        replay_buffer_class=PrioritizedReplayBuffer,
+        buffer_size=2000,
+        learning_starts=100,
+        train_freq=1,
+        batch_size=16,
+        seed=0,
+    )
+    model.learn(total_timesteps=300)
+    buf = model.replay_buffer
+    batch = buf.sample(16)
+    weights = th.linspace(0.05, 1.0, 16).reshape(-1, 1)
+    batch = (
+        dataclasses.replace(batch, weights=weights)
+        if dataclasses.is_dataclass(batch)
+        else (batch._replace(weights=weights))
+    )
+    with th.no_grad():
+        best = model.q_net_target(batch.next_observations).max(dim=1).values.reshape(-1, 1)
+        target = batch.rewards + (1 - batch.dones) * model.gamma * best
+        q = model.q_net(batch.observations).gather(1, batch.actions.long())
+        huber = F.smooth_l1_loss(q, target, reduction="none")
+        expected = float((weights * huber).mean())
+        wrong = float(weights.mean() * huber.mean())
+    assert abs(expected - wrong) > 1e-3 * abs(expected)  # the test tells the two apart
+    buf.sample = lambda *a, **k: batch
+    model.train(gradient_steps=1, batch_size=16)
+    assert model.logger.name_to_value["train/loss"] == pytest.approx(expected, rel=1e-5)
+
+
 def test_plain_sb3_dqn_with_per_warns_that_priorities_never_change(one_torch_thread) -> None:
     from stable_baselines3 import DQN
 
