@@ -47,7 +47,7 @@ class TrainSettings:
     batch_size: int
     buffer_size: int
     learning_rate: float = 3e-4
-    gamma: float = 0.9
+    gamma: float = 0.5
     eval_every: int | None = None  # env steps between validation backtests; None: timesteps / 10
     val_fraction: float = 0.2
     device: str = "cpu"

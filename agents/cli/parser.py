@@ -122,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--batch-size", type=_int, default=None, help="SGD batch (default: 128 CPU, 4096 GPU)"
         )
         g.add_argument("--learning-rate", type=float, default=3e-4, help="Adam step size")
-        g.add_argument("--gamma", type=float, default=0.9, help="discount factor")
+        g.add_argument(
+            "--gamma",
+            type=float,
+            default=0.5,
+            help="discount factor (rewards of trading pay off within a few bars)",
+        )
         g.add_argument(
             "--val-fraction",
             type=float,
