@@ -5,12 +5,12 @@ gradient step is recorded once in a CUDA graph and replayed; nothing in it waits
 The whole step, in order::
 
     idx, w  = tree.sample_into(B, calls, beta)      # counter and beta read from device scalars
-    x       = [observations[idx]; next_observations[idx]]       # [2B, *obs_shape]
-    q_all   = q_net(x)                              # one forward of the online net over o and o'
-    q_next  = q_net_target(x[B:])
-    a'      = argmax q_all[B:]  (double_q)          # else max over q_next
-    y       = r + (1 - done) * gamma * q_next[a']   # done: terminations only
-    loss    = mean(w * smooth_l1(q_all[:B][a], y))
+    o, o', a, r, done = the stored fields at idx    # done: terminations only
+    q       = q_net(o)[a]                           # the one forward with a backward
+    q_next  = q_net_target(o')                      # no gradient
+    a'      = argmax q_net(o')  (double_q)          # no gradient; else max over q_next
+    y       = r + (1 - done) * gamma * q_next[a']
+    loss    = mean(w * smooth_l1(q, y))             # torch.compile'd, with its backward
     backward; [all-reduce of the flat gradients: distributed only]
     clip_grad_norm_(max_grad_norm); Adam(fused, capturable, lr from a device scalar)
     tree.update(idx, |y - q|)                       # validated on the device
@@ -18,8 +18,11 @@ The whole step, in order::
     sums   += (loss, mean |y - q|)
 
 This is :meth:`GpuDQN.train`'s eager loop, step for step, with the same target and loss
-(:mod:`agents.dqn_loss`); the eager path runs two forwards of the online net where this one runs
-one over both halves. The learning rate and beta enter as
+(:mod:`agents.dqn_loss`). With ``compile=True`` (the default) the gathers, forwards, target and
+loss run through ``torch.compile``, which fuses the elementwise work and reductions around the
+matrix products into a few generated kernels (forward and backward); the step's GPU time fell
+from 0.56 to 0.35 ms at batch 4,096 on an H200 (docs/PERFORMANCE.md). The learning rate and
+beta enter as
 device scalars filled before a replay when their host values change, so one graph serves the
 whole run; the target network is updated by SB3's ``_on_step`` schedule, between train calls,
 as on the eager path. Loss, mean TD error and the error flag reach the host every
@@ -141,6 +144,8 @@ class CapturedTrainStep:
     :param plain_flags: ``fused``/``capturable``/``foreach`` of the plain Adam to save as
         (default: those of the model's optimizer now; pass the previous step's when it replaces
         one whose optimizer is already the capturable Adam).
+    :param compile: run the loss (gathers, forwards, target, loss and its backward) through
+        ``torch.compile``; it falls back to the eager loss, with a warning, where it cannot.
     """
 
     def __init__(
@@ -150,6 +155,7 @@ class CapturedTrainStep:
         stats_interval: int = STATS_INTERVAL,
         precision: str = "tf32",
         plain_flags: dict[str, Any] | None = None,
+        compile: bool = True,
     ) -> None:
         reason = captured_train_unsupported(model)
         if reason is not None:
@@ -157,6 +163,8 @@ class CapturedTrainStep:
         if precision not in ("tf32", "fp32"):
             raise ValueError(f"precision = {precision!r} is invalid: allowed is 'tf32' or 'fp32'")
         self.precision = precision
+        self.compile = bool(compile)
+        self._loss_fn: Any = None
         self.model = model
         self.buffer = model.replay_buffer
         self.tree = self.buffer.tree
@@ -214,7 +222,6 @@ class CapturedTrainStep:
         self.batch_size = b
         self.idx = th.zeros(b, dtype=th.int64, device=dev)
         self.weights = th.zeros(b, dtype=th.float32, device=dev)
-        self.x = th.zeros((2 * b, *self.buffer.obs_shape), dtype=self._obs.dtype, device=dev)
         self.graph = None
         self._warm = 0
 
@@ -227,6 +234,41 @@ class CapturedTrainStep:
             self._step()
         finally:
             th.backends.cuda.matmul.allow_tf32 = previous
+
+    def _loss(self, idx: th.Tensor, weights: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """``(loss, |td|)`` of the sampled rows ``idx`` with IS weights ``weights``: the gathers,
+        the forwards, the double-DQN target and the weighted loss (what ``compile`` fuses)."""
+        m = self.model
+        obs = self._obs.index_select(0, idx)
+        next_obs = self._next_obs.index_select(0, idx)
+        actions = self._actions.index_select(0, idx).long()
+        rewards = self._rewards.index_select(0, idx).reshape(-1, 1)
+        dones = self._dones.index_select(0, idx)
+        if self._timeouts is not None:
+            dones = dones * (1.0 - self._timeouts.index_select(0, idx))
+        dones = dones.reshape(-1, 1)
+        q = th.gather(m.q_net(obs), 1, actions)
+        with th.no_grad():  # no backward through the next-state forwards
+            q_next_online = m.q_net(next_obs) if m.double_q else None
+            q_next_target = m.q_net_target(next_obs)
+        target = td_target(rewards, dones, m.gamma, q_next_target, q_next_online)
+        return weighted_td_loss(q, target, weights)
+
+    def _compiled_loss(self, idx: th.Tensor, weights: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """:meth:`_loss` through ``torch.compile`` (compiled at the first warm-up step); on a
+        failure to compile, a warning and the eager :meth:`_loss` from then on."""
+        if self._loss_fn is None:
+            self._loss_fn = th.compile(self._loss, dynamic=False)
+            try:
+                return self._loss_fn(idx, weights)
+            except Exception as err:  # no Triton, an unsupported torch: same math, eager
+                warnings.warn(
+                    f"torch.compile of the train step's loss failed, running it eagerly: {err}",
+                    stacklevel=4,
+                )
+                self._loss_fn = self._loss
+                self.compile = False
+        return self._loss_fn(idx, weights)
 
     def _step(self) -> None:
         """One gradient step: what the graph records (and what the warm-up steps run)."""
@@ -241,23 +283,10 @@ class CapturedTrainStep:
             self.weights.data_ptr(),
         )
         self.calls.add_(1)
-        x = self.x
-        th.index_select(self._obs, 0, idx, out=x[:b])
-        th.index_select(self._next_obs, 0, idx, out=x[b:])
-        actions = self._actions.index_select(0, idx)
-        rewards = self._rewards.index_select(0, idx).reshape(-1, 1)
-        dones = self._dones.index_select(0, idx)
-        if self._timeouts is not None:
-            dones = dones * (1.0 - self._timeouts.index_select(0, idx))
-        dones = dones.reshape(-1, 1)
-
-        q_all = m.q_net(x)
-        q = th.gather(q_all[:b], 1, actions.long())
-        with th.no_grad():
-            q_next_target = m.q_net_target(x[b:])
-        q_next_online = q_all[b:].detach() if m.double_q else None
-        target = td_target(rewards, dones, m.gamma, q_next_target, q_next_online)
-        loss, td = weighted_td_loss(q, target, self.weights)
+        if self.compile:
+            loss, td = self._compiled_loss(idx, self.weights)
+        else:
+            loss, td = self._loss(idx, self.weights)
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -114,6 +114,8 @@ class GpuDQN(DataParallelMixin, DQN):
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
+    :param compile_train: Run the captured step's loss (and its backward) through
+        ``torch.compile`` (falls back to eager with a warning where it cannot).
     :param distributed: Train data-parallel over ``process_group``; needs
         ``torch.distributed.init_process_group`` first (``ValueError`` otherwise). Rank ``r``
         seeds with ``seed + r``; rank 0's initial parameters are broadcast.
@@ -168,6 +170,7 @@ class GpuDQN(DataParallelMixin, DQN):
         rollout_kernel: str = "fused",
         captured_train: bool = True,
         train_precision: str = "tf32",
+        compile_train: bool = True,
         distributed: bool = False,
         process_group: Any = None,
         _init_setup_model: bool = True,
@@ -237,6 +240,11 @@ class GpuDQN(DataParallelMixin, DQN):
                 f"train_precision = {train_precision!r} is invalid: allowed is 'tf32' or 'fp32'"
             )
         self.train_precision = train_precision
+        if not isinstance(compile_train, bool):
+            raise TypeError(
+                f"compile_train = {compile_train!r} is invalid: allowed is True or False"
+            )
+        self.compile_train = compile_train
         self._captured_step: Any = None
         self._captured_unsupported: tuple | None = None
         self._fused_rollout: Any = None
@@ -473,7 +481,10 @@ class GpuDQN(DataParallelMixin, DQN):
             return None
         if captured_train_unsupported(self) is None:
             self._captured_step = CapturedTrainStep(
-                self, precision=self.train_precision, plain_flags=flags
+                self,
+                precision=self.train_precision,
+                plain_flags=flags,
+                compile=getattr(self, "compile_train", True),  # models saved before it existed
             )
         else:
             self._captured_unsupported = key
