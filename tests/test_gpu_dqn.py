@@ -410,9 +410,6 @@ def test_fused_rollout_learns_on_cuda(tmp_path) -> None:
 def test_compile_train_must_be_a_bool() -> None:
     import gymnasium as gym
 
-    import gpu_trading_env  # noqa: F401
-    from agents import GpuDQN
-
     env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu")
     with pytest.raises(TypeError, match="compile_train = 'yes' is invalid"):
         GpuDQN("DuelingPolicy", env, buffer_size=100, device="cpu", compile_train="yes")
