@@ -66,7 +66,8 @@ def soak_env(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         *(rng.normal(0, 0.2, s).astype(np.float32) for s in ((h, d + 3), (h,), (d, h), (d,)))
     )
     env.reset(seed=args.seed)
-    steps = max(1, int(args.env_steps) // len(MODES) // n)
+    modes = [part for part in args.parts if part in MODES]
+    steps = max(1, int(args.env_steps) // len(modes) // n)
     if cuda:
         import torch as th
 
@@ -204,7 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (NumPy backend)")
     p.add_argument("--num-envs", type=int, default=2**20)
-    p.add_argument("--env-steps", type=float, default=1e11, help="total, over the three modes")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=[*MODES, "tree"],
+        default=[*MODES, "tree"],
+        help="what to soak, in this order (default: the three autoreset modes, then the tree)",
+    )
+    p.add_argument(
+        "--env-steps", type=float, default=1e11, help="total, over the autoreset modes run"
+    )
     p.add_argument("--episode-length", type=int, default=500)
     p.add_argument("--bars", type=int, default=20_000, help="bars per instrument")
     p.add_argument("--check-every", type=int, default=1000, help="vector steps between checks")
@@ -224,21 +234,23 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     figures: dict[str, Any] = {"args": vars(args), "env": [], "tree": None}
     try:
-        for mode in MODES:
-            f = soak_env(args, mode)
+        for part in args.parts:
+            if part == "tree":
+                f = figures["tree"] = soak_tree(args)
+                print(
+                    f"tree: {f['updates']:.3e} updates (batch {f['batch']}, capacity "
+                    f"{f['capacity']}) in {f['seconds']:.1f} s ({f['updates_per_s']:.3e}/s), "
+                    f"root {f['root']:.6g} = pairwise sum of leaves, all checks passed",
+                    flush=True,
+                )
+                continue
+            f = soak_env(args, part)
             figures["env"].append(f)
             print(
-                f"env {mode:9s}: {f['env_steps']:.3e} env-steps in {f['seconds']:.1f} s "
+                f"env {part:9s}: {f['env_steps']:.3e} env-steps in {f['seconds']:.1f} s "
                 f"({f['env_steps_per_s']:.3e}/s), {f['episodes']} episodes, all checks passed",
                 flush=True,
             )
-        f = figures["tree"] = soak_tree(args)
-        print(
-            f"tree: {f['updates']:.3e} updates (batch {f['batch']}, capacity {f['capacity']}) in "
-            f"{f['seconds']:.1f} s ({f['updates_per_s']:.3e}/s), root {f['root']:.6g} = "
-            "pairwise sum of leaves, all checks passed",
-            flush=True,
-        )
         figures["passed"] = True
     except SoakFailure as err:
         figures["passed"] = False
