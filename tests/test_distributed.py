@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -93,20 +92,20 @@ def feed(model: GpuDQN, batches) -> None:
     model.replay_buffer.sample = lambda batch_size, env=None: batches(next(calls))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous(folder: Path | str) -> str:
+    """A file rendezvous for ``init_process_group`` in a fresh folder: no port to pick (a port
+    found free can be taken by another process before rank 0 binds it)."""
+    return f"file://{Path(folder) / 'rendezvous'}"
 
 
 # ---------------------------------------------------------------------- the two ranks
 
 
-def _worker(rank: int, port: int, out: str) -> None:
+def _worker(rank: int, init_method: str, out: str) -> None:
     th.set_num_threads(1)
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=init_method,
         rank=rank,
         world_size=WORLD,
         timeout=timedelta(seconds=60),
@@ -115,6 +114,7 @@ def _worker(rank: int, port: int, out: str) -> None:
         results = {"train": _train_fixed_batches(rank), "learn": _learn(rank, Path(out))}
         if rank == 0:
             th.save(results, Path(out) / "results.pt")
+        dist.barrier()  # neither rank tears the group down while the other still uses it
     finally:
         dist.destroy_process_group()
 
@@ -177,7 +177,7 @@ def two_ranks(tmp_path_factory) -> dict:
     previous = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        mp.spawn(_worker, args=(free_port(), str(out)), nprocs=WORLD, join=True)
+        mp.spawn(_worker, args=(rendezvous(out), str(out)), nprocs=WORLD, join=True)
     finally:
         for k, v in previous.items():
             if v is None:
@@ -320,11 +320,11 @@ def test_nccl_all_reduce_is_captured_in_the_train_step_graph() -> None:
         dist.destroy_process_group()
 
 
-def _gpu_worker(rank: int, port: int, out: str) -> None:
+def _gpu_worker(rank: int, init_method: str, out: str) -> None:
     th.cuda.set_device(rank)
     dist.init_process_group(
         "nccl",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=init_method,
         rank=rank,
         world_size=WORLD,
         timeout=timedelta(seconds=120),
@@ -342,6 +342,7 @@ def _gpu_worker(rank: int, port: int, out: str) -> None:
         }
         if rank == 0:
             th.save(result, Path(out) / "gpu.pt")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -349,7 +350,7 @@ def _gpu_worker(rank: int, port: int, out: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(th.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs")
 def test_two_gpus_stay_identical_on_the_fused_captured_path(tmp_path: Path) -> None:
-    mp.spawn(_gpu_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    mp.spawn(_gpu_worker, args=(rendezvous(tmp_path), str(tmp_path)), nprocs=WORLD, join=True)
     result = th.load(tmp_path / "gpu.pt", weights_only=False)
     assert result["fused"] and result["captured"]
     assert result["num_timesteps"] == 200 * 512 * WORLD
