@@ -1,7 +1,27 @@
+import os
+
 import pytest
 import torch
 
-from gpu_trading_env.gpu.device import cuda_available
+from gpu_trading_env.gpu.device import cuda_available, cupy_or_none
+
+
+def pytest_configure(config):
+    """``GTE_TEST_DEVICE=N`` runs the GPU tier on ``cuda:N``: it becomes the current device of
+    torch and CuPy, which is what ``device="cuda"`` means in the tests (and in the project)."""
+    index = os.environ.get("GTE_TEST_DEVICE")
+    if not index:
+        return
+    cp = cupy_or_none()
+    if cp is None:
+        raise pytest.UsageError(f"GTE_TEST_DEVICE = {index!r} is set but no CUDA device is visible")
+    count = cp.cuda.runtime.getDeviceCount()
+    if not index.isdigit() or int(index) >= count:
+        raise pytest.UsageError(
+            f"GTE_TEST_DEVICE = {index!r} is invalid: allowed is a device index 0..{count - 1}"
+        )
+    torch.cuda.set_device(int(index))
+    cp.cuda.Device(int(index)).use()
 
 
 def pytest_collection_modifyitems(config, items):
