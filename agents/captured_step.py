@@ -336,6 +336,12 @@ class CapturedTrainStep:
             return
         self.graph = graph
 
+    def release_graph(self) -> None:
+        """Drop the captured graph (and its memory pool); the next gradient step captures anew
+        after the warm-up steps."""
+        self.graph = None
+        self._warm = 0
+
     def _one_step(self) -> None:
         if self.graph is not None:
             self.graph.replay()

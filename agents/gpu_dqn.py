@@ -571,6 +571,23 @@ class GpuDQN(DataParallelMixin, DQN):
             self._captured_step.read_stats()  # raises on a rejected priority update
         return self
 
+    def release_cuda_graphs(self) -> None:
+        """Drop the captured CUDA graphs (train step, fused rollout); the next call captures anew.
+
+        Call it before ``torch.distributed.destroy_process_group()`` in a data-parallel run: a
+        live graph holding an NCCL all-reduce keeps its communicator in use and NCCL's
+        communicator teardown waits for it, so the destroy never returns
+        (pytorch/pytorch#115388).
+        """
+        step = self._captured_step
+        if step is not None:
+            step.release_graph()
+        release = getattr(self._fused_rollout, "release_graph", None)  # the monolithic has none
+        if release is not None:
+            release()
+        if self.device.type == "cuda":
+            th.cuda.synchronize(self.device)
+
     def get_parameters(self) -> dict[str, dict]:
         """SB3's parameters; the captured step's Adam is saved as the plain Adam it replaced."""
         params = super().get_parameters()

@@ -154,6 +154,7 @@ def _allreduce_times(args: argparse.Namespace, numel: int, device: str, world: i
                 graph.replay()
             _sync(device)
             out["graph_ms"] = (time.perf_counter() - t0) / (10 * (n // 10)) * 1e3
+            del graph  # before the group's destroy (pytorch/pytorch#115388)
         except RuntimeError as err:  # recorded, not fatal: the eager figure stands
             out["graph_error"] = str(err)[:300]
     bytes_ = numel * 4
@@ -201,6 +202,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out_dir:
         shared = th.tensor([probe_rate], dtype=th.float64, device=device)
         dist.broadcast(shared, src=0)
         probe_rate = float(shared.item())
+    model.release_cuda_graphs()  # a graph holding an all-reduce would hang the group's destroy
     env.close()
     del model, env
 
@@ -239,6 +241,7 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out_dir:
         rule = known_rule(test_part, config)
         if rule is not None:
             result["out_of_sample"]["known_rule_total_return"] = rule.strategy.total_return
+    model.release_cuda_graphs()
     env.close()
 
     # 3. the all-reduce alone.
@@ -246,9 +249,10 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out_dir:
         times = _allreduce_times(args, numel, device, world)
         if rank == 0:
             result["allreduce"] = times
-        dist.destroy_process_group()
     if rank == 0:
         (Path(out_dir) / f"world{world}.json").write_text(json.dumps(result))
+    if world > 1:
+        dist.destroy_process_group()
 
 
 def _run(world: int, args: argparse.Namespace) -> dict[str, Any]:

@@ -83,4 +83,5 @@ model.save(os.path.join(args.out, "model.zip"))  # writes on rank 0 only
 if rank == 0:
     print(f"{world} rank(s), {model.num_timesteps} env-steps; saved {args.out}/model.zip")
 envs.close()
+model.release_cuda_graphs()  # a live graph holding an all-reduce hangs the destroy
 dist.destroy_process_group()

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -316,6 +317,11 @@ def test_nccl_all_reduce_is_captured_in_the_train_step_graph() -> None:
         assert step is not None and step.graph is not None and not step.graph_failed
         assert model.data_parallel.flat_gradients.is_cuda
         assert model._n_updates > 50 and model.data_parallel.parameter_spread(model) == 0.0
+        model.release_cuda_graphs()
+        assert step.graph is None and model._fused_rollout._graph is None
+        model.learn(20 * 512, reset_num_timesteps=False)  # captures again
+        assert step.graph is not None
+        model.release_cuda_graphs()
     finally:
         dist.destroy_process_group()
 
@@ -343,6 +349,7 @@ def _gpu_worker(rank: int, init_method: str, out: str) -> None:
         if rank == 0:
             th.save(result, Path(out) / "gpu.pt")
         dist.barrier()
+        model.release_cuda_graphs()  # else the destroy waits forever (pytorch/pytorch#115388)
     finally:
         dist.destroy_process_group()
 
@@ -350,7 +357,15 @@ def _gpu_worker(rank: int, init_method: str, out: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(th.cuda.device_count() < WORLD, reason=f"needs {WORLD} GPUs")
 def test_two_gpus_stay_identical_on_the_fused_captured_path(tmp_path: Path) -> None:
-    mp.spawn(_gpu_worker, args=(rendezvous(tmp_path), str(tmp_path)), nprocs=WORLD, join=True)
+    ranks = mp.spawn(
+        _gpu_worker, args=(rendezvous(tmp_path), str(tmp_path)), nprocs=WORLD, join=False
+    )
+    deadline = time.monotonic() + 300
+    while not ranks.join(timeout=5):  # raises when a rank fails
+        if time.monotonic() > deadline:  # a hang fails the test instead of stalling the tier
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail("the two NCCL ranks did not finish within 300 s")
     result = th.load(tmp_path / "gpu.pt", weights_only=False)
     assert result["fused"] and result["captured"]
     assert result["num_timesteps"] == 200 * 512 * WORLD

@@ -210,6 +210,10 @@ class FusedRollout:
         g["graph"] = graph
         self._graph = g
 
+    def release_graph(self) -> None:
+        """Drop the captured step graph; the next greedy step captures a new one."""
+        self._graph = None
+
     def _graph_step(self, epsilon: float) -> None:
         g = self._graph
         if self.obs is not g["obs"]:
