@@ -30,8 +30,9 @@ as on the eager path. Loss, mean TD error and the error flag reach the host ever
 negative TD error) raises there, naming the first bad position.
 
 Matrix products run in ``precision``: ``"tf32"`` (the default, tensor cores, as the fused
-rollout acts) or ``"fp32"`` (exact float32, what the eager path does under torch's defaults); the
-choice is fixed when the step is captured.
+rollout acts), ``"fp32"`` (exact float32, what the eager path does under torch's defaults) or
+``"bf16"`` (the three forwards under bfloat16 autocast; target, loss and TD errors stay float32);
+the choice is fixed when the step is captured.
 
 The first ``warmup_steps`` gradient steps run the same code without a graph (on a side stream,
 as capture requires: cuBLAS workspaces, Adam state); the next one is captured and replayed.
@@ -53,6 +54,9 @@ from agents.dqn_loss import td_target, weighted_td_loss
 
 __all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
 
+PRECISIONS = ("tf32", "fp32", "bf16")
+# Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one).
+COMPILE_UPDATE = False
 STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
 WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
 
@@ -88,12 +92,16 @@ def captured_train_unsupported(model: Any) -> str | None:
     return None
 
 
-def _capturable_adam(optimizer: th.optim.Adam, lr: th.Tensor) -> th.optim.Adam:
-    """An Adam with ``optimizer``'s parameters, hyperparameters and state; fused, capturable,
-    its learning rate read from the device scalar ``lr``."""
+def _capturable_adam(optimizer: th.optim.Adam, lr: th.Tensor, fused: bool = True) -> th.optim.Adam:
+    """An Adam with ``optimizer``'s parameters, hyperparameters and state; capturable, fused
+    (or foreach), its learning rate read from the device scalar ``lr``."""
     (group,) = optimizer.param_groups
     kwargs = {k: group[k] for k in _ADAM_KEYS if k in group}
-    new = th.optim.Adam(group["params"], lr=lr, fused=True, capturable=True, **kwargs)
+    if fused:
+        kwargs["fused"] = True
+    else:
+        kwargs["foreach"] = True
+    new = th.optim.Adam(group["params"], lr=lr, capturable=True, **kwargs)
     for p in group["params"]:
         state = optimizer.state.get(p)
         if state:
@@ -140,12 +148,14 @@ class CapturedTrainStep:
         policy's optimizer is replaced by the capturable Adam.
     :param warmup_steps: gradient steps run without a graph before the capture.
     :param stats_interval: train calls between host reads of the statistics and error flag.
-    :param precision: ``"tf32"`` or ``"fp32"`` matrix products.
+    :param precision: ``"tf32"``, ``"fp32"`` or ``"bf16"`` matrix products.
     :param plain_flags: ``fused``/``capturable``/``foreach`` of the plain Adam to save as
         (default: those of the model's optimizer now; pass the previous step's when it replaces
         one whose optimizer is already the capturable Adam).
     :param compile: run the loss (gathers, forwards, target, loss and its backward) through
         ``torch.compile``; it falls back to the eager loss, with a warning, where it cannot.
+    :param compile_update: with ``compile``, also compile gradient clipping and the (foreach)
+        Adam step; ``None``: :data:`COMPILE_UPDATE`.
     """
 
     def __init__(
@@ -156,15 +166,22 @@ class CapturedTrainStep:
         precision: str = "tf32",
         plain_flags: dict[str, Any] | None = None,
         compile: bool = True,
+        compile_update: bool | None = None,
     ) -> None:
+        if compile_update is None:
+            compile_update = COMPILE_UPDATE
         reason = captured_train_unsupported(model)
         if reason is not None:
             raise ValueError(f"the captured train step does not apply: {reason}")
-        if precision not in ("tf32", "fp32"):
-            raise ValueError(f"precision = {precision!r} is invalid: allowed is 'tf32' or 'fp32'")
+        if precision not in PRECISIONS:
+            raise ValueError(
+                f"precision = {precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
+            )
         self.precision = precision
         self.compile = bool(compile)
+        self.compile_update = bool(self.compile and compile_update)
         self._loss_fn: Any = None
+        self._update_fn: Any = None
         self.model = model
         self.buffer = model.replay_buffer
         self.tree = self.buffer.tree
@@ -175,7 +192,8 @@ class CapturedTrainStep:
             k: old.param_groups[0].get(k) for k in ("fused", "capturable", "foreach")
         }
         self.lr = th.zeros((), dtype=th.float32, device=dev)
-        self.optimizer = _capturable_adam(old, self.lr)
+        # torch.compile turns the foreach Adam into generated kernels; the fused one it cannot.
+        self.optimizer = _capturable_adam(old, self.lr, fused=not self.compile_update)
         model.policy.optimizer = self.optimizer
         self.params = list(self.optimizer.param_groups[0]["params"])
         self.beta = th.zeros((), dtype=th.float64, device=dev)
@@ -229,7 +247,7 @@ class CapturedTrainStep:
     def _body(self) -> None:
         """One gradient step in the step's precision (the GEMMs are chosen when captured)."""
         previous = th.backends.cuda.matmul.allow_tf32
-        th.backends.cuda.matmul.allow_tf32 = self.precision == "tf32"
+        th.backends.cuda.matmul.allow_tf32 = self.precision != "fp32"
         try:
             self._step()
         finally:
@@ -247,10 +265,16 @@ class CapturedTrainStep:
         if self._timeouts is not None:
             dones = dones * (1.0 - self._timeouts.index_select(0, idx))
         dones = dones.reshape(-1, 1)
-        q = th.gather(m.q_net(obs), 1, actions)
-        with th.no_grad():  # no backward through the next-state forwards
-            q_next_online = m.q_net(next_obs) if m.double_q else None
-            q_next_target = m.q_net_target(next_obs)
+        with th.autocast("cuda", dtype=th.bfloat16, enabled=self.precision == "bf16"):
+            q_all = m.q_net(obs)
+            with th.no_grad():  # no backward through the next-state forwards
+                q_next_online = m.q_net(next_obs) if m.double_q else None
+                q_next_target = m.q_net_target(next_obs)
+        # Target, loss and TD errors in float32 whatever the products ran in.
+        q = th.gather(q_all.float(), 1, actions)
+        q_next_target = q_next_target.float()
+        if q_next_online is not None:
+            q_next_online = q_next_online.float()
         target = td_target(rewards, dones, m.gamma, q_next_target, q_next_online)
         return weighted_td_loss(q, target, weights)
 
@@ -269,6 +293,27 @@ class CapturedTrainStep:
                 self._loss_fn = self._loss
                 self.compile = False
         return self._loss_fn(idx, weights)
+
+    def _update(self) -> None:
+        """Gradient clipping and the Adam step."""
+        th.nn.utils.clip_grad_norm_(self.params, self.model.max_grad_norm)
+        self.optimizer.step()
+
+    def _compiled_update(self) -> None:
+        """:meth:`_update` through ``torch.compile`` (a few generated kernels instead of one per
+        foreach op); on a failure to compile, a warning and the eager update from then on."""
+        if self._update_fn is None:
+            self._update_fn = th.compile(self._update, dynamic=False)
+            try:
+                return self._update_fn()
+            except Exception as err:
+                warnings.warn(
+                    f"torch.compile of the train step's clip and Adam failed, running them "
+                    f"eagerly: {err}",
+                    stacklevel=4,
+                )
+                self._update_fn = self._update
+        self._update_fn()
 
     def _step(self) -> None:
         """One gradient step: what the graph records (and what the warm-up steps run)."""
@@ -292,8 +337,10 @@ class CapturedTrainStep:
         loss.backward()
         if m.data_parallel is not None:  # one NCCL all-reduce of the flat gradients, captured
             m.data_parallel.all_reduce_gradients(self.optimizer)
-        th.nn.utils.clip_grad_norm_(self.params, m.max_grad_norm)
-        self.optimizer.step()
+        if self.compile_update:
+            self._compiled_update()
+        else:
+            self._update()
 
         buf = self.buffer
         # The sampled indices are leaves of non-zero priority, so filled slots; what the device

@@ -109,8 +109,9 @@ class GpuDQN(DataParallelMixin, DQN):
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
     :param captured_train: Run the gradient steps as CUDA graph replays where that applies
         (see :func:`~agents.captured_step.captured_train_unsupported`); ``False``: always eager.
-    :param train_precision: Matrix products of the captured step: ``"tf32"`` (tensor cores) or
-        ``"fp32"`` (exact float32, as the eager path under torch's defaults).
+    :param train_precision: Matrix products of the captured step: ``"tf32"`` (tensor cores),
+        ``"fp32"`` (exact float32, as the eager path under torch's defaults) or ``"bf16"``
+        (bfloat16 autocast of the forwards; target and loss in float32).
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
@@ -235,9 +236,10 @@ class GpuDQN(DataParallelMixin, DQN):
             )
         self.rollout_kernel = rollout_kernel
         self.captured_train = bool(captured_train)
-        if train_precision not in ("tf32", "fp32"):
+        if train_precision not in ("tf32", "fp32", "bf16"):
             raise ValueError(
-                f"train_precision = {train_precision!r} is invalid: allowed is 'tf32' or 'fp32'"
+                f"train_precision = {train_precision!r} is invalid: allowed is 'tf32', 'fp32' "
+                "or 'bf16'"
             )
         self.train_precision = train_precision
         if not isinstance(compile_train, bool):
@@ -451,7 +453,7 @@ class GpuDQN(DataParallelMixin, DQN):
         call, not once per gradient step; on the captured path
         (:class:`~agents.captured_step.CapturedTrainStep`) once every 64 calls.
         """
-        self.policy.set_training_mode(True)
+        self.set_training_mode(True)
         step = self._captured_train_step()
         if step is not None:
             step.train(gradient_steps, batch_size)
@@ -462,6 +464,13 @@ class GpuDQN(DataParallelMixin, DQN):
         if self.curiosity_model is not None and self._train_calls % self.curiosity_train_freq == 0:
             self.train_curiosity()
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    def set_training_mode(self, mode: bool) -> None:
+        """The policy's ``set_training_mode(mode)``, skipped when ``policy.training`` is already
+        ``mode``: it walks every submodule (tens of microseconds), and the fused path would call
+        it twice per vector step."""
+        if self.policy.training != mode:
+            self.policy.set_training_mode(mode)
 
     def _captured_train_step(self) -> Any:
         """The :class:`~agents.captured_step.CapturedTrainStep` when it applies, else None."""

@@ -5,7 +5,8 @@
    ``train(1)`` call and ms per graph replay alone, the loss after the run.
 2. ``learn``: ``GpuDQN.learn`` env-steps/s on the fused path at 4,096 envs, one gradient step of
    4,096 per vector step, by train-step variant and by ``train_freq``/``gradient_steps`` (k, k).
-3. ``sweep``: the quickstart (``gpu-trading-env train --device cuda``) over seeds and settings,
+3. ``profile``: torch profiler tables of the eager and the captured step (default variant).
+4. ``sweep``: the quickstart (``gpu-trading-env train --device cuda``) over seeds and settings,
    whole-command wall time and the agent's return as a fraction of the known rule.
 
     python benchmarks/learner_lab.py steps learn sweep --out lab/
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch as th
-from train_throughput import _model
+from train_throughput import _model, profile_train_step
 
 from gpu_trading_env import MarketData, TradingVectorEnv
 
@@ -34,13 +35,26 @@ def _sync() -> None:
     th.cuda.synchronize()
 
 
-# Train-step variants: GpuDQN keyword arguments.
+# Train-step variants: GpuDQN keyword arguments; "compile_update" sets
+# agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss) for that variant.
 VARIANTS: dict[str, dict[str, Any]] = {
     "compiled (default)": {},
     "eager loss": {"compile_train": False},
     "compiled, fp32": {"train_precision": "fp32"},
     "eager loss, fp32": {"compile_train": False, "train_precision": "fp32"},
+    "compiled, bf16": {"train_precision": "bf16"},
+    "compiled + update": {"compile_update": True},
+    "compiled + update, bf16": {"compile_update": True, "train_precision": "bf16"},
 }
+
+
+def _variant(name: str) -> dict[str, Any]:
+    """GpuDQN keyword arguments of a variant (after setting what is not one)."""
+    import agents.captured_step
+
+    kw = dict(VARIANTS[name])
+    agents.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", False))
+    return kw
 
 
 def bench_steps(data: MarketData, names: list[str], reps: int = 300) -> list[dict]:
@@ -49,7 +63,7 @@ def bench_steps(data: MarketData, names: list[str], reps: int = 300) -> list[dic
         try:
             env = TradingVectorEnv(num_envs=1024, device="cuda", data=data)
             env.reset(seed=0)
-            model = _model(env, "cuda", 2_000_000, **VARIANTS[name])
+            model = _model(env, "cuda", 2_000_000, **_variant(name))
             model._setup_learn(total_timesteps=1)
             buf = model.replay_buffer
             dim = buf.obs_shape[0]
@@ -109,7 +123,7 @@ def bench_learn(data: MarketData, names: list[str], freqs: list[int]) -> list[di
             try:
                 env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
                 model = _model(
-                    env, "cuda", 2_000_000, train_freq=k, gradient_steps=k, **VARIANTS[name]
+                    env, "cuda", 2_000_000, train_freq=k, gradient_steps=k, **_variant(name)
                 )
                 model.learn(total_timesteps=4096 * 200)
                 _sync()
@@ -224,7 +238,7 @@ SWEEP = [
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("parts", nargs="+", choices=["steps", "learn", "sweep"])
+    p.add_argument("parts", nargs="+", choices=["steps", "learn", "sweep", "profile"])
     p.add_argument("--out", type=Path, default=Path("lab"))
     p.add_argument("--variants", nargs="*", default=list(VARIANTS))
     p.add_argument("--learn-variants", nargs="*", default=["compiled (default)"])
@@ -236,6 +250,8 @@ def main() -> int:
     os.environ.setdefault("MPLBACKEND", "Agg")
     data = MarketData.default()
     result: dict[str, Any] = {"gpu": th.cuda.get_device_name(), "torch": th.__version__}
+    if "profile" in args.parts:  # torch profiler tables, eager and captured (default variant)
+        profile_train_step(data, 2**21, 4096, args.out)
     if "steps" in args.parts:
         result["steps"] = bench_steps(data, args.variants)
     if "learn" in args.parts:

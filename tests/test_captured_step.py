@@ -58,8 +58,8 @@ def test_captured_step_refuses_what_it_cannot_capture() -> None:
     model = _model("cpu")
     with pytest.raises(ValueError, match="does not apply: the model is on cpu"):
         CapturedTrainStep(model)
-    with pytest.raises(ValueError, match="train_precision = 'bf16' is invalid"):
-        _model("cpu", train_precision="bf16")
+    with pytest.raises(ValueError, match="train_precision = 'fp16' is invalid: allowed is 'tf32'"):
+        _model("cpu", train_precision="fp16")
 
 
 def test_plain_optimizer_state_restores_the_plain_adam() -> None:
@@ -127,10 +127,14 @@ def _copy_state(src: GpuDQN, dst: GpuDQN) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("double_q", [True, False])
-def test_captured_step_matches_eager(double_q: bool) -> None:
+@pytest.mark.parametrize("double_q, compile_update", [(True, False), (False, False), (True, True)])
+def test_captured_step_matches_eager(double_q: bool, compile_update: bool, monkeypatch) -> None:
     """50 steps; before each, the captured model takes the eager one's state, so both sample
-    the same batch from the same weights; after each, parameters, target and priorities agree."""
+    the same batch from the same weights; after each, parameters, target and priorities agree.
+    ``compile_update``: clipping and a foreach Adam compiled with the loss."""
+    import agents.captured_step
+
+    monkeypatch.setattr(agents.captured_step, "COMPILE_UPDATE", compile_update)
     prev = th.backends.cuda.matmul.allow_tf32
     th.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -164,6 +168,7 @@ def test_captured_step_matches_eager(double_q: bool) -> None:
         th.backends.cuda.matmul.allow_tf32 = prev
     step = captured._captured_step
     assert eager._captured_step is None and step is not None and step.graph is not None
+    assert step.compile_update == compile_update
     assert captured.replay_buffer.tree.sample_calls == eager.replay_buffer.tree.sample_calls == 50
     # The target follows SB3's schedule (every 5th step, the 50th included).
     target = captured.q_net_target.shared[0].weight

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.gpu
 N_ENVS = 512
 STEPS = 120
 EPSILON = 0.3
+RANDOM_STEP = 60
 
 
 def _model(env):
@@ -49,8 +50,11 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
     fused_env.reset(seed=7)
     fused = _model(fused_env)
     ro = FusedRollout(fused, seed=3)
-    for _ in range(STEPS):
-        ro.step(EPSILON)
+    for k in range(STEPS):
+        # One eager (random) step amid the graph replays: the host writes that slot, and the
+        # graph's device-side slot must follow.
+        ro.step(EPSILON, random_only=k == RANDOM_STEP)
+    assert ro._graph is not None and "slot" in ro._graph  # the store ran inside the graph
 
     host_venv = TradingVectorEnv(**kw)
     host = _model(host_venv)
@@ -58,8 +62,11 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
     ref_actor = FusedRollout(host, seed=3)  # only its act(): same generator stream
     sb3_env = SB3VecEnv(host_venv)
     obs = host_venv.reset(seed=7)[0].cpu().numpy()
-    for _ in range(STEPS):
-        actions = ref_actor.act(th.as_tensor(obs, device="cuda"), EPSILON).cpu().numpy()
+    for k in range(STEPS):
+        actions = ref_actor.act(
+            th.as_tensor(obs, device="cuda"), EPSILON, random_only=k == RANDOM_STEP
+        )
+        actions = actions.cpu().numpy()
         sb3_env.step_async(actions)
         new_obs, rewards, dones, infos = sb3_env.step_wait()
         next_obs = new_obs.copy()
@@ -78,3 +85,4 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
     assert float(a.timeouts.sum().item()) > 0
     # Priorities: both trees gave every new transition the running max priority.
     assert a.tree.total() == pytest.approx(b.tree.total(), rel=1e-12)
+    np.testing.assert_array_equal(a.tree.leaves(), b.tree.leaves())

@@ -225,6 +225,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     # -- adding ---------------------------------------------------------------------------------
     def _advance(self) -> None:
         self.tree.fill_range(self.pos * self.n_envs, self.n_envs)
+        self.advance_position()
+
+    def advance_position(self) -> None:
+        """Move the write position by one step on the host only: after :meth:`add_tensors_at`
+        (whose graph wrote the slot and filled its priorities on the device)."""
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True
@@ -305,6 +310,44 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if self.handle_timeout_termination:
             self.timeouts[self.pos].copy_(trunc & ~term)
         self._advance()
+
+    def add_tensors_at(
+        self,
+        slot: th.Tensor,
+        obs: th.Tensor,
+        next_obs: th.Tensor,
+        action: th.Tensor,
+        reward: th.Tensor,
+        terminated: th.Tensor,
+        truncated: th.Tensor,
+    ) -> None:
+        """:meth:`add_tensors` at the step ``slot`` read on the device, then ``slot`` advanced
+        (modulo ``buffer_size``); the host's ``pos`` does not move (:meth:`advance_position`).
+
+        Nothing here reads host state that changes between steps, so a CUDA graph records it
+        once and each replay stores the next step (the fused rollout's graph does). CUDA only.
+
+        :param slot: int64 [1] on the buffer's device, the step to write (``pos`` before it).
+            The other arguments are those of :meth:`add_tensors`.
+        """
+        e = self.n_envs
+        self.observations.index_copy_(0, slot, obs.reshape((1, e, *self.obs_shape)))
+        self.next_observations.index_copy_(0, slot, next_obs.reshape((1, e, *self.obs_shape)))
+        self.actions.index_copy_(
+            0, slot, action.reshape((1, e, self.action_dim)).to(self.actions.dtype)
+        )
+        self.rewards.index_copy_(0, slot, reward.reshape((1, e)).to(self.rewards.dtype))
+        term = terminated.reshape((1, e)).bool()
+        trunc = truncated.reshape((1, e)).bool()
+        self.dones.index_copy_(0, slot, (term | trunc).to(self.dones.dtype))
+        if self.handle_timeout_termination:
+            self.timeouts.index_copy_(0, slot, (trunc & ~term).to(self.timeouts.dtype))
+        start = getattr(self, "_fill_start", None)
+        if start is None or start.device != slot.device:
+            start = self._fill_start = th.zeros(1, dtype=th.int64, device=slot.device)
+        th.mul(slot, e, out=start)
+        self.tree.fill_range_at(start.data_ptr(), e)
+        slot.add_(1).remainder_(self.buffer_size)
 
     def reset(self) -> None:
         """Empty the buffer (storage is kept, priorities are cleared)."""

@@ -196,6 +196,7 @@ class CudaSumMinTree(SumMinTree):
         alpha: float,
         epsilon: float,
         range_start: int,
+        range_start_at: int = 0,
     ) -> None:
         # Chunks of c entries, c the smallest power of two >= 128 with c * c >= n (at most
         # 1024): enough blocks to spread the work, few enough boundaries that the finishing
@@ -216,6 +217,7 @@ class CudaSumMinTree(SumMinTree):
             alpha,
             epsilon,
             range_start,
+            range_start_at,
             self.max_value.data.ptr,
             self._status.data.ptr,
             self._flags.data.ptr,
@@ -341,6 +343,19 @@ class CudaSumMinTree(SumMinTree):
             self._launch_levels(
                 stream, 0, 0, False, count, False, 1.0, 0.0, int(start) % self.capacity
             )
+
+    def fill_range_at(self, start_ptr: int, count: int) -> None:
+        """:meth:`fill_range` with the first slot read on the device, from the int64 at address
+        ``start_ptr``: a launch that a CUDA graph can record while the slot moves every replay.
+
+        The ``count`` slots from there get the running maximum priority; ``count`` is fixed.
+        """
+        count = self._prepare_count(count)
+        if count <= 0:
+            return
+        with self._cp.cuda.Device(self.device):
+            stream = current_stream(self.device)[1]
+            self._launch_levels(stream, 0, 0, False, count, False, 1.0, 0.0, 0, int(start_ptr))
 
     def sample(self, batch_size: int, beta: float = 0.0, weights_dtype: Any = np.float64):
         self._check_scalars(batch_size, beta)

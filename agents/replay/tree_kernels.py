@@ -63,6 +63,7 @@ TREE_KERNEL_PARAMS: dict[str, KernelParams] = {
         ("alpha", F64),
         ("eps", F64),
         ("range_start", I64),
+        ("range_start_at", PTR),  # 0, or a device int64 that replaces range_start
         ("max_value", PTR),
         ("status", PTR),
         ("flags", PTR),

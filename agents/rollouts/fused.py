@@ -167,8 +167,10 @@ class FusedRollout:
         """Record act + env step + episode ring of one step in a CUDA graph.
 
         The graph reads the observation from a static buffer and writes the step's results to
-        static buffers; the random draws (same generator, same order as :meth:`act`) and the
-        replay-buffer writes, whose slot moves every step, stay outside it.
+        static buffers; the random draws (same generator, same order as :meth:`act`) stay
+        outside it. The replay-buffer write is recorded too when the buffer can store at a slot
+        read on the device (``add_tensors_at``: the slot moves every replay); otherwise it runs
+        after each replay (``add_tensors``, a dozen launches from the host).
 
         Capture runs with the env's device current: ``torch.cuda.graph`` makes its capture
         stream on the current device and the env's kernels launch on torch's current stream of
@@ -189,6 +191,13 @@ class FusedRollout:
             "coin": th.ones(n, device=dev),
             "eps": th.zeros((), device=dev),
         }
+        buffer = self.model.replay_buffer
+        store_at = getattr(buffer, "add_tensors_at", None)
+        if store_at is not None and not getattr(buffer.tree, "capturable", False):
+            store_at = None
+        g["buffer"] = buffer
+        if store_at is not None:
+            g["slot"] = th.full((1,), int(buffer.pos), dtype=th.int64, device=dev)
         self.env.backend.restart_error_countdown()  # no host read of the error word in the capture
         side = th.cuda.Stream(device=dev)
         side.wait_stream(th.cuda.current_stream(dev))
@@ -201,7 +210,12 @@ class FusedRollout:
             g["action"].copy_(th.where(g["coin"] < g["eps"], g["rand"], greedy))
             new_obs, reward, terminated, truncated, info = self.env.step(g["action"])
             g["next_obs"].copy_(th.where(info["_final_obs"][:, None], info["final_obs"], new_obs))
-            g["prev_obs"].copy_(g["obs"])
+            if store_at is not None:
+                store_at(
+                    g["slot"], g["obs"], g["next_obs"], g["action"], reward, terminated, truncated
+                )
+            else:
+                g["prev_obs"].copy_(g["obs"])
             g["obs"].copy_(new_obs)
             self.ring.append(
                 info["_episode_return"], info["episode_return"], info["episode_length"]
@@ -218,14 +232,24 @@ class FusedRollout:
         g = self._graph
         if self.obs is not g["obs"]:
             g["obs"].copy_(self.obs)
-        g["eps"].fill_(float(epsilon))
+        if epsilon != g.get("eps_host"):
+            g["eps"].fill_(float(epsilon))
+            g["eps_host"] = epsilon
+        buffer = g["buffer"]
+        stored = "slot" in g
+        if stored and g.get("slot_host") != buffer.pos:  # the host wrote a step in between
+            g["slot"].fill_(int(buffer.pos))
         self._draw(self.num_envs, out_actions=g["rand"], out_coins=g["coin"])
         with th.cuda.device(self.device):  # replay on the env device's current stream
             g["graph"].replay()
-        reward, terminated, truncated = g["out"]
-        self.model.replay_buffer.add_tensors(
-            g["prev_obs"], g["next_obs"], g["action"], reward, terminated, truncated
-        )
+        if stored:
+            buffer.advance_position()
+            g["slot_host"] = buffer.pos
+        else:
+            reward, terminated, truncated = g["out"]
+            buffer.add_tensors(
+                g["prev_obs"], g["next_obs"], g["action"], reward, terminated, truncated
+            )
         self.obs = g["obs"]
 
     def step(self, epsilon: float, random_only: bool = False) -> tuple[th.Tensor, th.Tensor] | None:
@@ -235,6 +259,8 @@ class FusedRollout:
         steps replay a captured graph (returns None then); otherwise returns (rewards, done).
         """
         if self.cuda_graph and not random_only:
+            if self._graph is not None and self._graph["buffer"] is not self.model.replay_buffer:
+                self._graph = None  # recorded with another buffer's storage: capture anew
             if self._graph is None and self._eager_steps >= 2:
                 try:
                     self._capture()
@@ -278,7 +304,7 @@ class FusedRollout:
         Returns ``(steps collected, episodes whose statistics reached the host, continue)``.
         """
         model = self.model
-        model.policy.set_training_mode(False)
+        model.set_training_mode(False)
         n_episodes = 0
         for k in range(n_steps):
             random_only = model.num_timesteps < learning_starts

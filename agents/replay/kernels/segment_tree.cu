@@ -395,9 +395,12 @@ __device__ void st_levels(double* __restrict__ sum, double* __restrict__ mn,
                           const long long* __restrict__ idx, const T* __restrict__ in, long long n,
                           long long capacity, long long pow2, int levels, int transform,
                           double alpha, double eps, long long range_start,
+                          const long long* __restrict__ range_start_at,
                           double* __restrict__ max_value, const long long* __restrict__ status,
                           const int* __restrict__ flags, const unsigned long long* __restrict__ keys,
                           unsigned int* __restrict__ ticket) {
+    // A range fill recorded in a CUDA graph reads its first slot from the device.
+    if (range_start_at != nullptr) range_start = range_start_at[0];
     if (range_start < 0 && status[0] >= 0) return;  // rejected: no block does anything
     StEntries e;
     e.idx = idx;
@@ -489,10 +492,11 @@ __device__ void st_update_small(double* __restrict__ sum, double* __restrict__ m
     extern "C" __global__ void __launch_bounds__(ST_MAX_THREADS) seg_tree_levels_##SUFFIX(         \
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
         long long capacity, long long pow2, int levels, int transform, double alpha, double eps,   \
-        long long range_start, double* max_value, const long long* status,                         \
-        const int* flags, const unsigned long long* keys, unsigned int* ticket) {                  \
+        long long range_start, const long long* range_start_at, double* max_value,                 \
+        const long long* status, const int* flags, const unsigned long long* keys,                 \
+        unsigned int* ticket) {                                                                     \
         st_levels<INPUT_T>(sum, mn, idx, in, n, capacity, pow2, levels, transform, alpha, eps,     \
-                           range_start, max_value, status, flags, keys, ticket);                   \
+                           range_start, range_start_at, max_value, status, flags, keys, ticket);   \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(ST_UPDATE_THREADS) seg_tree_update_##SUFFIX(      \
         double* sum, double* mn, const long long* idx, const INPUT_T* in, long long n,             \
