@@ -36,15 +36,15 @@ def _sync() -> None:
 
 
 # Train-step variants: GpuDQN keyword arguments; "compile_update" sets
-# agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss) for that variant.
+# agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True).
 VARIANTS: dict[str, dict[str, Any]] = {
     "compiled (default)": {},
     "eager loss": {"compile_train": False},
     "compiled, fp32": {"train_precision": "fp32"},
     "eager loss, fp32": {"compile_train": False, "train_precision": "fp32"},
     "compiled, bf16": {"train_precision": "bf16"},
-    "compiled + update": {"compile_update": True},
-    "compiled + update, bf16": {"compile_update": True, "train_precision": "bf16"},
+    "compiled, eager update": {"compile_update": False},
+    "compiled, eager update, bf16": {"compile_update": False, "train_precision": "bf16"},
 }
 
 
@@ -53,7 +53,7 @@ def _variant(name: str) -> dict[str, Any]:
     import agents.captured_step
 
     kw = dict(VARIANTS[name])
-    agents.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", False))
+    agents.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", True))
     return kw
 
 

@@ -265,6 +265,43 @@ def test_dueling_network_shape_and_combination() -> None:
     assert sizes == [32, 8, 1, 16, 45]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "arch, fusable",
+    [
+        (None, True),
+        ({"shared": [64], "value": [32, 16], "advantage": [24, 8]}, True),
+        ({"value": [8], "advantage": [8, 8]}, False),  # unequal depths: the two Sequentials
+    ],
+)
+def test_fused_heads_match_the_two_sequentials_on_cuda(arch, fusable: bool) -> None:
+    """On CUDA both heads run as one chain of products; values and gradients are the heads'."""
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+
+    space = gym.spaces.Box(-1.0, 1.0, (54,), np.float32)
+    net = DuelingQNetwork(space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, arch)
+    net = net.cuda()
+    assert net._heads_fusable() is fusable
+    x = th.randn(300, 54, device="cuda", generator=th.Generator("cuda").manual_seed(0))
+    prev = th.backends.cuda.matmul.allow_tf32
+    th.backends.cuda.matmul.allow_tf32 = False
+    try:
+        results = []
+        for fused in (True, False):
+            net._fusable = fused and fusable
+            net.zero_grad()
+            q = net(x)
+            (q * th.linspace(-1, 1, 45, device="cuda")).sum().backward()
+            results.append((q.detach(), [p.grad.clone() for p in net.parameters()]))
+    finally:
+        th.backends.cuda.matmul.allow_tf32 = prev
+        net._fusable = None
+    (q_fused, g_fused), (q_ref, g_ref) = results
+    th.testing.assert_close(q_fused, q_ref, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g_fused, g_ref, strict=True):
+        th.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_curiosity_model_matches_env_bonus_and_learns() -> None:
     env = TradingVectorEnv(8, "cpu", episode_length=50, autoreset_mode="same_step")
     cfg = env.config
