@@ -9,6 +9,7 @@ The whole step, in order::
     q       = q_net(o)[a]                           # the one forward with a backward
     q_next  = q_net_target(o')                      # no gradient
     a'      = argmax q_net(o')  (double_q)          # no gradient; else max over q_next
+                                                    # (both nets on o' as one batched chain)
     y       = r + (1 - done) * gamma * q_next[a']
     loss    = mean(w * smooth_l1(q, y))             # torch.compile'd, with its backward
     backward; [all-reduce of the flat gradients: distributed only]
@@ -51,6 +52,7 @@ import torch as th
 from gymnasium import spaces
 
 from agents.dqn_loss import td_target, weighted_td_loss
+from agents.policies import pairable, paired_q_values
 
 __all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
 
@@ -58,6 +60,8 @@ PRECISIONS = ("tf32", "fp32", "bf16")
 # Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one):
 # 0.365 -> 0.339 ms per step at batch 4,096 on an H200 (docs/PERFORMANCE.md).
 COMPILE_UPDATE = True
+# The double-DQN target's two forwards on o' as one (agents.policies.paired_q_values).
+PAIRED_FORWARD = True
 STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
 WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
 
@@ -181,6 +185,8 @@ class CapturedTrainStep:
         self.precision = precision
         self.compile = bool(compile)
         self.compile_update = bool(self.compile and compile_update)
+        # Online and target network on o' as one chain of batched products (double DQN).
+        self.paired = PAIRED_FORWARD and pairable(model.q_net, model.q_net_target)
         self._loss_fn: Any = None
         self._update_fn: Any = None
         self.model = model
@@ -269,8 +275,13 @@ class CapturedTrainStep:
         with th.autocast("cuda", dtype=th.bfloat16, enabled=self.precision == "bf16"):
             q_all = m.q_net(obs)
             with th.no_grad():  # no backward through the next-state forwards
-                q_next_online = m.q_net(next_obs) if m.double_q else None
-                q_next_target = m.q_net_target(next_obs)
+                if m.double_q and self.paired:
+                    q_next_online, q_next_target = paired_q_values(
+                        m.q_net, m.q_net_target, next_obs
+                    )
+                else:
+                    q_next_online = m.q_net(next_obs) if m.double_q else None
+                    q_next_target = m.q_net_target(next_obs)
         # Target, loss and TD errors in float32 whatever the products ran in.
         q = th.gather(q_all.float(), 1, actions)
         q_next_target = q_next_target.float()

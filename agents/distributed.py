@@ -318,7 +318,8 @@ class _GlobalProgressBar(ProgressBarCallback):
 class DataParallelMixin:
     """What ``distributed=True`` changes in :class:`~agents.GpuDQN`'s SB3 machinery (a base
     class of it, before ``DQN``): per-rank seeds, the parameter broadcast, global step
-    counting, target updates in global env-steps, rank-0-only progress bar. Nothing changes
+    counting, rank-0-only progress bar (``GpuDQN._on_step`` counts the target update interval in
+    env-steps of all ranks). Nothing changes
     while ``self.data_parallel`` is None."""
 
     data_parallel: DataParallel | None
@@ -354,20 +355,6 @@ class DataParallelMixin:
         counter = GlobalStepCounter(inner, (dp.world_size - 1) * self.n_envs)  # type: ignore[attr-defined]
         counter.init_callback(self)  # type: ignore[arg-type]
         return counter
-
-    def _on_step(self) -> None:
-        dp = getattr(self, "data_parallel", None)
-        if dp is None:
-            return super()._on_step()  # type: ignore[misc]
-        # DQN._on_step copies the target network every target_update_interval // n_envs vector
-        # steps: count that interval in env-steps of all ranks.
-        m: Any = self
-        local = m.n_envs
-        m.n_envs = local * dp.world_size
-        try:
-            super()._on_step()  # type: ignore[misc]
-        finally:
-            m.n_envs = local
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "data_parallel"]  # type: ignore[misc]

@@ -21,7 +21,14 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
 from torch import nn
 
-__all__ = ["DEFAULT_DUELING_ARCH", "DuelingDQNPolicy", "DuelingQNetwork", "resolve_dueling_arch"]
+__all__ = [
+    "DEFAULT_DUELING_ARCH",
+    "DuelingDQNPolicy",
+    "DuelingQNetwork",
+    "paired_q_values",
+    "pairable",
+    "resolve_dueling_arch",
+]
 
 # Activations that act on each element alone: applying one to both heads' hidden units side
 # by side equals applying it to each head.
@@ -136,42 +143,113 @@ class DuelingQNetwork(QNetwork):
         :param obs: Observations ``[B, *obs_shape]``.
         :return: ``(V [B, 1], A [B, n_actions])``.
         """
-        h = self.shared(self.extract_features(obs, self.features_extractor))
-        if not (h.is_cuda and self._heads_fusable()):  # on the CPU, launches cost nothing
+        features = self.extract_features(obs, self.features_extractor)
+        if not (features.is_cuda and self.chainable()):  # on the CPU, launches cost nothing
+            h = self.shared(features)
             return self.value_head(h), self.advantage_head(h)
-        # Both heads as one chain of matrix products: the first layers side by side (they read
-        # the same trunk output), the later ones block-diagonal (the added terms are exact
-        # zeros). The values of the two Sequentials up to the summation order of the products,
-        # with half as many products: at batch 4,096 each is a launch of a few microseconds, and
-        # a gradient step runs 3 forwards and a backward.
-        x = h
+        x = features
+        for op in self.chain():
+            x = op(x) if isinstance(op, nn.Module) else nn.functional.linear(x, *op)
+        return x[:, :1], x[:, 1:]
+
+    def chain(self) -> list[tuple[th.Tensor, th.Tensor] | nn.Module]:
+        """The network after the features extractor as one chain: ``(weight, bias)`` of each
+        linear layer, and the activation modules, with both heads merged into single layers.
+
+        The heads' first layers stand side by side (they read the same trunk output), their
+        later layers block-diagonal (the added terms are exact zeros), so the chain computes
+        the two heads' values up to the summation order of the products with half as many
+        products: at batch 4,096 each product is a launch of a few microseconds, and a
+        gradient step runs three forwards and a backward. The last layer's output is
+        ``[V, A_1, ..., A_n]``. Needs :meth:`chainable`.
+        """
+        ops: list[tuple[th.Tensor, th.Tensor] | nn.Module] = [
+            (m.weight, m.bias) if isinstance(m, nn.Linear) else m for m in self.shared
+        ]
         for k, (v, a) in enumerate(zip(self.value_head, self.advantage_head, strict=True)):
             if isinstance(v, nn.Linear):
                 weight = (
                     th.cat([v.weight, a.weight]) if k == 0 else th.block_diag(v.weight, a.weight)
                 )
-                x = nn.functional.linear(x, weight, th.cat([v.bias, a.bias]))
+                ops.append((weight, th.cat([v.bias, a.bias])))
             else:
-                x = v(x)  # the same elementwise activation on both halves
-        return x[:, :1], x[:, 1:]
+                ops.append(v)  # the same elementwise activation on both halves
+        return ops
 
-    def _heads_fusable(self) -> bool:
-        """Whether both heads are the same stack of biased Linear layers and elementwise
-        activations (what :meth:`value_and_advantage` computes as one chain)."""
+    def chainable(self) -> bool:
+        """Whether the trunk and both heads are biased Linear layers and elementwise
+        activations, the heads of the same depth (what :meth:`chain` computes)."""
         fusable = getattr(self, "_fusable", None)
         if fusable is None:
-            fusable = len(self.value_head) == len(self.advantage_head) and all(
-                (
-                    isinstance(v, nn.Linear)
-                    and isinstance(a, nn.Linear)
-                    and v.bias is not None
-                    and a.bias is not None
+
+            def linear(m: nn.Module) -> bool:
+                return isinstance(m, nn.Linear) and m.bias is not None
+
+            def elementwise(m: nn.Module) -> bool:
+                return type(m) in ELEMENTWISE
+
+            fusable = (
+                all(linear(m) or elementwise(m) for m in self.shared)
+                and len(self.value_head) == len(self.advantage_head)
+                and all(
+                    (linear(v) and linear(a))
+                    or (type(v) is type(a) and elementwise(v) and repr(v) == repr(a))
+                    for v, a in zip(self.value_head, self.advantage_head, strict=False)
                 )
-                or (type(v) is type(a) and type(v) in ELEMENTWISE and repr(v) == repr(a))
-                for v, a in zip(self.value_head, self.advantage_head, strict=False)
             )
             self._fusable = fusable
         return fusable
+
+
+def paired_q_values(
+    first: DuelingQNetwork, second: DuelingQNetwork, obs: th.Tensor
+) -> tuple[th.Tensor, th.Tensor]:
+    """Q-values of two networks of one architecture (the online and the target network) on the
+    same observations, as one chain of batched products: the first layer's weights of both
+    networks side by side (one product over the shared input), each later layer one batched
+    product of the two stacked weights. Half the launches of two forwards; the same values up
+    to the summation order of the products.
+
+    :param first: A :class:`DuelingQNetwork` (:meth:`~DuelingQNetwork.chainable`).
+    :param second: One of the same architecture.
+    :param obs: Observations ``[B, *obs_shape]``.
+    :return: ``(Q_first [B, n_actions], Q_second [B, n_actions])``.
+    """
+    x = first.extract_features(obs, first.features_extractor)
+    batch = x.shape[0]
+    paired = False  # x is [B, features] until the first product, then [2, B, width]
+    for op_a, op_b in zip(first.chain(), second.chain(), strict=True):
+        if isinstance(op_a, nn.Module):
+            x = op_a(x)
+        elif not paired:
+            (wa, ba), (wb, bb) = op_a, op_b
+            width = wa.shape[0]
+            x = nn.functional.linear(x, th.cat([wa, wb]), th.cat([ba, bb]))
+            x = x.reshape(batch, 2, width).transpose(0, 1)
+            paired = True
+        else:
+            (wa, ba), (wb, bb) = op_a, op_b
+            weight = th.stack([wa, wb]).transpose(1, 2)  # [2, in, out]
+            x = th.baddbmm(th.stack([ba, bb]).unsqueeze(1), x, weight)
+    q = []
+    for out in x:
+        value, adv = out[:, :1], out[:, 1:]
+        q.append(value + adv - adv.mean(dim=1, keepdim=True))
+    return q[0], q[1]
+
+
+def pairable(first: Any, second: Any) -> bool:
+    """Whether :func:`paired_q_values` applies to the two networks: dueling networks of one
+    architecture, chainable, flattening their observations."""
+    return (
+        isinstance(first, DuelingQNetwork)
+        and isinstance(second, DuelingQNetwork)
+        and first.chainable()
+        and second.chainable()
+        and type(first.features_extractor) is FlattenExtractor
+        and type(second.features_extractor) is FlattenExtractor
+        and [p.shape for p in first.parameters()] == [p.shape for p in second.parameters()]
+    )
 
 
 class DuelingDQNPolicy(DQNPolicy):

@@ -344,7 +344,12 @@ def main() -> None:
         rows.append(bench_monolithic(data, 8192, 50))
         rows.append(bench_monolithic(data, 65536, 10))
     if gpu:
-        for captured, precision in ((True, "tf32"), (True, "fp32"), (False, "fp32")):
+        for captured, precision in (
+            (True, "tf32"),
+            (True, "bf16"),
+            (True, "fp32"),
+            (False, "fp32"),
+        ):
             rows.extend(
                 bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda", captured, precision)
             )
@@ -357,6 +362,18 @@ def main() -> None:
                 "cuda",
                 4096 * 2000,
                 buffer_size=2_000_000,
+            )
+        )
+        bf16_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        rows.append(
+            bench_learn(
+                data,
+                "GpuDQN.learn, fused rollout, captured bf16",
+                bf16_env,
+                "cuda",
+                4096 * 2000,
+                buffer_size=2_000_000,
+                train_precision="bf16",
             )
         )
         eager_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)

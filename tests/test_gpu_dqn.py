@@ -265,6 +265,34 @@ def test_dueling_network_shape_and_combination() -> None:
     assert sizes == [32, 8, 1, 16, 45]
 
 
+@pytest.mark.parametrize(
+    "arch", [None, {"shared": [], "value": [8], "advantage": [8]}, {"shared": [32, 16]}]
+)
+def test_paired_q_values_are_the_two_forwards(arch) -> None:
+    """Online and target network in one chain of batched products: each network's Q-values."""
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+
+    from agents.policies import pairable, paired_q_values
+
+    space = gym.spaces.Box(-1.0, 1.0, (54,), np.float32)
+
+    def net() -> DuelingQNetwork:
+        return DuelingQNetwork(space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, arch)
+
+    th.manual_seed(0)
+    first, second = net(), net()
+    assert pairable(first, second)
+    obs = th.randn(64, 54)
+    with th.no_grad():
+        qa, qb = paired_q_values(first, second, obs)
+        th.testing.assert_close(qa, first(obs), rtol=1e-5, atol=1e-6)
+        th.testing.assert_close(qb, second(obs), rtol=1e-5, atol=1e-6)
+    other = DuelingQNetwork(
+        space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, {"shared": [8]}
+    )
+    assert not pairable(first, other)  # another architecture
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "arch, fusable",
@@ -281,7 +309,7 @@ def test_fused_heads_match_the_two_sequentials_on_cuda(arch, fusable: bool) -> N
     space = gym.spaces.Box(-1.0, 1.0, (54,), np.float32)
     net = DuelingQNetwork(space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, arch)
     net = net.cuda()
-    assert net._heads_fusable() is fusable
+    assert net.chainable() is fusable
     x = th.randn(300, 54, device="cuda", generator=th.Generator("cuda").manual_seed(0))
     prev = th.backends.cuda.matmul.allow_tf32
     th.backends.cuda.matmul.allow_tf32 = False
@@ -450,3 +478,40 @@ def test_compile_train_must_be_a_bool() -> None:
     env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu")
     with pytest.raises(TypeError, match="compile_train = 'yes' is invalid"):
         GpuDQN("DuelingPolicy", env, buffer_size=100, device="cpu", compile_train="yes")
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.3])
+def test_target_update_is_sb3_polyak_update(tau: float) -> None:
+    """GpuDQN._on_step updates the target as SB3's DQN does: same steps, same values (bitwise)."""
+    from stable_baselines3.common.utils import polyak_update
+
+    model = make_model(tau=tau, target_update_interval=64)  # 16 envs: every 4th vector step
+    model._setup_learn(total_timesteps=1_000)
+    with th.no_grad():
+        for p in model.q_net.parameters():
+            p.add_(th.randn_like(p))
+    reference = [p.detach().clone() for p in model.q_net_target.parameters()]
+    for step in range(1, 9):
+        model._on_step()
+        if step % 4 == 0:
+            targets = [th.nn.Parameter(t) for t in reference]
+            polyak_update(model.q_net.parameters(), targets, tau)
+            reference = [t.detach() for t in targets]
+        for got, want in zip(model.q_net_target.parameters(), reference, strict=True):
+            assert th.equal(got, want), f"step {step}"
+    assert model._n_calls == 8
+    assert model.exploration_rate == model.exploration_schedule(model._current_progress_remaining)
+
+
+def test_training_mode_switch_skips_the_module_walk_without_dropout() -> None:
+    model = make_model()
+    policy = model.policy
+    calls = []
+    policy.set_training_mode = lambda mode: calls.append(mode)  # type: ignore[method-assign]
+    model.set_training_mode(not policy.training)
+    model.set_training_mode(not policy.training)
+    assert calls == []  # no dropout or batch norm: only the flag moved
+    with_dropout = make_model(policy_kwargs={"net_arch": {"shared": [32]}})
+    with_dropout.q_net.shared.append(nn.Dropout(0.5))
+    with_dropout.set_training_mode(not with_dropout.policy.training)
+    assert with_dropout.q_net.shared[-1].training == with_dropout.policy.training
