@@ -9,7 +9,6 @@ The whole step, in order::
     q       = q_net(o)[a]                           # the one forward with a backward
     q_next  = q_net_target(o')                      # no gradient
     a'      = argmax q_net(o')  (double_q)          # no gradient; else max over q_next
-                                                    # (both nets on o' as one batched chain)
     y       = r + (1 - done) * gamma * q_next[a']
     loss    = mean(w * smooth_l1(q, y))             # torch.compile'd, with its backward
     backward; [all-reduce of the flat gradients: distributed only]
@@ -60,8 +59,10 @@ PRECISIONS = ("tf32", "fp32", "bf16")
 # Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one):
 # 0.365 -> 0.339 ms per step at batch 4,096 on an H200 (docs/PERFORMANCE.md).
 COMPILE_UPDATE = True
-# The double-DQN target's two forwards on o' as one (agents.policies.paired_q_values).
-PAIRED_FORWARD = True
+# The double-DQN target's two forwards on o' as one (agents.policies.paired_q_values). Off:
+# measured slower on an H200 at batch 4,096 (0.320 against 0.301 ms per step; the weights
+# stacked every step cost more than the launches saved).
+PAIRED_FORWARD = False
 STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
 WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
 
@@ -214,6 +215,7 @@ class CapturedTrainStep:
         self.warmup_steps = int(warmup_steps)
         self.stats_interval = int(stats_interval)
         self.graph: th.cuda.CUDAGraph | None = None
+        self._side_stream: th.cuda.Stream | None = None
         self.graph_failed = False
         self.batch_size = 0
         self._warm = 0
@@ -372,7 +374,12 @@ class CapturedTrainStep:
 
     def _run_uncaptured(self) -> None:
         dev = self.device
-        side = th.cuda.Stream(device=dev)
+        # One side stream for every uncaptured step: the autograd engine keeps each parameter's
+        # gradient accumulator on the stream it first ran on, and a new stream per step made
+        # it warn of a mismatch that can break the capture.
+        side = self._side_stream
+        if side is None:
+            side = self._side_stream = th.cuda.Stream(device=dev)
         side.wait_stream(th.cuda.current_stream(dev))
         with th.cuda.stream(side):
             self._body()

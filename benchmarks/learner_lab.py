@@ -37,15 +37,15 @@ def _sync() -> None:
 
 # Train-step variants: GpuDQN keyword arguments; "compile_update" sets
 # agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True),
-# "paired_forward" PAIRED_FORWARD (online and target net on o' as one chain; default True).
+# "paired_forward" PAIRED_FORWARD (online and target net on o' as one chain; default False).
 VARIANTS: dict[str, dict[str, Any]] = {
     "compiled (default)": {},
     "eager loss": {"compile_train": False},
     "compiled, fp32": {"train_precision": "fp32"},
     "eager loss, fp32": {"compile_train": False, "train_precision": "fp32"},
     "compiled, bf16": {"train_precision": "bf16"},
-    "compiled, two o' forwards": {"paired_forward": False},
-    "compiled, two o' forwards, bf16": {"paired_forward": False, "train_precision": "bf16"},
+    "compiled, paired o' forward": {"paired_forward": True},
+    "compiled, paired o' forward, bf16": {"paired_forward": True, "train_precision": "bf16"},
     "compiled, eager update": {"compile_update": False},
     "compiled, eager update, bf16": {"compile_update": False, "train_precision": "bf16"},
 }
@@ -57,7 +57,7 @@ def _variant(name: str) -> dict[str, Any]:
 
     kw = dict(VARIANTS[name])
     agents.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", True))
-    agents.captured_step.PAIRED_FORWARD = bool(kw.pop("paired_forward", True))
+    agents.captured_step.PAIRED_FORWARD = bool(kw.pop("paired_forward", False))
     return kw
 
 
