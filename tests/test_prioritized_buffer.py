@@ -97,7 +97,13 @@ def test_dones_exclude_timeouts(device, handle):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_add_tensors_matches_add(device):
+    """``add``, ``add_tensors`` and the graph's ``add_tensors_at`` (slot on the device) store
+    the same transitions and priorities, across the wrap-around."""
     a, b = _buffer(device, size=60, n_envs=3), _buffer(device, size=60, n_envs=3)
+    c = _buffer(device, size=60, n_envs=3)
+    if device == "cpu":  # the NumPy tree has no device-start fill: read the start the same way
+        c.tree.fill_range_at = lambda ptr, n: c.tree.fill_range(int(c._fill_start[0]), n)
+    slot = th.zeros(1, dtype=th.int64, device=device)
     rng = np.random.default_rng(0)
     for _ in range(25):  # wraps around (20 rows)
         obs = rng.normal(size=(3, 3)).astype(np.float32)
@@ -118,18 +124,17 @@ def test_add_tensors_matches_add(device):
             ],
         )
         dev = th.device(device)
-        b.add_tensors(
-            th.as_tensor(obs, device=dev),
-            th.as_tensor(nxt, device=dev),
-            th.as_tensor(act, device=dev),
-            th.as_tensor(rew, device=dev),
-            th.as_tensor(term, device=dev),
-            th.as_tensor(trunc, device=dev),
-        )
+        step = [th.as_tensor(x, device=dev) for x in (obs, nxt, act, rew, term, trunc)]
+        b.add_tensors(*step)
+        c.add_tensors_at(slot, *step)
+        c.advance_position()
+        assert int(slot[0]) == c.pos  # the device slot moved with the host's position
     for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
         assert th.equal(getattr(a, name), getattr(b, name)), name
-    assert a.pos == b.pos == 5 and a.full and b.full
+        assert th.equal(getattr(a, name), getattr(c, name)), name
+    assert a.pos == b.pos == c.pos == 5 and a.full and b.full and c.full
     np.testing.assert_array_equal(a.tree.leaves(), b.tree.leaves())
+    np.testing.assert_array_equal(a.tree.leaves(), c.tree.leaves())
 
 
 @pytest.mark.parametrize("device", DEVICES)

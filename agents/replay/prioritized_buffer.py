@@ -299,17 +299,34 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         :param terminated: [n_envs], bool or 0/1.
         :param truncated: [n_envs], bool or 0/1.
         """
+        fields = self._step_fields(obs, next_obs, action, reward, terminated, truncated)
+        for name, value in fields.items():
+            getattr(self, name)[self.pos].copy_(value)
+        self._advance()
+
+    def _step_fields(
+        self,
+        obs: th.Tensor,
+        next_obs: th.Tensor,
+        action: th.Tensor,
+        reward: th.Tensor,
+        terminated: th.Tensor,
+        truncated: th.Tensor,
+    ) -> dict[str, th.Tensor]:
+        """The storage fields of one step, each ``[n_envs, ...]`` in its storage's dtype."""
         e = self.n_envs
-        self.observations[self.pos].copy_(obs.reshape((e, *self.obs_shape)))
-        self.next_observations[self.pos].copy_(next_obs.reshape((e, *self.obs_shape)))
-        self.actions[self.pos].copy_(action.reshape((e, self.action_dim)))
-        self.rewards[self.pos].copy_(reward.reshape(e))
         term = terminated.reshape(e).bool()
         trunc = truncated.reshape(e).bool()
-        self.dones[self.pos].copy_(term | trunc)
+        fields = {
+            "observations": obs.reshape((e, *self.obs_shape)),
+            "next_observations": next_obs.reshape((e, *self.obs_shape)),
+            "actions": action.reshape((e, self.action_dim)),
+            "rewards": reward.reshape(e),
+            "dones": term | trunc,
+        }
         if self.handle_timeout_termination:
-            self.timeouts[self.pos].copy_(trunc & ~term)
-        self._advance()
+            fields["timeouts"] = trunc & ~term
+        return {k: v.to(getattr(self, k).dtype) for k, v in fields.items()}
 
     def add_tensors_at(
         self,
@@ -331,17 +348,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             The other arguments are those of :meth:`add_tensors`.
         """
         e = self.n_envs
-        self.observations.index_copy_(0, slot, obs.reshape((1, e, *self.obs_shape)))
-        self.next_observations.index_copy_(0, slot, next_obs.reshape((1, e, *self.obs_shape)))
-        self.actions.index_copy_(
-            0, slot, action.reshape((1, e, self.action_dim)).to(self.actions.dtype)
-        )
-        self.rewards.index_copy_(0, slot, reward.reshape((1, e)).to(self.rewards.dtype))
-        term = terminated.reshape((1, e)).bool()
-        trunc = truncated.reshape((1, e)).bool()
-        self.dones.index_copy_(0, slot, (term | trunc).to(self.dones.dtype))
-        if self.handle_timeout_termination:
-            self.timeouts.index_copy_(0, slot, (trunc & ~term).to(self.timeouts.dtype))
+        fields = self._step_fields(obs, next_obs, action, reward, terminated, truncated)
+        for name, value in fields.items():
+            getattr(self, name).index_copy_(0, slot, value.unsqueeze(0))
         start = getattr(self, "_fill_start", None)
         if start is None or start.device != slot.device:
             start = self._fill_start = th.zeros(1, dtype=th.int64, device=slot.device)
