@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call: GPU tests, compute-sanitizer, benchmarks.
 # Results go under $OUT (default ./gpu-results).
-# Usage: bash benchmarks/gpu_suite.sh [all | any of: tests sanitize env per train soak scaling]
+# Usage: bash benchmarks/gpu_suite.sh [all | any of: tests sanitize env per train soak scaling
+#                                      tests1 quickstart profile]
 # Exits 1 when the sanitizer gate (or the soak) fails.
 set -uo pipefail
 OUT=${OUT:-gpu-results}
@@ -55,6 +56,25 @@ fi
 if [[ $parts == *" scaling "* ]]; then  # not part of "all": needs 2 or more GPUs
   # GpuDQN.learn on 1 GPU and on every GPU of the host (NCCL), same per-GPU settings.
   timeout 900 python3 benchmarks/scaling.py ${SCALING_ARGS:-} --out "$OUT/scaling.json" 2>&1 | grep -v Warn | tee "$OUT/scaling.log"
+fi
+if [[ $parts == *" tests1 "* ]]; then  # not part of "all": the GPU tier on cuda:1 (2-GPU host)
+  GTE_TEST_DEVICE=1 timeout 600 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short tests 2>&1 | grep -v "^  " | tail -40 | tee "$OUT/gpu_tests_cuda1.log"
+fi
+if [[ $parts == *" quickstart "* ]]; then  # not part of "all": the README's command, 3 seeds
+  # One process per seed, as a user runs it: wall time of the whole command, the agent's
+  # out-of-sample return as a fraction of the known rule's (metrics.json).
+  for seed in 0 1 2; do
+    start=$(date +%s.%N)
+    timeout 300 python3 -m agents.cli train --device cuda --seed "$seed" --no-progress \
+      --out "$OUT/quickstart_seed$seed" >"$OUT/quickstart_seed$seed.log" 2>&1
+    rc=$?
+    wall=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
+    echo "seed $seed rc=$rc wall ${wall} s vs_rule $(python3 -c "import json; print(json.load(open('$OUT/quickstart_seed$seed/metrics.json'))['agent_return_vs_known_rule'])" 2>/dev/null)" | tee -a "$OUT/quickstart.txt"
+  done
+fi
+if [[ $parts == *" profile "* ]]; then  # not part of "all": host profile of GpuDQN.learn
+  timeout 300 python3 benchmarks/learn_profile.py --iterations 1500 >"$OUT/learn_profile.txt" 2>&1
+  head -3 "$OUT/learn_profile.txt"
 fi
 if [[ $parts == *" soak "* ]]; then  # not part of "all": only when asked for
   # Defaults: 1e11 env-steps at 2^20 envs (three autoreset modes, curiosity on), then 1e9
