@@ -184,7 +184,6 @@ class FusedRollout:
         n, dev = self.num_envs, self.device
         g = {
             "obs": self.obs.clone(),
-            "prev_obs": th.empty_like(self.obs),
             "next_obs": th.empty_like(self.obs),
             "action": th.zeros(n, dtype=th.int64, device=dev),
             "rand": th.zeros(n, dtype=th.int64, device=dev),
@@ -198,6 +197,8 @@ class FusedRollout:
         g["buffer"] = buffer
         if store_at is not None:
             g["slot"] = th.full((1,), int(buffer.pos), dtype=th.int64, device=dev)
+        else:  # the step's observation, kept for add_tensors after the replay
+            g["prev_obs"] = th.empty_like(self.obs)
         self.env.backend.restart_error_countdown()  # no host read of the error word in the capture
         side = th.cuda.Stream(device=dev)
         side.wait_stream(th.cuda.current_stream(dev))
