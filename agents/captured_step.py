@@ -98,6 +98,36 @@ def captured_train_unsupported(model: Any) -> str | None:
     return None
 
 
+class CompiledOrEager:
+    """``fn`` through ``torch.compile``, compiled at its first call; when that call fails (no
+    Triton, an unsupported torch), a warning and ``fn`` itself from then on: same math, eager.
+
+    :param fn: the function.
+    :param what: its name in the warning.
+    """
+
+    def __init__(self, fn: Any, what: str) -> None:
+        self.fn = fn
+        self.what = what
+        self.failed = False
+        self._call: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self._call is None:
+            self._call = th.compile(self.fn, dynamic=False)
+            try:
+                return self._call(*args)
+            except Exception as err:
+                warnings.warn(
+                    f"torch.compile of the train step's {self.what} failed, running it eagerly: "
+                    f"{err}",
+                    stacklevel=5,
+                )
+                self._call = self.fn
+                self.failed = True
+        return self._call(*args)
+
+
 def _capturable_adam(optimizer: th.optim.Adam, lr: th.Tensor, fused: bool = True) -> th.optim.Adam:
     """An Adam with ``optimizer``'s parameters, hyperparameters and state; capturable, fused
     (or foreach), its learning rate read from the device scalar ``lr``."""
@@ -188,8 +218,10 @@ class CapturedTrainStep:
         self.compile_update = bool(self.compile and compile_update)
         # Online and target network on o' as one chain of batched products (double DQN).
         self.paired = PAIRED_FORWARD and pairable(model.q_net, model.q_net_target)
-        self._loss_fn: Any = None
-        self._update_fn: Any = None
+        # The loss (gathers, forwards, target, loss and its backward) and clip + Adam, each
+        # compiled at its first call (the first warm-up step), eager where that fails.
+        self._compiled_loss = CompiledOrEager(self._loss, "loss")
+        self._compiled_update = CompiledOrEager(self._update, "clip and Adam step")
         self.model = model
         self.buffer = model.replay_buffer
         self.tree = self.buffer.tree
@@ -292,42 +324,10 @@ class CapturedTrainStep:
         target = td_target(rewards, dones, m.gamma, q_next_target, q_next_online)
         return weighted_td_loss(q, target, weights)
 
-    def _compiled_loss(self, idx: th.Tensor, weights: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        """:meth:`_loss` through ``torch.compile`` (compiled at the first warm-up step); on a
-        failure to compile, a warning and the eager :meth:`_loss` from then on."""
-        if self._loss_fn is None:
-            self._loss_fn = th.compile(self._loss, dynamic=False)
-            try:
-                return self._loss_fn(idx, weights)
-            except Exception as err:  # no Triton, an unsupported torch: same math, eager
-                warnings.warn(
-                    f"torch.compile of the train step's loss failed, running it eagerly: {err}",
-                    stacklevel=4,
-                )
-                self._loss_fn = self._loss
-                self.compile = False
-        return self._loss_fn(idx, weights)
-
     def _update(self) -> None:
         """Gradient clipping and the Adam step."""
         th.nn.utils.clip_grad_norm_(self.params, self.model.max_grad_norm)
         self.optimizer.step()
-
-    def _compiled_update(self) -> None:
-        """:meth:`_update` through ``torch.compile`` (a few generated kernels instead of one per
-        foreach op); on a failure to compile, a warning and the eager update from then on."""
-        if self._update_fn is None:
-            self._update_fn = th.compile(self._update, dynamic=False)
-            try:
-                return self._update_fn()
-            except Exception as err:
-                warnings.warn(
-                    f"torch.compile of the train step's clip and Adam failed, running them "
-                    f"eagerly: {err}",
-                    stacklevel=4,
-                )
-                self._update_fn = self._update
-        self._update_fn()
 
     def _step(self) -> None:
         """One gradient step: what the graph records (and what the warm-up steps run)."""
@@ -344,6 +344,7 @@ class CapturedTrainStep:
         self.calls.add_(1)
         if self.compile:
             loss, td = self._compiled_loss(idx, self.weights)
+            self.compile = not self._compiled_loss.failed
         else:
             loss, td = self._loss(idx, self.weights)
 
