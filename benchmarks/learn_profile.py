@@ -1,10 +1,16 @@
-"""Where the host spends one iteration of ``GpuDQN.learn`` on the fused path.
+"""Where one iteration of ``GpuDQN.learn`` on the fused path spends its time.
 
 4,096 CUDA envs, batch 4,096, one gradient step per vector step (``train_throughput``'s
-settings): the unprofiled time per iteration, then cProfile over ``--iterations`` iterations,
-by own time and by cumulative time::
+settings). Three views:
 
-    python benchmarks/learn_profile.py --iterations 1500 [--precision bf16]
+- ``--view device``: a torch-profiler timeline of ``--iterations`` iterations of ``learn``, then
+  of the rollout step alone and of the train step alone: wall time per iteration, GPU kernel
+  time per iteration, the share of the wall time the GPU is busy, and the kernels by total time.
+  A busy share near 100% means the GPU's work sets the pace; well below, the host does.
+- ``--view host``: the unprofiled time per iteration, then cProfile by own and cumulative time.
+- ``--view both`` (default).
+
+    python benchmarks/learn_profile.py --iterations 1500 [--precision bf16] [--trace t.json]
 """
 
 from __future__ import annotations
@@ -14,38 +20,132 @@ import cProfile
 import io
 import pstats
 import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import torch as th
+from torch.profiler import ProfilerActivity, profile
 from train_throughput import _model
 
 from gpu_trading_env import MarketData, TradingVectorEnv
+
+NUM_ENVS = 4096
+
+
+def _kernel_intervals(prof: Any) -> list[tuple[str, float, float]]:
+    """(name, start us, end us) of every GPU kernel and memcpy/memset the profiler saw."""
+    out = []
+    for evt in prof.events():
+        if evt.device_type == th.autograd.DeviceType.CUDA:
+            out.append((evt.name, evt.time_range.start, evt.time_range.end))
+    return out
+
+
+def _busy(intervals: list[tuple[str, float, float]]) -> float:
+    """Microseconds covered by the union of the intervals."""
+    total, end = 0.0, float("-inf")
+    for _, s, e in sorted(intervals, key=lambda x: x[1]):
+        if s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def timeline(label: str, fn: Callable[[], None], n: int, rows: int, trace: str | None) -> None:
+    """Run ``fn`` (which does ``n`` iterations) under the torch profiler and print its view."""
+    th.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        th.cuda.synchronize()
+        wall = (time.perf_counter() - t0) * 1e6
+    kernels = _kernel_intervals(prof)
+    if not kernels:
+        print(f"\n== {label}: the profiler saw no GPU activity")
+        return
+    span = max(e for _, _, e in kernels) - min(s for _, s, _ in kernels)
+    busy = _busy(kernels)
+    total = sum(e - s for _, s, e in kernels)
+    print(f"\n== {label}: {n} iterations")
+    print(
+        f"wall {wall / n:.1f} us/iter (profiled); GPU span {span / n:.1f} us/iter; "
+        f"kernel time {total / n:.1f} us/iter; busy {busy / n:.1f} us/iter "
+        f"({100 * busy / span:.0f}% of the span); {len(kernels) / n:.1f} kernels/iter"
+    )
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for name, s, e in kernels:
+        by_name[name][0] += e - s
+        by_name[name][1] += 1
+    print(f"{'us/iter':>8} {'n/iter':>7} {'us each':>8}  kernel")
+    for name, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:rows]:
+        print(f"{t / n:8.2f} {c / n:7.2f} {t / c:8.2f}  {name[:110]}")
+    if trace:
+        prof.export_chrome_trace(trace.replace(".json", f"_{label.split()[0]}.json"))
+
+
+def device_view(model: Any, n: int, rows: int, trace: str | None) -> None:
+    timeline(
+        "learn (rollout + train + host loop)",
+        lambda: model.learn(total_timesteps=NUM_ENVS * n, reset_num_timesteps=False),
+        n,
+        rows,
+        trace,
+    )
+    rollout = model._fused_rollout
+    eps = float(model.exploration_rate)
+
+    def rollout_only() -> None:
+        for _ in range(n):
+            rollout.step(eps)
+
+    timeline("rollout step alone (act + env step + store)", rollout_only, n, rows, trace)
+    step = model._captured_train_step()
+
+    def train_only() -> None:
+        for _ in range(n):
+            step.train(1, model.batch_size)
+
+    timeline("train step alone (captured)", train_only, n, rows, trace)
+
+
+def host_view(model: Any, n: int, rows: int) -> None:
+    prof = cProfile.Profile()
+    prof.enable()
+    model.learn(total_timesteps=NUM_ENVS * n, reset_num_timesteps=False)
+    th.cuda.synchronize()
+    prof.disable()
+    for key in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(rows)
+        print(out.getvalue())
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=1500)
     p.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="tf32")
-    p.add_argument("--rows", type=int, default=45, help="functions listed per table")
+    p.add_argument("--view", choices=["device", "host", "both"], default="both")
+    p.add_argument("--rows", type=int, default=45, help="functions or kernels listed per table")
+    p.add_argument("--trace", default=None, help="write Chrome traces (path ending in .json)")
     args = p.parse_args()
-    env = TradingVectorEnv(num_envs=4096, device="cuda", data=MarketData.default())
+    env = TradingVectorEnv(num_envs=NUM_ENVS, device="cuda", data=MarketData.default())
     model = _model(env, "cuda", 2_000_000, train_precision=args.precision)
-    model.learn(total_timesteps=4096 * 200)  # compile, capture, allocate
+    model.learn(total_timesteps=NUM_ENVS * 200)  # compile, capture, allocate
     th.cuda.synchronize()
     n = args.iterations
     t0 = time.perf_counter()
-    model.learn(total_timesteps=4096 * n, reset_num_timesteps=False)
+    model.learn(total_timesteps=NUM_ENVS * n, reset_num_timesteps=False)
     th.cuda.synchronize()
     dt = time.perf_counter() - t0
-    print(f"unprofiled: {dt / n * 1e6:.1f} us per iteration, {4096 * n / dt:.3e} env-steps/s")
-    prof = cProfile.Profile()
-    prof.enable()
-    model.learn(total_timesteps=4096 * n, reset_num_timesteps=False)
-    th.cuda.synchronize()
-    prof.disable()
-    for key in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.rows)
-        print(out.getvalue())
+    print(f"unprofiled: {dt / n * 1e6:.1f} us per iteration, {NUM_ENVS * n / dt:.3e} env-steps/s")
+    if args.view in ("device", "both"):
+        device_view(model, min(n, 300), args.rows, args.trace)
+    if args.view in ("host", "both"):
+        host_view(model, n, args.rows)
 
 
 if __name__ == "__main__":
