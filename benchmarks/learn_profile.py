@@ -83,6 +83,14 @@ def timeline(label: str, fn: Callable[[], None], n: int, rows: int, trace: str |
     print(f"{'us/iter':>8} {'n/iter':>7} {'us each':>8}  kernel")
     for name, (t, c) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:rows]:
         print(f"{t / n:8.2f} {c / n:7.2f} {t / c:8.2f}  {name[:110]}")
+    api: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for evt in prof.events():
+        if evt.device_type == th.autograd.DeviceType.CPU and evt.name.startswith(("cuda", "cu")):
+            api[evt.name][0] += evt.time_range.end - evt.time_range.start
+            api[evt.name][1] += 1
+    print("host side, CUDA API calls (a synchronize here stalls the host):")
+    for name, (t, c) in sorted(api.items(), key=lambda kv: -kv[1][0])[:12]:
+        print(f"{t / n:8.2f} {c / n:7.2f} {t / c:8.2f}  {name}")
     if trace:
         prof.export_chrome_trace(trace.replace(".json", f"_{label.split()[0]}.json"))
 
