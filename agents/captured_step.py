@@ -44,6 +44,7 @@ dict back into the plain Adam's for saving.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -65,6 +66,20 @@ COMPILE_UPDATE = True
 PAIRED_FORWARD = False
 STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
 WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
+RECOMPILE_RETRIES = 2  # captures abandoned for a recompile, each followed by one more warm-up step
+
+
+def _no_recompile() -> Any:
+    """``torch.compiler.set_stance("fail_on_recompile")`` where the torch version has it."""
+    set_stance = getattr(th.compiler, "set_stance", None)
+    if set_stance is None:
+        return contextlib.nullcontext()
+    return set_stance("fail_on_recompile")
+
+
+def _is_recompile_error(err: BaseException) -> bool:
+    return "fail_on_recompile" in str(err) or "Detected recompile" in str(err)
+
 
 # Adam hyperparameters carried over to the capturable optimizer (where the torch version has them).
 _ADAM_KEYS = ("betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
@@ -249,6 +264,7 @@ class CapturedTrainStep:
         self.graph: th.cuda.CUDAGraph | None = None
         self._side_stream: th.cuda.Stream | None = None
         self.graph_failed = False
+        self._recompile_retries = 0
         self.batch_size = 0
         self._warm = 0
         self._unread_steps = 0
@@ -391,15 +407,23 @@ class CapturedTrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         seq = self.tree._update_seq
         try:
-            with th.cuda.graph(graph):
+            # A compiled part whose guards fail here would recompile inside the capture, and
+            # building guards may read a device scalar (the optimizer's repr formats its lr
+            # tensor): cudaErrorStreamCaptureUnsupported. Under this stance it raises first,
+            # before any CUDA call, and the step recompiles in one more uncaptured step.
+            with _no_recompile(), th.cuda.graph(graph):
                 self._body()
         except RuntimeError as err:  # a torch/CuPy combination that cannot capture
+            self.tree._update_seq = seq
+            if _is_recompile_error(err) and self._recompile_retries < RECOMPILE_RETRIES:
+                self._recompile_retries += 1
+                self._warm = self.warmup_steps - 1
+                return
             warnings.warn(
                 f"CUDA graph capture of the train step failed, running it without a graph: {err}",
                 stacklevel=3,
             )
             self.graph_failed = True
-            self.tree._update_seq = seq
             return
         self.graph = graph
 

@@ -52,6 +52,7 @@ class TrainSettings:
     val_fraction: float = 0.2
     device: str = "cpu"
     curiosity: bool = False
+    train_precision: str = "tf32"  # the captured GPU train step's matrix products
     verbose: int = 0
     progress_bar: bool = False
     tensorboard_log: str | None = None
@@ -152,6 +153,7 @@ def train_selected(
         exploration_fraction=0.3,
         exploration_final_eps=0.02,
         curiosity=settings.curiosity,
+        train_precision=settings.train_precision,
         tensorboard_log=settings.tensorboard_log,
         verbose=settings.verbose,
         seed=seed,

@@ -71,6 +71,9 @@ model.learn(N * 12)
 fused = model._fused_rollout
 if fused is None or fused._graph is None:
     raise AssertionError("fused rollout: the CUDA graph path did not run")
+step = model._captured_step
+if step is None or step.graph is None or step.graph_failed:
+    raise AssertionError("train step: the CUDA graph path did not run")
 buf = model.replay_buffer
 size = buf.size()
 for name in ("observations", "next_observations", "rewards"):

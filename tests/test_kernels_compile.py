@@ -100,3 +100,10 @@ def test_tree_launch_parameters_match_the_kernel_source():
     source = KERNEL_FILE.read_text()
     for kernel, declared in TREE_KERNEL_PARAMS.items():
         assert list(declared) == c_kernel_params(source, kernel), kernel
+
+
+def test_store_launch_parameters_match_the_kernel_source():
+    from agents.replay.step_store import STORE_KERNEL_FILE, STORE_KERNEL_PARAMS
+
+    source = STORE_KERNEL_FILE.read_text()
+    assert list(STORE_KERNEL_PARAMS) == c_kernel_params(source, "store_step")

@@ -95,10 +95,12 @@ def test_dones_exclude_timeouts(device, handle):
     assert expected.sum() < done.sum() or not handle
 
 
+@pytest.mark.parametrize("int64_actions", [True, False])
 @pytest.mark.parametrize("device", DEVICES)
-def test_add_tensors_matches_add(device):
+def test_add_tensors_matches_add(device, int64_actions):
     """``add``, ``add_tensors`` and the graph's ``add_tensors_at`` (slot on the device) store
-    the same transitions and priorities, across the wrap-around."""
+    the same transitions and priorities, across the wrap-around; on CUDA through the store
+    kernel (int64 actions) and through the torch path (int32 actions, which it casts)."""
     a, b = _buffer(device, size=60, n_envs=3), _buffer(device, size=60, n_envs=3)
     c = _buffer(device, size=60, n_envs=3)
     if device == "cpu":  # the NumPy tree has no device-start fill: read the start the same way
@@ -108,7 +110,7 @@ def test_add_tensors_matches_add(device):
     for _ in range(25):  # wraps around (20 rows)
         obs = rng.normal(size=(3, 3)).astype(np.float32)
         nxt = rng.normal(size=(3, 3)).astype(np.float32)
-        act = rng.integers(0, 4, size=3)
+        act = rng.integers(0, 4, size=3).astype(np.int64 if int64_actions else np.int32)
         rew = rng.normal(size=3).astype(np.float32)
         term = rng.random(3) < 0.3
         trunc = rng.random(3) < 0.3
@@ -129,6 +131,7 @@ def test_add_tensors_matches_add(device):
         c.add_tensors_at(slot, *step)
         c.advance_position()
         assert int(slot[0]) == c.pos  # the device slot moved with the host's position
+    assert (c._step_store is not None) == (device != "cpu" and int64_actions)
     for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
         assert th.equal(getattr(a, name), getattr(b, name)), name
         assert th.equal(getattr(a, name), getattr(c, name)), name

@@ -46,6 +46,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         val_fraction=args.val_fraction,
         device=device,
         curiosity=args.curiosity,
+        train_precision=args.train_precision,
         verbose=args.verbose,
         progress_bar=not args.no_progress,
     )

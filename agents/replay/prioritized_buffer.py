@@ -24,6 +24,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.replay.segment_tree import SumMinTree, make_tree
+from agents.replay.step_store import CudaStepStore, store_kernel_applies
 from gpu_trading_env.gpu.device import require_cupy
 
 __all__ = [
@@ -196,6 +197,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.dones = th.zeros((n, e), dtype=th.float32, device=dev)
         self.timeouts = th.zeros((n, e), dtype=th.float32, device=dev)
         self.tree = self._make_tree(n * e, self.seed)
+        self._step_store: CudaStepStore | None = None  # made at the first add_tensors_at
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The buffer's state without the store kernel's launcher (made anew after loading)."""
+        state = self.__dict__.copy()
+        state["_step_store"] = None
+        return state
 
     def _make_tree(self, capacity: int, seed: int) -> SumMinTree:
         if self.device.type == "cuda":
@@ -348,13 +356,28 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             The other arguments are those of :meth:`add_tensors`.
         """
         e = self.n_envs
-        fields = self._step_fields(obs, next_obs, action, reward, terminated, truncated)
-        for name, value in fields.items():
-            getattr(self, name).index_copy_(0, slot, value.unsqueeze(0))
-        start = getattr(self, "_fill_start", None)
-        if start is None or start.device != slot.device:
-            start = self._fill_start = th.zeros(1, dtype=th.int64, device=slot.device)
-        th.mul(slot, e, out=start)
+        inputs = {
+            "obs": obs,
+            "next_obs": next_obs,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+        if slot.device == self.device and store_kernel_applies(self, inputs):
+            # One launch for every field (the loop below is a dozen).
+            store = getattr(self, "_step_store", None)  # None too in buffers pickled before it
+            if store is None:
+                store = self._step_store = CudaStepStore(self)
+            start = store(slot, inputs)
+        else:
+            fields = self._step_fields(obs, next_obs, action, reward, terminated, truncated)
+            for name, value in fields.items():
+                getattr(self, name).index_copy_(0, slot, value.unsqueeze(0))
+            start = getattr(self, "_fill_start", None)
+            if start is None or start.device != slot.device:
+                start = self._fill_start = th.zeros(1, dtype=th.int64, device=slot.device)
+            th.mul(slot, e, out=start)
         self.tree.fill_range_at(start.data_ptr(), e)
         slot.add_(1).remainder_(self.buffer_size)
 

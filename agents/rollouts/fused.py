@@ -41,19 +41,22 @@ class EpisodeRing:
         self.size = size
         self.returns = th.zeros(size + 1, dtype=th.float32, device=device)  # slot `size` = sink
         self.lengths = th.zeros(size + 1, dtype=th.int32, device=device)
-        self.written = th.zeros((), dtype=th.int64, device=device)
+        # Entries written so far, minus one: the slot of a step's k-th finished env (from 1) is
+        # (last + k) mod size, with no extra launch for the "- 1".
+        self.last = th.full((), -1, dtype=th.int64, device=device)
         self._read = 0
 
     def append(self, done: th.Tensor, returns: th.Tensor, lengths: th.Tensor) -> None:
-        d = done.to(th.int64)
-        slot = (self.written + th.cumsum(d, 0) - 1) % self.size
-        slot = th.where(done, slot, th.full_like(slot, self.size))
+        """Scatter the finished envs' ``returns`` (float32 [N]) and ``lengths`` (int32 [N]),
+        ``done`` (bool [N]) marking them; eight launches, all capturable in a CUDA graph."""
+        k = th.cumsum(done, 0, dtype=th.int64)
+        slot = th.where(done, th.remainder(k + self.last, self.size), self.size)
         self.returns.scatter_(0, slot, returns.to(th.float32))
         self.lengths.scatter_(0, slot, lengths.to(th.int32))
-        self.written += d.sum()
+        self.last += k[-1]
 
     def drain(self) -> list[dict[str, float]]:
-        written = int(self.written.item())
+        written = int(self.last.item()) + 1
         new = written - self._read
         if new <= 0:
             return []
@@ -167,9 +170,10 @@ class FusedRollout:
         """Record act + env step + episode ring of one step in a CUDA graph.
 
         The graph reads the observation from a static buffer and writes the step's results to
-        static buffers; the random draws (same generator, same order as :meth:`act`) stay
-        outside it. The replay-buffer write is recorded too when the buffer can store at a slot
-        read on the device (``add_tensors_at``: the slot moves every replay); otherwise it runs
+        static buffers; the random draws (same generator, same order as :meth:`act`) are part
+        of it where the torch version can register the generator with a graph, else they run
+        before each replay. The replay-buffer write is recorded too when the buffer can store at
+        a slot read on the device (``add_tensors_at``: the slot moves every replay); otherwise it runs
         after each replay (``add_tensors``, a dozen launches from the host).
 
         Capture runs with the env's device current: ``torch.cuda.graph`` makes its capture
@@ -206,7 +210,15 @@ class FusedRollout:
             self._greedy(g["obs"])
         th.cuda.current_stream(dev).wait_stream(side)
         graph = th.cuda.CUDAGraph()
+        # The exploration draws go into the graph where torch can replay a generator's draws
+        # (each replay advances it as the same draws run eagerly would: same numbers).
+        register = getattr(graph, "register_generator_state", None)
+        g["draws_inside"] = register is not None
+        if register is not None:
+            register(self.generator)
         with th.cuda.graph(graph), th.no_grad():
+            if g["draws_inside"]:
+                self._draw(n, out_actions=g["rand"], out_coins=g["coin"])
             greedy = self._greedy(g["obs"])
             g["action"].copy_(th.where(g["coin"] < g["eps"], g["rand"], greedy))
             new_obs, reward, terminated, truncated, info = self.env.step(g["action"])
@@ -240,7 +252,8 @@ class FusedRollout:
         stored = "slot" in g
         if stored and g.get("slot_host") != buffer.pos:  # the host wrote a step in between
             g["slot"].fill_(int(buffer.pos))
-        self._draw(self.num_envs, out_actions=g["rand"], out_coins=g["coin"])
+        if not g["draws_inside"]:
+            self._draw(self.num_envs, out_actions=g["rand"], out_coins=g["coin"])
         with th.cuda.device(self.device):  # replay on the env device's current stream
             g["graph"].replay()
         if stored:

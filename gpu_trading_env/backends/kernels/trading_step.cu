@@ -12,15 +12,32 @@ struct ObsRow {
 };
 
 // Block-cooperative store of the observation rows [first, first + rows) into obs [n, D].
+// Each thread reads OBS_BATCH elements before it writes any: the stores may alias the feature
+// table as far as the compiler knows, so one read-then-write per iteration would serialise the
+// global reads (at a few thousand envs, one block per SM, that latency was most of the step).
+#define OBS_BATCH 4
 __device__ __forceinline__ void store_obs_block(const MarketView& m, const ParamView& p, const ObsRow* rows,
                                                 long long first, int count, float* obs) {
     int d = m.n_features + 3;
     long long total = (long long)count * d;
     float* base = obs + first * d;
-    for (long long k = threadIdx.x; k < total; k += blockDim.x) {
-        int r = (int)(k / d);
-        int j = (int)(k - (long long)r * d);
-        base[k] = obs_element(m, p, rows[r].bar, rows[r].value_feat, rows[r].position_feat, j);
+    long long stride = blockDim.x;
+    for (long long k0 = threadIdx.x; k0 < total; k0 += OBS_BATCH * stride) {
+        float v[OBS_BATCH];
+#pragma unroll
+        for (int u = 0; u < OBS_BATCH; ++u) {
+            long long k = k0 + u * stride;
+            if (k < total) {
+                int r = (int)(k / d);
+                int j = (int)(k - (long long)r * d);
+                v[u] = obs_element(m, p, rows[r].bar, rows[r].value_feat, rows[r].position_feat, j);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < OBS_BATCH; ++u) {
+            long long k = k0 + u * stride;
+            if (k < total) base[k] = v[u];
+        }
     }
 }
 

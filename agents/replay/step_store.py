@@ -1,0 +1,138 @@
+"""The CUDA side of :meth:`PrioritizedReplayBuffer.add_tensors_at
+<agents.replay.prioritized_buffer.PrioritizedReplayBuffer.add_tensors_at>`: one kernel that writes
+every field of one vector step at a slot read on the device.
+
+``kernels/store_step.cu`` is launched through :class:`~gpu_trading_env.gpu.device.KernelLauncher`
+with the parameters of ``STORE_KERNEL_PARAMS`` (``tests/test_kernels_compile.py`` checks them
+against the source). It applies to the storage dtypes of a float32 observation space and a
+``Discrete`` action space; :func:`store_kernel_applies` says when, and the buffer keeps its torch
+path otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch as th
+
+from gpu_trading_env.gpu.device import (
+    I64,
+    PTR,
+    KernelLauncher,
+    KernelParams,
+    current_stream,
+    load_module,
+    require_cupy,
+)
+
+__all__ = ["STORE_KERNEL_FILE", "STORE_KERNEL_PARAMS", "CudaStepStore", "store_kernel_applies"]
+
+STORE_KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "store_step.cu"
+STORE_THREADS = 256
+STORE_KERNEL_PARAMS: KernelParams = (
+    ("slot", PTR),
+    ("n_envs", I64),
+    ("obs_dim", I64),
+    ("obs", PTR),
+    ("next_obs", PTR),
+    ("action", PTR),
+    ("reward", PTR),
+    ("terminated", PTR),
+    ("truncated", PTR),
+    ("obs_store", PTR),
+    ("next_obs_store", PTR),
+    ("action_store", PTR),
+    ("reward_store", PTR),
+    ("done_store", PTR),
+    ("timeout_store", PTR),
+    ("fill_start", PTR),
+)
+
+# Storage field -> the dtype the kernel writes.
+_STORAGE_DTYPES = {
+    "observations": th.float32,
+    "next_observations": th.float32,
+    "actions": th.int64,
+    "rewards": th.float32,
+    "dones": th.float32,
+    "timeouts": th.float32,
+}
+
+
+def store_kernel_applies(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
+    """Whether :class:`CudaStepStore` can write this step: CUDA storage of the kernel's dtypes,
+    one action per env, and step tensors on the buffer's device, contiguous, of the dtypes the
+    kernel reads (float32 observations and rewards, int64 actions, bool flags)."""
+    if buffer.device.type != "cuda" or buffer.action_dim != 1:
+        return False
+    for name, dtype in _STORAGE_DTYPES.items():
+        t = getattr(buffer, name)
+        if t.dtype != dtype or not t.is_contiguous():
+            return False
+    wanted = {
+        "obs": th.float32,
+        "next_obs": th.float32,
+        "action": th.int64,
+        "reward": th.float32,
+        "terminated": th.bool,
+        "truncated": th.bool,
+    }
+    e = buffer.n_envs
+    for name, dtype in wanted.items():
+        t = inputs[name]
+        if t.dtype != dtype or not t.is_contiguous() or t.device != buffer.device:
+            return False
+        if t.numel() != (e * math.prod(buffer.obs_shape) if name in ("obs", "next_obs") else e):
+            return False
+    return True
+
+
+class CudaStepStore:
+    """Launches ``store_step`` for one buffer on torch's current stream of its device.
+
+    :param buffer: the :class:`~agents.replay.prioritized_buffer.PrioritizedReplayBuffer`.
+    """
+
+    def __init__(self, buffer: Any) -> None:
+        self.buffer = buffer
+        self.device_index = buffer.device.index or 0
+        self._cp = require_cupy("the replay buffer's store kernel")
+        with self._cp.cuda.Device(self.device_index):  # the module is loaded per device
+            kernel = load_module(STORE_KERNEL_FILE).get_function("store_step")
+            self._launch = KernelLauncher(kernel, STORE_KERNEL_PARAMS, self.device_index)
+        self.fill_start = th.zeros(1, dtype=th.int64, device=buffer.device)
+
+    def __call__(self, slot: th.Tensor, inputs: dict[str, th.Tensor]) -> th.Tensor:
+        """Write the step at ``slot`` (int64 [1]); returns ``fill_start`` (int64 [1], the
+        step's first flat index, written on the device)."""
+        b = self.buffer
+        e = b.n_envs
+        d = math.prod(b.obs_shape)
+        total = max(e * d, e)
+        grid = (total + STORE_THREADS - 1) // STORE_THREADS
+        timeouts = b.timeouts.data_ptr() if b.handle_timeout_termination else 0
+        with self._cp.cuda.Device(self.device_index):
+            self._launch(
+                grid,
+                STORE_THREADS,
+                current_stream(self.device_index)[1],
+                slot.data_ptr(),
+                e,
+                d,
+                inputs["obs"].data_ptr(),
+                inputs["next_obs"].data_ptr(),
+                inputs["action"].data_ptr(),
+                inputs["reward"].data_ptr(),
+                inputs["terminated"].data_ptr(),
+                inputs["truncated"].data_ptr(),
+                b.observations.data_ptr(),
+                b.next_observations.data_ptr(),
+                b.actions.data_ptr(),
+                b.rewards.data_ptr(),
+                b.dones.data_ptr(),
+                timeouts,
+                self.fill_start.data_ptr(),
+            )
+        return self.fill_start
