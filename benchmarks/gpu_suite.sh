@@ -65,7 +65,7 @@ if [[ $parts == *" quickstart "* ]]; then  # not part of "all": the README's com
   # out-of-sample return as a fraction of the known rule's (metrics.json).
   for seed in 0 1 2; do
     start=$(date +%s.%N)
-    timeout 300 python3 -m agents.cli train --device cuda --seed "$seed" --no-progress \
+    timeout 300 python3 -m agents.cli train --device cuda --seed "$seed" --no-progress ${QUICKSTART_ARGS:-} \
       --out "$OUT/quickstart_seed$seed" >"$OUT/quickstart_seed$seed.log" 2>&1
     rc=$?
     wall=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
