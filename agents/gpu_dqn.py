@@ -123,9 +123,9 @@ class GpuDQN(DataParallelMixin, DQN):
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
     :param captured_train: Run the gradient steps as CUDA graph replays where that applies
         (see :func:`~agents.captured_step.captured_train_unsupported`); ``False``: always eager.
-    :param train_precision: Matrix products of the captured step: ``"tf32"`` (tensor cores),
-        ``"fp32"`` (exact float32, as the eager path under torch's defaults) or ``"bf16"``
-        (bfloat16 autocast of the forwards; target and loss in float32).
+    :param train_precision: Matrix products of the captured step: ``"bf16"`` (the default:
+        bfloat16 autocast of the forwards; target and loss in float32), ``"tf32"`` (tensor
+        cores) or ``"fp32"`` (exact float32, as the eager path under torch's defaults).
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
@@ -184,7 +184,7 @@ class GpuDQN(DataParallelMixin, DQN):
         fused_rollout: bool = True,
         rollout_kernel: str = "fused",
         captured_train: bool = True,
-        train_precision: str = "tf32",
+        train_precision: str = "bf16",
         compile_train: bool = True,
         distributed: bool = False,
         process_group: Any = None,

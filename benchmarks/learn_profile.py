@@ -10,7 +10,7 @@ settings). Three views:
 - ``--view host``: the unprofiled time per iteration, then cProfile by own and cumulative time.
 - ``--view both`` (default).
 
-    python benchmarks/learn_profile.py --iterations 1500 [--precision bf16] [--trace t.json]
+    python benchmarks/learn_profile.py --iterations 1500 [--precision tf32] [--trace t.json]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def host_view(model: Any, n: int, rows: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=1500)
-    p.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="tf32")
+    p.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="bf16")
     p.add_argument("--view", choices=["device", "host", "both"], default="both")
     p.add_argument("--rows", type=int, default=45, help="functions or kernels listed per table")
     p.add_argument("--trace", default=None, help="write Chrome traces (path ending in .json)")

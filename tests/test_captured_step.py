@@ -15,6 +15,7 @@ import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
 from agents.captured_step import (
     CapturedTrainStep,
+    CompiledOrEager,
     captured_train_unsupported,
     plain_optimizer_state,
 )
@@ -45,6 +46,25 @@ def test_cpu_model_trains_eagerly() -> None:
     model.learn(400)
     assert model._captured_step is None and model._n_updates > 0
     assert math.isfinite(model.logger.name_to_value["train/loss"])
+
+
+def test_each_compiled_part_has_its_own_code_object() -> None:
+    """Dynamo's cache and its recompile limit (8) are per code object: every train step's
+    compiled loss must have its own, or a process's ninth model runs its loss eagerly."""
+
+    class Part:
+        def __init__(self, w: float) -> None:
+            self.w = w
+
+        def f(self, x: th.Tensor) -> th.Tensor:
+            return x * self.w
+
+    parts = [CompiledOrEager(Part(w).f, "part") for w in (2.0, 3.0)]
+    codes = [p.fn.__func__.__code__ for p in parts] + [Part.f.__code__]
+    assert len({id(c) for c in codes}) == 3  # distinct objects (they compare equal by value)
+    x = th.ones(3)
+    assert th.equal(parts[0].fn(x), x * 2.0) and th.equal(parts[1].fn(x), x * 3.0)
+    assert parts[1].fn.__self__.w == 3.0 and parts[1].fn.__name__ == "f"
 
 
 def test_captured_train_reasons() -> None:

@@ -143,8 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(
             "--train-precision",
             choices=["tf32", "fp32", "bf16"],
-            default="tf32",
-            help="matrix products of the GPU train step (default: tf32; ignored on the CPU)",
+            default="bf16",
+            help="matrix products of the GPU train step (default: bf16; ignored on the CPU)",
         )
         g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
         g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")

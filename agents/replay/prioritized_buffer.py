@@ -364,7 +364,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             "terminated": terminated,
             "truncated": truncated,
         }
-        if slot.device == self.device and store_kernel_applies(self, inputs):
+        if slot.device == self.observations.device and store_kernel_applies(self, inputs):
             # One launch for every field (the loop below is a dozen).
             store = getattr(self, "_step_store", None)  # None too in buffers pickled before it
             if store is None:

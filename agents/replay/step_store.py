@@ -65,7 +65,9 @@ def store_kernel_applies(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
     """Whether :class:`CudaStepStore` can write this step: CUDA storage of the kernel's dtypes,
     one action per env, and step tensors on the buffer's device, contiguous, of the dtypes the
     kernel reads (float32 observations and rewards, int64 actions, bool flags)."""
-    if buffer.device.type != "cuda" or buffer.action_dim != 1:
+    # The storage's own device: ``buffer.device`` may be "cuda" without an index.
+    device = buffer.observations.device
+    if device.type != "cuda" or buffer.action_dim != 1:
         return False
     for name, dtype in _STORAGE_DTYPES.items():
         t = getattr(buffer, name)
@@ -82,7 +84,7 @@ def store_kernel_applies(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
     e = buffer.n_envs
     for name, dtype in wanted.items():
         t = inputs[name]
-        if t.dtype != dtype or not t.is_contiguous() or t.device != buffer.device:
+        if t.dtype != dtype or not t.is_contiguous() or t.device != device:
             return False
         if t.numel() != (e * math.prod(buffer.obs_shape) if name in ("obs", "next_obs") else e):
             return False
@@ -97,12 +99,12 @@ class CudaStepStore:
 
     def __init__(self, buffer: Any) -> None:
         self.buffer = buffer
-        self.device_index = buffer.device.index or 0
+        self.device_index = buffer.observations.device.index
         self._cp = require_cupy("the replay buffer's store kernel")
         with self._cp.cuda.Device(self.device_index):  # the module is loaded per device
             kernel = load_module(STORE_KERNEL_FILE).get_function("store_step")
             self._launch = KernelLauncher(kernel, STORE_KERNEL_PARAMS, self.device_index)
-        self.fill_start = th.zeros(1, dtype=th.int64, device=buffer.device)
+        self.fill_start = th.zeros(1, dtype=th.int64, device=buffer.observations.device)
 
     def __call__(self, slot: th.Tensor, inputs: dict[str, th.Tensor]) -> th.Tensor:
         """Write the step at ``slot`` (int64 [1]); returns ``fill_start`` (int64 [1], the
