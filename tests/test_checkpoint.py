@@ -204,6 +204,24 @@ def test_untrained_curiosity_is_not_installed_on_load(tmp_path) -> None:
 
 
 @pytest.mark.gpu
+def test_cuda_buffer_pickles_and_stores_through_its_kernel_after_loading() -> None:
+    space = gym.spaces.Box(-1, 1, (3,), np.float32)
+    buf = PrioritizedReplayBuffer(64, space, gym.spaces.Discrete(4), device="cuda", n_envs=2)
+    assert buf._step_store is not None
+    clone = pickle.loads(pickle.dumps(buf))
+    assert clone._step_store is not None and clone._step_store.buffer is clone
+    slot = th.zeros(1, dtype=th.int64, device="cuda")
+    obs = th.arange(6, dtype=th.float32, device="cuda").reshape(2, 3)
+    flags = th.tensor([True, False], device="cuda")
+    action = th.tensor([1, 3], device="cuda")
+    clone.add_tensors_at(slot, obs, obs + 1, action, th.ones(2, device="cuda"), flags, ~flags)
+    assert th.equal(clone.observations[0], obs) and th.equal(clone.next_observations[0], obs + 1)
+    assert clone.actions[0, :, 0].tolist() == [1, 3] and clone.dones[0].tolist() == [1.0, 1.0]
+    assert clone.timeouts[0].tolist() == [0.0, 1.0] and int(slot[0]) == 1
+    assert th.count_nonzero(buf.observations) == 0  # the original's storage is untouched
+
+
+@pytest.mark.gpu
 def test_cuda_tree_pickles_with_its_state() -> None:
     from agents.replay.segment_tree import CudaSumMinTree
 

@@ -24,7 +24,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.replay.segment_tree import SumMinTree, make_tree
-from agents.replay.step_store import CudaStepStore, store_kernel_applies
+from agents.replay.step_store import CudaStepStore, inputs_fit, storage_fits
 from gpu_trading_env.gpu.device import require_cupy
 
 __all__ = [
@@ -197,13 +197,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.dones = th.zeros((n, e), dtype=th.float32, device=dev)
         self.timeouts = th.zeros((n, e), dtype=th.float32, device=dev)
         self.tree = self._make_tree(n * e, self.seed)
-        self._step_store: CudaStepStore | None = None  # made at the first add_tensors_at
+        self._step_store = self._make_step_store()
 
     def __getstate__(self) -> dict[str, Any]:
         """The buffer's state without the store kernel's launcher (made anew after loading)."""
         state = self.__dict__.copy()
         state["_step_store"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._step_store = self._make_step_store()
+
+    def _make_step_store(self) -> CudaStepStore | None:
+        """The store kernel's launcher for :meth:`add_tensors_at` where the storage fits it."""
+        return CudaStepStore(self) if storage_fits(self) else None
 
     def _make_tree(self, capacity: int, seed: int) -> SumMinTree:
         if self.device.type == "cuda":
@@ -364,12 +372,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             "terminated": terminated,
             "truncated": truncated,
         }
-        if slot.device == self.observations.device and store_kernel_applies(self, inputs):
-            # One launch for every field (the loop below is a dozen).
-            store = getattr(self, "_step_store", None)  # None too in buffers pickled before it
-            if store is None:
-                store = self._step_store = CudaStepStore(self)
-            start = store(slot, inputs)
+        store = getattr(self, "_step_store", None)  # absent in buffers pickled before it
+        if (
+            store is not None
+            and slot.device == self.observations.device
+            and inputs_fit(self, inputs)
+        ):
+            start = store(slot, inputs)  # one launch for every field (the loop below is a dozen)
         else:
             fields = self._step_fields(obs, next_obs, action, reward, terminated, truncated)
             for name, value in fields.items():

@@ -5,8 +5,8 @@ every field of one vector step at a slot read on the device.
 ``kernels/store_step.cu`` is launched through :class:`~gpu_trading_env.gpu.device.KernelLauncher`
 with the parameters of ``STORE_KERNEL_PARAMS`` (``tests/test_kernels_compile.py`` checks them
 against the source). It applies to the storage dtypes of a float32 observation space and a
-``Discrete`` action space; :func:`store_kernel_applies` says when, and the buffer keeps its torch
-path otherwise.
+``Discrete`` action space; :func:`storage_fits` and :func:`inputs_fit` say when, and the buffer
+keeps its torch path otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ from gpu_trading_env.gpu.device import (
     require_cupy,
 )
 
-__all__ = ["STORE_KERNEL_FILE", "STORE_KERNEL_PARAMS", "CudaStepStore", "store_kernel_applies"]
+__all__ = [
+    "STORE_KERNEL_FILE",
+    "STORE_KERNEL_PARAMS",
+    "CudaStepStore",
+    "inputs_fit",
+    "storage_fits",
+]
 
 STORE_KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "store_step.cu"
 STORE_THREADS = 256
@@ -61,18 +67,22 @@ _STORAGE_DTYPES = {
 }
 
 
-def store_kernel_applies(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
-    """Whether :class:`CudaStepStore` can write this step: CUDA storage of the kernel's dtypes,
-    one action per env, and step tensors on the buffer's device, contiguous, of the dtypes the
-    kernel reads (float32 observations and rewards, int64 actions, bool flags)."""
+def storage_fits(buffer: Any) -> bool:
+    """Whether the buffer's storage is what ``store_step`` writes: on a CUDA device, contiguous,
+    float32 observations, one int64 action per env, float32 rewards, dones and timeouts."""
     # The storage's own device: ``buffer.device`` may be "cuda" without an index.
-    device = buffer.observations.device
-    if device.type != "cuda" or buffer.action_dim != 1:
+    if buffer.observations.device.type != "cuda" or buffer.action_dim != 1:
         return False
     for name, dtype in _STORAGE_DTYPES.items():
         t = getattr(buffer, name)
         if t.dtype != dtype or not t.is_contiguous():
             return False
+    return True
+
+
+def inputs_fit(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
+    """Whether one step's tensors are what ``store_step`` reads: on the storage's device,
+    contiguous, float32 observations and rewards, int64 actions, bool flags, ``n_envs`` rows."""
     wanted = {
         "obs": th.float32,
         "next_obs": th.float32,
@@ -81,6 +91,7 @@ def store_kernel_applies(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
         "terminated": th.bool,
         "truncated": th.bool,
     }
+    device = buffer.observations.device
     e = buffer.n_envs
     for name, dtype in wanted.items():
         t = inputs[name]
@@ -105,6 +116,12 @@ class CudaStepStore:
             kernel = load_module(STORE_KERNEL_FILE).get_function("store_step")
             self._launch = KernelLauncher(kernel, STORE_KERNEL_PARAMS, self.device_index)
         self.fill_start = th.zeros(1, dtype=th.int64, device=buffer.observations.device)
+        # One empty launch now (no env, the slot read from fill_start): the module is loaded
+        # here rather than at the first real launch, which may be inside a graph capture.
+        ptr = self.fill_start.data_ptr()
+        with self._cp.cuda.Device(self.device_index):
+            stream = current_stream(self.device_index)[1]
+            self._launch(1, STORE_THREADS, stream, ptr, 0, 0, *(0,) * 12, ptr)
 
     def __call__(self, slot: th.Tensor, inputs: dict[str, th.Tensor]) -> th.Tensor:
         """Write the step at ``slot`` (int64 [1]); returns ``fill_start`` (int64 [1], the
