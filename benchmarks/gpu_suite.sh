@@ -5,6 +5,9 @@
 #                                      tests1 quickstart profile]
 # Exits 1 when the sanitizer gate (or the soak) fails.
 set -uo pipefail
+# Every inner `timeout` runs in the foreground: in its own process group (timeout's default) a
+# command outlived an outer timeout that stopped this script, and a test run left behind that
+# way shared the GPU with the benchmarks that followed.
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 parts=" ${*:-all} "
@@ -14,7 +17,7 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 if want tests; then
-  timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short --durations=10 tests 2>&1 | grep -v "^  " | tail -70 | tee "$OUT/gpu_tests.log"
+  timeout --foreground 400 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short --durations=10 tests 2>&1 | grep -v "^  " | tail -70 | tee "$OUT/gpu_tests.log"
 fi
 if want sanitize; then
   # The gate: four tools x every kernel (env step/reset/observe with a NumPy parity check; the
@@ -25,7 +28,7 @@ if want sanitize; then
   for tool in memcheck racecheck synccheck initcheck; do
     for script in sanitize_step sanitize_tree sanitize_rollout; do
       log="$OUT/sanitizer_${tool}_${script}.log"
-      timeout 1200 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 "benchmarks/$script.py" >"$log" 2>&1
+      timeout --foreground 1200 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 "benchmarks/$script.py" >"$log" 2>&1
       rc=$?
       verdict=PASS
       if [[ $rc -ne 0 ]] || ! grep -q "^${script}: done" "$log" \
@@ -45,27 +48,27 @@ if want sanitize; then
   fi
 fi
 if want env; then
-  timeout 150 python3 benchmarks/env_throughput.py --out "$OUT/env.json" 2>&1 | tee "$OUT/env.log"
+  timeout --foreground 150 python3 benchmarks/env_throughput.py --out "$OUT/env.json" 2>&1 | tee "$OUT/env.log"
 fi
 if want per; then
-  timeout 300 python3 benchmarks/per_throughput.py --reps 200 --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
+  timeout --foreground 300 python3 benchmarks/per_throughput.py --reps 200 --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
 fi
 if want train; then
-  timeout 300 python3 benchmarks/train_throughput.py --out "$OUT/train.json" 2>&1 | grep -v Warn | tee "$OUT/train.log"
+  timeout --foreground 300 python3 benchmarks/train_throughput.py --out "$OUT/train.json" 2>&1 | grep -v Warn | tee "$OUT/train.log"
 fi
 if [[ $parts == *" scaling "* ]]; then  # not part of "all": needs 2 or more GPUs
   # GpuDQN.learn on 1 GPU and on every GPU of the host (NCCL), same per-GPU settings.
-  timeout 900 python3 benchmarks/scaling.py ${SCALING_ARGS:-} --out "$OUT/scaling.json" 2>&1 | grep -v Warn | tee "$OUT/scaling.log"
+  timeout --foreground 900 python3 benchmarks/scaling.py ${SCALING_ARGS:-} --out "$OUT/scaling.json" 2>&1 | grep -v Warn | tee "$OUT/scaling.log"
 fi
 if [[ $parts == *" tests1 "* ]]; then  # not part of "all": the GPU tier on cuda:1 (2-GPU host)
-  GTE_TEST_DEVICE=1 timeout 600 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short tests 2>&1 | grep -v "^  " | tail -40 | tee "$OUT/gpu_tests_cuda1.log"
+  GTE_TEST_DEVICE=1 timeout --foreground 600 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short tests 2>&1 | grep -v "^  " | tail -40 | tee "$OUT/gpu_tests_cuda1.log"
 fi
 if [[ $parts == *" quickstart "* ]]; then  # not part of "all": the README's command, 3 seeds
   # One process per seed, as a user runs it: wall time of the whole command, the agent's
   # out-of-sample return as a fraction of the known rule's (metrics.json).
   for seed in 0 1 2; do
     start=$(date +%s.%N)
-    timeout 300 python3 -m agents.cli train --device cuda --seed "$seed" --no-progress ${QUICKSTART_ARGS:-} \
+    timeout --foreground 300 python3 -m agents.cli train --device cuda --seed "$seed" --no-progress ${QUICKSTART_ARGS:-} \
       --out "$OUT/quickstart_seed$seed" >"$OUT/quickstart_seed$seed.log" 2>&1
     rc=$?
     wall=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
@@ -73,7 +76,7 @@ if [[ $parts == *" quickstart "* ]]; then  # not part of "all": the README's com
   done
 fi
 if [[ $parts == *" profile "* ]]; then  # not part of "all": host profile of GpuDQN.learn
-  timeout 300 python3 benchmarks/learn_profile.py --iterations 1500 >"$OUT/learn_profile.txt" 2>&1
+  timeout --foreground 300 python3 benchmarks/learn_profile.py --iterations 1500 >"$OUT/learn_profile.txt" 2>&1
   head -3 "$OUT/learn_profile.txt"
 fi
 if [[ $parts == *" soak "* ]]; then  # not part of "all": only when asked for
