@@ -157,7 +157,7 @@ def train_selected(
         tensorboard_log=settings.tensorboard_log,
         verbose=settings.verbose,
         seed=seed,
-        device="cuda" if settings.device != "cpu" else "cpu",
+        device=settings.device,  # cpu, cuda or cuda:N, as the env
     )
     if init_from is not None:
         model.policy.load_state_dict(init_from)

@@ -8,12 +8,13 @@ from typing import NoReturn
 from agents.cli.backtest import cmd_backtest, cmd_eval
 from agents.cli.bench import cmd_bench
 from agents.cli.options import DEBUG_HELP, PROG
+from agents.cli.sweep import cmd_sweep
 from agents.cli.train import cmd_train
 from agents.cli.walkforward import cmd_walkforward
 
 DESCRIPTION = (
-    "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``eval``, ``backtest`` and "
-    "``bench``."
+    "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, "
+    "``backtest`` and ``bench``."
 )
 
 
@@ -214,6 +215,47 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--exposure", type=float, default=1.0, help="exposure of the rule, in [-1, 1]")
     b.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     b.set_defaults(func=cmd_backtest)
+
+    s = sub.add_parser(
+        "sweep",
+        help="train a grid of settings x seeds across this machine's devices, with a report",
+        formatter_class=fmt,
+        description="Each run is one `train` process (its own folder and report); runs go to "
+        "the devices given, --runs-per-device at a time on each. Options after -- are given "
+        "to every run, e.g.: sweep --grid gamma=0.5,0.9 --seeds 0 1 2 -- --timesteps 8000000",
+    )
+    s.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    s.add_argument(
+        "--grid",
+        action="append",
+        metavar="OPTION=V1,V2",
+        default=None,
+        help="a train option and its values, repeatable; the sweep runs every combination "
+        "(default: none, the train defaults)",
+    )
+    s.add_argument("--seeds", type=_int, nargs="+", default=[0, 1, 2], help="seeds of each setting")
+    s.add_argument(
+        "--devices",
+        nargs="+",
+        default=["auto"],
+        help="cpu, cuda or cuda:N each; auto: every visible GPU, else the CPU",
+    )
+    s.add_argument(
+        "--runs-per-device", type=_int, default=1, help="runs at the same time on each device"
+    )
+    s.add_argument(
+        "--out",
+        default=None,
+        help="sweep folder (default: runs/sweep-<date>-<time>, never an existing one)",
+    )
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.add_argument(
+        "train_args",
+        nargs="*",
+        metavar="-- TRAIN_OPTION",
+        help="after --: train options for every run, not --seed, --out or --device (default: none)",
+    )
+    s.set_defaults(func=cmd_sweep)
 
     n = sub.add_parser("bench", help="env throughput on this machine", formatter_class=fmt)
     n.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)

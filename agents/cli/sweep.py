@@ -1,0 +1,177 @@
+"""``gpu-trading-env sweep``: a grid of ``train`` settings times seeds across this host's devices.
+
+    gpu-trading-env sweep --grid learning-rate=1e-4,3e-4 --seeds 0 1 2 -- --timesteps 8000000
+
+Every run's command line is parsed and checked as ``train`` would check it before the first run
+starts, so a bad value fails at once with the setting named. See :mod:`agents.sweep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+from agents.cli.options import UsageError, default_out
+from gpu_trading_env.gpu.device import cuda_available
+
+# Options the sweep sets for each run itself.
+SWEEP_OWNED = {"seed": "--seeds", "out": "--out", "device": "--devices", "no-progress": None}
+
+
+def parse_grid(pairs: list[str] | None) -> list[tuple[str, list[str]]]:
+    """``["learning-rate=1e-4,3e-4", ...]`` into ``[("learning-rate", ["1e-4", "3e-4"]), ...]``."""
+    grid: list[tuple[str, list[str]]] = []
+    for pair in pairs or []:
+        name, sep, raw = pair.partition("=")
+        name = name.strip().removeprefix("--")
+        values = [v.strip() for v in raw.split(",")]
+        if not sep or not name or not all(values):
+            raise UsageError(
+                f"--grid {pair!r} is invalid: pass OPTION=V1,V2,... with OPTION a train option "
+                "without its dashes, e.g. --grid learning-rate=1e-4,3e-4"
+            )
+        if name in SWEEP_OWNED:
+            instead = SWEEP_OWNED[name]
+            hint = f"; use the sweep's {instead}" if instead else ""
+            raise UsageError(f"--grid {pair!r} is invalid: the sweep sets --{name} itself{hint}")
+        if name in (n for n, _ in grid):
+            raise UsageError(f"--grid {pair!r} is invalid: option {name!r} is given twice")
+        if len(set(values)) != len(values):
+            raise UsageError(f"--grid {pair!r} is invalid: a value is repeated")
+        grid.append((name, values))
+    return grid
+
+
+def resolve_devices(names: list[str]) -> list[str]:
+    """``auto`` -> every visible GPU (``cuda:0`` ...), else ``cpu``; otherwise checked names."""
+    count = _gpu_count()
+    if names == ["auto"]:
+        return [f"cuda:{k}" for k in range(count)] if count else ["cpu"]
+    out = []
+    for name in names:
+        if name == "cuda":
+            name = "cuda:0"
+        ok = name == "cpu" or (name.startswith("cuda:") and name[5:].isdigit())
+        if not ok:
+            raise UsageError(
+                f"--devices {name!r} is invalid: allowed is auto, or any of cpu, cuda, cuda:N"
+            )
+        if name.startswith("cuda:") and int(name[5:]) >= count:
+            have = f"cuda:0 to cuda:{count - 1}" if count else "no CUDA device with CuPy"
+            raise UsageError(f"--devices {name}: this machine has {have}")
+        if name in out:
+            raise UsageError(f"--devices {name} is given twice (use --runs-per-device)")
+        out.append(name)
+    return out
+
+
+def _gpu_count() -> int:
+    if not cuda_available():
+        return 0
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+def check_runs(runs: list[Any], common: list[str], devices: list[str]) -> None:
+    """Parse and validate each run's ``train`` command line as ``train`` does; raise UsageError
+    naming the run's setting on the first that fails."""
+    from agents.cli.options import validate
+    from agents.cli.parser import build_parser
+    from agents.sweep import setting_label, train_command
+
+    parser = build_parser()
+    for run in runs:
+        cmd, _ = train_command(run, common, devices[0])
+        argv = cmd[cmd.index("train") :]
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                args = parser.parse_args(argv)
+            validate(args)
+        except SystemExit:
+            message = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else ""
+            raise UsageError(
+                f"the run {setting_label(run.setting)!r}, seed {run.seed}: {message}"
+            ) from None
+        except UsageError as exc:
+            raise UsageError(
+                f"the run {setting_label(run.setting)!r}, seed {run.seed}: {exc}"
+            ) from None
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from agents.sweep import aggregate, plan_runs, run_sweep, summary_table, write_report
+
+    grid = parse_grid(args.grid)
+    devices = resolve_devices(args.devices)
+    common = list(args.train_args or [])
+    for opt in common:
+        name = opt.removeprefix("--").split("=", 1)[0]
+        if opt.startswith("--") and name in SWEEP_OWNED:
+            raise UsageError(
+                f"train option {opt!r} is invalid here: the sweep sets --{name} for each run"
+            )
+    if len(set(args.seeds)) != len(args.seeds):
+        raise UsageError(f"--seeds {args.seeds} is invalid: a seed is repeated")
+    if args.runs_per_device < 1:
+        raise UsageError(
+            f"--runs-per-device {args.runs_per_device} is invalid: allowed is an integer >= 1"
+        )
+    out = Path(args.out) if args.out else default_out("sweep")
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: the folder exists and is not empty; pass a new one")
+    runs = plan_runs(grid, args.seeds, out)
+    check_runs(runs, common, devices)
+
+    print(
+        f"sweep: {len(runs)} runs ({len(runs) // len(args.seeds)} settings x "
+        f"{len(args.seeds)} seeds) on {', '.join(devices)}, {args.runs_per_device} at a time "
+        f"per device; reports in {out}/"
+    )
+    bar = None
+    if not args.no_progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(runs), unit="run", desc="sweep")
+
+    def on_done(result: Any) -> None:
+        from agents.sweep import setting_label
+
+        label = f"{setting_label(result.run.setting)}, seed {result.run.seed}"
+        if result.metrics is not None:
+            ret = 100 * float(result.metrics["strategy"]["total_return"])
+            line = f"done   {label}: {ret:+,.1f}% out of sample ({result.wall_seconds:.0f} s)"
+        else:
+            line = f"FAILED {label}: exit {result.returncode}, log {result.run.log}"
+        if bar is not None:
+            bar.write(line)
+            bar.update(1)
+        else:
+            print(line, flush=True)
+
+    start = time.perf_counter()
+    results = run_sweep(runs, common, devices, args.runs_per_device, on_done)
+    if bar is not None:
+        bar.close()
+    summary = aggregate(results)
+    summary.update(
+        {
+            "devices": devices,
+            "runs_per_device": args.runs_per_device,
+            "seeds": list(args.seeds),
+            "train_options": common,
+            "wall_seconds": time.perf_counter() - start,
+        }
+    )
+    paths = write_report(summary, out)
+    print(summary_table(summary))
+    print(f"report: {paths['html']}  (data: {paths['json']}, {paths['csv']})")
+    if summary["failed"]:
+        print(f"{summary['failed']} of {len(runs)} runs failed; their logs are listed above")
+        return 1
+    return 0

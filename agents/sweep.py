@@ -1,0 +1,355 @@
+"""Sweeps: many ``gpu-trading-env train`` runs across the devices of one host, and their report.
+
+A sweep is a grid of settings (values of ``train`` options, e.g. ``learning-rate`` in {1e-4,
+3e-4}) times a list of seeds. Each run is its own ``train`` process, with its own folder and
+report, so a run that fails or is killed takes nothing else with it. Runs go to the devices
+given, ``runs_per_device`` at a time on each; a run on ``cuda:N`` sees that GPU alone
+(``CUDA_VISIBLE_DEVICES=N``, ``--device cuda``), as a ``torchrun`` worker would. What a
+setting earned is then the mean and spread over its seeds of the out-of-sample total return
+that each run's ``metrics.json`` gives.
+
+The launcher is the standard library (``subprocess`` and a thread per device slot): the runs are
+independent, so nothing needs ``torchrun``'s rendezvous, and Ray Tune would add a cluster
+runtime and its own pins to an install that is otherwise Gymnasium, SB3 and torch
+(docs/SCALING.md, "Sweeps").
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RunResult",
+    "SweepRun",
+    "aggregate",
+    "grid_settings",
+    "plan_runs",
+    "run_sweep",
+    "setting_label",
+    "train_command",
+    "write_report",
+]
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One ``train`` run of a sweep.
+
+    :param setting: ``train`` option name (without ``--``) -> value as typed on the command line.
+    :param seed: the run's ``--seed``.
+    :param out: the run's report folder (``--out``).
+    """
+
+    setting: tuple[tuple[str, str], ...]
+    seed: int
+    out: Path
+
+    @property
+    def log(self) -> Path:
+        """The run's stdout and stderr, beside its report folder."""
+        return self.out.with_name(self.out.name + ".log")
+
+
+@dataclass
+class RunResult:
+    """What one run gave: exit code, device, wall seconds, and its ``metrics.json`` (or None)."""
+
+    run: SweepRun
+    returncode: int
+    device: str
+    wall_seconds: float
+    metrics: dict[str, Any] | None = field(default=None)
+
+
+def grid_settings(grid: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[tuple[str, str], ...]]:
+    """Every combination of the grid's values, the first option varying slowest.
+
+    :param grid: ``[(option, [value, ...]), ...]``; an empty grid is one setting with no option.
+    """
+    names = [name for name, _ in grid]
+    return [
+        tuple(zip(names, values, strict=True))
+        for values in itertools.product(*(vals for _, vals in grid))
+    ]
+
+
+def setting_label(setting: Sequence[tuple[str, str]]) -> str:
+    """``learning-rate=1e-4 gamma=0.5``, or ``defaults`` for the empty setting."""
+    return " ".join(f"{k}={v}" for k, v in setting) or "defaults"
+
+
+def _folder_name(setting: Sequence[tuple[str, str]]) -> str:
+    text = "__".join(f"{k}_{v}" for k, v in setting) or "defaults"
+    return "".join(c if c.isalnum() or c in "-_.+" else "_" for c in text)
+
+
+def plan_runs(
+    grid: Sequence[tuple[str, Sequence[str]]], seeds: Sequence[int], out: Path
+) -> list[SweepRun]:
+    """The sweep's runs, setting by setting, seed by seed: ``out/<setting>/seed<k>``."""
+    runs = []
+    for setting in grid_settings(grid):
+        folder = out / _folder_name(setting)
+        runs.extend(SweepRun(setting, int(s), folder / f"seed{s}") for s in seeds)
+    return runs
+
+
+def train_command(run: SweepRun, common: Sequence[str], device: str) -> tuple[list[str], str]:
+    """The run's command line and the ``--device`` it takes on ``device`` (``cuda:N`` is run as
+    ``cuda`` with ``CUDA_VISIBLE_DEVICES=N``: see :func:`run_sweep`)."""
+    run_device = "cuda" if device.startswith("cuda") else device
+    cmd = [sys.executable, "-m", "agents.cli", "train", *common]
+    for name, value in run.setting:
+        cmd += [f"--{name}", value]
+    cmd += ["--seed", str(run.seed), "--device", run_device, "--out", str(run.out), "--no-progress"]
+    return cmd, run_device
+
+
+def _run_one(run: SweepRun, common: Sequence[str], device: str) -> RunResult:
+    cmd, _ = train_command(run, common, device)
+    env = dict(os.environ)
+    if device.startswith("cuda:"):
+        env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+    run.out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(run.log, "w") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    wall = time.perf_counter() - start
+    metrics = None
+    path = run.out / "metrics.json"
+    if rc == 0 and path.is_file():
+        metrics = json.loads(path.read_text())
+    return RunResult(run, rc, device, wall, metrics)
+
+
+def run_sweep(
+    runs: Sequence[SweepRun],
+    common: Sequence[str],
+    devices: Sequence[str],
+    runs_per_device: int = 1,
+    on_done: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Run every run, ``runs_per_device`` at a time on each device; results in ``runs``' order.
+
+    :param common: ``train`` options given to every run (e.g. ``["--timesteps", "1000000"]``).
+    :param devices: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` each.
+    :param on_done: called (from a worker thread, one call at a time) as each run ends.
+    """
+    if runs_per_device < 1:
+        raise ValueError(f"runs_per_device = {runs_per_device!r} is invalid: allowed is >= 1")
+    if not devices:
+        raise ValueError("devices is empty: allowed is one or more of cpu, cuda, cuda:N")
+    todo: queue.Queue[int] = queue.Queue()
+    for k in range(len(runs)):
+        todo.put(k)
+    results: list[RunResult | None] = [None] * len(runs)
+    lock = threading.Lock()
+
+    def worker(device: str) -> None:
+        while True:
+            try:
+                k = todo.get_nowait()
+            except queue.Empty:
+                return
+            result = _run_one(runs[k], common, device)
+            results[k] = result
+            if on_done is not None:
+                with lock:
+                    on_done(result)
+
+    slots = [d for d in devices for _ in range(runs_per_device)]
+    threads = [threading.Thread(target=worker, args=(d,), daemon=True) for d in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for r in results if r is not None]
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "std": None, "min": None, "max": None}
+    mean = sum(values) / len(values)
+    # The sample standard deviation (ddof 1): the spread a further seed would be drawn from.
+    std = (
+        math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        if len(values) > 1
+        else 0.0
+    )
+    return {"mean": mean, "std": std, "min": min(values), "max": max(values)}
+
+
+def aggregate(results: Sequence[RunResult]) -> dict[str, Any]:
+    """Per setting: the runs, and over the seeds that finished, the mean, sample standard
+    deviation, min and max of the out-of-sample total return (a fraction: 0.5 is +50%), of the
+    return as a multiple of the known rule's (where the data has one) and of training seconds.
+    """
+    by_setting: dict[tuple[tuple[str, str], ...], list[RunResult]] = {}
+    for r in results:
+        by_setting.setdefault(r.run.setting, []).append(r)
+    settings = []
+    for setting, rs in by_setting.items():
+        ok = [r for r in rs if r.metrics is not None]
+        vs_rule = [
+            float(r.metrics["agent_return_vs_known_rule"])
+            for r in ok
+            if r.metrics is not None and r.metrics.get("agent_return_vs_known_rule") is not None
+        ]
+        settings.append(
+            {
+                "setting": dict(setting),
+                "label": setting_label(setting),
+                "runs": [
+                    {
+                        "seed": r.run.seed,
+                        "returncode": r.returncode,
+                        "device": r.device,
+                        "wall_seconds": r.wall_seconds,
+                        "out": str(r.run.out),
+                        "log": str(r.run.log),
+                        "total_return": (
+                            float(r.metrics["strategy"]["total_return"]) if r.metrics else None
+                        ),
+                        "vs_known_rule": (
+                            r.metrics.get("agent_return_vs_known_rule") if r.metrics else None
+                        ),
+                        "train_seconds": r.metrics.get("train_seconds") if r.metrics else None,
+                    }
+                    for r in rs
+                ],
+                "finished": len(ok),
+                "failed": len(rs) - len(ok),
+                "total_return": _stats(
+                    [float(r.metrics["strategy"]["total_return"]) for r in ok if r.metrics]
+                ),
+                "vs_known_rule": _stats(vs_rule),
+                "train_seconds": _stats(
+                    [float(r.metrics["train_seconds"]) for r in ok if r.metrics]
+                ),
+            }
+        )
+    return {
+        "settings": settings,
+        "runs": len(results),
+        "failed": sum(s["failed"] for s in settings),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+,.1f}%"
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """The per-setting table as plain text (what the command prints)."""
+    rows = [("setting", "seeds", "OOS return mean", "spread (sd)", "min .. max", "x rule")]
+    for s in summary["settings"]:
+        r, v = s["total_return"], s["vs_known_rule"]
+        seeds = f"{s['finished']}/{s['finished'] + s['failed']}"
+        rule = "-" if v["mean"] is None else f"{v['mean']:.2f} (sd {v['std']:.2f})"
+        spread = "-" if r["std"] is None else f"{100 * r['std']:.1f} pts"
+        rows.append(
+            (
+                s["label"],
+                seeds,
+                _pct(r["mean"]),
+                spread,
+                f"{_pct(r['min'])} .. {_pct(r['max'])}",
+                rule,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )
+
+
+def write_report(summary: dict[str, Any], out: Path) -> dict[str, Path]:
+    """``sweep.json`` (everything), ``sweep.csv`` (one row per setting), ``sweep.png`` (mean
+    out-of-sample return per setting, each seed a dot, the bar's whisker one standard
+    deviation) and ``index.html`` linking them and every run's own report."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {k: out / f"sweep.{k}" for k in ("json", "csv", "png")}
+    paths["html"] = out / "index.html"
+    paths["json"].write_text(json.dumps(summary, indent=2))
+    with open(paths["csv"], "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["setting", "finished", "failed", "return_mean", "return_std", "return_min",
+             "return_max", "vs_rule_mean", "vs_rule_std", "train_seconds_mean"]
+        )  # fmt: skip
+        for s in summary["settings"]:
+            r, v, t = s["total_return"], s["vs_known_rule"], s["train_seconds"]
+            w.writerow(
+                [s["label"], s["finished"], s["failed"], r["mean"], r["std"], r["min"],
+                 r["max"], v["mean"], v["std"], t["mean"]]
+            )  # fmt: skip
+    _plot(summary, paths["png"])
+    _html(summary, paths["html"], out)
+    return paths
+
+
+def _plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = summary["settings"]
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * len(settings)))
+    for y, s in enumerate(settings):
+        r = s["total_return"]
+        if r["mean"] is not None:
+            ax.barh(y, 100 * r["mean"], xerr=100 * r["std"], color="#8fb4d8", capsize=4)
+        pts = [run["total_return"] for run in s["runs"] if run["total_return"] is not None]
+        ax.plot([100 * p for p in pts], [y] * len(pts), "o", color="#1f4e79", ms=4)
+    ax.set_yticks(range(len(settings)), [s["label"] for s in settings])
+    ax.invert_yaxis()
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel(
+        "out-of-sample total return, % (bar: mean over seeds; whisker: 1 sd; dots: seeds)"
+    )
+    ax.set_title("Sweep")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _html(summary: dict[str, Any], path: Path, out: Path) -> None:
+    import html
+
+    lines = [
+        "<!doctype html><meta charset='utf-8'><title>Sweep</title>",
+        "<h1>Sweep</h1><p><img src='sweep.png' alt='return per setting'></p>",
+        f"<pre>{html.escape(summary_table(summary))}</pre>",
+        "<p>Data: <a href='sweep.json'>sweep.json</a>, <a href='sweep.csv'>sweep.csv</a>.</p>",
+        "<h2>Runs</h2><ul>",
+    ]
+    for s in summary["settings"]:
+        for run in s["runs"]:
+            rel_out = os.path.relpath(run["out"], out)
+            rel_log = os.path.relpath(run["log"], out)
+            state = (
+                _pct(run["total_return"])
+                if run["returncode"] == 0
+                else f"failed ({run['returncode']})"
+            )
+            lines.append(
+                f"<li>{html.escape(s['label'])}, seed {run['seed']}: {html.escape(state)} "
+                f"(<a href='{html.escape(rel_out)}/index.html'>report</a>, "
+                f"<a href='{html.escape(rel_log)}'>log</a>)</li>"
+            )
+    lines.append("</ul>")
+    path.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,147 @@
+"""``gpu-trading-env sweep`` and :mod:`agents.sweep`: grid x seeds, the launcher, the report."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents import sweep
+from agents.cli import main
+
+
+def test_plan_covers_the_grid_times_the_seeds(tmp_path: Path) -> None:
+    grid = [("learning-rate", ["1e-4", "3e-4"]), ("gamma", ["0.5", "0.9", "0.99"])]
+    runs = sweep.plan_runs(grid, [0, 7], tmp_path)
+    assert len(runs) == 2 * 3 * 2
+    assert runs[0].setting == (("learning-rate", "1e-4"), ("gamma", "0.5"))
+    assert runs[-1].setting == (("learning-rate", "3e-4"), ("gamma", "0.99"))
+    assert [r.seed for r in runs[:2]] == [0, 7]
+    assert len({r.out for r in runs}) == len(runs)  # one folder per run
+    assert all(r.out.parent.parent == tmp_path for r in runs)
+    assert sweep.plan_runs([], [3], tmp_path)[0].out == tmp_path / "defaults" / "seed3"
+
+
+def _fake_train(tmp_path: Path, returns: dict[tuple[str, int], float | None]):
+    """A ``train_command`` whose process writes a metrics.json with the given return, or exits
+    1 where the return is None: the launcher and the report without training."""
+
+    def command(run, common, device):
+        ret = returns[(sweep.setting_label(run.setting), run.seed)]
+        if ret is None:
+            code = "import sys; print('boom'); sys.exit(1)"
+        else:
+            metrics = {
+                "strategy": {"total_return": ret},
+                "agent_return_vs_known_rule": ret / 9.0,
+                "train_seconds": 1.5,
+            }
+            code = (
+                f"import json, pathlib; p = pathlib.Path({str(run.out)!r}); "
+                f"p.mkdir(parents=True); (p / 'metrics.json').write_text(json.dumps({metrics!r}))"
+            )
+        return [sys.executable, "-c", code], device
+
+    return command
+
+
+def test_launcher_and_report_with_a_failed_run(tmp_path: Path, monkeypatch) -> None:
+    returns = {("gamma=0.5", 0): 1.0, ("gamma=0.5", 1): 3.0, ("gamma=0.9", 0): -0.5}
+    returns[("gamma=0.9", 1)] = None  # this run fails
+    monkeypatch.setattr(sweep, "train_command", _fake_train(tmp_path, returns))
+    runs = sweep.plan_runs([("gamma", ["0.5", "0.9"])], [0, 1], tmp_path)
+    done = []
+    results = sweep.run_sweep(runs, [], ["cpu"], runs_per_device=3, on_done=done.append)
+    assert [r.run for r in results] == runs and len(done) == 4
+    summary = sweep.aggregate(results)
+    a, b = summary["settings"]
+    assert a["label"] == "gamma=0.5" and a["finished"] == 2 and a["failed"] == 0
+    assert a["total_return"]["mean"] == pytest.approx(2.0)
+    assert a["total_return"]["std"] == pytest.approx(math.sqrt(2.0))  # sample sd of 1 and 3
+    assert a["vs_known_rule"]["mean"] == pytest.approx(2.0 / 9.0)
+    assert b["finished"] == 1 and b["failed"] == 1 and summary["failed"] == 1
+    assert b["total_return"] == {"mean": -0.5, "std": 0.0, "min": -0.5, "max": -0.5}
+    failed = next(r for r in b["runs"] if r["returncode"] != 0)
+    assert "boom" in Path(failed["log"]).read_text()
+    paths = sweep.write_report(summary, tmp_path)
+    assert json.loads(paths["json"].read_text())["settings"][0]["total_return"]["mean"] == 2.0
+    rows = paths["csv"].read_text().splitlines()
+    assert rows[1].startswith("gamma=0.5,2,0,2.0,") and rows[2].startswith("gamma=0.9,1,1,-0.5,")
+    assert paths["png"].stat().st_size > 1000
+    page = paths["html"].read_text()
+    assert "gamma_0.5/seed1/index.html" in page and "failed (1)" in page
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--grid", "gamma"], "--grid 'gamma' is invalid: pass OPTION=V1,V2"),
+        (["--grid", "gamma=0.5,"], "--grid 'gamma=0.5,' is invalid"),
+        (["--grid", "seed=1,2"], "the sweep sets --seed itself; use the sweep's --seeds"),
+        (["--grid", "gamma=0.5", "--grid", "gamma=0.9"], "option 'gamma' is given twice"),
+        (["--grid", "gamma=0.5,0.5"], "a value is repeated"),
+        (["--grid", "gamma=2.0"], "the run 'gamma=2.0', seed 0: --gamma"),
+        (["--grid", "learnin-rate=1e-4"], "unrecognized arguments: --learnin-rate 1e-4"),
+        (["--grid", "batch-size=many"], "argument --batch-size: 'many' is not an integer"),
+        (["--devices", "gpu"], "--devices 'gpu' is invalid: allowed is auto, or any of cpu"),
+        (["--devices", "cpu", "cpu"], "--devices cpu is given twice"),
+        (["--runs-per-device", "0"], "--runs-per-device 0 is invalid: allowed is an integer >= 1"),
+        (["--seeds", "1", "1"], "--seeds [1, 1] is invalid: a seed is repeated"),
+        (["--", "--seed", "3"], "train option '--seed' is invalid here"),
+        (["--", "--device=cpu"], "train option '--device=cpu' is invalid here"),
+    ],
+)
+def test_bad_sweep_options_fail_before_anything_runs(argv, message, tmp_path, capsys) -> None:
+    out = tmp_path / "sweep"
+    devices = [] if "--devices" in argv else ["--devices", "cpu"]
+    head = [a for a in argv if a != "--"]
+    tail = argv[argv.index("--") :] if "--" in argv else []
+    if tail:
+        head = argv[: argv.index("--")]
+    code = main(["sweep", *devices, *head, "--out", str(out), *tail])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_gpu_devices_are_refused_without_a_gpu(tmp_path, capsys) -> None:
+    from gpu_trading_env.gpu.device import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has a GPU")
+    code = main(["sweep", "--devices", "cuda:0", "--out", str(tmp_path / "s")])
+    assert code == 2
+    assert "--devices cuda:0: this machine has no CUDA device with CuPy" in capsys.readouterr().err
+
+
+def test_existing_folder_is_refused(tmp_path, capsys) -> None:
+    (tmp_path / "old.txt").write_text("x")
+    assert main(["sweep", "--devices", "cpu", "--out", str(tmp_path)]) == 2
+    assert "the folder exists and is not empty" in capsys.readouterr().err
+
+
+def test_sweep_trains_every_run_and_reports_their_mean(tmp_path, capsys) -> None:
+    """The command as a user runs it, small: 2 settings x 2 seeds of real `train` runs."""
+    out = tmp_path / "sweep"
+    code = main(
+        ["sweep", "--grid", "gamma=0.5,0.9", "--seeds", "0", "1", "--devices", "cpu",
+         "--runs-per-device", "2", "--out", str(out), "--no-progress", "--",
+         "--timesteps", "2000", "--num-envs", "4", "--batch-size", "32",
+         "--eval-every", "2000", "--torch-threads", "1"]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    summary = json.loads((out / "sweep.json").read_text())
+    for s in summary["settings"]:
+        returns = [
+            json.loads((Path(r["out"]) / "metrics.json").read_text())["strategy"]["total_return"]
+            for r in s["runs"]
+        ]
+        assert len(returns) == 2 and s["finished"] == 2
+        assert s["total_return"]["mean"] == pytest.approx(sum(returns) / 2)
+        assert (Path(s["runs"][0]["out"]) / "index.html").is_file()  # each run's own report
+    assert summary["train_options"][:2] == ["--timesteps", "2000"]
+    assert "gamma=0.9" in printed and (out / "index.html").is_file()
