@@ -48,7 +48,7 @@ class EpisodeRing:
 
     def append(self, done: th.Tensor, returns: th.Tensor, lengths: th.Tensor) -> None:
         """Scatter the finished envs' ``returns`` (float32 [N]) and ``lengths`` (int32 [N]),
-        ``done`` (bool [N]) marking them; eight launches, all capturable in a CUDA graph."""
+        ``done`` (bool [N]) marking them: nine launches (twelve before), all capturable."""
         k = th.cumsum(done, 0, dtype=th.int64)
         slot = th.where(done, th.remainder(k + self.last, self.size), self.size)
         self.returns.scatter_(0, slot, returns.to(th.float32))
