@@ -196,6 +196,12 @@ class GpuDQN(DataParallelMixin, DQN):
         if issubclass(replay_buffer_class, PrioritizedReplayBuffer):
             for key, value in PER_DEFAULTS.items():
                 replay_buffer_kwargs.setdefault(key, value)
+        if n_steps != 1 and issubclass(replay_buffer_class, PrioritizedReplayBuffer):
+            # SB3 would warn and train on one-step returns: refuse rather than drop the value.
+            raise ValueError(
+                f"n_steps = {n_steps!r} is invalid with PrioritizedReplayBuffer, which stores "
+                "one-step transitions: allowed is 1"
+            )
         if replay_buffer_kwargs.get("handle_timeout_termination", True) is False:
             warnings.warn(
                 "replay_buffer_kwargs['handle_timeout_termination'] = False: time-limit "

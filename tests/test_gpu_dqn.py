@@ -386,6 +386,12 @@ def test_curiosity_needs_a_trading_env() -> None:
         GpuDQN("MlpPolicy", "CartPole-v1", curiosity=True, buffer_size=100, device="cpu")
 
 
+def test_n_step_returns_are_refused_with_the_prioritized_buffer() -> None:
+    env = TradingVectorEnv(2, "cpu")
+    with pytest.raises(ValueError, match=r"n_steps = 3 is invalid with PrioritizedReplayBuffer"):
+        GpuDQN("DuelingPolicy", env, buffer_size=100, n_steps=3, device="cpu")
+
+
 def test_switches_the_env_to_same_step_autoreset() -> None:
     env = TradingVectorEnv(2, "cpu", autoreset_mode="next_step")
     GpuDQN("DuelingPolicy", env, buffer_size=100, device="cpu")
