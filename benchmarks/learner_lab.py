@@ -39,15 +39,15 @@ def _sync() -> None:
 # agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True),
 # "paired_forward" PAIRED_FORWARD (online and target net on o' as one chain; default False).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "compiled (default)": {},
-    "eager loss": {"compile_train": False},
+    "compiled, bf16 (default)": {},
+    "compiled, tf32": {"train_precision": "tf32"},
     "compiled, fp32": {"train_precision": "fp32"},
+    "eager loss, bf16": {"compile_train": False},
     "eager loss, fp32": {"compile_train": False, "train_precision": "fp32"},
-    "compiled, bf16": {"train_precision": "bf16"},
-    "compiled, paired o' forward": {"paired_forward": True},
-    "compiled, paired o' forward, bf16": {"paired_forward": True, "train_precision": "bf16"},
-    "compiled, eager update": {"compile_update": False},
-    "compiled, eager update, bf16": {"compile_update": False, "train_precision": "bf16"},
+    "compiled, paired o' forward, bf16": {"paired_forward": True},
+    "compiled, paired o' forward, tf32": {"paired_forward": True, "train_precision": "tf32"},
+    "compiled, eager update, bf16": {"compile_update": False},
+    "compiled, eager update, tf32": {"compile_update": False, "train_precision": "tf32"},
 }
 
 
@@ -245,7 +245,7 @@ def main() -> int:
     p.add_argument("parts", nargs="+", choices=["steps", "learn", "sweep", "profile"])
     p.add_argument("--out", type=Path, default=Path("lab"))
     p.add_argument("--variants", nargs="*", default=list(VARIANTS))
-    p.add_argument("--learn-variants", nargs="*", default=["compiled (default)"])
+    p.add_argument("--learn-variants", nargs="*", default=["compiled, bf16 (default)"])
     p.add_argument("--freqs", type=int, nargs="*", default=[1, 4])
     p.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     p.add_argument("--configs", nargs="*", default=None, help="names from SWEEP")
