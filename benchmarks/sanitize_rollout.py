@@ -2,6 +2,7 @@
 compute-sanitizer, each checked against the NumPy reference env::
 
     compute-sanitizer --tool memcheck python benchmarks/sanitize_rollout.py [--device cuda:1]
+        [--train-precision tf32]
 
 The monolithic kernel's transitions are replayed action by action through the NumPy env;
 the fused rollout's stored transitions must be finite with rewards equal to the NumPy env's
@@ -19,6 +20,12 @@ from gpu_trading_env import MarketData, TradingVectorEnv
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--device", default="cuda")
+parser.add_argument(
+    "--train-precision",
+    choices=["bf16", "tf32", "fp32"],
+    default="bf16",
+    help="the train step's matrix products (GpuDQN's default: bf16)",
+)
 args = parser.parse_args()
 
 data = MarketData.synthetic(kind="regime", n_bars=1500, n_instruments=2, seed=5)
@@ -67,6 +74,7 @@ model = GpuDQN(
     # Our kernels are what this checks; with torch.compile, its guards fail at the train step's
     # capture under the sanitizer (not in plain runs) and the step would run uncaptured.
     compile_train=False,
+    train_precision=args.train_precision,
     seed=0,
     device=args.device,
 )
