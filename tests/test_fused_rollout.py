@@ -49,12 +49,21 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
     fused_env = TradingVectorEnv(**kw)
     fused_env.reset(seed=7)
     fused = _model(fused_env)
+    store = fused.replay_buffer._step_store
+    launches = []
+
+    def counted(*args):
+        launches.append(1)
+        return store(*args)
+
+    fused.replay_buffer._step_store = counted
     ro = FusedRollout(fused, seed=3)
     for k in range(STEPS):
         # One eager (random) step amid the graph replays: the host writes that slot, and the
         # graph's device-side slot must follow.
         ro.step(EPSILON, random_only=k == RANDOM_STEP)
     assert ro._graph is not None and "slot" in ro._graph  # the store ran inside the graph
+    assert len(launches) == 1  # through the store kernel, recorded once in the capture
 
     host_venv = TradingVectorEnv(**kw)
     host = _model(host_venv)
