@@ -2,7 +2,7 @@
 # Everything that needs the GPU, in one call: GPU tests, compute-sanitizer, benchmarks.
 # Results go under $OUT (default ./gpu-results).
 # Usage: bash benchmarks/gpu_suite.sh [all | any of: tests sanitize env per train soak scaling
-#                                      tests1 quickstart profile]
+#                                      tests1 quickstart sweep profile]
 # Exits 1 when the sanitizer gate (or the soak) fails.
 set -uo pipefail
 # Every inner `timeout` runs in the foreground: in its own process group (timeout's default) a
@@ -86,6 +86,15 @@ if [[ $parts == *" quickstart "* ]]; then  # not part of "all": the README's com
     wall=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
     echo "seed $seed rc=$rc wall ${wall} s vs_rule $(python3 -c "import json; print(json.load(open('$OUT/quickstart_seed$seed/metrics.json'))['agent_return_vs_known_rule'])" 2>/dev/null)" | tee -a "$OUT/quickstart.txt"
   done
+fi
+if [[ $parts == *" sweep "* ]]; then  # not part of "all": the quickstart's settings over seeds
+  # `gpu-trading-env sweep` on every GPU of the host, SWEEP_ARGS passed through (e.g.
+  # "--runs-per-device 2" or "--grid gamma=0.5,0.9"); the report's table goes to sweep.txt.
+  start=$(date +%s)
+  timeout --foreground 540 python3 -m agents.cli sweep --seeds 0 1 2 3 --no-progress \
+    --out "$OUT/sweep" ${SWEEP_ARGS:-} >"$OUT/sweep.txt" 2>&1
+  echo "sweep exit $? wall $(( $(date +%s) - start )) s" >>"$OUT/sweep.txt"
+  tail -8 "$OUT/sweep.txt"
 fi
 if [[ $parts == *" profile "* ]]; then  # not part of "all": host profile of GpuDQN.learn
   timeout --foreground 300 python3 benchmarks/learn_profile.py --iterations 1500 >"$OUT/learn_profile.txt" 2>&1
