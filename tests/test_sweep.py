@@ -92,6 +92,7 @@ def test_launcher_and_report_with_a_failed_run(tmp_path: Path, monkeypatch) -> N
         (["--seeds", "1", "1"], "--seeds [1, 1] is invalid: a seed is repeated"),
         (["--", "--seed", "3"], "train option '--seed' is invalid here"),
         (["--", "--device=cpu"], "train option '--device=cpu' is invalid here"),
+        (["--grid", "gamma=0.5,0.9", "--", "--gamma", "0.7"], "--grid sets --gamma too"),
     ],
 )
 def test_bad_sweep_options_fail_before_anything_runs(argv, message, tmp_path, capsys) -> None:

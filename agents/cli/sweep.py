@@ -110,11 +110,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = parse_grid(args.grid)
     devices = resolve_devices(args.devices)
     common = list(args.train_args or [])
+    grid_names = {name for name, _ in grid}
     for opt in common:
         name = opt.removeprefix("--").split("=", 1)[0]
         if opt.startswith("--") and name in SWEEP_OWNED:
             raise UsageError(
                 f"train option {opt!r} is invalid here: the sweep sets --{name} for each run"
+            )
+        if opt.startswith("--") and name in grid_names:
+            # argparse keeps the last of the two, so one would be dropped without a word.
+            raise UsageError(
+                f"train option {opt!r} is invalid here: --grid sets --{name} too; give it in "
+                "one place"
             )
     if len(set(args.seeds)) != len(args.seeds):
         raise UsageError(f"--seeds {args.seeds} is invalid: a seed is repeated")
