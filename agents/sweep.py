@@ -101,9 +101,15 @@ def plan_runs(
 ) -> list[SweepRun]:
     """The sweep's runs, setting by setting, seed by seed: ``out/<setting>/seed<k>``."""
     runs = []
+    used: set[str] = set()
     for setting in grid_settings(grid):
-        folder = out / _folder_name(setting)
-        runs.extend(SweepRun(setting, int(s), folder / f"seed{s}") for s in seeds)
+        name = base = _folder_name(setting)
+        k = 1
+        while name in used:  # values that differ only in characters a folder name cannot hold
+            k += 1
+            name = f"{base}-{k}"
+        used.add(name)
+        runs.extend(SweepRun(setting, int(s), out / name / f"seed{s}") for s in seeds)
     return runs
 
 

@@ -23,6 +23,8 @@ def test_plan_covers_the_grid_times_the_seeds(tmp_path: Path) -> None:
     assert len({r.out for r in runs}) == len(runs)  # one folder per run
     assert all(r.out.parent.parent == tmp_path for r in runs)
     assert sweep.plan_runs([], [3], tmp_path)[0].out == tmp_path / "defaults" / "seed3"
+    clash = sweep.plan_runs([("data", ["a/b.csv", "a_b.csv"])], [0], tmp_path)
+    assert [r.out.parent.name for r in clash] == ["data_a_b.csv", "data_a_b.csv-2"]
 
 
 def _fake_train(tmp_path: Path, returns: dict[tuple[str, int], float | None]):
