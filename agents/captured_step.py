@@ -29,12 +29,13 @@ as on the eager path. Loss, mean TD error and the error flag reach the host ever
 ``stats_interval`` train calls (and at the end of ``learn``): a rejected priority update (a NaN or
 negative TD error) raises there, naming the first bad position.
 
-Matrix products run in ``precision``: ``"bf16"`` (the default: the three forwards under
-bfloat16 autocast; target, loss and TD errors stay float32), ``"tf32"`` (tensor cores, as the
-fused rollout acts) or ``"fp32"`` (exact float32, what the eager path does under torch's
-defaults); the choice is fixed when the step is captured. bf16 is the default because it
-measured faster (0.26 against 0.30 ms per step at batch 4,096 on an H200) and the quickstart's
-agent learned as well with it (docs/PERFORMANCE.md).
+Matrix products run in ``precision``: ``"bf16"`` (the three forwards under bfloat16 autocast;
+target, loss and TD errors stay float32), ``"tf32"`` (tensor cores, as the fused rollout acts)
+or ``"fp32"`` (exact float32, what the eager path does under torch's defaults); the choice is
+fixed when the step is captured. ``GpuDQN``'s default, ``"auto"`` (:func:`resolve_precision`),
+is bf16 where the GPU computes it natively: it measured faster (0.26 against 0.30 ms per step
+at batch 4,096 on an H200) and the quickstart's agent learned as well with it
+(docs/PERFORMANCE.md).
 
 The first ``warmup_steps`` gradient steps run the same code without a graph (on a side stream,
 as capture requires: cuBLAS workspaces, Adam state); the next one is captured and replayed.
@@ -60,6 +61,18 @@ from agents.policies import pairable, paired_q_values
 __all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
 
 PRECISIONS = ("tf32", "fp32", "bf16")
+
+
+def resolve_precision(precision: str, device: th.device | str) -> str:
+    """``precision``, with ``"auto"`` made ``"bf16"`` on a GPU that computes bfloat16 natively
+    (compute capability 8.0 or later: A100, H100, H200, RTX 30xx and later) and ``"tf32"``
+    elsewhere (before Ampere, tf32 products are plain float32 ones)."""
+    if precision != "auto":
+        return precision
+    major, _ = th.cuda.get_device_capability(th.device(device))
+    return "bf16" if major >= 8 else "tf32"
+
+
 # Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one):
 # 0.365 -> 0.339 ms per step at batch 4,096 on an H200 (docs/PERFORMANCE.md).
 COMPILE_UPDATE = True

@@ -123,9 +123,11 @@ class GpuDQN(DataParallelMixin, DQN):
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
     :param captured_train: Run the gradient steps as CUDA graph replays where that applies
         (see :func:`~agents.captured_step.captured_train_unsupported`); ``False``: always eager.
-    :param train_precision: Matrix products of the captured step: ``"bf16"`` (the default:
-        bfloat16 autocast of the forwards; target and loss in float32), ``"tf32"`` (tensor
-        cores) or ``"fp32"`` (exact float32, as the eager path under torch's defaults).
+    :param train_precision: Matrix products of the captured step: ``"bf16"`` (bfloat16
+        autocast of the forwards; target and loss in float32), ``"tf32"`` (tensor cores),
+        ``"fp32"`` (exact float32, as the eager path under torch's defaults) or ``"auto"`` (the
+        default: bf16 on GPUs that compute it natively, compute capability 8.0 or later; tf32
+        before).
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
@@ -184,7 +186,7 @@ class GpuDQN(DataParallelMixin, DQN):
         fused_rollout: bool = True,
         rollout_kernel: str = "fused",
         captured_train: bool = True,
-        train_precision: str = "bf16",
+        train_precision: str = "auto",
         compile_train: bool = True,
         distributed: bool = False,
         process_group: Any = None,
@@ -256,10 +258,10 @@ class GpuDQN(DataParallelMixin, DQN):
             )
         self.rollout_kernel = rollout_kernel
         self.captured_train = bool(captured_train)
-        if train_precision not in ("tf32", "fp32", "bf16"):
+        if train_precision not in ("auto", "bf16", "tf32", "fp32"):
             raise ValueError(
-                f"train_precision = {train_precision!r} is invalid: allowed is 'tf32', 'fp32' "
-                "or 'bf16'"
+                f"train_precision = {train_precision!r} is invalid: allowed is 'auto', 'bf16', "
+                "'tf32' or 'fp32'"
             )
         self.train_precision = train_precision
         if not isinstance(compile_train, bool):
@@ -528,7 +530,11 @@ class GpuDQN(DataParallelMixin, DQN):
         step = self._captured_step
         if step is not None and step.is_current():
             return step
-        from agents.captured_step import CapturedTrainStep, captured_train_unsupported
+        from agents.captured_step import (
+            CapturedTrainStep,
+            captured_train_unsupported,
+            resolve_precision,
+        )
 
         # A step replaced while its Adam is in use (a new buffer) saves as the same plain Adam.
         reuse = step is not None and step.optimizer is self.policy.optimizer
@@ -540,7 +546,7 @@ class GpuDQN(DataParallelMixin, DQN):
         if captured_train_unsupported(self) is None:
             self._captured_step = CapturedTrainStep(
                 self,
-                precision=self.train_precision,
+                precision=resolve_precision(self.train_precision, self.device),
                 plain_flags=flags,
                 compile=getattr(self, "compile_train", True),  # models saved before it existed
             )

@@ -52,7 +52,7 @@ class TrainSettings:
     val_fraction: float = 0.2
     device: str = "cpu"
     curiosity: bool = False
-    train_precision: str = "bf16"  # the captured GPU train step's matrix products
+    train_precision: str = "auto"  # the captured GPU train step's matrix products
     verbose: int = 0
     progress_bar: bool = False
     tensorboard_log: str | None = None

@@ -22,9 +22,9 @@ parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--device", default="cuda")
 parser.add_argument(
     "--train-precision",
-    choices=["bf16", "tf32", "fp32"],
-    default="bf16",
-    help="the train step's matrix products (GpuDQN's default: bf16)",
+    choices=["auto", "bf16", "tf32", "fp32"],
+    default="auto",
+    help="the train step's matrix products (GpuDQN's default, auto: bf16 on an H200)",
 )
 args = parser.parse_args()
 

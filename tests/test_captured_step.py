@@ -67,6 +67,16 @@ def test_each_compiled_part_has_its_own_code_object() -> None:
     assert parts[1].fn.__self__.w == 3.0 and parts[1].fn.__name__ == "f"
 
 
+def test_auto_precision_is_bf16_from_ampere(monkeypatch) -> None:
+    from agents.captured_step import resolve_precision
+
+    monkeypatch.setattr(th.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert resolve_precision("auto", "cuda") == "bf16"
+    monkeypatch.setattr(th.cuda, "get_device_capability", lambda device=None: (7, 5))
+    assert resolve_precision("auto", "cuda") == "tf32"  # a T4: no native bfloat16
+    assert resolve_precision("fp32", "cuda") == "fp32"  # a choice is kept as given
+
+
 def test_captured_train_reasons() -> None:
     model = _model("cpu", replay_buffer_class=ReplayBuffer, replay_buffer_kwargs={})
     assert "not a CUDA device" in captured_train_unsupported(model)
@@ -78,7 +88,7 @@ def test_captured_step_refuses_what_it_cannot_capture() -> None:
     model = _model("cpu")
     with pytest.raises(ValueError, match="does not apply: the model is on cpu"):
         CapturedTrainStep(model)
-    with pytest.raises(ValueError, match="train_precision = 'fp16' is invalid: allowed is 'tf32'"):
+    with pytest.raises(ValueError, match="train_precision = 'fp16' is invalid: allowed is 'auto'"):
         _model("cpu", train_precision="fp16")
 
 

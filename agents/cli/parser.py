@@ -143,9 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         g.add_argument(
             "--train-precision",
-            choices=["tf32", "fp32", "bf16"],
-            default="bf16",
-            help="matrix products of the GPU train step (default: bf16; ignored on the CPU)",
+            choices=["auto", "bf16", "tf32", "fp32"],
+            default="auto",
+            help="matrix products of the GPU train step; auto: bf16 on GPUs that compute it "
+            "natively (compute capability 8.0+), else tf32 (default: auto; ignored on the CPU)",
         )
         g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
         g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")
