@@ -113,19 +113,19 @@ def plan_runs(
     return runs
 
 
-def train_command(run: SweepRun, common: Sequence[str], device: str) -> tuple[list[str], str]:
-    """The run's command line and the ``--device`` it takes on ``device`` (``cuda:N`` is run as
-    ``cuda`` with ``CUDA_VISIBLE_DEVICES=N``: see :func:`run_sweep`)."""
+def train_command(run: SweepRun, common: Sequence[str], device: str) -> list[str]:
+    """The run's command line on ``device`` (``cuda:N`` is run as ``--device cuda`` with
+    ``CUDA_VISIBLE_DEVICES=N``: see :func:`run_sweep`)."""
     run_device = "cuda" if device.startswith("cuda") else device
     cmd = [sys.executable, "-m", "agents.cli", "train", *common]
     for name, value in run.setting:
         cmd += [f"--{name}", value]
     cmd += ["--seed", str(run.seed), "--device", run_device, "--out", str(run.out), "--no-progress"]
-    return cmd, run_device
+    return cmd
 
 
 def _run_one(run: SweepRun, common: Sequence[str], device: str) -> RunResult:
-    cmd, _ = train_command(run, common, device)
+    cmd = train_command(run, common, device)
     env = dict(os.environ)
     if device.startswith("cuda:"):
         env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
@@ -198,6 +198,31 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     return {"mean": mean, "std": std, "min": min(values), "max": max(values)}
 
 
+def _run_row(r: RunResult) -> dict[str, Any]:
+    """One run in the report: where and how it ran, and its metrics (None where it failed or
+    where the data has no known rule)."""
+    m = r.metrics or {}
+
+    def number(value: Any) -> float | None:
+        return None if value is None else float(value)
+
+    return {
+        "seed": r.run.seed,
+        "returncode": r.returncode,
+        "device": r.device,
+        "wall_seconds": r.wall_seconds,
+        "out": str(r.run.out),
+        "log": str(r.run.log),
+        "total_return": number(m.get("strategy", {}).get("total_return")),
+        "vs_known_rule": number(m.get("agent_return_vs_known_rule")),
+        "train_seconds": number(m.get("train_seconds")),
+    }
+
+
+def _column(rows: list[dict[str, Any]], key: str) -> list[float]:
+    return [row[key] for row in rows if row[key] is not None]
+
+
 def aggregate(results: Sequence[RunResult]) -> dict[str, Any]:
     """Per setting: the runs, and over the seeds that finished, the mean, sample standard
     deviation, min and max of the out-of-sample total return (a fraction: 0.5 is +50%), of the
@@ -208,43 +233,18 @@ def aggregate(results: Sequence[RunResult]) -> dict[str, Any]:
         by_setting.setdefault(r.run.setting, []).append(r)
     settings = []
     for setting, rs in by_setting.items():
-        ok = [r for r in rs if r.metrics is not None]
-        vs_rule = [
-            float(r.metrics["agent_return_vs_known_rule"])
-            for r in ok
-            if r.metrics is not None and r.metrics.get("agent_return_vs_known_rule") is not None
-        ]
+        rows = [_run_row(r) for r in rs]
+        finished = sum(r.metrics is not None for r in rs)
         settings.append(
             {
                 "setting": dict(setting),
                 "label": setting_label(setting),
-                "runs": [
-                    {
-                        "seed": r.run.seed,
-                        "returncode": r.returncode,
-                        "device": r.device,
-                        "wall_seconds": r.wall_seconds,
-                        "out": str(r.run.out),
-                        "log": str(r.run.log),
-                        "total_return": (
-                            float(r.metrics["strategy"]["total_return"]) if r.metrics else None
-                        ),
-                        "vs_known_rule": (
-                            r.metrics.get("agent_return_vs_known_rule") if r.metrics else None
-                        ),
-                        "train_seconds": r.metrics.get("train_seconds") if r.metrics else None,
-                    }
-                    for r in rs
-                ],
-                "finished": len(ok),
-                "failed": len(rs) - len(ok),
-                "total_return": _stats(
-                    [float(r.metrics["strategy"]["total_return"]) for r in ok if r.metrics]
-                ),
-                "vs_known_rule": _stats(vs_rule),
-                "train_seconds": _stats(
-                    [float(r.metrics["train_seconds"]) for r in ok if r.metrics]
-                ),
+                "runs": rows,
+                "finished": finished,
+                "failed": len(rs) - finished,
+                "total_return": _stats(_column(rows, "total_return")),
+                "vs_known_rule": _stats(_column(rows, "vs_known_rule")),
+                "train_seconds": _stats(_column(rows, "train_seconds")),
             }
         )
     return {

@@ -45,7 +45,7 @@ def _fake_train(tmp_path: Path, returns: dict[tuple[str, int], float | None]):
                 f"import json, pathlib; p = pathlib.Path({str(run.out)!r}); "
                 f"p.mkdir(parents=True); (p / 'metrics.json').write_text(json.dumps({metrics!r}))"
             )
-        return [sys.executable, "-c", code], device
+        return [sys.executable, "-c", code]
 
     return command
 

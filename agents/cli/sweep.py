@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.cli.options import UsageError, default_out
-from gpu_trading_env.gpu.device import cuda_available
+from gpu_trading_env.gpu.device import cupy_or_none
 
 # Options the sweep sets for each run itself.
 SWEEP_OWNED = {"seed": "--seeds", "out": "--out", "device": "--devices", "no-progress": None}
@@ -70,11 +70,8 @@ def resolve_devices(names: list[str]) -> list[str]:
 
 
 def _gpu_count() -> int:
-    if not cuda_available():
-        return 0
-    import cupy
-
-    return int(cupy.cuda.runtime.getDeviceCount())
+    cp = cupy_or_none()
+    return 0 if cp is None else int(cp.cuda.runtime.getDeviceCount())
 
 
 def check_runs(runs: list[Any], common: list[str], devices: list[str]) -> None:
@@ -86,7 +83,7 @@ def check_runs(runs: list[Any], common: list[str], devices: list[str]) -> None:
 
     parser = build_parser()
     for run in runs:
-        cmd, _ = train_command(run, common, devices[0])
+        cmd = train_command(run, common, devices[0])
         argv = cmd[cmd.index("train") :]
         err = io.StringIO()
         try:

@@ -380,8 +380,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         ):
             start = store(slot, inputs)  # one launch for every field (the loop below is a dozen)
         else:
-            fields = self._step_fields(obs, next_obs, action, reward, terminated, truncated)
-            for name, value in fields.items():
+            for name, value in self._step_fields(**inputs).items():
                 getattr(self, name).index_copy_(0, slot, value.unsqueeze(0))
             start = getattr(self, "_fill_start", None)
             if start is None or start.device != slot.device:
