@@ -28,8 +28,9 @@ if want sanitize; then
   # after another they outlast a 10-minute device call); SANITIZE_TIMEOUT caps each run.
   sanitize_failed=0
   runs=()
-  for tool in memcheck racecheck synccheck initcheck; do
-    for script in sanitize_step sanitize_tree sanitize_rollout; do
+  # SANITIZE_TOOLS / SANITIZE_SCRIPTS narrow the gate to a rerun of some of its runs.
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+    for script in ${SANITIZE_SCRIPTS:-sanitize_step sanitize_tree sanitize_rollout}; do
       log="$OUT/sanitizer_${tool}_${script}.log"
       (
         timeout --foreground "${SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" \
