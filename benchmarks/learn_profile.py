@@ -8,7 +8,10 @@ settings). Three views:
   time per iteration, the share of the wall time the GPU is busy, and the kernels by total time.
   A busy share near 100% means the GPU's work sets the pace; well below, the host does.
 - ``--view host``: the unprofiled time per iteration, then cProfile by own and cumulative time.
-- ``--view both`` (default).
+- ``--view loop``: unprofiled wall time per iteration of the rollout step alone, the train
+  step alone, the two alternating without the rest of ``learn``, and ``learn``: what the host
+  loop around the two graphs adds.
+- ``--view both`` (default): device and host.
 
     python benchmarks/learn_profile.py --iterations 1500 [--precision tf32] [--trace t.json]
 """
@@ -120,6 +123,45 @@ def device_view(model: Any, n: int, rows: int, trace: str | None) -> None:
     timeline("train step alone (captured)", train_only, n, rows, trace)
 
 
+def _per_iter(fn: Callable[[], None], n: int) -> float:
+    """Unprofiled microseconds per iteration of ``fn`` (which does ``n`` iterations)."""
+    th.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    th.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def loop_view(model: Any, n: int) -> None:
+    rollout = model._fused_rollout
+    eps = float(model.exploration_rate)
+    step = model._captured_train_step()
+    b = model.batch_size
+
+    def rollout_only() -> None:
+        for _ in range(n):
+            rollout.step(eps)
+
+    def train_only() -> None:
+        for _ in range(n):
+            step.train(1, b)
+
+    def both() -> None:
+        for _ in range(n):
+            rollout.step(eps)
+            step.train(1, b)
+
+    def learn() -> None:
+        model.learn(total_timesteps=NUM_ENVS * n, reset_num_timesteps=False)
+
+    rows = [("rollout step alone", rollout_only), ("train step alone", train_only)]
+    rows += [("rollout + train, bare loop", both), ("learn", learn)]
+    print("unprofiled, us per iteration:")
+    for label, fn in rows:
+        us = _per_iter(fn, n)
+        print(f"  {label:28s} {us:8.1f}  ({NUM_ENVS / us * 1e6:.3e} env-steps/s)")
+
+
 def host_view(model: Any, n: int, rows: int) -> None:
     prof = cProfile.Profile()
     prof.enable()
@@ -136,7 +178,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=1500)
     p.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="bf16")
-    p.add_argument("--view", choices=["device", "host", "both"], default="both")
+    p.add_argument("--view", choices=["device", "host", "loop", "both"], default="both")
     p.add_argument("--rows", type=int, default=45, help="functions or kernels listed per table")
     p.add_argument("--trace", default=None, help="write Chrome traces (path ending in .json)")
     args = p.parse_args()
@@ -150,6 +192,8 @@ def main() -> None:
     th.cuda.synchronize()
     dt = time.perf_counter() - t0
     print(f"unprofiled: {dt / n * 1e6:.1f} us per iteration, {NUM_ENVS * n / dt:.3e} env-steps/s")
+    if args.view == "loop":
+        loop_view(model, n)
     if args.view in ("device", "both"):
         device_view(model, min(n, 300), args.rows, args.trace)
     if args.view in ("host", "both"):

@@ -11,32 +11,38 @@ struct ObsRow {
     float position_feat;
 };
 
-// Block-cooperative store of the observation rows [first, first + rows) into obs [n, D].
+// Block-cooperative store of observation rows into obs [*, D]: row r of `rows` goes to row
+// dest[r] (dest == nullptr: row first + r). Element k of the block's rows x D slab is written by
+// thread k mod blockDim, so the stores of one row are coalesced instead of strided by D.
 // Each thread reads OBS_BATCH elements before it writes any: the stores may alias the feature
 // table as far as the compiler knows, so one read-then-write per iteration would serialise the
 // global reads (at a few thousand envs, one block per SM, that latency was most of the step).
-#define OBS_BATCH 4
+// Indices are 32-bit (rows <= BLOCK, D small): 64-bit division cost more than the loads.
+#define OBS_BATCH 8
 __device__ __forceinline__ void store_obs_block(const MarketView& m, const ParamView& p, const ObsRow* rows,
-                                                long long first, int count, float* obs) {
+                                                const int* dest, long long first, int count, float* obs) {
     int d = m.n_features + 3;
-    long long total = (long long)count * d;
-    float* base = obs + first * d;
-    long long stride = blockDim.x;
-    for (long long k0 = threadIdx.x; k0 < total; k0 += OBS_BATCH * stride) {
+    int total = count * d;
+    int stride = blockDim.x;
+    for (int k0 = threadIdx.x; k0 < total; k0 += OBS_BATCH * stride) {
         float v[OBS_BATCH];
 #pragma unroll
         for (int u = 0; u < OBS_BATCH; ++u) {
-            long long k = k0 + u * stride;
+            int k = k0 + u * stride;
             if (k < total) {
-                int r = (int)(k / d);
-                int j = (int)(k - (long long)r * d);
+                int r = k / d;
+                int j = k - r * d;
                 v[u] = obs_element(m, p, rows[r].bar, rows[r].value_feat, rows[r].position_feat, j);
             }
         }
 #pragma unroll
         for (int u = 0; u < OBS_BATCH; ++u) {
-            long long k = k0 + u * stride;
-            if (k < total) base[k] = v[u];
+            int k = k0 + u * stride;
+            if (k < total) {
+                int r = k / d;
+                long long row = dest ? (long long)dest[r] : first + r;
+                obs[row * d + (k - r * d)] = v[u];
+            }
         }
     }
 }
@@ -45,12 +51,6 @@ __device__ __forceinline__ void load_row(const EnvStateView& s, const MarketView
     long long bar = s.bar[i];
     row->bar = bar;
     portfolio_features(p, s.cash[i], s.position[i], m.close_px[bar], &row->value_feat, &row->position_feat);
-}
-
-// Writes the observation of env i at its current state to one row (used for final_obs, rare).
-__device__ void store_obs_row(const MarketView& m, const ParamView& p, const ObsRow& row, float* out_row) {
-    int d = m.n_features + 3;
-    for (int j = 0; j < d; ++j) out_row[j] = obs_element(m, p, row.bar, row.value_feat, row.position_feat, j);
 }
 
 extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
@@ -67,6 +67,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
     PARAM_VIEW(p);
     CURIOSITY_VIEW(cur);
     __shared__ ObsRow rows[BLOCK];
+    // The final observations of the block's envs that finish this step (SAME_STEP mode), stored
+    // together after the scalar work like the observations: one env's row written by its own
+    // thread took D dependent reads, and nearly every block has such an env at every step.
+    __shared__ ObsRow final_rows[BLOCK];
+    __shared__ int final_env[BLOCK];
+    __shared__ int n_final;
+    if (threadIdx.x == 0) n_final = 0;
+    __syncthreads();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     long long first = (long long)blockIdx.x * blockDim.x;
     int count = (int)min((long long)blockDim.x, (long long)n - first);
@@ -115,9 +123,10 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
             episode_length[i] = done ? s.step_in_episode[i] : 0;
             if (done) {
                 if (mode == MODE_SAME_STEP) {
-                    ObsRow last;
-                    load_row(s, m, p, i, &last);
-                    store_obs_row(m, p, last, final_obs + (long long)i * (m.n_features + 3));
+                    // Slot order varies between runs; each row's destination (env i) does not.
+                    int slot = atomicAdd(&n_final, 1);
+                    load_row(s, m, p, i, &final_rows[slot]);
+                    final_env[slot] = i;
                     env_reset(s, p, i, -1, n);
                 } else {
                     s.done_flag[i] = o.terminated ? WAIT_TERMINATED : WAIT_TRUNCATED;
@@ -127,7 +136,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
         load_row(s, m, p, i, &rows[threadIdx.x]);
     }
     __syncthreads();
-    if (count > 0) store_obs_block(m, p, rows, first, count, obs);
+    if (count > 0) store_obs_block(m, p, rows, nullptr, first, count, obs);
+    if (n_final > 0) store_obs_block(m, p, final_rows, final_env, 0, n_final, final_obs);
 }
 
 // Reset envs where mask[i]; start_index[i] >= 0 pins the start bar, -1 draws it.
@@ -153,5 +163,5 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_observe(
     int count = (int)min((long long)blockDim.x, (long long)n - first);
     if (i < n) load_row(s, m, p, i, &rows[threadIdx.x]);
     __syncthreads();
-    if (count > 0) store_obs_block(m, p, rows, first, count, obs);
+    if (count > 0) store_obs_block(m, p, rows, nullptr, first, count, obs);
 }
