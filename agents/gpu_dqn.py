@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import pathlib
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
@@ -63,13 +63,17 @@ PER_DEFAULTS: dict[str, float] = {"alpha": 0.6, "beta": 0.4, "epsilon": 1e-6}
 MODE_DEPENDENT = (th.nn.modules.dropout._DropoutNd, th.nn.modules.batchnorm._NormBase)
 
 
-def _polyak(online: Iterable[th.Tensor], target: Iterable[th.Tensor], tau: float) -> None:
+def _polyak(online: Sequence[th.Tensor], target: Sequence[th.Tensor], tau: float) -> None:
     """SB3's ``polyak_update`` (``target = target * (1 - tau) + tau * online``, in place, the
-    same two roundings), as two multi-tensor operations."""
-    online, target = list(online), list(target)
+    same two roundings), as two multi-tensor operations; ``tau == 1`` (a hard update) as one
+    multi-tensor copy, the same values for a finite target."""
     if len(online) != len(target):
         raise ValueError(f"{len(online)} online tensors and {len(target)} target tensors differ")
-    if target:
+    if not target:
+        return
+    if tau == 1.0:
+        th._foreach_copy_(target, online)
+    else:
         th._foreach_mul_(target, 1 - tau)
         th._foreach_add_(target, online, alpha=tau)
 
@@ -270,6 +274,8 @@ class GpuDQN(DataParallelMixin, DQN):
             )
         self.compile_train = compile_train
         self._mode_free: tuple[Any, bool] = (None, False)  # (policy, no mode-dependent module)
+        # (q_net, q_net_target, their parameter lists): see _target_pairs.
+        self._target_lists: tuple[Any, ...] = (None, None, [], [])
         self._captured_step: Any = None
         self._captured_unsupported: tuple | None = None
         self._fused_rollout: Any = None
@@ -517,11 +523,22 @@ class GpuDQN(DataParallelMixin, DQN):
         if self.data_parallel is not None:
             env_steps *= self.data_parallel.world_size
         if self._n_calls % max(self.target_update_interval // env_steps, 1) == 0:
+            online, target = self._target_pairs()
             with th.no_grad():
-                _polyak(self.q_net.parameters(), self.q_net_target.parameters(), self.tau)
+                _polyak(online, target, self.tau)
                 _polyak(self.batch_norm_stats, self.batch_norm_stats_target, 1.0)
         self.exploration_rate = self.exploration_schedule(self._current_progress_remaining)
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
+
+    def _target_pairs(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
+        """The online and target networks' parameter lists, walked once per pair of networks:
+        the module walk of ``parameters()`` took longer on the host than a vector step on the
+        GPU where the target is updated every few steps."""
+        cached = self._target_lists
+        if cached[0] is not self.q_net or cached[1] is not self.q_net_target:
+            online, target = list(self.q_net.parameters()), list(self.q_net_target.parameters())
+            cached = self._target_lists = (self.q_net, self.q_net_target, online, target)
+        return cached[2], cached[3]
 
     def _captured_train_step(self) -> Any:
         """The :class:`~agents.captured_step.CapturedTrainStep` when it applies, else None."""
@@ -725,6 +742,7 @@ class GpuDQN(DataParallelMixin, DQN):
             "_captured_step",
             "_captured_unsupported",
             "_mode_free",
+            "_target_lists",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

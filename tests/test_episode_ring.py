@@ -21,10 +21,21 @@ def test_ring_drains_finished_episodes_in_order_and_keeps_the_newest():
             {"r": float(r), "l": int(n)} for r, n, d in zip(ret, length, done, strict=True) if d
         ]
         if t % 4 == 3:  # sometimes more than `size` ended since the last drain
-            got = ring.drain()
+            n, got = ring.drain()
+            assert n == len(pending)  # overwritten episodes are counted too
             assert got == pending[-size:]  # env order within a step, then step order
             drained += len(pending)
             pending = []
     assert drained > 40
-    assert ring.drain() == pending[-size:]
-    assert ring.drain() == []
+    assert ring.drain() == (len(pending), pending[-size:])
+    assert ring.drain() == (0, [])
+
+
+def test_ring_drain_builds_only_the_entries_kept():
+    ring = EpisodeRing(th.device("cpu"), size=16)
+    ring.append(th.ones(10, dtype=th.bool), th.arange(10.0), th.arange(10, dtype=th.int32))
+    n, got = ring.drain(keep=3)
+    assert n == 10
+    assert got == [{"r": 7.0, "l": 7}, {"r": 8.0, "l": 8}, {"r": 9.0, "l": 9}]
+    ring.append(th.ones(2, dtype=th.bool), th.ones(2), th.ones(2, dtype=th.int32))
+    assert ring.drain(keep=0) == (2, [])

@@ -107,3 +107,17 @@ def test_store_launch_parameters_match_the_kernel_source():
 
     source = STORE_KERNEL_FILE.read_text()
     assert list(STORE_KERNEL_PARAMS) == c_kernel_params(source, "store_step")
+
+
+def test_env_launch_width_fills_the_sms_first():
+    from gpu_trading_env.backends.cuda_backend import launch_block
+
+    # An H200 has 132 SMs: 4,096 envs in 64-thread blocks (64 blocks), 2^20 in 256-thread ones.
+    assert [launch_block(n, 132) for n in (1, 4096, 20_000, 40_000, 2**20)] == [
+        64,
+        64,
+        128,
+        256,
+        256,
+    ]
+    assert all(launch_block(n, sm) % 32 == 0 for n in (1, 999, 10**6) for sm in (1, 80, 132))

@@ -55,17 +55,26 @@ class EpisodeRing:
         self.lengths.scatter_(0, slot, lengths.to(th.int32))
         self.last += k[-1]
 
-    def drain(self) -> list[dict[str, float]]:
+    def drain(self, keep: int | None = None) -> tuple[int, list[dict[str, float]]]:
+        """Episodes finished since the last drain: ``(how many, their entries)``, one host read.
+
+        The entries are the newest ``min(how many, size, keep)`` in order (``keep=None``: no
+        limit beyond the ring's size); the count includes episodes the ring overwrote. SB3's
+        ``ep_info_buffer`` keeps 100 entries, so building a dict for each of thousands of
+        episodes was most of a drain's host time.
+        """
         written = int(self.last.item()) + 1
         new = written - self._read
-        if new <= 0:
-            return []
-        new = min(new, self.size)
-        r = self.returns[: self.size].cpu().numpy()
-        ln = self.lengths[: self.size].cpu().numpy()
-        slots = (np.arange(written - new, written)) % self.size
         self._read = written
-        return [{"r": float(r[s]), "l": int(ln[s])} for s in slots]
+        if new <= 0:
+            return 0, []
+        n = min(new, self.size, new if keep is None else max(int(keep), 0))
+        if n == 0:
+            return new, []
+        slots = th.arange(written - n, written) % self.size
+        r = self.returns[: self.size].cpu()[slots].tolist()
+        ln = self.lengths[: self.size].cpu()[slots].tolist()
+        return new, [{"r": ri, "l": li} for ri, li in zip(r, ln, strict=True)]
 
 
 class FusedRollout:
@@ -299,12 +308,13 @@ class FusedRollout:
 
     def drain_episode_stats(self) -> int:
         """Move finished episodes to the model's ``ep_info_buffer``; returns how many (syncs)."""
-        infos = self.ring.drain()
+        buffer = self.model.ep_info_buffer
+        n, infos = self.ring.drain(keep=None if buffer is None else buffer.maxlen)
         # Graph replays bypass the env's own periodic check for invalid actions.
         self.env.backend.check_errors()
-        if self.model.ep_info_buffer is not None:
-            self.model.ep_info_buffer.extend(infos)
-        return len(infos)
+        if buffer is not None:
+            buffer.extend(infos)
+        return n
 
     def collect(
         self,

@@ -1,7 +1,6 @@
 // The trading env's kernels: one launch per vector step (trading_step), plus reset and observe.
 // One thread per env for the scalar logic; the block then writes its envs' observation rows
-// together, thread k of the block writing element k of the block's contiguous [rows, D] slab, so
-// the wide observation stores are coalesced instead of strided by D.
+// together, a warp per row, so the wide observation stores are coalesced instead of strided by D.
 #include "trading_env.cuh"
 
 
@@ -12,36 +11,40 @@ struct ObsRow {
 };
 
 // Block-cooperative store of observation rows into obs [*, D]: row r of `rows` goes to row
-// dest[r] (dest == nullptr: row first + r). Element k of the block's rows x D slab is written by
-// thread k mod blockDim, so the stores of one row are coalesced instead of strided by D.
-// Each thread reads OBS_BATCH elements before it writes any: the stores may alias the feature
-// table as far as the compiler knows, so one read-then-write per iteration would serialise the
-// global reads (at a few thousand envs, one block per SM, that latency was most of the step).
-// Indices are 32-bit (rows <= BLOCK, D small): 64-bit division cost more than the loads.
-#define OBS_BATCH 8
+// dest[r] (dest == nullptr: row first + r). One warp writes one row at a time, lane j element j
+// (then j + 32, ...), so the stores of a row are coalesced and no thread divides by D.
+// Each lane reads its elements of OBS_ROWS rows before it writes any: the stores may alias the
+// feature table as far as the compiler knows, so one read-then-write per element would
+// serialise the global reads (at a few thousand envs that latency was most of the step).
+// blockDim.x is a multiple of 32 (the host launches 64, 128 or 256 threads).
+#define OBS_ROWS 8
 __device__ __forceinline__ void store_obs_block(const MarketView& m, const ParamView& p, const ObsRow* rows,
                                                 const int* dest, long long first, int count, float* obs) {
     int d = m.n_features + 3;
-    int total = count * d;
-    int stride = blockDim.x;
-    for (int k0 = threadIdx.x; k0 < total; k0 += OBS_BATCH * stride) {
-        float v[OBS_BATCH];
+    int lane = threadIdx.x & 31;
+    int n_warps = blockDim.x >> 5;
+    for (int r0 = threadIdx.x >> 5; r0 < count; r0 += OBS_ROWS * n_warps) {
+        long long bar[OBS_ROWS], out[OBS_ROWS];
+        float value_feat[OBS_ROWS], position_feat[OBS_ROWS];
 #pragma unroll
-        for (int u = 0; u < OBS_BATCH; ++u) {
-            int k = k0 + u * stride;
-            if (k < total) {
-                int r = k / d;
-                int j = k - r * d;
-                v[u] = obs_element(m, p, rows[r].bar, rows[r].value_feat, rows[r].position_feat, j);
+        for (int u = 0; u < OBS_ROWS; ++u) {
+            int r = r0 + u * n_warps;
+            if (r < count) {
+                bar[u] = rows[r].bar;
+                value_feat[u] = rows[r].value_feat;
+                position_feat[u] = rows[r].position_feat;
+                out[u] = (dest ? (long long)dest[r] : first + r) * d;
             }
         }
+        for (int j = lane; j < d; j += 32) {
+            float v[OBS_ROWS];
 #pragma unroll
-        for (int u = 0; u < OBS_BATCH; ++u) {
-            int k = k0 + u * stride;
-            if (k < total) {
-                int r = k / d;
-                long long row = dest ? (long long)dest[r] : first + r;
-                obs[row * d + (k - r * d)] = v[u];
+            for (int u = 0; u < OBS_ROWS; ++u) {
+                if (r0 + u * n_warps < count) v[u] = obs_element(m, p, bar[u], value_feat[u], position_feat[u], j);
+            }
+#pragma unroll
+            for (int u = 0; u < OBS_ROWS; ++u) {
+                if (r0 + u * n_warps < count) obs[out[u] + j] = v[u];
             }
         }
     }
