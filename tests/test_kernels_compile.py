@@ -121,3 +121,10 @@ def test_env_launch_width_fills_the_sms_first():
         256,
     ]
     assert all(launch_block(n, sm) % 32 == 0 for n in (1, 999, 10**6) for sm in (1, 80, 132))
+
+
+def test_ring_launch_parameters_match_the_kernel_source():
+    from agents.rollouts.fused import RING_KERNEL_FILE, RING_KERNEL_PARAMS
+
+    source = RING_KERNEL_FILE.read_text()
+    assert list(RING_KERNEL_PARAMS) == c_kernel_params(source, "ring_append")

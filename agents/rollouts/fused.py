@@ -21,23 +21,58 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch as th
 
+from gpu_trading_env.gpu.device import (
+    I64,
+    PTR,
+    KernelLauncher,
+    KernelParams,
+    cupy_or_none,
+    current_stream,
+    load_module,
+    require_cupy,
+)
+
 STATS_RING = 4096
+
+
+RING_KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "episode_ring.cu"
+RING_KERNEL_PARAMS: KernelParams = (
+    ("done", PTR),
+    ("returns", PTR),
+    ("lengths", PTR),
+    ("n", I64),
+    ("size", I64),
+    ("ring_returns", PTR),
+    ("ring_lengths", PTR),
+    ("last", PTR),
+)
+# Envs up to which the one-block kernel appends: each of its 1,024 threads reads a chunk of
+# n / 1,024 done flags twice, about as long as the torch path's launches at 65,536 envs.
+RING_KERNEL_MAX_ENVS = 65_536
+RING_THREADS = 1024
 
 
 class EpisodeRing:
     """Returns and lengths of finished episodes, appended on the device without a host sync.
 
-    Each step scatters the finished envs' values to consecutive ring slots found by a cumulative
-    sum over the done mask; :meth:`drain` copies the ring to the host once and yields the
-    entries written since the last drain (at most ``size``; older ones are overwritten).
+    Each step writes the finished envs' values to consecutive ring slots, in env order;
+    :meth:`drain` copies the ring to the host once and yields the entries written since the
+    last drain (at most ``size``; older ones are overwritten). On a CUDA device with CuPy, up
+    to :data:`RING_KERNEL_MAX_ENVS` envs, an append is one launch of ``kernels/episode_ring.cu``;
+    elsewhere nine torch launches (a cumulative sum over the done mask, then scatters).
+
+    :param device: where the ring lives.
+    :param size: entries kept between drains.
+    :param use_kernel: ``None`` (default): the kernel where it applies; ``False``: torch only.
     """
 
-    def __init__(self, device: th.device, size: int = STATS_RING) -> None:
+    def __init__(self, device: th.device, size: int = STATS_RING, use_kernel: bool | None = None):
         self.size = size
         self.returns = th.zeros(size + 1, dtype=th.float32, device=device)  # slot `size` = sink
         self.lengths = th.zeros(size + 1, dtype=th.int32, device=device)
@@ -45,10 +80,54 @@ class EpisodeRing:
         # (last + k) mod size, with no extra launch for the "- 1".
         self.last = th.full((), -1, dtype=th.int64, device=device)
         self._read = 0
+        self._kernel: KernelLauncher | None = None
+        if use_kernel is not False and self.returns.device.type == "cuda" and cupy_or_none():
+            self._load_kernel()
+
+    def _load_kernel(self) -> None:
+        cp = require_cupy("the episode ring's kernel")
+        index = self.returns.device.index
+        with cp.cuda.Device(index):
+            kernel = load_module(RING_KERNEL_FILE).get_function("ring_append")
+            self._kernel = KernelLauncher(kernel, RING_KERNEL_PARAMS, index)
+            # One launch over no env now (it writes last back unchanged): the module is loaded
+            # here, not at a first append inside a graph capture.
+            self._launch(None, None, None, 0)
+
+    def _launch(self, done: Any, returns: Any, lengths: Any, n: int) -> None:
+        assert self._kernel is not None
+        index = self.returns.device.index
+        self._kernel(
+            1,
+            RING_THREADS,
+            current_stream(index)[1],
+            0 if done is None else done.data_ptr(),
+            0 if returns is None else returns.data_ptr(),
+            0 if lengths is None else lengths.data_ptr(),
+            n,
+            self.size,
+            self.returns.data_ptr(),
+            self.lengths.data_ptr(),
+            self.last.data_ptr(),
+        )
 
     def append(self, done: th.Tensor, returns: th.Tensor, lengths: th.Tensor) -> None:
-        """Scatter the finished envs' ``returns`` (float32 [N]) and ``lengths`` (int32 [N]),
-        ``done`` (bool [N]) marking them: nine launches (twelve before), all capturable."""
+        """Append the finished envs' ``returns`` (float32 [N]) and ``lengths`` (int32 [N]),
+        ``done`` (bool [N]) marking them; capturable in a CUDA graph."""
+        n = done.numel()
+        if (
+            self._kernel is not None
+            and n <= RING_KERNEL_MAX_ENVS
+            and done.dtype == th.bool
+            and returns.dtype == th.float32
+            and lengths.dtype == th.int32
+            and all(
+                t.is_contiguous() and t.device == self.returns.device
+                for t in (done, returns, lengths)
+            )
+        ):
+            self._launch(done, returns, lengths, n)
+            return
         k = th.cumsum(done, 0, dtype=th.int64)
         slot = th.where(done, th.remainder(k + self.last, self.size), self.size)
         self.returns.scatter_(0, slot, returns.to(th.float32))
@@ -229,9 +308,10 @@ class FusedRollout:
             if g["draws_inside"]:
                 self._draw(n, out_actions=g["rand"], out_coins=g["coin"])
             greedy = self._greedy(g["obs"])
-            g["action"].copy_(th.where(g["coin"] < g["eps"], g["rand"], greedy))
+            # Written in place (out=): a copy after each would be one more node per step.
+            th.where(g["coin"] < g["eps"], g["rand"], greedy, out=g["action"])
             new_obs, reward, terminated, truncated, info = self.env.step(g["action"])
-            g["next_obs"].copy_(th.where(info["_final_obs"][:, None], info["final_obs"], new_obs))
+            th.where(info["_final_obs"][:, None], info["final_obs"], new_obs, out=g["next_obs"])
             if store_at is not None:
                 store_at(
                     g["slot"], g["obs"], g["next_obs"], g["action"], reward, terminated, truncated
