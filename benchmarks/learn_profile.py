@@ -184,12 +184,22 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=1500)
     p.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="bf16")
+    p.add_argument(
+        "--act-precision",
+        choices=["tf32", "fp32", "bf16"],
+        default=None,
+        help="the fused rollout's acting forward (default: the rollout's own default)",
+    )
     p.add_argument("--view", choices=["device", "host", "loop", "both"], default="both")
     p.add_argument("--rows", type=int, default=45, help="functions or kernels listed per table")
     p.add_argument("--trace", default=None, help="write Chrome traces (path ending in .json)")
     args = p.parse_args()
     env = TradingVectorEnv(num_envs=NUM_ENVS, device="cuda", data=MarketData.default())
     model = _model(env, "cuda", 2_000_000, train_precision=args.precision)
+    if args.act_precision is not None:
+        from agents.rollouts.fused import FusedRollout
+
+        model._fused_rollout = FusedRollout(model, seed=0, act_precision=args.act_precision)
     model.learn(total_timesteps=NUM_ENVS * 200)  # compile, capture, allocate
     th.cuda.synchronize()
     n = args.iterations

@@ -65,7 +65,7 @@ class EpisodeRing:
     :meth:`drain` copies the ring to the host once and yields the entries written since the
     last drain (at most ``size``; older ones are overwritten). On a CUDA device with CuPy, up
     to :data:`RING_KERNEL_MAX_ENVS` envs, an append is one launch of ``kernels/episode_ring.cu``;
-    elsewhere nine torch launches (a cumulative sum over the done mask, then scatters).
+    elsewhere about a dozen torch launches (a cumulative sum over the done mask, then scatters).
 
     :param device: where the ring lives.
     :param size: entries kept between drains.
@@ -129,7 +129,9 @@ class EpisodeRing:
             self._launch(done, returns, lengths, n)
             return
         k = th.cumsum(done, 0, dtype=th.int64)
-        slot = th.where(done, th.remainder(k + self.last, self.size), self.size)
+        # Only the newest `size` of a step are written: duplicate scatter indices leave either.
+        keep = done & (k > k[-1] - self.size)
+        slot = th.where(keep, th.remainder(k + self.last, self.size), self.size)
         self.returns.scatter_(0, slot, returns.to(th.float32))
         self.lengths.scatter_(0, slot, lengths.to(th.int32))
         self.last += k[-1]

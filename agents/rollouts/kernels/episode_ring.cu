@@ -1,5 +1,5 @@
 // The fused rollout's episode ring (agents/rollouts/fused.py, EpisodeRing.append) in one launch.
-// The torch path is nine launches (a cumulative sum over the done mask, slots, two scatters
+// The torch path is a dozen launches (a cumulative sum over the done mask, slots, two scatters
 // whose unfinished envs all write one sink slot, the counter), about 20 us of a vector step's
 // graph at a few thousand envs.
 //
@@ -7,12 +7,15 @@
 // exclusive scan gives each thread the number finished before its chunk, and the thread writes
 // its envs' entries in env order: the k-th finished env of the step (from 1) goes to slot
 // (last + k) mod size, as in the torch path. Then the last thread adds the step's count to last.
+// When more than `size` envs finish in one step, only the newest `size` are written: two
+// threads writing one slot would leave either value.
 
 extern "C" __global__ void __launch_bounds__(1024) ring_append(
     const bool* __restrict__ done, const float* __restrict__ returns,
     const int* __restrict__ lengths, long long n, long long size,
     float* __restrict__ ring_returns, int* __restrict__ ring_lengths, long long* __restrict__ last) {
     __shared__ long long warp_offset[32];
+    __shared__ long long step_total;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, n_warps = blockDim.x >> 5;
     const long long chunk = (n + blockDim.x - 1) / blockDim.x;
     const long long lo = min(n, (long long)t * chunk), hi = min(n, lo + chunk);
@@ -33,12 +36,14 @@ extern "C" __global__ void __launch_bounds__(1024) ring_append(
             if (lane >= o) before += v;
         }
         if (lane < n_warps) warp_offset[lane] = before - total;
+        if (lane == n_warps - 1) step_total = before;
     }
     __syncthreads();
+    const long long first_kept = last[0] + step_total - size;  // entries <= this are overwritten
     long long k = last[0] + warp_offset[warp] + inclusive - count;
     for (long long i = lo; i < hi; ++i) {
-        if (done[i]) {
-            long long slot = ++k % size;
+        if (done[i] && ++k > first_kept) {
+            long long slot = k % size;
             ring_returns[slot] = returns[i];
             ring_lengths[slot] = lengths[i];
         }
