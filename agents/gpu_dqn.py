@@ -432,7 +432,8 @@ class GpuDQN(DataParallelMixin, DQN):
                 from agents.captured_step import resolve_precision
                 from agents.rollouts.fused import FusedRollout
 
-                bf16 = resolve_precision(self.train_precision, self.device) == "bf16"
+                cuda = self.device.type == "cuda"
+                bf16 = cuda and resolve_precision(self.train_precision, self.device) == "bf16"
                 self._fused_rollout = FusedRollout(self, act_precision="bf16" if bf16 else "tf32")
         episodes_before = self._episode_num
         callback.on_rollout_start()

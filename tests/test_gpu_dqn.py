@@ -419,8 +419,9 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
     calls = []
 
     class FakeRollout:
-        def __init__(self, m: GpuDQN) -> None:
+        def __init__(self, m: GpuDQN, act_precision: str) -> None:
             calls.append(("init", m))
+            assert act_precision == "tf32"  # the model is on the CPU: no bf16 acting
 
         def collect(self, n_steps: int, callback, learning_starts: int):
             calls.append(("collect", n_steps, learning_starts))
@@ -469,6 +470,10 @@ def test_fused_rollout_learns_on_cuda(tmp_path) -> None:
     assert model._n_updates > 0 and len(model.ep_info_buffer) > 0
     assert math.isfinite(model.logger.name_to_value["train/loss"])
     assert env.unwrapped.backend.curiosity is not None
+    # train_precision "auto": bf16 products (and acting) on a GPU of compute capability 8.0+.
+    native_bf16 = th.cuda.get_device_capability()[0] >= 8
+    assert model._fused_rollout.act_precision == ("bf16" if native_bf16 else "tf32")
+    assert model._captured_step.precision == ("bf16" if native_bf16 else "tf32")
 
     path = tmp_path / "fused.zip"
     model.save(path)
