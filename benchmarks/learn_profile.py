@@ -98,47 +98,9 @@ def timeline(label: str, fn: Callable[[], None], n: int, rows: int, trace: str |
         prof.export_chrome_trace(trace.replace(".json", f"_{label.split()[0]}.json"))
 
 
-def device_view(model: Any, n: int, rows: int, trace: str | None) -> None:
-    timeline(
-        "learn (rollout + train + host loop)",
-        lambda: model.learn(total_timesteps=NUM_ENVS * n, reset_num_timesteps=False),
-        n,
-        rows,
-        trace,
-    )
-    rollout = model._fused_rollout
-    eps = float(model.exploration_rate)
-
-    def rollout_only() -> None:
-        for _ in range(n):
-            rollout.step(eps)
-
-    timeline("rollout step alone (act + env step + store)", rollout_only, n, rows, trace)
-    step = model._captured_train_step()
-
-    def train_only() -> None:
-        for _ in range(n):
-            step.train(1, model.batch_size)
-
-    timeline("train step alone (captured)", train_only, n, rows, trace)
-
-
-def _per_iter(fn: Callable[[int], None], n: int) -> tuple[float, float]:
-    """Unprofiled microseconds per iteration of ``fn(n)``, and host microseconds per iteration
-    to issue 32 iterations without waiting (below the first: the GPU sets the pace)."""
-    th.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn(n)
-    th.cuda.synchronize()
-    wall = (time.perf_counter() - t0) / n * 1e6
-    t0 = time.perf_counter()
-    fn(32)
-    host = (time.perf_counter() - t0) / 32 * 1e6
-    th.cuda.synchronize()
-    return wall, host
-
-
-def loop_view(model: Any, n: int) -> None:
+def _loops(model: Any) -> dict[str, Callable[[int], None]]:
+    """``k`` iterations of each way of stepping: the rollout step alone, the train step alone,
+    both in a bare loop, and ``learn`` (epsilon as the model has it now)."""
     rollout = model._fused_rollout
     eps = float(model.exploration_rate)
     step = model._captured_train_step()
@@ -160,8 +122,46 @@ def loop_view(model: Any, n: int) -> None:
     def learn(k: int) -> None:
         model.learn(total_timesteps=NUM_ENVS * k, reset_num_timesteps=False)
 
-    rows = [("rollout step alone", rollout_only), ("train step alone", train_only)]
-    rows += [("rollout + train, bare loop", both), ("learn", learn)]
+    return {"rollout": rollout_only, "train": train_only, "both": both, "learn": learn}
+
+
+def device_view(model: Any, n: int, rows: int, trace: str | None) -> None:
+    timeline(
+        "learn (rollout + train + host loop)",
+        lambda: _loops(model)["learn"](n),
+        n,
+        rows,
+        trace,
+    )
+    loops = _loops(model)
+    rollout_only, train_only = loops["rollout"], loops["train"]
+    timeline("rollout step alone (act + env step + store)", lambda: rollout_only(n), n, rows, trace)
+    timeline("train step alone (captured)", lambda: train_only(n), n, rows, trace)
+
+
+def _per_iter(fn: Callable[[int], None], n: int) -> tuple[float, float]:
+    """Unprofiled microseconds per iteration of ``fn(n)``, and host microseconds per iteration
+    to issue 32 iterations without waiting (below the first: the GPU sets the pace)."""
+    th.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn(n)
+    th.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    fn(32)
+    host = (time.perf_counter() - t0) / 32 * 1e6
+    th.cuda.synchronize()
+    return wall, host
+
+
+def loop_view(model: Any, n: int) -> None:
+    loops = _loops(model)
+    rows = [
+        ("rollout step alone", loops["rollout"]),
+        ("train step alone", loops["train"]),
+        ("rollout + train, bare loop", loops["both"]),
+        ("learn", loops["learn"]),
+    ]
     print("unprofiled, us per iteration (wall; host time to issue one, not waiting):")
     for label, fn in rows:
         wall, host = _per_iter(fn, n)
