@@ -128,3 +128,10 @@ def test_ring_launch_parameters_match_the_kernel_source():
 
     source = RING_KERNEL_FILE.read_text()
     assert list(RING_KERNEL_PARAMS) == c_kernel_params(source, "ring_append")
+
+
+def test_cast_launch_parameters_match_the_kernel_source():
+    from agents.rollouts.acting import CAST_KERNEL_FILE, CAST_KERNEL_PARAMS
+
+    source = CAST_KERNEL_FILE.read_text()
+    assert list(CAST_KERNEL_PARAMS) == c_kernel_params(source, "cast_bf16")

@@ -9,9 +9,9 @@ where they feed SB3's ``ep_info_buffer`` (``rollout/ep_rew_mean`` in the logs).
 
 The whole algorithm of one step, in order (see :meth:`FusedRollout.step`)::
 
-    q        = q_net(obs)                                   # [N, A]
+    greedy   = argmax_a q_net(obs)[a]                      # [N] (agents.rollouts.acting)
     explore  = rand(N) < epsilon                            # one coin per env
-    action   = where(explore, randint(A), argmax(q))        # [N]
+    action   = where(explore, randint(A), greedy)           # [N]
     obs', r, terminated, truncated, info = env.step(action) # one kernel
     next_obs = where(terminated | truncated, final_obs, obs')
     buffer.add_tensors(obs, next_obs, action, r, terminated, truncated)
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
+from agents.rollouts.acting import ACT_PRECISIONS, GreedyActor
 from gpu_trading_env.gpu.device import (
     I64,
     PTR,
@@ -170,7 +171,8 @@ class FusedRollout:
         dozens; the transitions are identical to eager steps).
     :param act_precision: matmul precision of the acting forward pass: ``"tf32"`` (default:
         tensor cores, about 1e-3 relative error in Q, which changes only near-tie argmaxes),
-        ``"fp32"`` (exact float32) or ``"bf16"`` (autocast).
+        ``"fp32"`` (exact float32) or ``"bf16"`` (bfloat16 copies of the weights, cast at each
+        step; see :class:`~agents.rollouts.acting.GreedyActor`).
     """
 
     def __init__(
@@ -205,11 +207,12 @@ class FusedRollout:
         self.generator = th.Generator(device=self.device)
         self.generator.manual_seed(int(seed if seed is not None else np.random.randint(2**31 - 1)))  # noqa: NPY002
         self.stats_interval = int(stats_interval)
-        if act_precision not in ("tf32", "fp32", "bf16"):
+        if act_precision not in ACT_PRECISIONS:
             raise ValueError(
                 f"act_precision = {act_precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
             )
         self.act_precision = act_precision
+        self._actor: GreedyActor | None = None
         self.ring = EpisodeRing(self.device)
         self.obs: th.Tensor = env.observe()
         self._steps = 0
@@ -242,20 +245,14 @@ class FusedRollout:
         rand_actions, coins = self._draw(obs.shape[0], coins=not random_only)
         if random_only:
             return rand_actions
-        # TF32 is set for this forward pass only, so training keeps the user's setting.
         greedy = self._greedy(obs)
         return th.where(coins < epsilon, rand_actions, greedy)
 
     def _greedy(self, obs: th.Tensor) -> th.Tensor:
-        if self.act_precision == "bf16":
-            with th.autocast("cuda", dtype=th.bfloat16):
-                return self.model.q_net(obs).argmax(dim=1)
-        previous = th.backends.cuda.matmul.allow_tf32
-        th.backends.cuda.matmul.allow_tf32 = self.act_precision == "tf32"
-        try:
-            return self.model.q_net(obs).argmax(dim=1)
-        finally:
-            th.backends.cuda.matmul.allow_tf32 = previous
+        actor = self._actor
+        if actor is None or not actor.serves(self.model.q_net):
+            actor = self._actor = GreedyActor(self.model.q_net, self.act_precision)
+        return actor(obs)
 
     def _capture(self) -> None:
         """Record act + env step + episode ring of one step in a CUDA graph.

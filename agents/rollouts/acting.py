@@ -1,0 +1,225 @@
+"""The fused rollout's greedy action: ``argmax_a Q(s, a)`` for every env, in as few launches as
+the network allows.
+
+For a :class:`~agents.policies.DuelingQNetwork`, ``Q(s, .) = V(s) + A(s, .) - mean A(s, .)``
+differs from the advantage ``A(s, .)`` by one constant per state, so the greedy action is the
+argmax of the advantage head: acting runs the shared trunk and the advantage head only, with no
+value head, no merged head weights and no mean. Rounding can only make two actions tie in one
+form and not in the other; the rollout's products are rounded anyway (tf32 or bf16).
+
+In ``"bf16"``, one launch of ``kernels/bf16_cast.cu`` casts the layers' weights and biases and
+the observations into bfloat16 copies padded to multiples of 8 (zero padding: the products add
+exact zeros), then each layer is one cuBLAS product with its bias, each activation one launch,
+and one argmax. At 4,096 envs on an H200, the autocast forward of the whole dueling network it
+replaces took about 25 launches per vector step. In ``"tf32"`` and ``"fp32"`` the same chain
+runs on the float32 parameters, without copies.
+
+Other Q-networks act through their own forward: ``q_net(obs).argmax(dim=1)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch as th
+from torch import nn
+
+from agents.policies import DuelingQNetwork, aligned_width, run_chain
+from gpu_trading_env.gpu.device import (
+    I64,
+    PTR,
+    KernelLauncher,
+    KernelParams,
+    cupy_or_none,
+    current_stream,
+    load_module,
+)
+
+__all__ = ["ACT_PRECISIONS", "GreedyActor"]
+
+ACT_PRECISIONS = ("tf32", "fp32", "bf16")
+
+CAST_KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "bf16_cast.cu"
+CAST_KERNEL_PARAMS: KernelParams = (
+    ("table", PTR),
+    ("n_jobs", I64),
+    ("weight_blocks", I64),
+    ("x", PTR),
+    ("x_rows", I64),
+    ("x_cols", I64),
+    ("x_out", PTR),
+    ("x_stride", I64),
+)
+CAST_THREADS = 256
+CAST_WEIGHT_BLOCKS = 32  # per weight or bias: 256x256 weights are 8 elements per thread
+CAST_INPUT_ELEMENTS_PER_THREAD = 8
+_MAX_JOB_ELEMENTS = 2**31 - 1  # the kernel indexes within a job in 32 bits
+
+
+class GreedyActor:
+    """Greedy actions of a Q-network: ``actor(obs) -> int64 [N]``.
+
+    :param q_net: the online network. With a :class:`DuelingQNetwork` whose
+        :meth:`~DuelingQNetwork.greedy_chain` exists (and a flattening features extractor),
+        the trunk and advantage head alone; otherwise ``q_net(obs).argmax(dim=1)``.
+    :param precision: ``"tf32"`` (tensor-core float32 products), ``"fp32"`` (exact float32)
+        or ``"bf16"`` (bfloat16 products with float32 accumulation).
+
+    The bf16 copies are rewritten from the live parameters at every call (they change at every
+    gradient step); the launch is recorded when a call is captured in a CUDA graph, so a replay
+    acts with the weights of that moment. The copies read the parameters' storage as it was
+    when the actor was built: :meth:`serves` tells whether that is still the network's.
+    """
+
+    def __init__(self, q_net: nn.Module, precision: str) -> None:
+        if precision not in ACT_PRECISIONS:
+            raise ValueError(
+                f"precision = {precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
+            )
+        self.q_net = q_net
+        self.precision = precision
+        self.chain = _greedy_chain(q_net)
+        self._linear = [op for op in self.chain or [] if not isinstance(op, nn.Module)]
+        self._storage = [t.data_ptr() for pair in self._linear for t in pair]
+        self._kernel: KernelLauncher | None = None
+        self._inputs: dict[int, th.Tensor] = {}
+        if self.chain is not None and precision == "bf16":
+            self._kernel = self._bf16_copies()
+
+    @property
+    def kind(self) -> str:
+        """``"advantage-bf16-kernel"``, ``"advantage"`` or ``"q-forward"``: the path taken."""
+        if self.chain is None:
+            return "q-forward"
+        return "advantage-bf16-kernel" if self._kernel is not None else "advantage"
+
+    def serves(self, q_net: nn.Module) -> bool:
+        """Whether this actor acts for ``q_net`` as it is now (same module, same storage)."""
+        if q_net is not self.q_net:
+            return False
+        chain = _greedy_chain(q_net)
+        if chain is None or self.chain is None:
+            return chain is self.chain
+        now = [t.data_ptr() for op in chain if not isinstance(op, nn.Module) for t in op]
+        return now == self._storage
+
+    def _bf16_copies(self) -> KernelLauncher | None:
+        """Allocate the padded bf16 layers and the cast kernel's job table; ``None`` where the
+        kernel does not apply (no CuPy, parameters not contiguous float32 on one CUDA device)."""
+        params = [t for pair in self._linear for t in pair]
+        device = params[0].device
+        if (
+            device.type != "cuda"
+            or cupy_or_none() is None
+            or any(
+                p.dtype != th.float32 or not p.is_contiguous() or p.device != device for p in params
+            )
+            or any(p.numel() > _MAX_JOB_ELEMENTS for p in params)
+        ):
+            return None
+        layers: list[tuple[th.Tensor, th.Tensor] | nn.Module] = []
+        jobs: list[tuple[int, int, int, int, int]] = []
+        for op in self.chain or []:
+            if isinstance(op, nn.Module):
+                layers.append(op)
+                continue
+            weight, bias = op
+            out, inp = weight.shape
+            w16 = th.zeros(aligned_width(out), aligned_width(inp), dtype=th.bfloat16, device=device)
+            b16 = th.zeros(aligned_width(out), dtype=th.bfloat16, device=device)
+            jobs.append((weight.data_ptr(), w16.data_ptr(), out, inp, w16.shape[1]))
+            jobs.append((bias.data_ptr(), b16.data_ptr(), 1, out, b16.shape[0]))
+            layers.append((w16, b16))
+        self.layers = layers
+        self.n_actions = self._linear[-1][0].shape[0]
+        self._table = th.tensor(jobs, dtype=th.int64, device=device)
+        self._device_index = device.index if device.index is not None else th.cuda.current_device()
+        import cupy as cp
+
+        with cp.cuda.Device(self._device_index):
+            kernel = load_module(CAST_KERNEL_FILE).get_function("cast_bf16")
+        return KernelLauncher(kernel, CAST_KERNEL_PARAMS, self._device_index)
+
+    def _bf16_input(self, obs: th.Tensor) -> th.Tensor:
+        """The padded bf16 input buffer for ``obs``'s batch size (zeroed once, then reused)."""
+        n, f = obs.shape
+        buf = self._inputs.get(n)
+        if buf is None:
+            buf = th.zeros(n, aligned_width(f), dtype=th.bfloat16, device=obs.device)
+            self._inputs[n] = buf
+        return buf
+
+    @th.no_grad()
+    def __call__(self, obs: th.Tensor) -> th.Tensor:
+        """Greedy actions int64 ``[N]`` for observations ``[N, features]``."""
+        if self.chain is None:
+            return self._q_forward(obs)
+        if self._kernel is None:
+            return self._float_chain(obs)
+        if obs.dtype != th.float32 or not obs.is_contiguous() or obs.dim() != 2:
+            obs = obs.reshape(obs.shape[0], -1).to(th.float32).contiguous()
+        n, f = obs.shape
+        if n * f > _MAX_JOB_ELEMENTS:
+            raise ValueError(
+                f"obs has {n * f} elements: the bf16 acting forward allows at most "
+                f"{_MAX_JOB_ELEMENTS} per call"
+            )
+        x = self._bf16_input(obs)
+        n_jobs = self._table.shape[0]
+        input_blocks = max(1, -(-n * f // (CAST_THREADS * CAST_INPUT_ELEMENTS_PER_THREAD)))
+        self._kernel(
+            n_jobs * CAST_WEIGHT_BLOCKS + input_blocks,
+            CAST_THREADS,
+            current_stream(self._device_index)[1],
+            self._table.data_ptr(),
+            n_jobs,
+            CAST_WEIGHT_BLOCKS,
+            obs.data_ptr(),
+            n,
+            f,
+            x.data_ptr(),
+            x.shape[1],
+        )
+        for op in self.layers:
+            x = op(x) if isinstance(op, nn.Module) else nn.functional.linear(x, *op)
+        return x[:, : self.n_actions].argmax(dim=1)
+
+    def _float_chain(self, obs: th.Tensor) -> th.Tensor:
+        features = self.q_net.extract_features(obs, self.q_net.features_extractor)
+        with _tf32(self.precision != "fp32"):
+            if self.precision == "bf16":  # bf16 without the kernel: autocast
+                with th.autocast(features.device.type, dtype=th.bfloat16):
+                    return run_chain(self.chain, features).argmax(dim=1)
+            return run_chain(self.chain, features).argmax(dim=1)
+
+    def _q_forward(self, obs: th.Tensor) -> th.Tensor:
+        if self.precision == "bf16":
+            with th.autocast(obs.device.type, dtype=th.bfloat16):
+                return self.q_net(obs).argmax(dim=1)
+        with _tf32(self.precision == "tf32"):
+            return self.q_net(obs).argmax(dim=1)
+
+
+@contextlib.contextmanager
+def _tf32(allow: bool) -> Iterator[None]:
+    """``torch.backends.cuda.matmul.allow_tf32`` set for a block, restored after it: the
+    acting forward's precision must not leak into the training step's."""
+    previous = th.backends.cuda.matmul.allow_tf32
+    th.backends.cuda.matmul.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        th.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _greedy_chain(q_net: nn.Module) -> list[tuple[th.Tensor, th.Tensor] | nn.Module] | None:
+    """The dueling network's trunk + advantage chain where acting can use it, else ``None``."""
+    from stable_baselines3.common.torch_layers import FlattenExtractor
+
+    if not isinstance(q_net, DuelingQNetwork):
+        return None
+    if type(q_net.features_extractor) is not FlattenExtractor:
+        return None
+    return q_net.greedy_chain()
