@@ -208,3 +208,34 @@ def test_a_captured_bf16_act_reads_the_weights_of_each_replay() -> None:
         graph.replay()
         th.cuda.synchronize()
         assert th.equal(out, actor(obs))
+
+
+@pytest.mark.parametrize("activation", [nn.LeakyReLU, nn.ReLU, nn.Tanh])
+def test_numpy_greedy_is_the_argmax_of_q(activation) -> None:
+    from agents.rollouts.acting import numpy_greedy
+
+    th.manual_seed(5)
+    net = _net(activation=activation)
+    greedy = numpy_greedy(net)
+    assert greedy is not None
+    obs = th.randn(300, 54)
+    with th.no_grad():
+        q = net(obs)
+    actions = th.tensor([greedy(o) for o in obs.numpy()])
+    _assert_greedy(q, actions, tol=1e-5)
+    assert numpy_greedy(_net(activation=nn.SiLU)) is None  # no NumPy form: torch runs it
+
+
+def test_backtest_policy_takes_the_numpy_path_and_matches_torch() -> None:
+    from agents.walkforward import greedy_policy
+
+    class Model:
+        q_net = _net()
+
+    policy = greedy_policy(Model())
+    assert policy.__name__ == "numpy_policy"
+    obs = th.randn(200, 54)
+    with th.no_grad():
+        expect = Model.q_net(obs).argmax(dim=1).numpy()
+    got = np.concatenate([policy(o, k) for k, o in enumerate(obs.numpy())])
+    assert got.dtype == np.int64 and np.array_equal(got, expect)
