@@ -27,10 +27,24 @@ import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
-from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_policy
+from gpu_trading_env.reports.backtest import (
+    BacktestResult,
+    BatchPolicy,
+    Policy,
+    backtest,
+    backtest_batch,
+    exposure_policy,
+)
 from gpu_trading_env.reports.metrics import curve_metrics, sharpe_difference_interval
 
-__all__ = ["TrainSettings", "greedy_policy", "random_policy", "train_selected", "walk_forward"]
+__all__ = [
+    "TrainSettings",
+    "greedy_batch_policy",
+    "greedy_policy",
+    "random_policy",
+    "train_selected",
+    "walk_forward",
+]
 
 # The known rule of the planted market is held at half exposure: the env's barriers end
 # episodes often, and half exposure keeps the rule's costs and stops in the range the agent
@@ -58,39 +72,51 @@ class TrainSettings:
     tensorboard_log: str | None = None
 
 
-def greedy_policy(model: Any) -> Callable[[np.ndarray, int], np.ndarray]:
-    """The model's greedy action per bar, from a CPU copy of its Q-network taken now.
+def greedy_batch_policy(q_nets: list[Any]) -> BatchPolicy:
+    """Greedy actions of several Q-networks, one observation each (``backtest_batch``'s policy),
+    from CPU copies of the networks taken now.
 
     A backtest asks for one action per bar: a one-row forward. On the GPU each is a host round
     trip, and torch's CPU thread pool on a busy machine made it about 8 ms (a 4,000-bar backtest
-    took 30 s on two loaded cores, 2.6 s with one thread). So the forward runs on the CPU: for
-    the dueling network, its trunk and advantage head in NumPy
-    (:func:`agents.rollouts.acting.numpy_greedy`, 40 us a bar against 180 us through torch);
+    took 30 s on two loaded cores, 2.6 s with one thread). So the forwards run on the CPU: for
+    dueling networks, their trunks and advantage heads in NumPy
+    (:class:`agents.rollouts.acting.NumpyGreedy`, 40 us a bar against 180 us through torch);
     otherwise through torch with one intra-op thread, the caller's thread setting restored
     after each call.
     """
     import torch as th
 
-    from agents.rollouts.acting import numpy_greedy
+    from agents.rollouts.acting import NumpyGreedy
 
-    fast = numpy_greedy(model.q_net)
-    if fast is not None:  # the dueling network's greedy action in NumPy: a quarter of the time
+    fast = NumpyGreedy.of(list(q_nets))
+    if fast is not None:
 
         def numpy_policy(obs: np.ndarray, bar: int) -> np.ndarray:
-            return np.array([fast(obs)], dtype=np.int64)
+            return fast(obs)
 
         return numpy_policy
-    q_net = copy.deepcopy(model.q_net).to("cpu").eval()
+    nets = [copy.deepcopy(q).to("cpu").eval() for q in q_nets]
 
     def policy(obs: np.ndarray, bar: int) -> np.ndarray:
         threads = th.get_num_threads()
         th.set_num_threads(1)
         try:
             with th.inference_mode():
-                x = th.as_tensor(np.asarray(obs, dtype=np.float32)).reshape(1, -1)
-                return q_net(x).argmax(dim=1).numpy().astype(np.int64)
+                x = th.as_tensor(np.asarray(obs, dtype=np.float32)).reshape(len(nets), 1, -1)
+                return np.array([int(q(x[j]).argmax()) for j, q in enumerate(nets)], np.int64)
         finally:
             th.set_num_threads(threads)
+
+    return policy
+
+
+def greedy_policy(model: Any) -> Policy:
+    """The model's greedy action per bar (``backtest``'s policy), from a CPU copy of its
+    Q-network taken now; see :func:`greedy_batch_policy`."""
+    batch = greedy_batch_policy([model.q_net])
+
+    def policy(obs: np.ndarray, bar: int) -> np.ndarray:
+        return batch(np.asarray(obs, dtype=np.float32).reshape(1, -1), bar)
 
     return policy
 
@@ -175,26 +201,25 @@ def train_selected(
         model.policy.load_state_dict(init_from)
 
     class Evaluate(BaseCallback):
-        """Training curve every 1% of the run; validation and test backtests every eval_every."""
+        """Training curve every 1% of the run; a snapshot of the weights every eval_every,
+        backtested after training (validation and test windows, all snapshots side by side)."""
 
         def __init__(self) -> None:
             super().__init__()
             self.curve: list[tuple[int, float]] = []
-            self.evals: dict[str, list[float]] = {"timesteps": [], "validation": [], "test": []}
-            self.best: tuple[float, int, Any] = (-np.inf, 0, None)
+            # (env steps, CPU copy of the Q-network, the policy's state dict)
+            self.snapshots: list[tuple[int, Any, dict[str, Any]]] = []
             self._next_curve = max(steps // 100, settings.num_envs)
             self._next_eval = eval_every
 
-        def evaluate(self) -> None:
-            policy = greedy_policy(self.model)
-            v = backtest(policy, val, config, per_year=per_year).strategy.sharpe
-            t = backtest(policy, test, config, per_year=per_year).strategy.sharpe
-            self.evals["timesteps"].append(int(self.num_timesteps))
-            self.evals["validation"].append(v)
-            self.evals["test"].append(t)
-            if v >= self.best[0]:
-                state = copy.deepcopy(self.model.policy.state_dict())
-                self.best = (v, int(self.num_timesteps), state)
+        def snapshot(self) -> None:
+            self.snapshots.append(
+                (
+                    int(self.model.num_timesteps),
+                    copy.deepcopy(self.model.q_net).to("cpu"),
+                    copy.deepcopy(self.model.policy.state_dict()),
+                )
+            )
 
         def _on_step(self) -> bool:
             if self.num_timesteps >= self._next_curve and len(self.model.ep_info_buffer) > 0:
@@ -203,7 +228,7 @@ def train_selected(
                 self.curve.append((int(self.num_timesteps), float(np.mean(rets))))
             if self.num_timesteps >= self._next_eval:
                 self._next_eval += eval_every
-                self.evaluate()
+                self.snapshot()
             return True
 
     cb = Evaluate()
@@ -221,23 +246,43 @@ def train_selected(
         tb_log_name="GpuDQN",
     )
     wall = time.perf_counter() - t0
-    if not cb.evals["timesteps"] or cb.evals["timesteps"][-1] != model.num_timesteps:
-        cb.evaluate()
-    last_test = backtest(greedy_policy(model), test, config, per_year=per_year)
-    model.policy.load_state_dict(cb.best[2])
-    result = backtest(greedy_policy(model), test, config, per_year=per_year)
+    if not cb.snapshots or cb.snapshots[-1][0] != model.num_timesteps:
+        cb.snapshot()
+    # One backtest per window for all snapshots: a step of the NumPy env for a few envs costs
+    # about what one env's does, and the backtests were most of the quickstart's time on a GPU.
+    policy = greedy_batch_policy([net for _, net, _ in cb.snapshots])
+    k = len(cb.snapshots)
+    val_runs = backtest_batch(policy, k, val, config, per_year=per_year)
+    test_runs = backtest_batch(policy, k, test, config, per_year=per_year)
+    evals = {
+        "timesteps": [step for step, _, _ in cb.snapshots],
+        "validation": [r.strategy.sharpe for r in val_runs],
+        "test": [r.strategy.sharpe for r in test_runs],
+    }
+    best = _selected(evals["validation"])
+    model.policy.load_state_dict(cb.snapshots[best][2])
     env.close()
     return {
         "model": model,
-        "test": result,
-        "last_test": last_test,
+        "test": test_runs[best],
+        "last_test": test_runs[-1],
         "curve": cb.curve,
-        "evals": cb.evals,
-        "selected_step": cb.best[1],
-        "validation_sharpe": cb.best[0],
+        "evals": evals,
+        "selected_step": evals["timesteps"][best],
+        "validation_sharpe": evals["validation"][best],
         "train_seconds": wall,
         "timesteps": int(model.num_timesteps),
     }
+
+
+def _selected(validation: list[float]) -> int:
+    """The kept snapshot: the best validation Sharpe, the latest of equals; the latest snapshot
+    when no Sharpe is a number (a flat equity curve)."""
+    best, best_value = len(validation) - 1, -np.inf
+    for j, v in enumerate(validation):
+        if v >= best_value:  # NaN compares false: never kept over a number
+            best, best_value = j, v
+    return best
 
 
 def _stitch(results: list[BacktestResult]) -> tuple[np.ndarray, np.ndarray]:

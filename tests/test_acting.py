@@ -212,30 +212,55 @@ def test_a_captured_bf16_act_reads_the_weights_of_each_replay() -> None:
 
 @pytest.mark.parametrize("activation", [nn.LeakyReLU, nn.ReLU, nn.Tanh])
 def test_numpy_greedy_is_the_argmax_of_q(activation) -> None:
-    from agents.rollouts.acting import numpy_greedy
+    from agents.rollouts.acting import NumpyGreedy
 
     th.manual_seed(5)
     net = _net(activation=activation)
-    greedy = numpy_greedy(net)
+    greedy = NumpyGreedy.of([net])
     assert greedy is not None
     obs = th.randn(300, 54)
     with th.no_grad():
         q = net(obs)
-    actions = th.tensor([greedy(o) for o in obs.numpy()])
+    actions = th.from_numpy(np.concatenate([greedy(o[None]) for o in obs.numpy()]))
     _assert_greedy(q, actions, tol=1e-5)
-    assert numpy_greedy(_net(activation=nn.SiLU)) is None  # no NumPy form: torch runs it
+    assert NumpyGreedy.of([_net(activation=nn.SiLU)]) is None  # no NumPy form: torch runs it
+    assert NumpyGreedy.of([net, _net({"shared": [32]})]) is None  # two architectures
 
 
-def test_backtest_policy_takes_the_numpy_path_and_matches_torch() -> None:
-    from agents.walkforward import greedy_policy
+def test_numpy_greedy_rows_do_not_depend_on_their_neighbours() -> None:
+    """Snapshots backtested side by side act as each would alone, to the bit."""
+    from agents.rollouts.acting import NumpyGreedy
+
+    th.manual_seed(6)
+    nets = [_net() for _ in range(5)]
+    batch = NumpyGreedy.of(nets)
+    assert batch is not None and batch.k == 5
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        obs = rng.standard_normal((5, 54)).astype(np.float32)
+        alone = [NumpyGreedy.of([n])(o[None])[0] for n, o in zip(nets, obs, strict=True)]
+        assert batch(obs).tolist() == alone
+    # The copies were taken at construction: later weight changes do not reach them.
+    with th.no_grad():
+        nets[0].advantage_head[-1].bias.add_(100.0 * th.arange(45.0))
+    assert batch(obs).tolist() == alone
+
+
+def test_backtest_policies_match_torch() -> None:
+    from agents.walkforward import greedy_batch_policy, greedy_policy
 
     class Model:
         q_net = _net()
 
-    policy = greedy_policy(Model())
-    assert policy.__name__ == "numpy_policy"
     obs = th.randn(200, 54)
     with th.no_grad():
         expect = Model.q_net(obs).argmax(dim=1).numpy()
+    policy = greedy_policy(Model())
     got = np.concatenate([policy(o, k) for k, o in enumerate(obs.numpy())])
     assert got.dtype == np.int64 and np.array_equal(got, expect)
+    silu = _net(activation=nn.SiLU)  # torch's path
+    both = greedy_batch_policy([Model.q_net, silu])
+    with th.no_grad():
+        expect_silu = silu(obs).argmax(dim=1).numpy()
+    pairs = [both(np.stack([o, o]), k) for k, o in enumerate(obs.numpy())]
+    assert np.array_equal(np.array(pairs), np.stack([expect, expect_silu], axis=1))

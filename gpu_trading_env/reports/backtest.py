@@ -33,9 +33,11 @@ from gpu_trading_env.vector_env import TradingVectorEnv
 
 __all__ = [
     "BacktestResult",
+    "BatchPolicy",
     "Metrics",
     "Policy",
     "backtest",
+    "backtest_batch",
     "exposure_policy",
     "plot_equity",
     "plot_learning_curve",
@@ -44,6 +46,8 @@ __all__ = [
 
 Policy = Callable[[np.ndarray, int], np.ndarray]
 """Maps an observation float32 [1, D] and its bar index (within the instrument) to an action."""
+BatchPolicy = Callable[[np.ndarray, int], np.ndarray]
+"""Maps k observations float32 [k, D] and their common bar index to k actions."""
 
 
 @dataclass
@@ -92,81 +96,123 @@ def backtest(
     :param per_year: bars per year for the annualised figures; None infers it from the
         instrument's timestamps (``gpu_trading_env.reports.metrics.bars_per_year``).
     """
+    (result,) = backtest_batch(
+        lambda obs, bar: np.asarray(policy(obs, bar), dtype=np.int64).reshape(1),
+        1,
+        data,
+        config,
+        instrument,
+        device,
+        per_year,
+    )
+    return result
+
+
+def backtest_batch(
+    policy: BatchPolicy,
+    k: int,
+    data: MarketData,
+    config: EnvConfig | None = None,
+    instrument: int = 0,
+    device: str = "cpu",
+    per_year: float | None = None,
+) -> list[BacktestResult]:
+    """``k`` backtests side by side over one instrument of ``data``: ``policy`` acts for all
+    ``k`` at each bar (for instance ``k`` snapshots of one network taken during training).
+
+    Each is the backtest :func:`backtest` runs for its policy alone, to the bit: the envs walk
+    the same bars together (an episode that ends restarts at the bar where it ended), and only
+    where their episodes end differs. One env step serves ``k`` backtests, and a step of a few
+    envs costs about what one env's does.
+
+    :param policy: ``(obs float32 [k, D], bar) -> actions int [k]``.
+    :param k: the number of backtests, >= 1.
+    :param per_year: as in :func:`backtest`.
+    :return: the ``k`` results, in the order of ``policy``'s rows.
+    """
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k = {k!r} is invalid: allowed is an int >= 1")
     one = data.instrument(instrument)
     n = one.n_bars
     cfg = (config or EnvConfig()).replace(autoreset_mode="disabled")
     if cfg.episode_length > n - 1:
         cfg = cfg.replace(episode_length=n - 1)
-    env = TradingVectorEnv(1, device=device, data=one, config=cfg, array_type="numpy")
+    env = TradingVectorEnv(k, device=device, data=one, config=cfg, array_type="numpy")
     rates = action_table(cfg).cost_rate
     exit_rate = cfg.order_cost_bps[0] / 1e4
     close = np.asarray(one.close, dtype=np.float64)
     fill = close if cfg.fill == "close" else np.r_[np.asarray(one.open)[1:], np.nan]
     c0 = cfg.initial_capital
-    equity = np.ones(n, dtype=np.float64)
-    exposure = np.zeros(n - 1)
-    traded = np.zeros(n - 1)
-    costs = np.zeros(n - 1)
-    scale = 1.0  # equity at the start of the current episode
-    pos, value = 0.0, c0  # env units: position and value before the bar's trade
-    bar = 0
-    episodes = 0
+    equity = np.ones((k, n), dtype=np.float64)
+    exposure = np.zeros((k, n - 1))
+    traded = np.zeros((k, n - 1))
+    costs = np.zeros((k, n - 1))
+    scale = np.ones(k)  # equity at the start of each one's current episode
+    pos, value = np.zeros(k), np.full(k, float(c0))  # env units, before the bar's trade
+    episodes = np.zeros(k, dtype=np.int64)
     obs, _ = env.reset(seed=0, options={"start_index": 0})
-    while bar < n - 1:
-        action = np.asarray(policy(obs, bar), dtype=np.int64).reshape(1)
+    for bar in range(n - 1):
+        action = np.asarray(policy(obs, bar), dtype=np.int64).reshape(k)
         obs, _, terminated, truncated, info = env.step(action)
-        new_pos = float(info["position"][0])
-        new_value = float(info["portfolio_value"][0])
-        notional = abs(new_pos - pos) * fill[bar]
-        traded[bar] = notional / value
-        costs[bar] = scale * notional * rates[int(action[0])] / c0
-        exposure[bar] = new_pos * close[bar] / value
-        bar += 1
-        equity[bar] = scale * new_value / c0
+        new_pos = np.asarray(info["position"], dtype=np.float64)
+        new_value = np.asarray(info["portfolio_value"], dtype=np.float64)
+        notional = np.abs(new_pos - pos) * fill[bar]
+        traded[:, bar] = notional / value
+        costs[:, bar] = scale * notional * rates[action] / c0
+        exposure[:, bar] = new_pos * close[bar] / value
+        equity[:, bar + 1] = scale * new_value / c0
         pos, value = new_pos, new_value
-        if (terminated[0] or truncated[0]) and bar < n - 1:
-            if pos != 0.0:
-                exit_cost = abs(pos) * close[bar] * exit_rate
-                equity[bar] -= scale * exit_cost / c0
-                costs[bar - 1] += scale * exit_cost / c0
-                traded[bar - 1] += abs(pos) * close[bar] / value
-            scale = equity[bar]
-            episodes += 1
-            pos, value = 0.0, c0
-            obs, _ = env.reset(options={"start_index": bar, "reset_mask": np.ones(1, dtype=bool)})
+        ended = np.asarray(terminated | truncated, dtype=bool)
+        if bar + 1 < n - 1 and ended.any():
+            # An episode ending with a position is closed at this bar's close, at the market
+            # order's cost; the next starts flat here.
+            held = ended & (pos != 0.0)
+            exit_cost = np.abs(pos) * close[bar + 1] * exit_rate
+            equity[held, bar + 1] -= scale[held] * exit_cost[held] / c0
+            costs[held, bar] += scale[held] * exit_cost[held] / c0
+            traded[held, bar] += np.abs(pos[held]) * close[bar + 1] / value[held]
+            scale[ended] = equity[ended, bar + 1]
+            episodes[ended] += 1
+            pos[ended], value[ended] = 0.0, c0
+            obs, _ = env.reset(options={"start_index": bar + 1, "reset_mask": ended})
     episodes += 1
     per_year = bars_per_year(one.timestamps) if per_year is None else float(per_year)
     bh, bh_costs = buy_and_hold_equity(close, exit_rate)
     bh_traded = np.zeros(n - 1)
     bh_traded[0] = 1.0
     bh_traded[-1] += 1.0
-    return BacktestResult(
-        equity=equity,
-        buy_and_hold=bh,
-        timestamps=one.timestamps,
-        exposure=exposure,
-        traded=traded,
-        costs=costs,
-        strategy=curve_metrics(
-            equity,
-            per_year,
-            costs_included=True,
-            exposure=exposure,
-            traded=traded,
-            costs=costs,
-        ),
-        benchmark=curve_metrics(
-            bh,
-            per_year,
-            costs_included=True,
-            exposure=np.ones(n - 1),
-            traded=bh_traded,
-            costs=bh_costs,
-        ),
-        frictionless_buy_and_hold=curve_metrics(close / close[0], per_year, costs_included=False),
-        episodes=episodes,
-        instrument=one.instruments[0],
+    benchmark = curve_metrics(
+        bh,
+        per_year,
+        costs_included=True,
+        exposure=np.ones(n - 1),
+        traded=bh_traded,
+        costs=bh_costs,
     )
+    frictionless = curve_metrics(close / close[0], per_year, costs_included=False)
+    return [
+        BacktestResult(
+            equity=equity[j],
+            buy_and_hold=bh,
+            timestamps=one.timestamps,
+            exposure=exposure[j],
+            traded=traded[j],
+            costs=costs[j],
+            strategy=curve_metrics(
+                equity[j],
+                per_year,
+                costs_included=True,
+                exposure=exposure[j],
+                traded=traded[j],
+                costs=costs[j],
+            ),
+            benchmark=benchmark,
+            frictionless_buy_and_hold=frictionless,
+            episodes=int(episodes[j]),
+            instrument=one.instruments[0],
+        )
+        for j in range(k)
+    ]
 
 
 def exposure_policy(exposure: np.ndarray, config: EnvConfig) -> Policy:
