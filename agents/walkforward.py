@@ -2,9 +2,11 @@
 (``walk_forward``).
 
 Model selection never looks at the out-of-sample window: the last ``val_fraction`` of a training
-window is held out as a validation window; every ``eval_every`` env steps the greedy policy is
-backtested on it (costs in) and the weights with the best validation Sharpe are kept. The
-out-of-sample window is evaluated at the same points for the learning curve only.
+window is held out as a validation window; every ``eval_every`` env steps the weights are kept
+as a snapshot, and after training every snapshot's greedy policy is backtested on it (costs in,
+all snapshots side by side: ``backtest_batch``); the weights with the best validation Sharpe
+are kept. The out-of-sample window is evaluated for the same snapshots, for the learning curve
+only.
 
 Walk-forward: fold k trains on the ``train_bars`` bars before its test window and is tested on
 the next ``test_bars`` bars (``MarketData.walk_forward``); each fold starts from scratch, or with

@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--eval-every",
             type=_int,
             default=None,
-            help="env steps between validation backtests (default: a tenth of --timesteps)",
+            help="env steps between the weight snapshots backtested on the validation window after "
+            "training (default: a tenth of --timesteps)",
         )
         g.add_argument(
             "--train-precision",
