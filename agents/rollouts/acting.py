@@ -88,7 +88,7 @@ class GreedyActor:
         self.precision = precision
         self.chain = _greedy_chain(q_net)
         self._linear = [op for op in self.chain or [] if not isinstance(op, nn.Module)]
-        self._storage = [t.data_ptr() for pair in self._linear for t in pair]
+        self._storage = _storage(self.chain or [])
         self._kernel: KernelLauncher | None = None
         self._inputs: dict[int, th.Tensor] = {}
         if self.chain is not None and precision == "bf16":
@@ -108,8 +108,7 @@ class GreedyActor:
         chain = _greedy_chain(q_net)
         if chain is None or self.chain is None:
             return chain is self.chain
-        now = [t.data_ptr() for op in chain if not isinstance(op, nn.Module) for t in op]
-        return now == self._storage
+        return _storage(chain) == self._storage
 
     def _bf16_copies(self) -> KernelLauncher | None:
         """Allocate the padded bf16 layers and the cast kernel's job table; ``None`` where the
@@ -188,9 +187,7 @@ class GreedyActor:
             x.data_ptr(),
             x.shape[1],
         )
-        for op in self.layers:
-            x = op(x) if isinstance(op, nn.Module) else nn.functional.linear(x, *op)
-        return x[:, : self.n_actions].argmax(dim=1)
+        return run_chain(self.layers, x)[:, : self.n_actions].argmax(dim=1)
 
     def _float_chain(self, obs: th.Tensor) -> th.Tensor:
         features = self.q_net.extract_features(obs, self.q_net.features_extractor)
@@ -218,6 +215,11 @@ def _tf32(allow: bool) -> Iterator[None]:
         yield
     finally:
         th.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _storage(chain: list[tuple[th.Tensor, th.Tensor] | nn.Module]) -> list[int]:
+    """The addresses of a chain's weights and biases, in order."""
+    return [t.data_ptr() for op in chain if not isinstance(op, nn.Module) for t in op]
 
 
 def _greedy_chain(q_net: nn.Module) -> list[tuple[th.Tensor, th.Tensor] | nn.Module] | None:
