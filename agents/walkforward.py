@@ -27,6 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from agents.baseline_policies import (
+    baseline_action,
+    baseline_backtest,
+    choose_baseline,
+    network_beats_baseline,
+    set_constant_policy,
+)
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import (
@@ -48,10 +55,10 @@ __all__ = [
     "walk_forward",
 ]
 
-# The known rule of the planted market is held at half exposure: the env's barriers end
-# episodes often, and half exposure keeps the rule's costs and stops in the range the agent
-# trades at (the train command's reference since it was added).
-RULE_EXPOSURE = 0.5
+# The known rule of the planted market is held at full exposure, as the zoo's reference is
+# (agents.zoo): without barriers and the risk penalty (the commands' env defaults) the agent can
+# hold every exposure level at no penalty.
+RULE_EXPOSURE = 1.0
 
 
 @dataclass
@@ -69,6 +76,9 @@ class TrainSettings:
     device: str = "cpu"
     curiosity: bool = False
     train_precision: str = "auto"  # the captured GPU train step's matrix products
+    # Keep the network only where it beats the best parameter-free policy on validation
+    # (agents.baseline_policies); False keeps the best snapshot whatever it earned.
+    fallback: bool = True
     verbose: int = 0
     progress_bar: bool = False
     tensorboard_log: str | None = None
@@ -157,9 +167,13 @@ def train_selected(
     """Train on ``train`` minus its validation tail; keep the weights best on validation.
 
     :param init_from: a policy ``state_dict`` to start from (warm start), or None.
-    :returns: ``{"model", "test": BacktestResult, "last_test": BacktestResult, "curve",
-        "evals", "selected_step", "train_seconds", "timesteps"}``; ``model`` holds the kept
-        weights.
+    :returns: ``{"model", "test": BacktestResult, "network_test", "kept", "gate",
+        "last_test": BacktestResult, "curve", "evals", "selected_step", "train_seconds",
+        "timesteps"}``; ``model`` holds the kept policy: the snapshot best on validation, or,
+        with ``settings.fallback``, the parameter-free baseline where that snapshot does not
+        beat it on validation (``kept`` names which; ``gate`` holds the evidence, see
+        :mod:`agents.baseline_policies`). ``test`` is the kept policy's out-of-sample backtest,
+        ``network_test`` the snapshot's.
     """
     import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
@@ -264,9 +278,20 @@ def train_selected(
     best = _selected(evals["validation"])
     model.policy.load_state_dict(cb.snapshots[best][2])
     env.close()
+    choice = choose_baseline(train, config, per_year)
+    verdict = network_beats_baseline(
+        val_runs[best], baseline_backtest(choice.name, val, config, per_year), choice.name, per_year
+    )
+    deployed = test_runs[best]
+    if settings.fallback and not verdict.keep_network:
+        set_constant_policy(model, baseline_action(choice.name, config))
+        deployed = baseline_backtest(choice.name, test, config, per_year)
     return {
         "model": model,
-        "test": test_runs[best],
+        "test": deployed,
+        "network_test": test_runs[best],
+        "kept": "network" if deployed is test_runs[best] else choice.name,
+        "gate": {**verdict.to_dict(), "hold_vs_flat_on_training_window": choice.hold_vs_flat},
         "last_test": test_runs[-1],
         "curve": cb.curve,
         "evals": evals,

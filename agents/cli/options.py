@@ -42,11 +42,17 @@ def resolve_device(name: str) -> str:
     return name
 
 
-# The commands' own env defaults. EnvConfig keeps the source design's penalties on, but the
-# diversity penalty fires on any two-sided strategy whose long/short mix is not exactly
-# balanced, and the risk penalty arrives one step after the trade that caused it; in a
-# minutes-long training run both drown the pnl signal the quickstart is meant to show.
-TRAIN_ENV_DEFAULTS = {"diversity_penalty": 0.0, "risk_penalty_scale": 0.0}
+# The commands' own env defaults: the reward is the portfolio's return after costs. EnvConfig
+# keeps the source design's shaping on, and each term pays for something other than the return:
+# - the diversity penalty fires on any two-sided strategy whose long/short mix is not exactly
+#   balanced, and on staying out;
+# - the risk penalty arrives one step after the trade that caused it;
+# - the triple barrier's reward scale halves the loss of a bar that hits the stop and adds half
+#   to one that hits the profit target, so every barrier hit pays about half its move: being in
+#   a volatile market pays whatever its direction, and the agent traded a driftless random walk;
+#   the barriers themselves close positions that the strategy meant to hold.
+# All three stay available through --env (e.g. --env barriers=True).
+TRAIN_ENV_DEFAULTS = {"diversity_penalty": 0.0, "risk_penalty_scale": 0.0, "barriers": False}
 
 
 def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:

@@ -7,10 +7,11 @@ from typing import NoReturn
 
 from agents.cli.backtest import cmd_backtest, cmd_eval
 from agents.cli.bench import cmd_bench
-from agents.cli.options import DEBUG_HELP, PROG
+from agents.cli.options import DEBUG_HELP, PROG, TRAIN_ENV_DEFAULTS
 from agents.cli.sweep import cmd_sweep
 from agents.cli.train import cmd_train
 from agents.cli.walkforward import cmd_walkforward
+from agents.cli.zoo import cmd_zoo
 
 DESCRIPTION = (
     "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, "
@@ -104,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
             nargs="*",
             metavar="FIELD=VALUE",
             help="EnvConfig overrides (docs/ENV_SPEC.md) (default: EnvConfig's, with "
-            "diversity_penalty=0.0 and risk_penalty_scale=0.0)",
+            + ", ".join(f"{k}={v}" for k, v in TRAIN_ENV_DEFAULTS.items())
+            + ")",
         )
         p.add_argument(
             "--out",
@@ -148,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
             default="auto",
             help="matrix products of the GPU train step; auto: bf16 on GPUs that compute it "
             "natively (compute capability 8.0+), else tf32 (default: auto; ignored on the CPU)",
+        )
+        g.add_argument(
+            "--no-fallback",
+            action="store_true",
+            help="keep the network even where it does not beat the best parameter-free policy "
+            "(flat, hold long or hold short) on the validation window (default: that policy is "
+            "kept then; agents/baseline_policies.py)",
         )
         g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
         g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")
@@ -258,6 +267,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="after --: train options for every run, not --seed, --out or --device (default: none)",
     )
     s.set_defaults(func=cmd_sweep)
+
+    z = sub.add_parser(
+        "zoo",
+        help="train's defaults on seeded markets with known best rules (agents/zoo.py), a report",
+        formatter_class=fmt,
+    )
+    z.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    z.add_argument(
+        "--device",
+        default="auto",
+        help="auto (every visible GPU, else the CPU), cpu, cuda or cuda:N",
+    )
+    z.add_argument("--markets", nargs="+", default=None, help="markets to run (default: all)")
+    z.add_argument(
+        "--seeds", type=_int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds per market"
+    )
+    z.add_argument(
+        "--runs-per-device", type=_int, default=1, help="runs at the same time on each device"
+    )
+    z.add_argument(
+        "--small",
+        action="store_true",
+        help="the CPU check: 1,500 bars, 2,000 env steps a run (not a learning result)",
+    )
+    z.add_argument(
+        "--train-args",
+        default=None,
+        metavar="'OPTIONS'",
+        help="extra train options for every run, quoted, e.g. '--gamma 0.9' (default: none)",
+    )
+    z.add_argument("--out", default=None, help="report folder (default: runs/zoo-<date>-<time>)")
+    z.add_argument("--no-progress", action="store_true", help="no progress bar")
+    z.set_defaults(func=cmd_zoo)
 
     n = sub.add_parser("bench", help="env throughput on this machine", formatter_class=fmt)
     n.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)

@@ -117,8 +117,10 @@ def single_report(
     ]
     curves = {}
     if rule is not None:
-        metrics["known_rule"] = {"strategy": rule.strategy.to_dict(), "exposure": 0.5}
-        rows.append(("known rule (0.5 exposure)", rule.strategy.to_dict()))
+        from agents.walkforward import RULE_EXPOSURE
+
+        metrics["known_rule"] = {"strategy": rule.strategy.to_dict(), "exposure": RULE_EXPOSURE}
+        rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", rule.strategy.to_dict()))
         curves[f"known rule, costs in (Sharpe {rule.strategy.sharpe:.2f})"] = rule.equity
     images = []
     for log_scale, name in ((False, "equity_curve.png"), (True, "equity_curve_log.png")):

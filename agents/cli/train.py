@@ -47,6 +47,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         device=device,
         curiosity=args.curiosity,
         train_precision=args.train_precision,
+        fallback=not args.no_fallback,
         verbose=args.verbose,
         progress_bar=not args.no_progress,
     )
@@ -83,14 +84,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "model_selection": "best validation Sharpe (last "
         f"{settings.val_fraction:.0%} of the training bars), at step {run['selected_step']}",
+        "kept_policy": run["kept"],
+        "fallback_test": run["gate"],
+        "network_strategy": run["network_test"].strategy.to_dict(),
         "last_model_strategy": run["last_test"].strategy.to_dict(),
     }
+    if run["kept"] != "network":
+        print(
+            f"kept policy: {run['kept']} (the network did not beat it on the validation window; "
+            "--no-fallback keeps the network)"
+        )
     rule = known_rule(test_data.instrument(0), args.config)
     if rule is not None:
         rule_return = rule.strategy.total_return
         # The agent's out-of-sample total return as a fraction of the known rule's.
         extra["agent_return_vs_known_rule"] = (
             run["test"].strategy.total_return / rule_return if rule_return else None
+        )
+        rule_sharpe = rule.strategy.sharpe
+        extra["agent_sharpe_vs_known_rule"] = (
+            run["test"].strategy.sharpe / rule_sharpe if rule_sharpe else None
         )
     single_report(
         out,

@@ -43,8 +43,10 @@ __all__ = [
     "gbm",
     "planted_rule_expected_log_return",
     "planted_rule_expected_return",
+    "planted_conviction_exposure",
     "planted_rule_exposure",
     "planted_signal",
+    "regime_filter_expected_return",
     "regime_switching",
 ]
 
@@ -247,3 +249,76 @@ def planted_rule_exposure(data: MarketData) -> np.ndarray:
         if b - a >= 2:
             exposure[a + 1 : b] = np.sign(close[a + 1 : b] - close[a : b - 1])
     return exposure
+
+
+def _instrument_log_returns(data: MarketData) -> list[tuple[int, int, np.ndarray]]:
+    """``(start, stop, r)`` per instrument: rows ``[start, stop)`` of ``data`` and the
+    close-to-close log returns ``r[j] = log(close_j / close_{j-1})`` of those rows (``r[0] = 0``,
+    as the instrument's first row has no previous close in ``data``)."""
+    close = np.asarray(data.close, dtype=np.float64)
+    offsets = np.asarray(data.instrument_offsets)
+    out = []
+    for k in range(len(offsets) - 1):
+        a, b = int(offsets[k]), int(offsets[k + 1])
+        r = np.zeros(b - a)
+        r[1:] = np.diff(np.log(close[a:b]))
+        out.append((a, b, r))
+    return out
+
+
+def planted_conviction_exposure(data: MarketData, phi: float, sigma: float) -> np.ndarray:
+    """The planted market's conviction-sized rule: float64 [n_bars] in [-1, 1].
+
+    The AR(1)'s forecast of the next log return is ``phi * r_t``; the rule holds it in units of
+    its own spread, ``clip(phi * r_t / (|phi| * s), -1, 1)`` with ``s = sigma / sqrt(1 - phi^2)``
+    the stationary standard deviation of ``r_t``: full exposure beyond one standard deviation,
+    proportionally less on small moves, whose forecast edge may not pay the cost of trading.
+    Row ``t`` uses bars <= t only; an instrument's first row gets 0.
+    """
+    if not -1.0 < phi < 1.0 or phi == 0.0:
+        raise ValueError(f"phi = {phi!r} is invalid: allowed is a number in (-1, 0) or (0, 1)")
+    s = sigma / math.sqrt(1.0 - phi * phi)
+    exposure = np.zeros(data.n_bars, dtype=np.float64)
+    for a, b, r in _instrument_log_returns(data):
+        exposure[a:b] = np.clip(phi * r / (abs(phi) * s), -1.0, 1.0)
+        exposure[a] = 0.0
+    return exposure
+
+
+def regime_filter_expected_return(
+    data: MarketData,
+    mus: Sequence[float],
+    sigmas: Sequence[float],
+    persistence: float,
+) -> np.ndarray:
+    """Bayes-filtered expected next log return of a ``regime_switching`` market: float64 [n_bars].
+
+    The forward algorithm with the generator's true parameters: after row ``t``'s return the
+    filter holds ``P(regime_t | r_1..r_t)``; one step of the Markov chain (stay with probability
+    ``persistence``, else jump uniformly to another regime) gives ``P(regime_{t+1} | r_1..r_t)``,
+    and row ``t`` is ``sum_k P(regime_{t+1} = k | ...) * mus[k]``, the best forecast of
+    ``r_{t+1}`` from bars <= t. Each instrument starts from the uniform prior (the generator's
+    first regime is uniform; the warm-up bars before ``data`` are unseen).
+    """
+    mu = np.asarray(mus, dtype=np.float64)
+    sg = np.asarray(sigmas, dtype=np.float64)
+    k = len(mu)
+    if k < 2 or len(sg) != k or (sg <= 0).any():
+        raise ValueError("mus and sigmas must have one entry per regime, sigmas > 0")
+    if not 0.0 <= persistence < 1.0:
+        raise ValueError(f"persistence = {persistence!r} is invalid: allowed is [0, 1)")
+    trans = np.full((k, k), (1.0 - persistence) / (k - 1))
+    np.fill_diagonal(trans, persistence)
+    forecast = np.zeros(data.n_bars, dtype=np.float64)
+    for a, b, r in _instrument_log_returns(data):
+        # Log-likelihoods of every row under every regime, then the forward recursion in
+        # probability space, renormalised each row (no underflow: one row's factor at a time).
+        loglik = -0.5 * ((r[:, None] - mu[None, :]) / sg[None, :]) ** 2 - np.log(sg)[None, :]
+        lik = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+        prior = np.full(k, 1.0 / k)
+        for j in range(b - a):
+            post = prior if j == 0 else prior * lik[j]
+            post = post / post.sum()
+            prior = post @ trans
+            forecast[a + j] = prior @ mu
+    return forecast

@@ -1,0 +1,138 @@
+"""Parameter-free baselines, and the test a trained network must pass to be kept over them.
+
+A Q-network trained on a few thousand bars fits their noise as well as their edge: on a market
+with no edge it still finds bars where one action looks better than another and trades on them,
+paying costs out of sample (on a driftless random walk the agent of release 0.1 traded away 23%
+of its capital). Model selection on a validation window does not stop this by itself: the best
+of several snapshots is the best of several noisy draws.
+
+So ``train`` keeps the network only when it beats the best policy that has nothing to fit:
+
+1. **The baseline** is chosen on the whole training window (fit and validation bars): hold long
+   if holding is significantly better than staying flat there (the circular block bootstrap of
+   the Sharpe difference, :func:`gpu_trading_env.reports.metrics.sharpe_difference_interval`,
+   lower bound of the two-sided ``level`` interval above zero), hold short if significantly
+   worse, else flat. Choosing among three fixed policies on all the training bars barely
+   overfits, and all the bars give the drift test its power.
+2. **The network** (the snapshot best on validation) is kept if, on the validation window, its
+   per-bar returns beat the baseline's with the same test; otherwise the model is made to act
+   as the baseline (:func:`set_constant_policy`), and the report says so.
+
+Costs are in every curve, so a network that trades an edge too small to pay for its turnover
+loses to the baseline too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_policy
+from gpu_trading_env.reports.metrics import sharpe_difference_interval
+
+__all__ = [
+    "BASELINE_EXPOSURE",
+    "GATE_LEVEL",
+    "BaselineChoice",
+    "GateVerdict",
+    "baseline_action",
+    "baseline_backtest",
+    "choose_baseline",
+    "network_beats_baseline",
+    "set_constant_policy",
+]
+
+# Exposure of each parameter-free policy, a fraction of max_position.
+BASELINE_EXPOSURE = {"flat": 0.0, "hold long": 1.0, "hold short": -1.0}
+# Two-sided interval level of both tests: a lower bound above zero is a one-sided test at 5%.
+GATE_LEVEL = 0.90
+
+
+@dataclass(frozen=True)
+class BaselineChoice:
+    """The baseline chosen on the training window, and the evidence for it."""
+
+    name: str  # a key of BASELINE_EXPOSURE
+    hold_vs_flat: dict[str, float]  # sharpe_difference_interval of holding long against flat
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """Whether the network is kept over the baseline, and the validation evidence."""
+
+    keep_network: bool
+    baseline: str
+    validation: dict[str, float]  # sharpe_difference_interval(network, baseline) on validation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kept": "network" if self.keep_network else self.baseline,
+            "baseline": self.baseline,
+            "level": GATE_LEVEL,
+            "network_minus_baseline_validation_sharpe": self.validation,
+        }
+
+
+def baseline_backtest(
+    name: str, data: MarketData, config: EnvConfig, per_year: float
+) -> BacktestResult:
+    """The backtest of baseline ``name`` (a key of :data:`BASELINE_EXPOSURE`) on ``data``."""
+    if name not in BASELINE_EXPOSURE:
+        raise ValueError(
+            f"baseline = {name!r} is invalid: allowed is one of {sorted(BASELINE_EXPOSURE)}"
+        )
+    exposure = np.full(data.n_bars, BASELINE_EXPOSURE[name])
+    return backtest(exposure_policy(exposure, config), data, config, per_year=per_year)
+
+
+def baseline_action(name: str, config: EnvConfig) -> int:
+    """The env action baseline ``name`` takes at every bar: the exposure level nearest its
+    exposure, market order (the action :func:`exposure_policy` takes for it)."""
+    levels = np.asarray(config.exposure_levels)
+    return config.encode_action(int(np.abs(levels - BASELINE_EXPOSURE[name]).argmin()))
+
+
+def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> BaselineChoice:
+    """Flat, hold long or hold short, from the whole training window (see the module doc)."""
+    hold = baseline_backtest("hold long", train, config, per_year)
+    ci = sharpe_difference_interval(
+        hold.returns, np.zeros_like(hold.returns), per_year, level=GATE_LEVEL
+    )
+    name = "hold long" if ci["low"] > 0.0 else "hold short" if ci["high"] < 0.0 else "flat"
+    return BaselineChoice(name, ci)
+
+
+def network_beats_baseline(
+    network: BacktestResult, baseline: BacktestResult, name: str, per_year: float
+) -> GateVerdict:
+    """The validation test of the module doc: ``network`` and ``baseline`` are backtests of the
+    same validation window."""
+    ci = sharpe_difference_interval(network.returns, baseline.returns, per_year, level=GATE_LEVEL)
+    return GateVerdict(bool(ci["low"] > 0.0), name, ci)
+
+
+def set_constant_policy(model: Any, action: int) -> None:
+    """Make a dueling ``model`` act ``action`` on every observation, through its own network.
+
+    The advantage head's output layer becomes ``A = one_hot(action)`` (zero weights, a unit
+    bias), so ``argmax Q = argmax A = action`` everywhere; the value head and the trunk are
+    left as trained. The model saves, loads and acts like any other, in every acting path.
+    """
+    import torch as th
+
+    n = int(model.action_space.n)
+    if not 0 <= int(action) < n:
+        raise ValueError(f"action = {action!r} is invalid: allowed is 0..{n - 1}")
+    for net in (model.q_net, model.q_net_target):
+        head = getattr(net, "advantage_head", None)
+        if head is None:
+            raise TypeError("set_constant_policy needs a dueling Q-network (DuelingPolicy)")
+        last = [m for m in head if isinstance(m, th.nn.Linear)][-1]
+        with th.no_grad():
+            last.weight.zero_()
+            last.bias.zero_()
+            last.bias[int(action)] = 1.0

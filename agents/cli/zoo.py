@@ -1,0 +1,105 @@
+"""``gpu-trading-env zoo``: ``train``'s defaults on seeded markets with known best rules.
+
+    gpu-trading-env zoo --device cuda                  # 8 markets x 5 seeds, a report
+    gpu-trading-env zoo --small --markets builtin gbm_flat --seeds 0   # the CPU check of CI
+
+See :mod:`agents.zoo` for the markets, their references and the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from agents.cli.options import UsageError, default_out
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from agents.cli.sweep import resolve_devices
+    from agents.zoo import MARKETS_BY_NAME, SMALL, ZooBudget, run_zoo, summary_table, write_report
+
+    markets = args.markets or list(MARKETS_BY_NAME)
+    bad = [m for m in markets if m not in MARKETS_BY_NAME]
+    if bad:
+        raise UsageError(
+            f"--markets {' '.join(bad)} is invalid: allowed are {', '.join(MARKETS_BY_NAME)}"
+        )
+    if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
+        raise UsageError(f"--seeds {args.seeds} is invalid: allowed are distinct integers >= 0")
+    if args.runs_per_device < 1:
+        raise UsageError(f"--runs-per-device {args.runs_per_device} is invalid: allowed is >= 1")
+    devices = resolve_devices([args.device] if args.device != "auto" else ["auto"])
+    extra = tuple(shlex.split(args.train_args or ""))
+    for owned in ("--seed", "--device", "--out", "--data"):
+        if owned in extra:
+            raise UsageError(f"--train-args {args.train_args!r}: the zoo sets {owned} itself")
+    budget = SMALL if args.small else ZooBudget()
+    # Every run's train command line is checked before the first starts.
+    from agents.zoo import _train_args
+
+    for m in markets:
+        try:
+            _train_args(MARKETS_BY_NAME[m], 0, "cpu", budget, extra)
+        except SystemExit:
+            raise UsageError(
+                f"--train-args {args.train_args!r} is not a valid train command line"
+            ) from None
+    out = Path(args.out) if args.out else default_out("zoo")
+    total = len(markets) * len(args.seeds)
+    print(
+        f"market zoo: {len(markets)} markets x {len(args.seeds)} seeds = {total} runs on "
+        f"{', '.join(devices)} ({args.runs_per_device} at a time each); report in {out}",
+        flush=True,
+    )
+    bar = None
+    if not args.no_progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, unit="run", file=sys.stderr)
+    start = time.perf_counter()
+
+    def done(row: dict) -> None:
+        what = (
+            f"error {row['error']}"
+            if "error" in row
+            else f"agent Sharpe {row['agent']['sharpe']:.2f} vs reference "
+            f"{row['reference']['sharpe']:.2f} ({row['kept']} kept), {row['seconds']:.0f} s"
+        )
+        line = f"{row['market']} seed {row['seed']}: {what}"
+        if bar is not None:
+            bar.write(line)
+            bar.update(1)
+        else:
+            print(line, flush=True)
+
+    rows = run_zoo(
+        markets,
+        args.seeds,
+        devices,
+        runs_per_device=args.runs_per_device,
+        budget=budget,
+        extra_train_args=extra,
+        on_done=done,
+    )
+    if bar is not None:
+        bar.close()
+    command = "gpu-trading-env " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    meta = {
+        "markets": markets,
+        "seeds": list(args.seeds),
+        "devices": devices,
+        "runs_per_device": args.runs_per_device,
+        "small": bool(args.small),
+        "train_args": list(extra),
+        "wall_seconds": time.perf_counter() - start,
+    }
+    paths = write_report(rows, out, command, meta)
+    table = summary_table(__import__("agents.zoo", fromlist=["summarize"]).summarize(rows))
+    widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print(f"report: {paths['html']}  (every run: {paths['csv']}, {paths['json']})")
+    return 1 if any("error" in r for r in rows) else 0

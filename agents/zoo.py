@@ -1,0 +1,569 @@
+"""The market zoo: ``train``'s defaults judged on seeded markets whose best rule is known.
+
+Each market is drawn by one of the project's generators (``gpu_trading_env.data.synthetic``)
+with known parameters, so the rule those parameters imply is known too:
+
+| market | generator | reference (exposure per bar, from bars <= t) |
+| --- | --- | --- |
+| planted AR(1), phi 0.30 (the built-in market), 0.10, 0.05 | ``planted_signal`` | ``sign(phi r_t)``, or the conviction-sized rule where its Sharpe is higher |
+| built-in at 5x costs | ``planted_signal`` | the same |
+| mean-reverting AR(1), phi -0.20 | ``planted_signal`` | the same |
+| regime switching | ``regime_switching`` | the Bayes filter's expected return: its sign, or sized by it |
+| driftless GBM | ``gbm`` | flat |
+| GBM with drift | ``gbm`` | hold long |
+
+A run (one market, one seed) draws the market with that seed, trains exactly as
+``gpu-trading-env train --seed SEED`` does with every default (its split, validation window,
+model selection and fallback), and backtests the kept policy and the references on the same
+held-back bars with the same env, costs included. Where a market has two candidate references,
+the one with the higher out-of-sample Sharpe is the reference: the agent is held to the better.
+
+Per run: the agent's and the reference's out-of-sample Sharpe, return, turnover, costs paid,
+their Sharpe ratio, and the block-bootstrap test of the agent's Sharpe against flat and against
+buy-and-hold (``sharpe_difference_interval``). Per market: the mean, spread and range over
+seeds, and the market's target. Runs go to worker processes, ``runs_per_device`` per device,
+like ``sweep``'s.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "MARKETS",
+    "SMALL",
+    "Market",
+    "ZooBudget",
+    "market_data",
+    "reference_exposures",
+    "run_one",
+    "run_zoo",
+    "summarize",
+    "write_report",
+]
+
+ZOO_BARS = 20_000  # bars after the feature warm-up, as the built-in market
+
+
+@dataclass(frozen=True)
+class Market:
+    """One market of the zoo.
+
+    :param name: short name (folder and CSV key).
+    :param title: what the market is, in words.
+    :param kind: ``MarketData.synthetic`` kind: planted, gbm or regime.
+    :param params: the generator's parameters.
+    :param reference: ``"planted"``, ``"regime"``, ``"flat"`` or ``"hold"``.
+    :param target: ``(measure, threshold)``: ``("sharpe_ratio", x)`` mean agent/reference
+        Sharpe >= x; ``("return", x)`` mean agent return >= x and an edge over flat claimed in
+        at most one seed in five; ``("buy_and_hold_fraction", x)`` mean agent return >= x times
+        buy-and-hold's.
+    :param env: extra ``--env FIELD=VALUE`` of the market (its costs).
+    """
+
+    name: str
+    title: str
+    kind: str
+    params: dict[str, Any]
+    reference: str
+    target: tuple[str, float]
+    env: tuple[str, ...] = ()
+
+
+MARKETS: tuple[Market, ...] = (
+    Market("builtin", "built-in: planted AR(1), phi 0.30", "planted", {}, "planted",
+           ("sharpe_ratio", 0.85)),
+    Market("costs_x5", "built-in at 5x costs (5 / 2.5 / 7.5 bps)", "planted", {}, "planted",
+           ("sharpe_ratio", 0.7), ("order_cost_bps=(5.0,2.5,7.5)",)),
+    Market("phi_0.10", "planted AR(1), phi 0.10", "planted", {"phi": 0.10}, "planted",
+           ("sharpe_ratio", 0.6)),
+    Market("phi_0.05", "planted AR(1), phi 0.05", "planted", {"phi": 0.05}, "planted",
+           ("sharpe_ratio", 0.4)),
+    Market("mean_reverting", "mean-reverting AR(1), phi -0.20", "planted", {"phi": -0.20},
+           "planted", ("sharpe_ratio", 0.6)),
+    Market("regime", "regime switching (bull / bear / sideways)", "regime", {}, "regime",
+           ("sharpe_ratio", 0.6)),
+    Market("gbm_flat", "driftless GBM (no edge)", "gbm", {"mu": 0.0}, "flat", ("return", -0.03)),
+    Market("gbm_drift", "GBM with drift 5 bps a bar", "gbm", {"mu": 5e-4}, "hold",
+           ("buy_and_hold_fraction", 0.8)),
+)  # fmt: skip
+MARKETS_BY_NAME = {m.name: m for m in MARKETS}
+
+
+@dataclass(frozen=True)
+class ZooBudget:
+    """Size of a zoo run. The defaults are the GPU zoo; ``SMALL`` is the CPU check in CI.
+
+    :param bars: bars per market after the warm-up.
+    :param train_args: extra ``train`` options of every run (budgets), e.g. ``("--timesteps",
+        "3000")``; empty for ``train``'s defaults.
+    """
+
+    bars: int = ZOO_BARS
+    train_args: tuple[str, ...] = ()
+
+
+SMALL = ZooBudget(
+    bars=1_500,
+    train_args=("--timesteps", "2000", "--num-envs", "4", "--batch-size", "32",
+                "--episode-length", "100", "--eval-every", "1000"),
+)  # fmt: skip
+
+
+def market_data(market: Market, seed: int, bars: int = ZOO_BARS) -> Any:
+    """The market's ``MarketData`` for ``seed`` (the built-in market's seed 0 is the default
+    data)."""
+    from gpu_trading_env.data.market_data import MarketData
+
+    return MarketData.synthetic(market.kind, bars, seed=int(seed), **market.params)
+
+
+def reference_exposures(market: Market, data: Any) -> dict[str, np.ndarray]:
+    """Candidate references of ``market`` on ``data``: name -> exposure float64 [n_bars] in
+    [-1, 1], row ``t`` from bars <= t (see the module doc)."""
+    from gpu_trading_env.data.synthetic import (
+        planted_conviction_exposure,
+        planted_rule_exposure,
+        regime_filter_expected_return,
+    )
+
+    meta = data.metadata
+    if market.reference == "planted":
+        phi, sigma = float(meta["phi"]), float(meta["sigma"])
+        return {
+            "sign rule": math.copysign(1.0, phi) * planted_rule_exposure(data),
+            "conviction rule": planted_conviction_exposure(data, phi, sigma),
+        }
+    if market.reference == "regime":
+        mus = meta["mus"]
+        m = regime_filter_expected_return(data, mus, meta["sigmas"], meta["persistence"])
+        return {
+            "filter sign": np.sign(m),
+            "filter conviction": np.clip(m / max(abs(float(x)) for x in mus), -1.0, 1.0),
+        }
+    if market.reference == "flat":
+        return {"flat": np.zeros(data.n_bars)}
+    if market.reference == "hold":
+        return {"hold": np.ones(data.n_bars)}
+    raise ValueError(f"reference = {market.reference!r} is invalid")
+
+
+def _train_args(market: Market, seed: int, device: str, budget: ZooBudget, extra: Sequence[str]):
+    from agents.cli.options import validate
+    from agents.cli.parser import build_parser
+
+    argv = ["train", "--seed", str(seed), "--device", device, "--no-progress"]
+    argv += [*budget.train_args, *extra]
+    env = list(market.env)
+    if "--env" in argv:  # the caller's --env pairs join the market's
+        k = argv.index("--env")
+        j = k + 1
+        while j < len(argv) and not argv[j].startswith("--"):
+            env.append(argv[j])
+            j += 1
+        del argv[k:j]
+    if env:
+        argv += ["--env", *env]
+    args = build_parser().parse_args(argv)
+    validate(args)
+    return args
+
+
+def _thin(x: np.ndarray, n: int = 600) -> list[float]:
+    """At most ``n`` evenly spaced points of a curve, its last included (for plots)."""
+    x = np.asarray(x, dtype=np.float64)
+    idx = np.unique(np.linspace(0, len(x) - 1, min(n, len(x))).round().astype(int))
+    return [float(v) for v in x[idx]]
+
+
+def run_one(
+    market_name: str,
+    seed: int,
+    device: str = "cpu",
+    budget: ZooBudget = ZooBudget(),
+    extra_train_args: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One zoo run: draw, train as ``train`` does, backtest agent and references out of sample.
+
+    :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
+    """
+    from agents.cli.train import CPU_DEFAULTS, train_settings
+    from agents.walkforward import train_selected
+    from gpu_trading_env.reports.backtest import backtest, exposure_policy
+    from gpu_trading_env.reports.metrics import bars_per_year, sharpe_difference_interval
+
+    t0 = time.perf_counter()
+    market = MARKETS_BY_NAME[market_name]
+    args = _train_args(market, seed, device, budget, extra_train_args)
+    settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
+    data = market_data(market, seed, budget.bars)
+    train, test = data.split(args.train_fraction)
+    per_year = bars_per_year(test.timestamps)
+    config = args.config
+    run = train_selected(train, test, config, settings, seed=seed, per_year=per_year)
+    agent = run["test"]
+    refs = {
+        name: backtest(exposure_policy(x, config), test, config, per_year=per_year)
+        for name, x in reference_exposures(market, test).items()
+    }
+    ref_name = max(refs, key=lambda k: refs[k].strategy.sharpe)
+    ref = refs[ref_name]
+    flat = np.zeros(len(agent.returns))
+    bh = agent.buy_and_hold[1:] / agent.buy_and_hold[:-1] - 1.0
+    vs_flat = sharpe_difference_interval(agent.returns, flat, per_year)
+    vs_bh = sharpe_difference_interval(agent.returns, bh, per_year)
+    a, r = agent.strategy, ref.strategy
+    return {
+        "market": market.name,
+        "seed": int(seed),
+        "device": device,
+        "kept": run["kept"],
+        "agent": a.to_dict(),
+        "network": run["network_test"].strategy.to_dict(),
+        "reference_name": ref_name,
+        "reference": r.to_dict(),
+        "references": {k: v.strategy.to_dict() for k, v in refs.items()},
+        "buy_and_hold": agent.benchmark.to_dict(),
+        "sharpe_ratio": a.sharpe / r.sharpe if r.sharpe > 0 else None,
+        "network_sharpe_ratio": (
+            run["network_test"].strategy.sharpe / r.sharpe if r.sharpe > 0 else None
+        ),
+        "vs_flat": vs_flat,
+        "vs_buy_and_hold": vs_bh,
+        "edge_over_flat_claimed": bool(vs_flat["low"] > 0.0),
+        "gate": run["gate"],
+        "selected_step": run["selected_step"],
+        "evaluations": run["evals"],
+        "learning_curve": run["curve"],
+        "train_seconds": run["train_seconds"],
+        "timesteps": run["timesteps"],
+        "seconds": time.perf_counter() - t0,
+        "bars": {"train": int(train.n_bars), "test": int(test.n_bars)},
+        "curves": {
+            "agent": _thin(agent.equity),
+            "reference": _thin(ref.equity),
+            "buy_and_hold": _thin(agent.buy_and_hold),
+        },
+    }
+
+
+# ------------------------------------------------------------------ the whole zoo
+
+
+def _init_worker(slots: Any) -> None:
+    device = slots.get()
+    os.environ["GPU_TRADING_ENV_ZOO_DEVICE"] = device
+    if device.startswith("cuda:"):
+        # Each worker sees its GPU alone, before torch or CuPy initialise CUDA.
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+
+
+def _worker_run(market: str, seed: int, budget: ZooBudget, extra: tuple[str, ...]) -> dict:
+    device = os.environ["GPU_TRADING_ENV_ZOO_DEVICE"]
+    device = "cuda" if device.startswith("cuda") else device
+    try:
+        return run_one(market, seed, device, budget, extra)
+    except Exception as exc:  # a failed run is a row, the others go on
+        import traceback
+
+        return {
+            "market": market,
+            "seed": seed,
+            "device": device,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(),
+        }
+
+
+def run_zoo(
+    markets: Sequence[str],
+    seeds: Sequence[int],
+    devices: Sequence[str],
+    *,
+    runs_per_device: int = 1,
+    budget: ZooBudget = ZooBudget(),
+    extra_train_args: Sequence[str] = (),
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Every (market, seed) run, in worker processes (``runs_per_device`` per device).
+
+    Workers are started with ``spawn`` and live for the whole zoo, so each pays the imports and
+    the one-time kernel compilations once. Rows come back in (market, seed) order.
+    """
+    unknown = [m for m in markets if m not in MARKETS_BY_NAME]
+    if unknown:
+        raise ValueError(f"markets {unknown} are invalid: allowed are {list(MARKETS_BY_NAME)}")
+    if runs_per_device < 1:
+        raise ValueError(f"runs_per_device = {runs_per_device!r} is invalid: allowed is >= 1")
+    ctx = mp.get_context("spawn")
+    slots = ctx.Manager().Queue()
+    workers = [d for d in devices for _ in range(runs_per_device)]
+    for d in workers:
+        slots.put(d)
+    jobs = [(m, int(s)) for m in markets for s in seeds]
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    with ProcessPoolExecutor(
+        len(workers), mp_context=ctx, initializer=_init_worker, initargs=(slots,)
+    ) as pool:
+        futures = {
+            pool.submit(_worker_run, m, s, budget, tuple(extra_train_args)): (m, s) for m, s in jobs
+        }
+        for fut in as_completed(futures):
+            row = fut.result()
+            rows[futures[fut]] = row
+            if on_done is not None:
+                on_done(row)
+    return [rows[j] for j in jobs]
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    if not v:
+        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    return {
+        "mean": float(np.mean(v)),
+        "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+        "min": float(min(v)),
+        "max": float(max(v)),
+        "n": len(v),
+    }
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per market: means and spreads over seeds, and whether the target holds."""
+    out = []
+    for market in MARKETS:
+        mine = [r for r in rows if r["market"] == market.name and "error" not in r]
+        failed = [r for r in rows if r["market"] == market.name and "error" in r]
+        if not mine and not failed:
+            continue
+        ret = _stats([r["agent"]["total_return"] for r in mine])
+        bh = _stats([r["buy_and_hold"]["total_return"] for r in mine])
+        ratio = _stats([r["sharpe_ratio"] for r in mine])
+        claims = sum(r["edge_over_flat_claimed"] for r in mine)
+        measure, threshold = market.target
+        if not mine or failed:
+            passed = None
+        elif measure == "sharpe_ratio":
+            passed = ratio["mean"] is not None and ratio["mean"] >= threshold
+        elif measure == "return":
+            passed = ret["mean"] >= threshold and claims <= max(1, len(mine) // 5)
+        else:
+            passed = bh["mean"] > 0 and ret["mean"] >= threshold * bh["mean"]
+        out.append(
+            {
+                "market": market.name,
+                "title": market.title,
+                "target": {"measure": measure, "threshold": threshold},
+                "seeds": len(mine),
+                "failed_runs": len(failed),
+                "agent_sharpe": _stats([r["agent"]["sharpe"] for r in mine]),
+                "reference_sharpe": _stats([r["reference"]["sharpe"] for r in mine]),
+                "buy_and_hold_sharpe": _stats([r["buy_and_hold"]["sharpe"] for r in mine]),
+                "sharpe_ratio": ratio,
+                "network_sharpe_ratio": _stats([r["network_sharpe_ratio"] for r in mine]),
+                "agent_return": ret,
+                "reference_return": _stats([r["reference"]["total_return"] for r in mine]),
+                "buy_and_hold_return": bh,
+                "agent_turnover": _stats([r["agent"].get("turnover") for r in mine]),
+                "agent_costs": _stats([r["agent"].get("costs_paid") for r in mine]),
+                "edge_over_flat_claims": int(claims),
+                "kept_network": int(sum(r["kept"] == "network" for r in mine)),
+                "seconds": _stats([r["seconds"] for r in mine]),
+                "passed": passed,
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------ report
+
+_CSV_FIELDS = [
+    "market", "seed", "kept", "agent_sharpe", "reference", "reference_sharpe", "sharpe_ratio",
+    "network_sharpe_ratio", "agent_return", "reference_return", "buy_and_hold_return",
+    "agent_turnover", "agent_costs", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
+    "validation_p_vs_baseline", "seconds", "error",
+]  # fmt: skip
+
+
+def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
+    if "error" in r:
+        return {"market": r["market"], "seed": r["seed"], "error": r["error"]}
+    return {
+        "market": r["market"],
+        "seed": r["seed"],
+        "kept": r["kept"],
+        "agent_sharpe": r["agent"]["sharpe"],
+        "reference": r["reference_name"],
+        "reference_sharpe": r["reference"]["sharpe"],
+        "sharpe_ratio": r["sharpe_ratio"],
+        "network_sharpe_ratio": r["network_sharpe_ratio"],
+        "agent_return": r["agent"]["total_return"],
+        "reference_return": r["reference"]["total_return"],
+        "buy_and_hold_return": r["buy_and_hold"]["total_return"],
+        "agent_turnover": r["agent"].get("turnover"),
+        "agent_costs": r["agent"].get("costs_paid"),
+        "vs_flat_p": r["vs_flat"]["p_value"],
+        "vs_flat_low": r["vs_flat"]["low"],
+        "vs_buy_and_hold_p": r["vs_buy_and_hold"]["p_value"],
+        "validation_p_vs_baseline": r["gate"]["network_minus_baseline_validation_sharpe"][
+            "p_value"
+        ],
+        "seconds": r["seconds"],
+        "error": "",
+    }
+
+
+def _fmt(s: dict[str, Any], spec: str = ".2f") -> str:
+    if s["mean"] is None:
+        return "n/a"
+    return f"{s['mean']:{spec}} ± {s['std']:{spec}} [{s['min']:{spec}}, {s['max']:{spec}}]"
+
+
+def _target_text(t: dict[str, Any]) -> str:
+    m, x = t["measure"], t["threshold"]
+    if m == "sharpe_ratio":
+        return f"Sharpe ratio >= {x:g}"
+    if m == "return":
+        return f"return >= {x:+.0%}, edge over flat claimed in <= 1 of 5 seeds"
+    return f"return >= {x:.0%} of buy-and-hold's"
+
+
+def summary_table(summary: list[dict[str, Any]]) -> list[list[str]]:
+    """Rows of the console and HTML table (header first)."""
+    head = [
+        "market", "agent Sharpe", "reference Sharpe", "agent / reference", "agent return",
+        "buy-and-hold return", "edge over flat claimed", "network kept", "target", "met",
+    ]  # fmt: skip
+    rows = [head]
+    for s in summary:
+        rows.append(
+            [
+                s["title"],
+                _fmt(s["agent_sharpe"]),
+                _fmt(s["reference_sharpe"]),
+                _fmt(s["sharpe_ratio"]),
+                _fmt(s["agent_return"], ".1%"),
+                _fmt(s["buy_and_hold_return"], ".1%"),
+                f"{s['edge_over_flat_claims']} of {s['seeds']}",
+                f"{s['kept_network']} of {s['seeds']}",
+                _target_text(s["target"]),
+                {True: "yes", False: "NO", None: "n/a"}[s["passed"]],
+            ]
+        )
+    return rows
+
+
+def _plot_market(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "error" not in r]
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 3.8))
+    seeds = [r["seed"] for r in ok]
+    x = np.arange(len(ok))
+    ax1.bar(x - 0.2, [r["agent"]["sharpe"] for r in ok], 0.4, label="agent")
+    ax1.bar(x + 0.2, [r["reference"]["sharpe"] for r in ok], 0.4, label="reference")
+    ax1.axhline(0.0, color="black", lw=0.6)
+    ax1.set_xticks(x, [f"seed {s}" for s in seeds])
+    ax1.set_title("out-of-sample Sharpe, costs in")
+    ax1.legend(fontsize=8)
+    first = ok[0]
+    for name, style in (("agent", "-"), ("reference", "--"), ("buy_and_hold", ":")):
+        curve = first["curves"][name]
+        ax2.plot(np.linspace(0, 1, len(curve)), curve, style, label=name.replace("_", "-"))
+    ax2.set_title(f"seed {first['seed']}: value / start, held-back bars")
+    ax2.set_xlabel("fraction of the out-of-sample window")
+    ax2.legend(fontsize=8)
+    ev = first["evaluations"]
+    ax3.plot(ev["timesteps"], ev["validation"], "o-", label="validation Sharpe")
+    ax3.plot(ev["timesteps"], ev["test"], "s--", label="out-of-sample Sharpe")
+    ax3.axvline(first["selected_step"], color="grey", lw=0.8, label="selected snapshot")
+    ax3.set_title(f"seed {first['seed']}: learning curve (kept: {first['kept']})")
+    ax3.set_xlabel("env steps")
+    ax3.legend(fontsize=8)
+    fig.suptitle(MARKETS_BY_NAME[first["market"]].title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_report(
+    rows: list[dict[str, Any]], out: Path, command: str, meta: dict[str, Any]
+) -> dict[str, Path]:
+    """``zoo.json`` (every row, the summary, how it was run), ``zoo.csv`` (a row per run) and
+    ``index.html`` (the table and a figure per market)."""
+    import html
+
+    from gpu_trading_env.atomic_file import atomic_write
+
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(rows)
+    doc = {"command": command, **meta, "summary": summary, "runs": rows}
+    paths = {"json": out / "zoo.json", "csv": out / "zoo.csv", "html": out / "index.html"}
+    with atomic_write(paths["json"], "w") as f:
+        f.write(json.dumps(doc, indent=1, default=float))
+    with atomic_write(paths["csv"], "w") as f:
+        w = csv.DictWriter(f, fieldnames=_CSV_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(_csv_row(r))
+    figures = []
+    for s in summary:
+        mine = [r for r in rows if r["market"] == s["market"] and "error" not in r]
+        if mine:
+            name = f"{s['market']}.png"
+            _plot_market(mine, out / name)
+            figures.append((name, s["title"]))
+    table = summary_table(summary)
+    cells = "".join(
+        "<tr>" + "".join(f"<{t}>{html.escape(c)}</{t}>" for c in row) + "</tr>"
+        for t, row in zip(["th"] + ["td"] * (len(table) - 1), table, strict=True)
+    )
+    errors = "".join(
+        f"<li>{html.escape(r['market'])} seed {r['seed']}: {html.escape(r['error'])}</li>"
+        for r in rows
+        if "error" in r
+    )
+    notes = [
+        f"Command: <code>{html.escape(command)}</code>",
+        "Each run draws its market with its seed, trains exactly as <code>gpu-trading-env train "
+        "--seed SEED</code> does with every default, and backtests the kept policy and the "
+        "reference on the same held-back bars (the last 20%) with the same env and costs.",
+        "Figures are mean ± sample standard deviation [min, max] over seeds. Sharpe ratios are "
+        "annualised, costs in. 'Edge over flat claimed': the 95% block-bootstrap interval of "
+        "the agent's Sharpe minus flat's lies above zero. 'Network kept': runs where the "
+        "trained network beat the best parameter-free policy on validation (otherwise that "
+        "policy was kept).",
+    ]
+    page = (
+        "<!doctype html><meta charset='utf-8'><title>market zoo</title>"
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #bbb;padding:3px 8px;font-size:13px}</style>"
+        "<h1>Market zoo</h1>"
+        + "".join(f"<p>{n}</p>" for n in notes)
+        + f"<table>{cells}</table>"
+        + (f"<h2>Failed runs</h2><ul>{errors}</ul>" if errors else "")
+        + "".join(
+            f"<h2>{html.escape(t)}</h2><img src='{html.escape(n)}' style='max-width:100%'>"
+            for n, t in figures
+        )
+        + "<p>Every run: <a href='zoo.csv'>zoo.csv</a>, <a href='zoo.json'>zoo.json</a>.</p>"
+    )
+    with atomic_write(paths["html"], "w") as f:
+        f.write(page)
+    return paths

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Learner variants side by side on the market zoo, in one GPU call: each variant is a zoo run
+# (every market, the seeds given) with extra train options; the variants run at the same time,
+# WORKERS runs each on the one GPU. Results: $OUT/<variant>.json and .csv.
+# Usage: OUT=dir bash benchmarks/zoo_screen.sh "SEEDS" NAME='TRAIN ARGS' [NAME='TRAIN ARGS' ...]
+set -uo pipefail
+OUT=${OUT:-zoo-screen}
+mkdir -p "$OUT"
+seeds=$1
+shift
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+for spec in "$@"; do
+  name=${spec%%=*}
+  args=${spec#*=}
+  (
+    timeout --foreground "${ZOO_TIMEOUT:-540}" python3 -m agents.cli zoo --device cuda \
+      --seeds $seeds --runs-per-device "${WORKERS:-2}" --no-progress \
+      --train-args "$args" --out "/tmp/zoo-$name" >"/tmp/zoo-$name.log" 2>&1
+    echo "exit $?" >>"/tmp/zoo-$name.log"
+    cp "/tmp/zoo-$name/zoo.json" "$OUT/$name.json" 2>/dev/null
+    cp "/tmp/zoo-$name/zoo.csv" "$OUT/$name.csv" 2>/dev/null
+  ) &
+done
+wait
+for spec in "$@"; do
+  name=${spec%%=*}
+  echo "== $name: ${spec#*=}"
+  tail -14 "/tmp/zoo-$name.log"
+done
