@@ -79,6 +79,8 @@ class TrainSettings:
     # Keep the network only where it beats the best parameter-free policy on validation
     # (agents.baseline_policies); False keeps the best snapshot whatever it earned.
     fallback: bool = True
+    net_width: int = 256  # dueling network: trunk [w, w], value and advantage heads [w / 2]
+    weight_decay: float = 0.0  # decoupled (AdamW-style) weight decay of the Q-network
     verbose: int = 0
     progress_bar: bool = False
     tensorboard_log: str | None = None
@@ -193,9 +195,19 @@ def train_selected(
     )
     steps = settings.timesteps
     eval_every = settings.eval_every or max(steps // 10, settings.num_envs)
+    width = int(settings.net_width)
+    policy_kwargs: dict[str, Any] = {
+        "net_arch": {"shared": [width, width], "value": [width // 2], "advantage": [width // 2]}
+    }
+    if settings.weight_decay:
+        policy_kwargs["optimizer_kwargs"] = {
+            "weight_decay": settings.weight_decay,
+            "decoupled_weight_decay": True,
+        }
     model = GpuDQN(
         "DuelingPolicy",
         env,
+        policy_kwargs=policy_kwargs,
         learning_rate=settings.learning_rate,
         buffer_size=settings.buffer_size,
         learning_starts=max(10 * settings.num_envs, 1000),

@@ -121,6 +121,17 @@ def validate(args: argparse.Namespace) -> None:
         _check(0.0 < args.val_fraction <= 0.5, "--val-fraction", args.val_fraction, "(0, 0.5]")
     if getattr(args, "learning_rate", None) is not None:
         _check(args.learning_rate > 0, "--learning-rate", args.learning_rate, "a number > 0")
+    if getattr(args, "net_width", None) is not None:
+        _check(
+            2 <= args.net_width <= 4096, "--net-width", args.net_width, "an integer in [2, 4096]"
+        )
+    if getattr(args, "weight_decay", None) is not None:
+        _check(
+            0.0 <= args.weight_decay < 1.0,
+            "--weight-decay",
+            args.weight_decay,
+            "a number in [0, 1)",
+        )
     if getattr(args, "gamma", None) is not None:
         _check(0.0 < args.gamma <= 1.0, "--gamma", args.gamma, "a number in (0, 1]")
     if getattr(args, "exposure", None) is not None:

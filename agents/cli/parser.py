@@ -158,6 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
             "(flat, hold long or hold short) on the validation window (default: that policy is "
             "kept then; agents/baseline_policies.py)",
         )
+        g.add_argument(
+            "--net-width",
+            type=_int,
+            default=256,
+            help="dueling Q-network: a trunk of two layers of this width, value and advantage "
+            "heads of half of it",
+        )
+        g.add_argument(
+            "--weight-decay",
+            type=float,
+            default=0.0,
+            help="decoupled weight decay of the Q-network's Adam (AdamW-style)",
+        )
         g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
         g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")
         g.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -48,6 +48,8 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         curiosity=args.curiosity,
         train_precision=args.train_precision,
         fallback=not args.no_fallback,
+        net_width=args.net_width,
+        weight_decay=args.weight_decay,
         verbose=args.verbose,
         progress_bar=not args.no_progress,
     )
