@@ -96,8 +96,8 @@ MARKETS: tuple[Market, ...] = (
     Market("regime", "regime switching (bull / bear / sideways)", "regime", {}, "regime",
            ("sharpe_ratio", 0.6)),
     Market("gbm_flat", "driftless GBM (no edge)", "gbm", {"mu": 0.0}, "flat", ("return", -0.03)),
-    Market("gbm_drift", "GBM with drift 5 bps a bar", "gbm", {"mu": 5e-4}, "hold",
-           ("buy_and_hold_fraction", 0.8)),
+    Market("gbm_drift", "GBM with drift (1 bp a bar, volatility 20 bps)", "gbm",
+           {"mu": 1e-4, "sigma": 0.002}, "hold", ("buy_and_hold_fraction", 0.8)),
 )  # fmt: skip
 MARKETS_BY_NAME = {m.name: m for m in MARKETS}
 

@@ -2,6 +2,7 @@
 # Learner variants side by side on the market zoo, in one GPU call: each variant is a zoo run
 # (every market, the seeds given) with extra train options; the variants run at the same time,
 # WORKERS runs each on the one GPU. Results: $OUT/<variant>.json and .csv.
+# MARKETS narrows the markets (default: all).
 # Usage: OUT=dir bash benchmarks/zoo_screen.sh "SEEDS" NAME='TRAIN ARGS' [NAME='TRAIN ARGS' ...]
 set -uo pipefail
 OUT=${OUT:-zoo-screen}
@@ -14,7 +15,7 @@ for spec in "$@"; do
   args=${spec#*=}
   (
     timeout --foreground "${ZOO_TIMEOUT:-540}" python3 -m agents.cli zoo --device cuda \
-      --seeds $seeds --runs-per-device "${WORKERS:-2}" --no-progress \
+      --seeds $seeds ${MARKETS:+--markets $MARKETS} --runs-per-device "${WORKERS:-2}" --no-progress \
       --train-args "$args" --out "/tmp/zoo-$name" >"/tmp/zoo-$name.log" 2>&1
     echo "exit $?" >>"/tmp/zoo-$name.log"
     cp "/tmp/zoo-$name/zoo.json" "$OUT/$name.json" 2>/dev/null
