@@ -70,7 +70,8 @@ class Market:
         Sharpe >= x; ``("return", x)`` mean agent return >= x and an edge over flat claimed in
         at most one seed in five; ``("buy_and_hold_fraction", x)`` mean agent return >= x times
         buy-and-hold's.
-    :param env: extra ``--env FIELD=VALUE`` of the market (its costs).
+    :param cost_multiplier: the market's order costs as a multiple of the train defaults'
+        (or of the ``--env order_cost_bps`` given).
     """
 
     name: str
@@ -79,14 +80,14 @@ class Market:
     params: dict[str, Any]
     reference: str
     target: tuple[str, float]
-    env: tuple[str, ...] = ()
+    cost_multiplier: float = 1.0
 
 
 MARKETS: tuple[Market, ...] = (
     Market("builtin", "built-in: planted AR(1), phi 0.30", "planted", {}, "planted",
            ("sharpe_ratio", 0.85)),
-    Market("costs_x5", "built-in at 5x costs (5 / 2.5 / 7.5 bps)", "planted", {}, "planted",
-           ("sharpe_ratio", 0.7), ("order_cost_bps=(5.0,2.5,7.5)",)),
+    Market("costs_x5", "built-in at 5x costs", "planted", {}, "planted",
+           ("sharpe_ratio", 0.7), cost_multiplier=5.0),
     Market("phi_0.10", "planted AR(1), phi 0.10", "planted", {"phi": 0.10}, "planted",
            ("sharpe_ratio", 0.6)),
     Market("phi_0.05", "planted AR(1), phi 0.05", "planted", {"phi": 0.05}, "planted",
@@ -165,19 +166,11 @@ def _train_args(market: Market, seed: int, device: str, budget: ZooBudget, extra
     from agents.cli.parser import build_parser
 
     argv = ["train", "--seed", str(seed), "--device", device, "--no-progress"]
-    argv += [*budget.train_args, *extra]
-    env = list(market.env)
-    if "--env" in argv:  # the caller's --env pairs join the market's
-        k = argv.index("--env")
-        j = k + 1
-        while j < len(argv) and not argv[j].startswith("--"):
-            env.append(argv[j])
-            j += 1
-        del argv[k:j]
-    if env:
-        argv += ["--env", *env]
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args([*argv, *budget.train_args, *extra])
     validate(args)
+    if market.cost_multiplier != 1.0:
+        costs = tuple(market.cost_multiplier * c for c in args.config.order_cost_bps)
+        args.config = args.config.replace(order_cost_bps=costs)
     return args
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Learner variants side by side on the market zoo, in one GPU call: each variant is a zoo run
 # (every market, the seeds given) with extra train options; the variants run at the same time,
-# WORKERS runs each on the one GPU. Results: $OUT/<variant>.json and .csv.
+# WORKERS runs each on the one GPU. Results: $OUT/<variant>.tar.gz (the zoo's report folder and log).
 # MARKETS narrows the markets (default: all).
 # Usage: OUT=dir bash benchmarks/zoo_screen.sh "SEEDS" NAME='TRAIN ARGS' [NAME='TRAIN ARGS' ...]
 set -uo pipefail
@@ -18,8 +18,7 @@ for spec in "$@"; do
       --seeds $seeds ${MARKETS:+--markets $MARKETS} --runs-per-device "${WORKERS:-2}" --no-progress \
       --train-args "$args" --out "/tmp/zoo-$name" >"/tmp/zoo-$name.log" 2>&1
     echo "exit $?" >>"/tmp/zoo-$name.log"
-    cp "/tmp/zoo-$name/zoo.json" "$OUT/$name.json" 2>/dev/null
-    cp "/tmp/zoo-$name/zoo.csv" "$OUT/$name.csv" 2>/dev/null
+    tar -czf "$OUT/$name.tar.gz" -C /tmp "zoo-$name" "zoo-$name.log" 2>/dev/null
   ) &
 done
 wait

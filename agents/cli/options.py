@@ -52,7 +52,18 @@ def resolve_device(name: str) -> str:
 #   a volatile market pays whatever its direction, and the agent traded a driftless random walk;
 #   the barriers themselves close positions that the strategy meant to hold.
 # All three stay available through --env (e.g. --env barriers=True).
-TRAIN_ENV_DEFAULTS = {"diversity_penalty": 0.0, "risk_penalty_scale": 0.0, "barriers": False}
+# The actions are the five exposure levels at the market order's cost. EnvConfig's 45 actions
+# hold each exposure nine times (three order types that differ only in cost, three sub-actions
+# that change nothing), and a Q-learner estimates each of the 45 from the transitions that took
+# it: a ninth of the data per estimate, and argmax over nine noisy copies. On the market zoo
+# that is the difference between finding an edge of a few basis points and trading noise.
+TRAIN_ENV_DEFAULTS = {
+    "diversity_penalty": 0.0,
+    "risk_penalty_scale": 0.0,
+    "barriers": False,
+    "order_cost_bps": (1.0,),
+    "sub_actions": 1,
+}
 
 
 def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
