@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from agents.baseline_policies import (
     network_beats_baseline,
     set_constant_policy,
 )
+from agents.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import (
@@ -59,31 +60,6 @@ __all__ = [
 # (agents.zoo): without barriers and the risk penalty (the commands' env defaults) the agent can
 # hold every exposure level at no penalty.
 RULE_EXPOSURE = 1.0
-
-
-@dataclass
-class TrainSettings:
-    """Budget and hyper-parameters of one training run (see the CLI's ``--help``)."""
-
-    timesteps: int
-    num_envs: int
-    batch_size: int
-    buffer_size: int
-    learning_rate: float = 3e-4
-    gamma: float = 0.5
-    eval_every: int | None = None  # env steps between validation backtests; None: timesteps / 10
-    val_fraction: float = 0.2
-    device: str = "cpu"
-    curiosity: bool = False
-    train_precision: str = "auto"  # the captured GPU train step's matrix products
-    # Keep the network only where it beats the best parameter-free policy on validation
-    # (agents.baseline_policies); False keeps the best snapshot whatever it earned.
-    fallback: bool = True
-    net_width: int = 256  # dueling network: trunk [w, w], value and advantage heads [w / 2]
-    weight_decay: float = 0.0  # decoupled (AdamW-style) weight decay of the Q-network
-    verbose: int = 0
-    progress_bar: bool = False
-    tensorboard_log: str | None = None
 
 
 def greedy_batch_policy(q_nets: list[Any]) -> BatchPolicy:

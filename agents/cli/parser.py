@@ -12,6 +12,7 @@ from agents.cli.sweep import cmd_sweep
 from agents.cli.train import cmd_train
 from agents.cli.walkforward import cmd_walkforward
 from agents.cli.zoo import cmd_zoo
+from agents.train_settings import TrainSettings
 
 DESCRIPTION = (
     "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, "
@@ -161,15 +162,15 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(
             "--net-width",
             type=_int,
-            default=256,
+            default=TrainSettings.net_width,
             help="dueling Q-network: a trunk of two layers of this width, value and advantage "
             "heads of half of it",
         )
         g.add_argument(
             "--weight-decay",
             type=float,
-            default=0.0,
-            help="decoupled weight decay of the Q-network's Adam (AdamW-style)",
+            default=TrainSettings.weight_decay,
+            help="decoupled weight decay of the Q-network's Adam (AdamW-style); 0 turns it off",
         )
         g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
         g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")

@@ -1,0 +1,176 @@
+"""The market zoo: references against their analytic values, the fallback test, reproducibility."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from agents.baseline_policies import (
+    BASELINE_EXPOSURE,
+    baseline_action,
+    choose_baseline,
+    set_constant_policy,
+)
+from agents.zoo import MARKETS_BY_NAME, SMALL, market_data, reference_exposures, run_one
+from gpu_trading_env import EnvConfig, MarketData
+from gpu_trading_env.data.synthetic import (
+    planted_conviction_exposure,
+    planted_rule_expected_return,
+    regime_filter_expected_return,
+)
+from gpu_trading_env.reports.backtest import backtest, exposure_policy
+
+FRICTIONLESS = EnvConfig(
+    order_cost_bps=(0.0,),
+    sub_actions=1,
+    barriers=False,
+    diversity_penalty=0.0,
+    risk_penalty_scale=0.0,
+    sizing="equity",
+    episode_length=500,
+)
+
+
+@pytest.mark.parametrize("phi", [0.3, -0.2])
+def test_planted_reference_earns_its_analytic_return(phi: float) -> None:
+    """sign(phi r_t) held from close t to close t+1 earns planted_rule_expected_return per bar:
+    in plain arithmetic on the closes, and through the env with no costs (equity sizing)."""
+    sigma = 0.005
+    data = MarketData.synthetic("planted", 10_000, seed=3, phi=phi, sigma=sigma)
+    market = MARKETS_BY_NAME["mean_reverting" if phi < 0 else "builtin"]
+    exposure = reference_exposures(market, data)["sign rule"]
+    close = np.asarray(data.close, dtype=np.float64)
+    per_bar = exposure[:-1] * (close[1:] / close[:-1] - 1.0)
+    # The generator's figure is for sign(r_t); sign(phi r_t) earns its magnitude.
+    expected = abs(planted_rule_expected_return(phi, sigma))
+    se = per_bar.std(ddof=1) / math.sqrt(len(per_bar))
+    assert abs(per_bar.mean() - expected) < 4 * se, (per_bar.mean(), expected, se)
+    env_returns = backtest(exposure_policy(exposure, FRICTIONLESS), data, FRICTIONLESS).returns
+    # Episode ends flatten one bar in 500; positions are whole units of equity / price.
+    assert abs(env_returns.mean() - expected) < 5 * se, (env_returns.mean(), expected)
+    assert np.corrcoef(env_returns, per_bar)[0, 1] > 0.95
+
+
+def test_conviction_rule_is_the_clipped_standardised_forecast() -> None:
+    data = MarketData.synthetic("planted", 2_000, seed=1, phi=0.1, sigma=0.005)
+    x = planted_conviction_exposure(data, 0.1, 0.005)
+    r = np.diff(np.log(np.asarray(data.close, dtype=np.float64)))
+    s = 0.005 / math.sqrt(1 - 0.01)
+    np.testing.assert_allclose(x[1:], np.clip(r / s, -1, 1))
+    assert x[0] == 0.0
+    with pytest.raises(ValueError, match="phi"):
+        planted_conviction_exposure(data, 0.0, 0.005)
+
+
+def test_regime_filter_knows_separable_regimes() -> None:
+    """With regimes told apart by every bar, the filtered forecast is the Markov chain's one
+    step ahead from the true regime: p * mu_k + (1 - p) / (K - 1) * sum of the other mus."""
+    mus, sigmas, p = (0.02, -0.02, 0.0), (1e-4, 1e-4, 1e-4), 0.99
+    data = MarketData.synthetic(
+        "regime", 3_000, seed=2, mus=mus, sigmas=sigmas, persistence=p, start_price=100.0
+    )
+    forecast = regime_filter_expected_return(data, mus, sigmas, p)
+    r = np.diff(np.log(np.asarray(data.close, dtype=np.float64)))
+    regime = np.argmin(np.abs(r[:, None] - np.asarray(mus)[None, :]), axis=1)  # bar 1..T-1
+    mu = np.asarray(mus)
+    expect = p * mu[regime] + (1 - p) / 2 * (mu.sum() - mu[regime])
+    np.testing.assert_allclose(forecast[1:], expect, atol=1e-9)
+
+
+def test_regime_filter_forecast_is_calibrated() -> None:
+    """On the default regime market the forecast of r_{t+1} is unbiased: regressing the next
+    return on it gives a slope near 1 (a filter with wrong parameters is not)."""
+    meta = {"mus": (3e-4, -4e-4, 0.0), "sigmas": (0.006, 0.012, 0.004), "persistence": 0.995}
+    data = MarketData.synthetic("regime", 150_000, seed=4)
+    f = regime_filter_expected_return(data, meta["mus"], meta["sigmas"], meta["persistence"])
+    r = np.diff(np.log(np.asarray(data.close, dtype=np.float64)))
+    slope = np.polyfit(f[:-1], r, 1)[0]
+    assert 0.6 < slope < 1.4, slope
+
+
+def test_flat_and_hold_references() -> None:
+    config = EnvConfig(order_cost_bps=(1.0,), sub_actions=1, barriers=False)
+    data = MarketData.synthetic("gbm", 2_000, seed=0, mu=1e-4, sigma=0.002)
+    flat = reference_exposures(MARKETS_BY_NAME["gbm_flat"], data)["flat"]
+    assert not flat.any()
+    result = backtest(exposure_policy(flat, config), data, config)
+    assert result.strategy.total_return == 0.0 and result.strategy.costs_paid == 0.0
+    hold = reference_exposures(MARKETS_BY_NAME["gbm_drift"], data)["hold"]
+    assert (hold == 1.0).all()
+
+
+def test_baseline_choice_follows_the_drift() -> None:
+    config = EnvConfig(order_cost_bps=(1.0,), sub_actions=1, barriers=False, sizing="equity")
+    up = MarketData.synthetic("gbm", 6_000, seed=0, mu=3e-4, sigma=0.002)
+    down = MarketData.synthetic("gbm", 6_000, seed=0, mu=-3e-4, sigma=0.002)
+    none = MarketData.synthetic("gbm", 6_000, seed=0, mu=0.0, sigma=0.01)
+    assert choose_baseline(up, config, 8766.0).name == "hold long"
+    assert choose_baseline(down, config, 8766.0).name == "hold short"
+    assert choose_baseline(none, config, 8766.0).name == "flat"
+
+
+def test_constant_policy_acts_the_baseline_in_every_state() -> None:
+    import gymnasium as gym
+
+    import gpu_trading_env  # noqa: F401
+    from agents import GpuDQN
+
+    config = EnvConfig(order_cost_bps=(1.0,), sub_actions=1, barriers=False)
+    env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu", config=config)
+    model = GpuDQN("DuelingPolicy", env, learning_starts=10, buffer_size=1_000, seed=0)
+    obs = np.random.default_rng(0).normal(size=(64, env.single_observation_space.shape[0]))
+    for name in BASELINE_EXPOSURE:
+        action = baseline_action(name, config)
+        set_constant_policy(model, action)
+        acts, _ = model.predict(obs.astype(np.float32), deterministic=True)
+        assert (acts == action).all(), name
+    env.close()
+
+
+def test_small_zoo_run_is_reproducible_under_its_seed() -> None:
+    a = run_one("builtin", 0, "cpu", SMALL)
+    b = run_one("builtin", 0, "cpu", SMALL)
+    for key in ("agent", "network", "reference", "vs_flat", "gate", "evaluations"):
+        assert a[key] == b[key], key
+    assert a["reference_name"] in ("sign rule", "conviction rule")
+    assert a["bars"]["test"] == SMALL.bars // 5
+
+
+def test_zoo_market_data_matches_the_builtin_market() -> None:
+    assert np.array_equal(
+        market_data(MARKETS_BY_NAME["builtin"], 0).close, MarketData.default().close
+    )
+
+
+def test_zoo_command_writes_json_csv_and_page(tmp_path) -> None:
+    out = tmp_path / "zoo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "zoo", "--small", "--device", "cpu",
+         "--markets", "gbm_flat", "--seeds", "0", "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((out / "zoo.json").read_text())
+    assert doc["summary"][0]["market"] == "gbm_flat" and len(doc["runs"]) == 1
+    assert "driftless GBM" in (out / "index.html").read_text()
+    assert (out / "gbm_flat.png").stat().st_size > 1000
+    assert (out / "zoo.csv").read_text().startswith("market,seed,kept")
+
+
+def test_zoo_command_refuses_unknown_markets_and_owned_options() -> None:
+    for argv, needle in (
+        (["--markets", "nope"], "--markets nope is invalid"),
+        (["--train-args", "--seed 3"], "the zoo sets --seed itself"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "agents.cli", "zoo", "--device", "cpu", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
