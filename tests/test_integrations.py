@@ -173,6 +173,50 @@ def test_keywords_as_gymnasium_envs() -> None:
         TradingVectorEnv(2, render_mode="human")
 
 
+@pytest.mark.parametrize("mode", ["sync", "async", "vector_entry_point"])
+def test_make_vec_max_episode_steps_truncates_in_every_mode(mode: str) -> None:
+    """Gymnasium passes ``max_episode_steps`` to vector entry points; it means TimeLimit."""
+    venv = gym.make_vec("GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10)
+    flat = np.full(N, make(1).config.encode_action(2))  # flat: no barrier ends it early
+    venv.reset(seed=0)
+    for t in range(1, 21):  # two episodes: NEXT_STEP, so step 11 is the reset step
+        _, reward, term, trunc, _ = venv.step(flat)
+        assert not term.any()
+        np.testing.assert_array_equal(trunc, np.full(N, t in (10, 21)))
+        if t == 11:
+            np.testing.assert_array_equal(reward, 0.0)
+    venv.close()
+    rng = np.random.default_rng(4)
+    venv = gym.make_vec("GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10)
+    venv.reset(seed=1)
+    length = np.zeros(N, dtype=int)
+    prev_done = np.zeros(N, dtype=bool)
+    for _ in range(60):
+        _, _, term, trunc, _ = venv.step(rng.integers(0, 45, N))
+        length = np.where(prev_done, 0, length + 1)
+        prev_done = term | trunc
+        assert (length <= 10).all() and prev_done[length == 10].all()
+    venv.close()
+
+
+def test_max_episode_steps_is_the_episode_length_and_checked() -> None:
+    """In the vector entry point it is the env's own limit: data equal to episode_length=10."""
+    limited = gym.make_vec("GpuTrading-v0", num_envs=N, max_episode_steps=10, episode_length=50)
+    plain = make(episode_length=10)
+    assert limited.config.episode_length == 10
+    assert make(max_episode_steps=100, episode_length=7).config.episode_length == 7
+    rng = np.random.default_rng(2)
+    np.testing.assert_array_equal(limited.reset(seed=5)[0], plain.reset(seed=5)[0])
+    for _ in range(40):
+        actions = rng.integers(0, 45, N)
+        for a, b in zip(limited.step(actions)[:4], plain.step(actions)[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="max_episode_steps = 0 is invalid"):
+        make(max_episode_steps=0)
+    with pytest.raises(TypeError, match="max_episode_steps = 2.5 is invalid"):
+        make(max_episode_steps=2.5)
+
+
 def test_module_qualified_id_in_a_fresh_process() -> None:
     code = textwrap.dedent(
         """
