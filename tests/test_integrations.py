@@ -292,6 +292,7 @@ class RecordingVectorEnv(gym.vector.VectorWrapper):
         super().__init__(env)
         self.observations: list[np.ndarray] = []
         self.dones: list[np.ndarray] = []
+        self.rewards: list[np.ndarray] = []
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -303,6 +304,7 @@ class RecordingVectorEnv(gym.vector.VectorWrapper):
         obs, reward, term, trunc, info = self.env.step(actions)
         self.observations.append(np.array(obs, copy=True))
         self.dones.append(np.asarray(term | trunc).copy())
+        self.rewards.append(np.array(reward, copy=True))
         return obs, reward, term, trunc, info
 
     def call(self, name: str, *args, **kwargs):
@@ -412,6 +414,57 @@ def test_plain_sb3_dqn_with_per_warns_that_priorities_never_change(one_torch_thr
     )
     with pytest.warns(UserWarning, match="PrioritizedDQN"):
         model.learn(total_timesteps=600)
+
+
+def sb3_evaluation_episodes(rec: RecordingVectorEnv, n_episodes: int) -> list[float]:
+    """The episode returns SB3's evaluate_policy keeps, from the rewards the env returned:
+    env i contributes its first (n_episodes + i) // n_envs finished episodes."""
+    n = rec.num_envs
+    targets = [(n_episodes + i) // n for i in range(n)]
+    counts, running, kept = [0] * n, np.zeros(n), []
+    for reward, done in zip(rec.rewards, rec.dones[1:], strict=True):
+        running += reward
+        for i in np.flatnonzero(done):
+            if counts[i] < targets[i]:
+                kept.append(float(running[i]))
+                counts[i] += 1
+            running[i] = 0.0
+    return kept
+
+
+def test_evaluate_policy_and_eval_callback_with_gpudqn(one_torch_thread, recwarn, tmp_path) -> None:
+    from stable_baselines3.common.callbacks import EvalCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from agents import GpuDQN
+
+    model = GpuDQN(
+        "DuelingPolicy", gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN), seed=0
+    )
+    rec = RecordingVectorEnv(make(N))
+    returns, lengths = evaluate_policy(
+        model, GpuDQN.make_eval_env(rec), n_eval_episodes=10, return_episode_rewards=True
+    )
+    assert len(returns) == 10 and all(1 <= n <= EP_LEN for n in lengths)
+    np.testing.assert_allclose(
+        sorted(returns), sorted(sb3_evaluation_episodes(rec, 10)), rtol=1e-5, atol=1e-4
+    )
+    assert not [w for w in recwarn if "Monitor" in str(w.message)]
+
+    eval_env = gym.make_vec("GpuTrading-v0", num_envs=2, episode_length=EP_LEN)
+    callback = EvalCallback(
+        GpuDQN.make_eval_env(eval_env),
+        eval_freq=25,
+        n_eval_episodes=4,
+        log_path=str(tmp_path),
+        verbose=0,
+    )
+    model.learn(total_timesteps=N * 60, callback=callback)
+    assert len(callback.evaluations_results) == 2  # after 25 and 50 of the 60 vector steps
+    assert all(len(r) == 4 for r in callback.evaluations_results)
+    assert np.isfinite(callback.last_mean_reward)
+    assert all(1 <= n <= EP_LEN for n in callback.evaluations_length[-1])
+    assert not [w for w in recwarn if "same type" in str(w.message)]
 
 
 # ------------------------------------------------------------------ TorchRL
