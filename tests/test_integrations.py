@@ -514,6 +514,18 @@ def test_torchrl_gym_env_by_id(one_torch_thread) -> None:
     collector.shutdown()
 
 
+def test_torchrl_gym_env_by_id_with_num_envs_is_refused(one_torch_thread) -> None:
+    """TorchRL's NEXT_STEP AsyncVectorEnv would store zeros as next observations at dones."""
+    pytest.importorskip("torchrl")
+    from torchrl.envs import GymEnv
+
+    with pytest.raises(RuntimeError, match=r"num_envs=2\) is refused.*NEXT_STEP.*make_torchrl_env"):
+        GymEnv("GpuTrading-v0", num_envs=2, episode_length=EP_LEN)
+    single = GymEnv("GpuTrading-v0", episode_length=EP_LEN)  # a single env stays allowed
+    assert single.batch_size == torch.Size([])
+    TradingEnv(episode_length=EP_LEN)  # and so does the env outside TorchRL
+
+
 # ------------------------------------------------------------------ skrl
 @pytest.mark.parametrize("headless", [True, False])
 def test_skrl_ppo_stores_the_env_observations(headless: bool, one_torch_thread) -> None:
