@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
-from gpu_trading_env.torchrl_env import refuse_torchrl_async_by_id
+from gpu_trading_env.library_callers import refuse_torchrl_async_by_id
 from gpu_trading_env.vector_env import TradingVectorEnv, resolve_config
 
 

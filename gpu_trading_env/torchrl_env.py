@@ -6,14 +6,14 @@ mode and prefers ``DISABLED``: its own collector resets the envs that are done, 
 ``NEXT_STEP`` (Gymnasium's vector default), which TorchRL refuses; :func:`make_torchrl_env`
 switches it. ``torchrl`` is imported only when this function is called.
 
-``GymEnv("GpuTrading-v0", num_envs=N)`` is refused (:func:`refuse_torchrl_async_by_id`): TorchRL
+``GymEnv("GpuTrading-v0", num_envs=N)`` is refused
+(:func:`~gpu_trading_env.library_callers.refuse_torchrl_async_by_id`): TorchRL
 builds a Gymnasium ``AsyncVectorEnv`` of single envs in the default ``NEXT_STEP`` mode and reads
 it as ``SAME_STEP``, which stores wrong transitions at every episode end.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from gymnasium.vector import AutoresetMode
@@ -60,44 +60,3 @@ def make_torchrl_env(
     env.set_autoreset_mode(AutoresetMode.DISABLED)
     kwargs = {"device": env.device, **(wrapper_kwargs or {})}
     return GymWrapper(env, **kwargs)
-
-
-# How many frames above TradingEnv.__init__ TorchRL's GymEnv._build_env can be: gym.make and
-# its env creator sit in between (about 5 frames); the bound keeps the check O(1).
-_MAX_CALLER_DEPTH = 32
-
-
-def refuse_torchrl_async_by_id() -> None:
-    """Raise if the calling env is being built by TorchRL's ``GymEnv(id, num_envs=N)``, N > 0.
-
-    TorchRL (0.14) vectorises an env id by ``gymnasium.vector.AsyncVectorEnv`` of single envs,
-    built in Gymnasium's default ``NEXT_STEP`` autoreset mode, but its ``VecGymEnvTransform``
-    reads the batch as ``SAME_STEP`` (CartPole-v1 shows the same): every
-    ``("next", "observation")`` at a done would be zeros (no ``final_obs`` in the info) and the
-    reset step after each done would be kept as a transition with reward 0. The single env
-    cannot see that vector env, so this looks at its callers instead: TorchRL's
-    ``GymEnv._build_env`` with ``num_envs > 0`` builds one env in the main process first.
-
-    :raises RuntimeError: Naming the cause and :func:`make_torchrl_env`, the way that works.
-    """
-    frame = sys._getframe(1)
-    for _ in range(_MAX_CALLER_DEPTH):
-        if frame is None:
-            return
-        if (
-            frame.f_code.co_name == "_build_env"
-            and frame.f_globals.get("__name__") == "torchrl.envs.libs.gym"
-            and isinstance(frame.f_locals.get("num_envs"), int)
-            and frame.f_locals["num_envs"] > 0
-        ):
-            n = frame.f_locals["num_envs"]
-            raise RuntimeError(
-                f"GymEnv('GpuTrading-v0', num_envs={n}) is refused: TorchRL builds a gymnasium "
-                "AsyncVectorEnv of single envs in NEXT_STEP autoreset mode and reads it as "
-                "SAME_STEP, so every ('next', 'observation') at a done would be zeros and the "
-                "reset step after each done would be stored as a transition with reward 0. "
-                f"Use gpu_trading_env.torchrl_env.make_torchrl_env(num_envs={n}, ...) (one "
-                "vector env in DISABLED mode; TorchRL resets ended envs), or "
-                "GymEnv('GpuTrading-v0') for a single env"
-            )
-        frame = frame.f_back

@@ -23,6 +23,7 @@ from gpu_trading_env.backends.base import Backend, CuriosityWeights
 from gpu_trading_env.core.config import EnvConfig, config_field_names, parse_autoreset_mode
 from gpu_trading_env.core.constants import COMPONENT_NAMES
 from gpu_trading_env.core.state import StepOutputs, block_views, outputs_block
+from gpu_trading_env.library_callers import warn_if_skrl_steps_next_step
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
@@ -233,6 +234,7 @@ class TradingVectorEnv(VectorEnv):
                 reset_mask resets only those envs (the others keep their state).
         """
         self._check_open("reset")
+        warn_if_skrl_steps_next_step(self)  # skrl would store the NEXT_STEP reset steps
         options = dict(options or {})
         unknown = sorted(set(options) - set(RESET_OPTIONS))
         if unknown:

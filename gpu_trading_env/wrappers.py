@@ -38,7 +38,7 @@ from gpu_trading_env.env import TradingEnv
 from gpu_trading_env.gpu.device import to_numpy
 from gpu_trading_env.vector_env import TradingVectorEnv
 
-__all__ = ["SB3VecEnv"]
+__all__ = ["SB3VecEnv", "switch_to_same_step"]
 
 # Keys of the vector info that are translated rather than passed through per env.
 _SPECIAL_KEYS = ("episode", "episode_return", "episode_length", "final_obs", "final_info")
@@ -66,10 +66,16 @@ def _wrapper_chain(venv: GymVectorEnv) -> list[GymVectorWrapper]:
     return chain
 
 
-def _switch_to_same_step(venv: GymVectorEnv, mode: Any) -> None:
-    """Switch the env under ``venv`` to SAME_STEP, or refuse where a wrapper would go wrong.
+def switch_to_same_step(venv: GymVectorEnv, mode: Any) -> None:
+    """Switch the trading env under ``venv`` (and its wrappers) to ``SAME_STEP``, or refuse.
 
-    :raises ValueError: If an observation wrapper sits between the adapter and the env.
+    Gymnasium vector wrappers that remember the mode they were built over
+    (``RecordEpisodeStatistics``, ``NormalizeReward``, ``RecordVideo``) are told about the
+    switch; observation wrappers, which would not transform ``info["final_obs"]``, are refused.
+
+    :param venv: A vector env whose ``unwrapped`` has ``set_autoreset_mode``.
+    :param mode: Its current autoreset mode (named in the error).
+    :raises ValueError: If an observation wrapper sits between the caller and the env.
     """
     chain = _wrapper_chain(venv)
     for wrapper in chain:
@@ -163,7 +169,7 @@ class SB3VecEnv(VecEnv):
             )
         mode = _autoreset_mode(venv)
         if mode != AutoresetMode.SAME_STEP and hasattr(venv.unwrapped, "set_autoreset_mode"):
-            _switch_to_same_step(venv, mode)
+            switch_to_same_step(venv, mode)
             mode = _autoreset_mode(venv)
         if mode != AutoresetMode.SAME_STEP:
             raise ValueError(

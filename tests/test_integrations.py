@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -38,6 +39,29 @@ def is_reset_obs(obs: np.ndarray) -> np.ndarray:
     """First observation of an episode: value / initial capital == 1 and flat."""
     obs = np.asarray(obs)
     return (obs[..., -3] == 1.0) & (obs[..., -2] == 0.0)
+
+
+def replay(seed: int, actions: np.ndarray, extra_resets: int = 0, **kwargs) -> dict:
+    """A plain env (DISABLED mode, ended envs reset by mask) under ``seed`` and ``actions``
+    [T, N]: what every library should have stored. ``obs`` [T, N, D] is what each action was
+    chosen on, ``next_obs`` the true next observation (an episode's last one at dones).
+    ``extra_resets``: resets without a seed after the seeded one, as some libraries do."""
+    kwargs.setdefault("episode_length", EP_LEN)
+    env = TradingVectorEnv(actions.shape[1], "cpu", autoreset_mode="disabled", **kwargs)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(extra_resets):
+        obs, _ = env.reset()
+    out: dict[str, list] = {"obs": [], "next_obs": [], "reward": [], "done": []}
+    for a in actions:
+        nxt, reward, term, trunc, _ = env.step(a)
+        done = term | trunc
+        for key, value in zip(out, (obs, nxt, reward, done), strict=True):
+            out[key].append(value)
+        obs = nxt
+        if done.any():
+            fresh, _ = env.reset(options={"reset_mask": done.copy()})
+            obs = np.where(done[:, None], fresh, nxt)
+    return {key: np.stack(value) for key, value in out.items()}
 
 
 # ------------------------------------------------------------------ owned outputs
@@ -498,6 +522,26 @@ def test_torchrl_gym_wrapper_collector(one_torch_thread) -> None:
     assert batches == 2
 
 
+def test_torchrl_make_torchrl_env_data_equals_a_plain_env(one_torch_thread) -> None:
+    pytest.importorskip("torchrl")
+    from torchrl.collectors import Collector
+
+    from gpu_trading_env.torchrl_env import make_torchrl_env
+
+    env = make_torchrl_env(num_envs=N, episode_length=EP_LEN)
+    env.set_seed(5)
+    collector = Collector(env, policy=None, frames_per_batch=N * 100, total_frames=N * 100)
+    td = next(iter(collector))
+    collector.shutdown()
+    actions = td["action"].numpy().argmax(-1).T  # one-hot [N, T] -> [T, N]
+    ref = replay(5, actions, extra_resets=1)  # set_seed resets with the seed, the collector again
+    np.testing.assert_array_equal(td["observation"].numpy().swapaxes(0, 1), ref["obs"])
+    np.testing.assert_array_equal(td["next", "observation"].numpy().swapaxes(0, 1), ref["next_obs"])
+    np.testing.assert_array_equal(td["next", "reward"].squeeze(-1).numpy().T, ref["reward"])
+    np.testing.assert_array_equal(td["next", "done"].squeeze(-1).numpy().T, ref["done"])
+    assert ref["done"].sum() >= N * 5
+
+
 def test_torchrl_gym_env_by_id(one_torch_thread) -> None:
     pytest.importorskip("torchrl")
     from torchrl.collectors import Collector
@@ -579,3 +623,98 @@ def test_skrl_ppo_stores_the_env_observations(headless: bool, one_torch_thread) 
     np.testing.assert_array_equal(stored.reshape(seen.shape), seen)
     dones = np.stack(rec.dones)[timesteps - rollouts : timesteps]
     assert dones.any() and is_reset_obs(seen[dones]).all()
+
+
+def skrl_dqn(env, memory_size: int, agent_class=None):
+    from skrl.agents.torch.dqn import DQN, DQN_CFG
+    from skrl.memories.torch import RandomMemory
+    from skrl.utils.model_instantiators.torch import deterministic_model
+
+    layers = [{"name": "net", "input": "OBSERVATIONS", "layers": [32], "activations": "relu"}]
+    models = {
+        name: deterministic_model(
+            observation_space=env.observation_space,
+            action_space=env.action_space,
+            device="cpu",
+            network=layers,
+            output="ACTIONS",
+        )
+        for name in ("q_network", "target_q_network")
+    }
+    cfg = DQN_CFG(learning_starts=50, batch_size=16)
+    cfg.experiment.write_interval = 0
+    cfg.experiment.checkpoint_interval = 0
+    return (agent_class or DQN)(
+        models=models,
+        memory=RandomMemory(memory_size=memory_size, num_envs=env.num_envs, device="cpu"),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device="cpu",
+        cfg=cfg,
+    )
+
+
+def test_skrl_dqn_stores_the_true_final_observations(one_torch_thread) -> None:
+    """skrl's own DQN, memory and trainer: every stored transition equals a plain env's."""
+    pytest.importorskip("skrl")
+    from skrl import config
+    from skrl.agents.torch.dqn import DQN
+    from skrl.trainers.torch import SequentialTrainer
+
+    from gpu_trading_env.skrl_env import make_skrl_env, with_final_observations
+
+    timesteps = 300
+    env = make_skrl_env(num_envs=N, episode_length=8)
+    agent = skrl_dqn(env, timesteps, with_final_observations(DQN))
+    seed = config.torch.key  # what skrl's wrapper resets with
+    cfg = {"timesteps": timesteps, "headless": True, "disable_progressbar": True}
+    SequentialTrainer(
+        env=env, agents=agent, cfg={**cfg, "close_environment_at_exit": False}
+    ).train()
+
+    def stored(name: str) -> np.ndarray:
+        return agent.memory.get_tensor_by_name(name).numpy()  # [T, N, ...]
+
+    actions = stored("actions")[..., 0].astype(np.int64)
+    ref = replay(seed, actions, episode_length=8)
+    np.testing.assert_array_equal(stored("observations"), ref["obs"])
+    np.testing.assert_array_equal(stored("next_observations"), ref["next_obs"])
+    np.testing.assert_array_equal(stored("rewards")[..., 0], ref["reward"])
+    done = ref["done"]
+    assert done.sum() >= N * 30  # 300 steps of 8-step episodes
+    # Within an episode the next observation of step t is the observation of step t + 1.
+    chain = ~done[:-1]
+    np.testing.assert_array_equal(
+        stored("next_observations")[:-1][chain], stored("observations")[1:][chain]
+    )
+    # ... and at a done it is the episode's last one, not the next episode's first.
+    ended = done[:-1]
+    assert (
+        (stored("next_observations")[:-1][ended] != stored("observations")[1:][ended]).any(-1).all()
+    )
+
+
+def test_skrl_warns_when_it_resets_a_next_step_env(one_torch_thread) -> None:
+    pytest.importorskip("skrl")
+    from skrl.envs.wrappers.torch import wrap_env
+
+    env = wrap_env(make(N), wrapper="gymnasium")  # Gymnasium's default mode: NEXT_STEP
+    with pytest.warns(UserWarning, match=r"NEXT_STEP.*make_skrl_env"):
+        env.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wrap_env(make(N, autoreset_mode="same_step"), wrapper="gymnasium").reset()
+        make(N).reset()  # not under skrl: no warning
+
+
+def test_skrl_final_observations_need_same_step() -> None:
+    from gpu_trading_env.skrl_env import final_next_observations
+
+    nxt = torch.zeros(2, 3)
+    done = torch.tensor([[True], [False]])
+    with pytest.raises(RuntimeError, match="make_skrl_env"):
+        final_next_observations(nxt, done, ~done, {})
+    final = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = final_next_observations(nxt, done, torch.zeros_like(done), {"final_obs": final})
+    np.testing.assert_array_equal(out.numpy(), [[0, 1, 2], [0, 0, 0]])
+    assert nxt.abs().sum() == 0  # the trainer acts on the input next: it is not written
