@@ -266,6 +266,71 @@ def test_module_qualified_id_in_a_fresh_process() -> None:
     assert result.stdout.split() == ["TradingVectorEnv", "3"]
 
 
+# ------------------------------------------------------------------ RLlib (without ray)
+def test_plain_id_is_unknown_in_a_fresh_process_and_the_rllib_registration() -> None:
+    """What a remote RLlib runner sees: the plain id is unknown until the package is imported;
+    register_rllib_env() puts it in RLlib's registry, whose creator builds the env in each of
+    RLlib's vectorize modes (a registered creator gets env_config, plus num_envs in
+    VECTOR_ENTRY_POINT mode)."""
+    code = textwrap.dedent(
+        """
+        import gymnasium as gym
+        try:
+            gym.make_vec("GpuTrading-v0", num_envs=2)
+        except gym.error.Error as err:
+            print(type(err).__name__)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["NameNotFound"]
+
+    from gpu_trading_env.rllib_env import rllib_env_creator
+
+    class EnvContext(dict):  # RLlib's: a dict with the runner's indices as attributes
+        worker_index = 1
+        vector_index = 0
+
+    ctx = EnvContext(episode_length=EP_LEN)
+    single = rllib_env_creator(ctx)
+    assert isinstance(single, TradingEnv) and single.config.episode_length == EP_LEN
+    vector = rllib_env_creator(ctx | {"num_envs": 3})
+    assert isinstance(vector, TradingVectorEnv) and vector.num_envs == 3
+    assert vector.autoreset_mode == AutoresetMode.NEXT_STEP  # what RLlib's runner assumes
+    plain = make(3)
+    np.testing.assert_array_equal(vector.reset(seed=2)[0], plain.reset(seed=2)[0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'frameskip'"):
+        rllib_env_creator({"frameskip": 4})
+
+
+def test_register_rllib_env(monkeypatch) -> None:
+    import types
+
+    from gpu_trading_env.rllib_env import register_rllib_env, rllib_env_creator
+
+    try:
+        import ray.tune.registry  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"ray\[rllib\].*gpu_trading_env:GpuTrading-v0"):
+            register_rllib_env()
+    registered = {}
+    registry = types.ModuleType("ray.tune.registry")
+    registry.register_env = lambda name, creator: registered.update({name: creator})
+    for module in ("ray", "ray.tune"):
+        monkeypatch.setitem(sys.modules, module, types.ModuleType(module))
+    monkeypatch.setitem(sys.modules, "ray.tune.registry", registry)
+    register_rllib_env()
+    assert registered == {"GpuTrading-v0": rllib_env_creator}
+    with pytest.raises(ValueError, match="name = '' is invalid"):
+        register_rllib_env("")
+
+
 # ------------------------------------------------------------------ Gymnasium wrappers
 def test_gymnasium_vector_wrappers_and_episode_statistics() -> None:
     base = make(8)
