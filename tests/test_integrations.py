@@ -359,6 +359,48 @@ def test_gymnasium_vector_wrappers_and_episode_statistics() -> None:
     assert n_episodes > 100
 
 
+def test_gymnasium_next_step_loop_data_equals_a_plain_env() -> None:
+    """Gymnasium's own loop (NEXT_STEP, RecordEpisodeStatistics): each episode's observations,
+    rewards and statistics equal a plain env's; the step after a done is the reset step."""
+    seed, steps = 9, 150
+    env = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN)
+    )
+    ref = make(autoreset_mode="disabled")
+    obs, _ = env.reset(seed=seed)
+    ref_obs, _ = ref.reset(seed=seed)
+    np.testing.assert_array_equal(obs, ref_obs)
+    rng = np.random.default_rng(6)
+    prev_done = np.zeros(N, dtype=bool)
+    running = np.zeros(N)
+    episodes = 0
+    for _ in range(steps):
+        actions = rng.integers(0, 45, N)
+        obs, reward, term, trunc, info = env.step(actions)
+        # The plain env steps the running envs (its ended ones wait, frozen) and resets those
+        # that ended in the step before, which is what NEXT_STEP does in this step.
+        ref_obs, ref_reward, ref_term, ref_trunc, _ = ref.step(actions)
+        if prev_done.any():
+            fresh, _ = ref.reset(options={"reset_mask": prev_done.copy()})
+            ref_obs = np.where(prev_done[:, None], fresh, ref_obs)
+            ref_reward = np.where(prev_done, 0.0, ref_reward)
+            ref_term, ref_trunc = ref_term & ~prev_done, ref_trunc & ~prev_done
+        np.testing.assert_array_equal(obs, ref_obs)
+        np.testing.assert_array_equal(reward, ref_reward)
+        np.testing.assert_array_equal(term, ref_term)
+        np.testing.assert_array_equal(trunc, ref_trunc)
+        running += reward
+        done = term | trunc
+        if done.any():
+            np.testing.assert_array_equal(info["_episode"], done)
+            np.testing.assert_allclose(info["episode"]["r"][done], running[done], rtol=1e-6)
+            np.testing.assert_allclose(info["episode_return"][done], running[done], atol=1e-4)
+            episodes += int(done.sum())
+        running[done] = 0.0
+        prev_done = done
+    assert episodes >= N * 10
+
+
 def test_gymnasium_single_env_record_episode_statistics() -> None:
     env = gym.wrappers.RecordEpisodeStatistics(gym.make("GpuTrading-v0", episode_length=EP_LEN))
     env.reset(seed=0)
@@ -783,3 +825,41 @@ def test_skrl_final_observations_need_same_step() -> None:
     out = final_next_observations(nxt, done, torch.zeros_like(done), {"final_obs": final})
     np.testing.assert_array_equal(out.numpy(), [[0, 1, 2], [0, 0, 0]])
     assert nxt.abs().sum() == 0  # the trainer acts on the input next: it is not written
+
+
+# ------------------------------------------------------------------ CleanRL style
+def test_cleanrl_style_loop_data_equals_a_plain_env() -> None:
+    """The loop of examples/cleanrl_style_dqn.py: torch arrays, SAME_STEP, final_obs as the
+    bootstrap target; stored transitions and episode returns equal a plain env's."""
+    seed, steps = 4, 120
+    env = TradingVectorEnv(
+        N, "cpu", array_type="torch", episode_length=EP_LEN, autoreset_mode="same_step"
+    )
+    obs, _ = env.reset(seed=seed)
+    gen = torch.Generator().manual_seed(0)
+    stored = {"obs": [], "next_obs": [], "reward": [], "done": [], "action": []}
+    returns, running = [], torch.zeros(N, dtype=torch.float64)
+    for _ in range(steps):
+        action = torch.randint(0, env.single_action_space.n, (N,), generator=gen)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated | truncated
+        real_next = torch.where(done[:, None], info["final_obs"], next_obs)  # as the script
+        for key, value in zip(stored, (obs, real_next, reward, done, action), strict=True):
+            stored[key].append(value.numpy().copy())
+        running += reward.double()
+        if done.any():
+            np.testing.assert_allclose(
+                info["episode_return"][info["_episode_return"]].numpy(),
+                running[done].numpy(),
+                atol=1e-4,
+            )
+            returns += info["episode_return"][info["_episode_return"]].tolist()
+            running[done] = 0.0
+        obs = next_obs
+    data = {key: np.stack(value) for key, value in stored.items()}
+    ref = replay(seed, data["action"])
+    for key in ("obs", "next_obs", "reward", "done"):
+        np.testing.assert_array_equal(data[key], ref[key])
+    chain = ~data["done"][:-1]
+    np.testing.assert_array_equal(data["next_obs"][:-1][chain], data["obs"][1:][chain])
+    assert len(returns) == int(ref["done"].sum()) >= N * 8
