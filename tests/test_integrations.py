@@ -9,6 +9,7 @@ episode statistics, keyword handling and the module-qualified id in a fresh proc
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -62,6 +63,24 @@ def replay(seed: int, actions: np.ndarray, extra_resets: int = 0, **kwargs) -> d
             fresh, _ = env.reset(options={"reset_mask": done.copy()})
             obs = np.where(done[:, None], fresh, nxt)
     return {key: np.stack(value) for key, value in out.items()}
+
+
+# ------------------------------------------------------------------ the documented matrix
+def test_every_matrix_row_names_existing_tests() -> None:
+    """docs/INTEGRATIONS.md: each row of the library matrix names tests, and each exists."""
+    import re
+
+    text = (ROOT / "docs" / "INTEGRATIONS.md").read_text()
+    header = "| Library | Way of use | Autoreset mode | Data checked | Tests |"
+    lines = text[text.index(header) :].splitlines()[2:]
+    rows = [line for line in itertools.takewhile(lambda line: line.startswith("|"), lines)]
+    assert len(rows) >= 20
+    for row in rows:
+        names = re.findall(r"`(test_\w+\.py)::(test_\w+)`", row.rsplit("|", 2)[-2])
+        assert names, f"row names no test: {row[:80]}"
+        for file, name in names:
+            source = (ROOT / "tests" / file).read_text()
+            assert re.search(rf"^def {name}\(", source, re.M), f"{file}::{name} does not exist"
 
 
 # ------------------------------------------------------------------ owned outputs
