@@ -82,13 +82,14 @@ def switch_to_same_step(venv: GymVectorEnv, mode: Any) -> None:
         if isinstance(wrapper, VectorObservationWrapper | VectorizeTransformObservation):
             name = type(wrapper).__name__
             raise ValueError(
-                f"venv is wrapped in {name} over an env in autoreset mode {mode!r}: SB3VecEnv "
-                f"would switch the env to SAME_STEP, and {name} does not transform "
-                "info['final_obs'] (SB3's terminal_observation) there, so the replay buffer and "
-                "the time-limit bootstrap would get untransformed last observations. Allowed: "
-                "transform on the SB3 side, e.g. VecNormalize(SB3VecEnv(env)) (it normalises "
-                "terminal_observation too), or build the env with autoreset_mode='same_step' "
-                "before wrapping it (Gymnasium then checks that the wrapper supports that mode)"
+                f"venv is wrapped in {name} over an env in autoreset mode {mode!r}: switching "
+                f"the env to SAME_STEP (as SB3VecEnv and make_skrl_env do) would bypass {name}, "
+                "which does not transform info['final_obs'] there, so replay buffers and "
+                "time-limit bootstraps would get untransformed last observations. Allowed: "
+                "transform on the library's side, e.g. VecNormalize(SB3VecEnv(env)) with SB3 "
+                "(it normalises terminal_observation too), or build the env with "
+                "autoreset_mode='same_step' before wrapping it (Gymnasium then checks that the "
+                "wrapper supports that mode)"
             )
     venv.unwrapped.set_autoreset_mode(AutoresetMode.SAME_STEP)
     for wrapper in chain:

@@ -833,6 +833,21 @@ def test_skrl_warns_when_it_resets_a_next_step_env(one_torch_thread) -> None:
         make(N).reset()  # not under skrl: no warning
 
 
+def test_make_skrl_env_switches_or_refuses() -> None:
+    pytest.importorskip("skrl")
+    from gpu_trading_env.skrl_env import make_skrl_env
+
+    stats = gym.wrappers.vector.RecordEpisodeStatistics(make(N))
+    env = make_skrl_env(stats)
+    assert stats.unwrapped.autoreset_mode == AutoresetMode.SAME_STEP and env.num_envs == N
+    with pytest.raises(ValueError, match="TransformObservation.*final_obs"):
+        make_skrl_env(gym.wrappers.vector.TransformObservation(make(N), lambda o: o * 2.0))
+    with pytest.raises(TypeError, match="allowed is a TradingVectorEnv"):
+        make_skrl_env(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"))
+    with pytest.raises(TypeError, match="either an env or the keywords"):
+        make_skrl_env(make(N), episode_length=5)
+
+
 def test_skrl_final_observations_need_same_step() -> None:
     from gpu_trading_env.skrl_env import final_next_observations
 
