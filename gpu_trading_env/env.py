@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.library_callers import refuse_torchrl_async_by_id
 from gpu_trading_env.vector_env import TradingVectorEnv, resolve_config
 
 
@@ -35,6 +36,7 @@ class TradingEnv(gym.Env):
         device: Any = "cpu",
         **config_kwargs: Any,
     ) -> None:
+        refuse_torchrl_async_by_id()  # its data would be wrong; the error names the way that works
         if render_mode not in (None, "rgb_array"):
             raise ValueError(
                 f"render_mode = {render_mode!r} is invalid: allowed is None or 'rgb_array'"

@@ -5,6 +5,11 @@ mode and prefers ``DISABLED``: its own collector resets the envs that are done, 
 ``("next", "observation")`` is the true next observation. The trading env defaults to
 ``NEXT_STEP`` (Gymnasium's vector default), which TorchRL refuses; :func:`make_torchrl_env`
 switches it. ``torchrl`` is imported only when this function is called.
+
+``GymEnv("GpuTrading-v0", num_envs=N)`` is refused
+(:func:`~gpu_trading_env.library_callers.refuse_torchrl_async_by_id`): TorchRL
+builds a Gymnasium ``AsyncVectorEnv`` of single envs in the default ``NEXT_STEP`` mode and reads
+it as ``SAME_STEP``, which stores wrong transitions at every episode end.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from gpu_trading_env.backends.base import Backend, CuriosityWeights
 from gpu_trading_env.core.config import EnvConfig, config_field_names, parse_autoreset_mode
 from gpu_trading_env.core.constants import COMPONENT_NAMES
 from gpu_trading_env.core.state import StepOutputs, block_views, outputs_block
+from gpu_trading_env.library_callers import warn_if_skrl_steps_next_step
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
@@ -137,6 +138,11 @@ class TradingVectorEnv(VectorEnv):
             ``agents`` does).
         render_mode: None (the vector env does not render; the single env
             ``gym.make("GpuTrading-v0", render_mode="rgb_array")`` draws an episode).
+        max_episode_steps: Gymnasium's time limit (``gym.make_vec(..., max_episode_steps=T)``
+            passes it to vector entry points): every episode is truncated after at most T steps,
+            as ``TimeLimit`` does for a single env. It sets ``episode_length`` to
+            ``min(episode_length, T)``, so start bars are drawn to leave room for T steps.
+            None (default): ``episode_length`` alone.
 
     Spaces: observation ``Box(-inf, inf, (N, F+3), float32)``, action ``MultiDiscrete`` of N
     ``Discrete(n_actions)``.
@@ -157,6 +163,7 @@ class TradingVectorEnv(VectorEnv):
         array_type: str | None = None,
         copy_outputs: bool = True,
         render_mode: str | None = None,
+        max_episode_steps: int | None = None,
         **config_kwargs: Any,
     ) -> None:
         if render_mode is not None:
@@ -167,6 +174,21 @@ class TradingVectorEnv(VectorEnv):
         if not isinstance(copy_outputs, bool | np.bool_):
             raise TypeError(f"copy_outputs = {copy_outputs!r} is invalid: allowed is True or False")
         self.config = resolve_config(config, config_kwargs)
+        if max_episode_steps is not None:
+            if isinstance(max_episode_steps, bool | np.bool_) or not isinstance(
+                max_episode_steps, int | np.integer
+            ):
+                raise TypeError(
+                    f"max_episode_steps = {max_episode_steps!r} is invalid: allowed is an int "
+                    ">= 1 or None"
+                )
+            if max_episode_steps < 1:
+                raise ValueError(
+                    f"max_episode_steps = {max_episode_steps} is invalid: allowed is an int "
+                    ">= 1 or None"
+                )
+            limit = min(self.config.episode_length, int(max_episode_steps))
+            self.config = self.config.replace(episode_length=limit)
         self.data = resolve_data(data)
         self.backend = make_backend(device, self.data, self.config, num_envs)
         self.device = self.backend.device
@@ -212,6 +234,7 @@ class TradingVectorEnv(VectorEnv):
                 reset_mask resets only those envs (the others keep their state).
         """
         self._check_open("reset")
+        warn_if_skrl_steps_next_step(self)  # skrl would store the NEXT_STEP reset steps
         options = dict(options or {})
         unknown = sorted(set(options) - set(RESET_OPTIONS))
         if unknown:

@@ -6,6 +6,11 @@ flagged as ``info["TimeLimit.truncated"]`` and Monitor-style ``info["episode"]``
 trading env can reset in the same step (``AutoresetMode.SAME_STEP``, to which this adapter
 switches it) and reports episode returns, so this adapter only changes the layout: no extra copy
 of the environment is stepped.
+
+Switching the mode underneath Gymnasium vector wrappers is only safe for wrappers that work per
+step: observation wrappers (``TransformObservation``, ``NormalizeObservation``, ...) would not
+transform ``info["final_obs"]``, so they are refused; wrappers that remember the mode they were
+built over (``RecordEpisodeStatistics``, ``NormalizeReward``) are told about the switch.
 """
 
 from __future__ import annotations
@@ -16,8 +21,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorObservationWrapper
 from gymnasium.vector import VectorEnv as GymVectorEnv
+from gymnasium.vector import VectorWrapper as GymVectorWrapper
+from gymnasium.wrappers import RecordEpisodeStatistics as SingleRecordEpisodeStatistics
+from gymnasium.wrappers.vector import RecordEpisodeStatistics, VectorizeTransformObservation
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnv,
     VecEnvIndices,
@@ -25,12 +34,20 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from gpu_trading_env.env import TradingEnv
 from gpu_trading_env.gpu.device import to_numpy
+from gpu_trading_env.vector_env import TradingVectorEnv
 
-__all__ = ["SB3VecEnv"]
+__all__ = ["SB3VecEnv", "switch_to_same_step"]
 
 # Keys of the vector info that are translated rather than passed through per env.
 _SPECIAL_KEYS = ("episode", "episode_return", "episode_length", "final_obs", "final_info")
+
+
+# Attributes in which Gymnasium's vector wrappers keep the autoreset mode they were built over
+# (RecordEpisodeStatistics and NormalizeReward: "_autoreset_mode"; RecordVideo:
+# "autoreset_mode"); a wrapper reads it on every step, so it must follow a switch.
+_CACHED_MODE_ATTRIBUTES = ("_autoreset_mode", "autoreset_mode")
 
 
 def _autoreset_mode(venv: GymVectorEnv) -> Any:
@@ -38,6 +55,70 @@ def _autoreset_mode(venv: GymVectorEnv) -> Any:
     if mode is None:
         mode = (getattr(venv, "metadata", None) or {}).get("autoreset_mode")
     return mode
+
+
+def _wrapper_chain(venv: GymVectorEnv) -> list[GymVectorWrapper]:
+    """The Gymnasium vector wrappers around ``venv.unwrapped``, outermost first."""
+    chain = []
+    while isinstance(venv, GymVectorWrapper):
+        chain.append(venv)
+        venv = venv.env
+    return chain
+
+
+def switch_to_same_step(venv: GymVectorEnv, mode: Any) -> None:
+    """Switch the trading env under ``venv`` (and its wrappers) to ``SAME_STEP``, or refuse.
+
+    Gymnasium vector wrappers that remember the mode they were built over
+    (``RecordEpisodeStatistics``, ``NormalizeReward``, ``RecordVideo``) are told about the
+    switch; observation wrappers, which would not transform ``info["final_obs"]``, are refused.
+
+    :param venv: A vector env whose ``unwrapped`` has ``set_autoreset_mode``.
+    :param mode: Its current autoreset mode (named in the error).
+    :raises ValueError: If an observation wrapper sits between the caller and the env.
+    """
+    chain = _wrapper_chain(venv)
+    for wrapper in chain:
+        if isinstance(wrapper, VectorObservationWrapper | VectorizeTransformObservation):
+            name = type(wrapper).__name__
+            raise ValueError(
+                f"venv is wrapped in {name} over an env in autoreset mode {mode!r}: switching "
+                f"the env to SAME_STEP (as SB3VecEnv and make_skrl_env do) would bypass {name}, "
+                "which does not transform info['final_obs'] there, so replay buffers and "
+                "time-limit bootstraps would get untransformed last observations. Allowed: "
+                "transform on the library's side, e.g. VecNormalize(SB3VecEnv(env)) with SB3 "
+                "(it normalises terminal_observation too), or build the env with "
+                "autoreset_mode='same_step' before wrapping it (Gymnasium then checks that the "
+                "wrapper supports that mode)"
+            )
+    venv.unwrapped.set_autoreset_mode(AutoresetMode.SAME_STEP)
+    for wrapper in chain:
+        for attr in _CACHED_MODE_ATTRIBUTES:
+            if isinstance(vars(wrapper).get(attr), AutoresetMode):
+                setattr(wrapper, attr, AutoresetMode.SAME_STEP)
+
+
+def _reports_episodes(venv: GymVectorEnv) -> bool:
+    """Whether every ended episode of ``venv`` comes with its return and length in the info."""
+    if any(isinstance(w, RecordEpisodeStatistics) for w in _wrapper_chain(venv)):
+        return True
+    raw = venv.unwrapped
+    if isinstance(raw, TradingVectorEnv):
+        return True
+    if isinstance(raw, SyncVectorEnv):  # sub-envs are in this process: look at them
+        return all(_single_env_reports_episodes(env) for env in raw.envs)
+    return False
+
+
+def _single_env_reports_episodes(env: gym.Env) -> bool:
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, SingleRecordEpisodeStatistics):
+            return True
+        if isinstance(env, gym.wrappers.TimeLimit):
+            # TimeLimit ends episodes the env does not know of; those report nothing.
+            return False
+        env = env.env
+    return isinstance(env, TradingEnv)
 
 
 class SB3VecEnv(VecEnv):
@@ -65,12 +146,20 @@ class SB3VecEnv(VecEnv):
     ``get_attr``, ``set_attr`` and ``env_method`` act once on the single underlying vector env
     and return a list with one (identical) entry per requested index, as SB3 expects.
 
+    Episode statistics are read from the top-level info (the trading vector env,
+    ``RecordEpisodeStatistics``) or, for ``SyncVectorEnv``/``AsyncVectorEnv`` in ``SAME_STEP``,
+    from ``info["final_info"]`` (the last step's info of each ended sub-env episode).
+    ``env_is_wrapped(Monitor)`` is True where every ended episode reports them (the trading
+    env, a ``RecordEpisodeStatistics`` wrapper, a ``SyncVectorEnv`` of trading envs), so that
+    SB3's ``evaluate_policy`` takes its returns from ``info["episode"]``.
+
     :param venv: The Gymnasium vector env, for example
         ``gym.make_vec("GpuTrading-v0", num_envs=N, device="cuda")``.
     :param keep_info: Also pass the env's other per-env info values (reward components,
         portfolio value, position, barrier label, ...). ``False`` skips them, which saves
         Python work per env and step when N is large.
-    :raises ValueError: If ``venv`` does not autoreset in the same step and cannot be switched.
+    :raises ValueError: If ``venv`` does not autoreset in the same step and cannot be switched,
+        or if switching it would bypass an observation wrapper (see the module docstring).
     """
 
     def __init__(self, venv: GymVectorEnv, keep_info: bool = True) -> None:
@@ -80,9 +169,8 @@ class SB3VecEnv(VecEnv):
                 "VectorEnv such as gpu_trading_env.TradingVectorEnv"
             )
         mode = _autoreset_mode(venv)
-        switch = getattr(venv.unwrapped, "set_autoreset_mode", None)
-        if mode != AutoresetMode.SAME_STEP and switch is not None:
-            switch(AutoresetMode.SAME_STEP)
+        if mode != AutoresetMode.SAME_STEP and hasattr(venv.unwrapped, "set_autoreset_mode"):
+            switch_to_same_step(venv, mode)
             mode = _autoreset_mode(venv)
         if mode != AutoresetMode.SAME_STEP:
             raise ValueError(
@@ -96,6 +184,7 @@ class SB3VecEnv(VecEnv):
             )
         self.venv = venv
         self.keep_info = bool(keep_info)
+        self._reports_episodes = _reports_episodes(venv)
         self._actions: np.ndarray | None = None
         self._t_start = time.time()
         super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
@@ -167,8 +256,11 @@ class SB3VecEnv(VecEnv):
     def env_is_wrapped(
         self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None
     ) -> list[bool]:
-        """Always False: the envs are rows of one vector env, not wrapped ``gym.Env`` objects."""
-        return [False for _ in self._get_indices(indices)]
+        """False, except for SB3's ``Monitor`` where the adapter reports Monitor's
+        ``info["episode"]`` for every ended episode: the envs are rows of one vector env, not
+        wrapped ``gym.Env`` objects, but that is what SB3 asks ``Monitor`` for."""
+        wrapped = self._reports_episodes and wrapper_class is Monitor
+        return [wrapped for _ in self._get_indices(indices)]
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         raise NotImplementedError("SB3VecEnv does not render: the trading env has no images")
@@ -243,11 +335,11 @@ class SB3VecEnv(VecEnv):
             final_obs = to_numpy(info["final_obs"])
             for i in done_idx:
                 infos[i]["terminal_observation"] = np.array(final_obs[i], copy=True)
-        stats = None
-        if "episode_return" in info:
-            stats = info["episode_return"], info["episode_length"], info.get("_episode_return")
-        elif isinstance(info.get("episode"), dict):  # Gymnasium's RecordEpisodeStatistics
-            stats = info["episode"]["r"], info["episode"]["l"], info.get("_episode")
+        stats = _episode_stats(info)
+        if stats is None and isinstance(info.get("final_info"), dict):
+            # SyncVectorEnv/AsyncVectorEnv in SAME_STEP: the last step's info of each ended
+            # episode; the top-level info is the new episode's reset info.
+            stats = _episode_stats(info["final_info"])
         if stats is not None:
             ep_r, ep_l, mask = stats
             has_ep = dones if mask is None else to_numpy(mask).astype(bool)
@@ -257,6 +349,15 @@ class SB3VecEnv(VecEnv):
             for i in np.flatnonzero(has_ep):
                 infos[i]["episode"] = {"r": float(r[i]), "l": int(length[i]), "t": t}
         return infos
+
+
+def _episode_stats(info: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """``(returns, lengths, mask)`` of the episodes an info dict reports, or None."""
+    if "episode_return" in info:
+        return info["episode_return"], info["episode_length"], info.get("_episode_return")
+    if isinstance(info.get("episode"), dict):  # Gymnasium's RecordEpisodeStatistics
+        return info["episode"]["r"], info["episode"]["l"], info.get("_episode")
+    return None
 
 
 def _same(a: Any, b: Any) -> bool:

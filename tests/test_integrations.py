@@ -9,9 +9,11 @@ episode statistics, keyword handling and the module-qualified id in a fresh proc
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -38,6 +40,47 @@ def is_reset_obs(obs: np.ndarray) -> np.ndarray:
     """First observation of an episode: value / initial capital == 1 and flat."""
     obs = np.asarray(obs)
     return (obs[..., -3] == 1.0) & (obs[..., -2] == 0.0)
+
+
+def replay(seed: int, actions: np.ndarray, extra_resets: int = 0, **kwargs) -> dict:
+    """A plain env (DISABLED mode, ended envs reset by mask) under ``seed`` and ``actions``
+    [T, N]: what every library should have stored. ``obs`` [T, N, D] is what each action was
+    chosen on, ``next_obs`` the true next observation (an episode's last one at dones).
+    ``extra_resets``: resets without a seed after the seeded one, as some libraries do."""
+    kwargs.setdefault("episode_length", EP_LEN)
+    env = TradingVectorEnv(actions.shape[1], "cpu", autoreset_mode="disabled", **kwargs)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(extra_resets):
+        obs, _ = env.reset()
+    out: dict[str, list] = {"obs": [], "next_obs": [], "reward": [], "done": []}
+    for a in actions:
+        nxt, reward, term, trunc, _ = env.step(a)
+        done = term | trunc
+        for key, value in zip(out, (obs, nxt, reward, done), strict=True):
+            out[key].append(value)
+        obs = nxt
+        if done.any():
+            fresh, _ = env.reset(options={"reset_mask": done.copy()})
+            obs = np.where(done[:, None], fresh, nxt)
+    return {key: np.stack(value) for key, value in out.items()}
+
+
+# ------------------------------------------------------------------ the documented matrix
+def test_every_matrix_row_names_existing_tests() -> None:
+    """docs/INTEGRATIONS.md: each row of the library matrix names tests, and each exists."""
+    import re
+
+    text = (ROOT / "docs" / "INTEGRATIONS.md").read_text()
+    header = "| Library | Way of use | Autoreset mode | Data checked | Tests |"
+    lines = text[text.index(header) :].splitlines()[2:]
+    rows = [line for line in itertools.takewhile(lambda line: line.startswith("|"), lines)]
+    assert len(rows) >= 20
+    for row in rows:
+        names = re.findall(r"`(test_\w+\.py)::(test_\w+)`", row.rsplit("|", 2)[-2])
+        assert names, f"row names no test: {row[:80]}"
+        for file, name in names:
+            source = (ROOT / "tests" / file).read_text()
+            assert re.search(rf"^def {name}\(", source, re.M), f"{file}::{name} does not exist"
 
 
 # ------------------------------------------------------------------ owned outputs
@@ -173,6 +216,50 @@ def test_keywords_as_gymnasium_envs() -> None:
         TradingVectorEnv(2, render_mode="human")
 
 
+@pytest.mark.parametrize("mode", ["sync", "async", "vector_entry_point"])
+def test_make_vec_max_episode_steps_truncates_in_every_mode(mode: str) -> None:
+    """Gymnasium passes ``max_episode_steps`` to vector entry points; it means TimeLimit."""
+    venv = gym.make_vec("GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10)
+    flat = np.full(N, make(1).config.encode_action(2))  # flat: no barrier ends it early
+    venv.reset(seed=0)
+    for t in range(1, 21):  # two episodes: NEXT_STEP, so step 11 is the reset step
+        _, reward, term, trunc, _ = venv.step(flat)
+        assert not term.any()
+        np.testing.assert_array_equal(trunc, np.full(N, t in (10, 21)))
+        if t == 11:
+            np.testing.assert_array_equal(reward, 0.0)
+    venv.close()
+    rng = np.random.default_rng(4)
+    venv = gym.make_vec("GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10)
+    venv.reset(seed=1)
+    length = np.zeros(N, dtype=int)
+    prev_done = np.zeros(N, dtype=bool)
+    for _ in range(60):
+        _, _, term, trunc, _ = venv.step(rng.integers(0, 45, N))
+        length = np.where(prev_done, 0, length + 1)
+        prev_done = term | trunc
+        assert (length <= 10).all() and prev_done[length == 10].all()
+    venv.close()
+
+
+def test_max_episode_steps_is_the_episode_length_and_checked() -> None:
+    """In the vector entry point it is the env's own limit: data equal to episode_length=10."""
+    limited = gym.make_vec("GpuTrading-v0", num_envs=N, max_episode_steps=10, episode_length=50)
+    plain = make(episode_length=10)
+    assert limited.config.episode_length == 10
+    assert make(max_episode_steps=100, episode_length=7).config.episode_length == 7
+    rng = np.random.default_rng(2)
+    np.testing.assert_array_equal(limited.reset(seed=5)[0], plain.reset(seed=5)[0])
+    for _ in range(40):
+        actions = rng.integers(0, 45, N)
+        for a, b in zip(limited.step(actions)[:4], plain.step(actions)[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="max_episode_steps = 0 is invalid"):
+        make(max_episode_steps=0)
+    with pytest.raises(TypeError, match="max_episode_steps = 2.5 is invalid"):
+        make(max_episode_steps=2.5)
+
+
 def test_module_qualified_id_in_a_fresh_process() -> None:
     code = textwrap.dedent(
         """
@@ -196,6 +283,71 @@ def test_module_qualified_id_in_a_fresh_process() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["TradingVectorEnv", "3"]
+
+
+# ------------------------------------------------------------------ RLlib (without ray)
+def test_plain_id_is_unknown_in_a_fresh_process_and_the_rllib_registration() -> None:
+    """What a remote RLlib runner sees: the plain id is unknown until the package is imported;
+    register_rllib_env() puts it in RLlib's registry, whose creator builds the env in each of
+    RLlib's vectorize modes (a registered creator gets env_config, plus num_envs in
+    VECTOR_ENTRY_POINT mode)."""
+    code = textwrap.dedent(
+        """
+        import gymnasium as gym
+        try:
+            gym.make_vec("GpuTrading-v0", num_envs=2)
+        except gym.error.Error as err:
+            print(type(err).__name__)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["NameNotFound"]
+
+    from gpu_trading_env.rllib_env import rllib_env_creator
+
+    class EnvContext(dict):  # RLlib's: a dict with the runner's indices as attributes
+        worker_index = 1
+        vector_index = 0
+
+    ctx = EnvContext(episode_length=EP_LEN)
+    single = rllib_env_creator(ctx)
+    assert isinstance(single, TradingEnv) and single.config.episode_length == EP_LEN
+    vector = rllib_env_creator(ctx | {"num_envs": 3})
+    assert isinstance(vector, TradingVectorEnv) and vector.num_envs == 3
+    assert vector.autoreset_mode == AutoresetMode.NEXT_STEP  # what RLlib's runner assumes
+    plain = make(3)
+    np.testing.assert_array_equal(vector.reset(seed=2)[0], plain.reset(seed=2)[0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'frameskip'"):
+        rllib_env_creator({"frameskip": 4})
+
+
+def test_register_rllib_env(monkeypatch) -> None:
+    import types
+
+    from gpu_trading_env.rllib_env import register_rllib_env, rllib_env_creator
+
+    try:
+        import ray.tune.registry  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"ray\[rllib\].*gpu_trading_env:GpuTrading-v0"):
+            register_rllib_env()
+    registered = {}
+    registry = types.ModuleType("ray.tune.registry")
+    registry.register_env = lambda name, creator: registered.update({name: creator})
+    for module in ("ray", "ray.tune"):
+        monkeypatch.setitem(sys.modules, module, types.ModuleType(module))
+    monkeypatch.setitem(sys.modules, "ray.tune.registry", registry)
+    register_rllib_env()
+    assert registered == {"GpuTrading-v0": rllib_env_creator}
+    with pytest.raises(ValueError, match="name = '' is invalid"):
+        register_rllib_env("")
 
 
 # ------------------------------------------------------------------ Gymnasium wrappers
@@ -226,6 +378,48 @@ def test_gymnasium_vector_wrappers_and_episode_statistics() -> None:
     assert n_episodes > 100
 
 
+def test_gymnasium_next_step_loop_data_equals_a_plain_env() -> None:
+    """Gymnasium's own loop (NEXT_STEP, RecordEpisodeStatistics): each episode's observations,
+    rewards and statistics equal a plain env's; the step after a done is the reset step."""
+    seed, steps = 9, 150
+    env = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN)
+    )
+    ref = make(autoreset_mode="disabled")
+    obs, _ = env.reset(seed=seed)
+    ref_obs, _ = ref.reset(seed=seed)
+    np.testing.assert_array_equal(obs, ref_obs)
+    rng = np.random.default_rng(6)
+    prev_done = np.zeros(N, dtype=bool)
+    running = np.zeros(N)
+    episodes = 0
+    for _ in range(steps):
+        actions = rng.integers(0, 45, N)
+        obs, reward, term, trunc, info = env.step(actions)
+        # The plain env steps the running envs (its ended ones wait, frozen) and resets those
+        # that ended in the step before, which is what NEXT_STEP does in this step.
+        ref_obs, ref_reward, ref_term, ref_trunc, _ = ref.step(actions)
+        if prev_done.any():
+            fresh, _ = ref.reset(options={"reset_mask": prev_done.copy()})
+            ref_obs = np.where(prev_done[:, None], fresh, ref_obs)
+            ref_reward = np.where(prev_done, 0.0, ref_reward)
+            ref_term, ref_trunc = ref_term & ~prev_done, ref_trunc & ~prev_done
+        np.testing.assert_array_equal(obs, ref_obs)
+        np.testing.assert_array_equal(reward, ref_reward)
+        np.testing.assert_array_equal(term, ref_term)
+        np.testing.assert_array_equal(trunc, ref_trunc)
+        running += reward
+        done = term | trunc
+        if done.any():
+            np.testing.assert_array_equal(info["_episode"], done)
+            np.testing.assert_allclose(info["episode"]["r"][done], running[done], rtol=1e-6)
+            np.testing.assert_allclose(info["episode_return"][done], running[done], atol=1e-4)
+            episodes += int(done.sum())
+        running[done] = 0.0
+        prev_done = done
+    assert episodes >= N * 10
+
+
 def test_gymnasium_single_env_record_episode_statistics() -> None:
     env = gym.wrappers.RecordEpisodeStatistics(gym.make("GpuTrading-v0", episode_length=EP_LEN))
     env.reset(seed=0)
@@ -248,6 +442,7 @@ class RecordingVectorEnv(gym.vector.VectorWrapper):
         super().__init__(env)
         self.observations: list[np.ndarray] = []
         self.dones: list[np.ndarray] = []
+        self.rewards: list[np.ndarray] = []
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -259,6 +454,7 @@ class RecordingVectorEnv(gym.vector.VectorWrapper):
         obs, reward, term, trunc, info = self.env.step(actions)
         self.observations.append(np.array(obs, copy=True))
         self.dones.append(np.asarray(term | trunc).copy())
+        self.rewards.append(np.array(reward, copy=True))
         return obs, reward, term, trunc, info
 
     def call(self, name: str, *args, **kwargs):
@@ -370,6 +566,57 @@ def test_plain_sb3_dqn_with_per_warns_that_priorities_never_change(one_torch_thr
         model.learn(total_timesteps=600)
 
 
+def sb3_evaluation_episodes(rec: RecordingVectorEnv, n_episodes: int) -> list[float]:
+    """The episode returns SB3's evaluate_policy keeps, from the rewards the env returned:
+    env i contributes its first (n_episodes + i) // n_envs finished episodes."""
+    n = rec.num_envs
+    targets = [(n_episodes + i) // n for i in range(n)]
+    counts, running, kept = [0] * n, np.zeros(n), []
+    for reward, done in zip(rec.rewards, rec.dones[1:], strict=True):
+        running += reward
+        for i in np.flatnonzero(done):
+            if counts[i] < targets[i]:
+                kept.append(float(running[i]))
+                counts[i] += 1
+            running[i] = 0.0
+    return kept
+
+
+def test_evaluate_policy_and_eval_callback_with_gpudqn(one_torch_thread, recwarn, tmp_path) -> None:
+    from stable_baselines3.common.callbacks import EvalCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    from agents import GpuDQN
+
+    model = GpuDQN(
+        "DuelingPolicy", gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN), seed=0
+    )
+    rec = RecordingVectorEnv(make(N))
+    returns, lengths = evaluate_policy(
+        model, GpuDQN.make_eval_env(rec), n_eval_episodes=10, return_episode_rewards=True
+    )
+    assert len(returns) == 10 and all(1 <= n <= EP_LEN for n in lengths)
+    np.testing.assert_allclose(
+        sorted(returns), sorted(sb3_evaluation_episodes(rec, 10)), rtol=1e-5, atol=1e-4
+    )
+    assert not [w for w in recwarn if "Monitor" in str(w.message)]
+
+    eval_env = gym.make_vec("GpuTrading-v0", num_envs=2, episode_length=EP_LEN)
+    callback = EvalCallback(
+        GpuDQN.make_eval_env(eval_env),
+        eval_freq=25,
+        n_eval_episodes=4,
+        log_path=str(tmp_path),
+        verbose=0,
+    )
+    model.learn(total_timesteps=N * 60, callback=callback)
+    assert len(callback.evaluations_results) == 2  # after 25 and 50 of the 60 vector steps
+    assert all(len(r) == 4 for r in callback.evaluations_results)
+    assert np.isfinite(callback.last_mean_reward)
+    assert all(1 <= n <= EP_LEN for n in callback.evaluations_length[-1])
+    assert not [w for w in recwarn if "same type" in str(w.message)]
+
+
 # ------------------------------------------------------------------ TorchRL
 def check_collected(td, n_done_min: int) -> None:
     """Batch [N, T] of a TorchRL collector: chained observations, reset after every done."""
@@ -401,6 +648,26 @@ def test_torchrl_gym_wrapper_collector(one_torch_thread) -> None:
     assert batches == 2
 
 
+def test_torchrl_make_torchrl_env_data_equals_a_plain_env(one_torch_thread) -> None:
+    pytest.importorskip("torchrl")
+    from torchrl.collectors import Collector
+
+    from gpu_trading_env.torchrl_env import make_torchrl_env
+
+    env = make_torchrl_env(num_envs=N, episode_length=EP_LEN)
+    env.set_seed(5)
+    collector = Collector(env, policy=None, frames_per_batch=N * 100, total_frames=N * 100)
+    td = next(iter(collector))
+    collector.shutdown()
+    actions = td["action"].numpy().argmax(-1).T  # one-hot [N, T] -> [T, N]
+    ref = replay(5, actions, extra_resets=1)  # set_seed resets with the seed, the collector again
+    np.testing.assert_array_equal(td["observation"].numpy().swapaxes(0, 1), ref["obs"])
+    np.testing.assert_array_equal(td["next", "observation"].numpy().swapaxes(0, 1), ref["next_obs"])
+    np.testing.assert_array_equal(td["next", "reward"].squeeze(-1).numpy().T, ref["reward"])
+    np.testing.assert_array_equal(td["next", "done"].squeeze(-1).numpy().T, ref["done"])
+    assert ref["done"].sum() >= N * 5
+
+
 def test_torchrl_gym_env_by_id(one_torch_thread) -> None:
     pytest.importorskip("torchrl")
     from torchrl.collectors import Collector
@@ -415,6 +682,18 @@ def test_torchrl_gym_env_by_id(one_torch_thread) -> None:
     for td in collector:
         check_collected(td.unsqueeze(0), n_done_min=20)
     collector.shutdown()
+
+
+def test_torchrl_gym_env_by_id_with_num_envs_is_refused(one_torch_thread) -> None:
+    """TorchRL's NEXT_STEP AsyncVectorEnv would store zeros as next observations at dones."""
+    pytest.importorskip("torchrl")
+    from torchrl.envs import GymEnv
+
+    with pytest.raises(RuntimeError, match=r"num_envs=2\) is refused.*NEXT_STEP.*make_torchrl_env"):
+        GymEnv("GpuTrading-v0", num_envs=2, episode_length=EP_LEN)
+    single = GymEnv("GpuTrading-v0", episode_length=EP_LEN)  # a single env stays allowed
+    assert single.batch_size == torch.Size([])
+    TradingEnv(episode_length=EP_LEN)  # and so does the env outside TorchRL
 
 
 # ------------------------------------------------------------------ skrl
@@ -470,3 +749,151 @@ def test_skrl_ppo_stores_the_env_observations(headless: bool, one_torch_thread) 
     np.testing.assert_array_equal(stored.reshape(seen.shape), seen)
     dones = np.stack(rec.dones)[timesteps - rollouts : timesteps]
     assert dones.any() and is_reset_obs(seen[dones]).all()
+
+
+def skrl_dqn(env, memory_size: int, agent_class=None):
+    from skrl.agents.torch.dqn import DQN, DQN_CFG
+    from skrl.memories.torch import RandomMemory
+    from skrl.utils.model_instantiators.torch import deterministic_model
+
+    layers = [{"name": "net", "input": "OBSERVATIONS", "layers": [32], "activations": "relu"}]
+    models = {
+        name: deterministic_model(
+            observation_space=env.observation_space,
+            action_space=env.action_space,
+            device="cpu",
+            network=layers,
+            output="ACTIONS",
+        )
+        for name in ("q_network", "target_q_network")
+    }
+    cfg = DQN_CFG(learning_starts=50, batch_size=16)
+    cfg.experiment.write_interval = 0
+    cfg.experiment.checkpoint_interval = 0
+    return (agent_class or DQN)(
+        models=models,
+        memory=RandomMemory(memory_size=memory_size, num_envs=env.num_envs, device="cpu"),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        device="cpu",
+        cfg=cfg,
+    )
+
+
+def test_skrl_dqn_stores_the_true_final_observations(one_torch_thread) -> None:
+    """skrl's own DQN, memory and trainer: every stored transition equals a plain env's."""
+    pytest.importorskip("skrl")
+    from skrl import config
+    from skrl.agents.torch.dqn import DQN
+    from skrl.trainers.torch import SequentialTrainer
+
+    from gpu_trading_env.skrl_env import make_skrl_env, with_final_observations
+
+    timesteps = 300
+    env = make_skrl_env(num_envs=N, episode_length=8)
+    agent = skrl_dqn(env, timesteps, with_final_observations(DQN))
+    seed = config.torch.key  # what skrl's wrapper resets with
+    cfg = {"timesteps": timesteps, "headless": True, "disable_progressbar": True}
+    SequentialTrainer(
+        env=env, agents=agent, cfg={**cfg, "close_environment_at_exit": False}
+    ).train()
+
+    def stored(name: str) -> np.ndarray:
+        return agent.memory.get_tensor_by_name(name).numpy()  # [T, N, ...]
+
+    actions = stored("actions")[..., 0].astype(np.int64)
+    ref = replay(seed, actions, episode_length=8)
+    np.testing.assert_array_equal(stored("observations"), ref["obs"])
+    np.testing.assert_array_equal(stored("next_observations"), ref["next_obs"])
+    np.testing.assert_array_equal(stored("rewards")[..., 0], ref["reward"])
+    done = ref["done"]
+    assert done.sum() >= N * 30  # 300 steps of 8-step episodes
+    # Within an episode the next observation of step t is the observation of step t + 1.
+    chain = ~done[:-1]
+    np.testing.assert_array_equal(
+        stored("next_observations")[:-1][chain], stored("observations")[1:][chain]
+    )
+    # ... and at a done it is the episode's last one, not the next episode's first.
+    ended = done[:-1]
+    assert (
+        (stored("next_observations")[:-1][ended] != stored("observations")[1:][ended]).any(-1).all()
+    )
+
+
+def test_skrl_warns_when_it_resets_a_next_step_env(one_torch_thread) -> None:
+    pytest.importorskip("skrl")
+    from skrl.envs.wrappers.torch import wrap_env
+
+    env = wrap_env(make(N), wrapper="gymnasium")  # Gymnasium's default mode: NEXT_STEP
+    with pytest.warns(UserWarning, match=r"NEXT_STEP.*make_skrl_env"):
+        env.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wrap_env(make(N, autoreset_mode="same_step"), wrapper="gymnasium").reset()
+        make(N).reset()  # not under skrl: no warning
+
+
+def test_make_skrl_env_switches_or_refuses() -> None:
+    pytest.importorskip("skrl")
+    from gpu_trading_env.skrl_env import make_skrl_env
+
+    stats = gym.wrappers.vector.RecordEpisodeStatistics(make(N))
+    env = make_skrl_env(stats)
+    assert stats.unwrapped.autoreset_mode == AutoresetMode.SAME_STEP and env.num_envs == N
+    with pytest.raises(ValueError, match="TransformObservation.*final_obs"):
+        make_skrl_env(gym.wrappers.vector.TransformObservation(make(N), lambda o: o * 2.0))
+    with pytest.raises(TypeError, match="allowed is a TradingVectorEnv"):
+        make_skrl_env(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"))
+    with pytest.raises(TypeError, match="either an env or the keywords"):
+        make_skrl_env(make(N), episode_length=5)
+
+
+def test_skrl_final_observations_need_same_step() -> None:
+    from gpu_trading_env.skrl_env import final_next_observations
+
+    nxt = torch.zeros(2, 3)
+    done = torch.tensor([[True], [False]])
+    with pytest.raises(RuntimeError, match="make_skrl_env"):
+        final_next_observations(nxt, done, ~done, {})
+    final = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = final_next_observations(nxt, done, torch.zeros_like(done), {"final_obs": final})
+    np.testing.assert_array_equal(out.numpy(), [[0, 1, 2], [0, 0, 0]])
+    assert nxt.abs().sum() == 0  # the trainer acts on the input next: it is not written
+
+
+# ------------------------------------------------------------------ CleanRL style
+def test_cleanrl_style_loop_data_equals_a_plain_env() -> None:
+    """The loop of examples/cleanrl_style_dqn.py: torch arrays, SAME_STEP, final_obs as the
+    bootstrap target; stored transitions and episode returns equal a plain env's."""
+    seed, steps = 4, 120
+    env = TradingVectorEnv(
+        N, "cpu", array_type="torch", episode_length=EP_LEN, autoreset_mode="same_step"
+    )
+    obs, _ = env.reset(seed=seed)
+    gen = torch.Generator().manual_seed(0)
+    stored = {"obs": [], "next_obs": [], "reward": [], "done": [], "action": []}
+    returns, running = [], torch.zeros(N, dtype=torch.float64)
+    for _ in range(steps):
+        action = torch.randint(0, env.single_action_space.n, (N,), generator=gen)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated | truncated
+        real_next = torch.where(done[:, None], info["final_obs"], next_obs)  # as the script
+        for key, value in zip(stored, (obs, real_next, reward, done, action), strict=True):
+            stored[key].append(value.numpy().copy())
+        running += reward.double()
+        if done.any():
+            np.testing.assert_allclose(
+                info["episode_return"][info["_episode_return"]].numpy(),
+                running[done].numpy(),
+                atol=1e-4,
+            )
+            returns += info["episode_return"][info["_episode_return"]].tolist()
+            running[done] = 0.0
+        obs = next_obs
+    data = {key: np.stack(value) for key, value in stored.items()}
+    ref = replay(seed, data["action"])
+    for key in ("obs", "next_obs", "reward", "done"):
+        np.testing.assert_array_equal(data[key], ref[key])
+    chain = ~data["done"][:-1]
+    np.testing.assert_array_equal(data["next_obs"][:-1][chain], data["obs"][1:][chain])
+    assert len(returns) == int(ref["done"].sum()) >= N * 8

@@ -8,6 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from stable_baselines3 import A2C, DQN, PPO
 from stable_baselines3.common.env_checker import check_env
+from stable_baselines3.common.monitor import Monitor
 
 from gpu_trading_env import TradingEnv, TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
@@ -202,3 +203,145 @@ def test_cuda_env_matches_numpy_env_through_adapter() -> None:
             assert infos_g[i]["TimeLimit.truncated"] == infos_c[i]["TimeLimit.truncated"]
             assert infos_g[i]["episode"]["l"] == infos_c[i]["episode"]["l"]
     assert n_done > 0
+
+
+# ------------------------------------------------------------------ Gymnasium wrappers under SB3
+def _flat(env) -> int:
+    return env.unwrapped.config.encode_action(2)
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda e: gym.wrappers.vector.TransformObservation(e, lambda o: o + 1000.0),
+        gym.wrappers.vector.NormalizeObservation,
+        lambda e: gym.wrappers.vector.DtypeObservation(e, np.float64),
+    ],
+    ids=["TransformObservation", "NormalizeObservation", "DtypeObservation"],
+)
+def test_refuses_observation_wrappers_it_would_bypass(wrap) -> None:
+    """Switching to SAME_STEP under them would hand SB3 untransformed terminal observations."""
+    env = TradingVectorEnv(N, "cpu", episode_length=8)
+    wrapped = wrap(env)
+    with pytest.raises(ValueError, match=type(wrapped).__name__ + r".*VecNormalize\(SB3VecEnv"):
+        SB3VecEnv(wrapped)
+    assert env.autoreset_mode == AutoresetMode.NEXT_STEP  # refused before switching anything
+
+
+def test_vec_normalize_normalises_terminal_observations() -> None:
+    """The way the refusal names: normalise on the SB3 side, terminal observations included."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    norm = VecNormalize(SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=8)), norm_reward=False)
+    plain = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=8))
+    norm.seed(3)
+    plain.seed(3)
+    norm.reset()
+    plain.reset()
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(30):
+        actions = rng.integers(0, 45, N)
+        obs, _, dones, infos = norm.step(actions)
+        raw_obs, _, raw_dones, raw_infos = plain.step(actions)
+        np.testing.assert_array_equal(dones, raw_dones)
+        np.testing.assert_allclose(obs, norm.normalize_obs(raw_obs), rtol=1e-6, atol=1e-6)
+        for i in np.flatnonzero(dones):
+            ended += 1
+            np.testing.assert_allclose(
+                infos[i]["terminal_observation"],
+                norm.normalize_obs(raw_infos[i]["terminal_observation"]),
+                rtol=1e-6,
+                atol=1e-6,
+            )
+    assert ended > 0
+
+
+def test_reward_wrappers_are_kept_and_record_episode_statistics_follows_the_switch() -> None:
+    """RecordEpisodeStatistics built over NEXT_STEP counts SAME_STEP episodes right after it."""
+    env = TradingVectorEnv(N, "cpu", episode_length=8)
+    stats = gym.wrappers.vector.RecordEpisodeStatistics(env)
+    sb3 = SB3VecEnv(gym.wrappers.vector.ClipReward(stats, min_reward=-1.0, max_reward=1.0))
+    assert env.autoreset_mode == AutoresetMode.SAME_STEP
+    sb3.seed(1)
+    sb3.reset()
+    rng = np.random.default_rng(5)
+    running = np.zeros(N)
+    returns, lengths = [], []
+    for _ in range(100):
+        _, rewards, dones, infos = sb3.step(rng.integers(0, 45, N))
+        # ClipReward is outside: the statistics sum the env's own rewards.
+        running += np.array([info["reward_components"].sum() for info in infos])
+        for i in np.flatnonzero(dones):
+            returns.append(running[i])
+            lengths.append(infos[i]["episode"]["l"])
+            assert infos[i]["episode"]["r"] == pytest.approx(running[i], abs=1e-4)
+            running[i] = 0.0
+    assert len(returns) > 20
+    # The wrapper's own queues (last 100 episodes) hold exactly the same episodes.
+    np.testing.assert_allclose(list(stats.return_queue), returns[-100:], rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(list(stats.length_queue), lengths[-100:])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_same_step_sync_and_async_vector_envs_report_episodes(mode: str) -> None:
+    """Statistics under info['final_info'] become SB3's info['episode'] (rollout/ep_rew_mean);
+    terminal observations and rewards equal single envs replayed with the same seeds."""
+    n, seed = 3, 7
+    venv = gym.make_vec(
+        "GpuTrading-v0",
+        num_envs=n,
+        vectorization_mode=mode,
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        episode_length=6,
+    )
+    sb3 = SB3VecEnv(venv)
+    assert sb3.env_is_wrapped(Monitor)[0] == (mode == "sync")
+    replay = [TradingEnv(episode_length=6) for _ in range(n)]
+    sb3.seed(seed)
+    obs = sb3.reset()
+    for i, env in enumerate(replay):
+        np.testing.assert_array_equal(obs[i], env.reset(seed=seed + i)[0])
+    rng = np.random.default_rng(2)
+    running = np.zeros(n)
+    episodes = 0
+    for _ in range(25):
+        actions = rng.integers(0, 45, n)
+        obs, rewards, dones, infos = sb3.step(actions)
+        for i, env in enumerate(replay):
+            r_obs, r_rew, term, trunc, _ = env.step(actions[i])
+            assert rewards[i] == pytest.approx(r_rew, abs=1e-6)
+            running[i] += r_rew
+            assert dones[i] == (term or trunc)
+            if dones[i]:
+                np.testing.assert_array_equal(infos[i]["terminal_observation"], r_obs)
+                assert infos[i]["episode"]["r"] == pytest.approx(running[i], abs=1e-4)
+                assert infos[i]["episode"]["l"] <= 6
+                running[i] = 0.0
+                episodes += 1
+                r_obs, _ = env.reset()
+            else:
+                assert "episode" not in infos[i]
+            np.testing.assert_array_equal(obs[i], r_obs)
+    sb3.close()
+    assert episodes >= n * 3
+
+
+@pytest.mark.parametrize("algo", ["PPO", "GpuDQN"])
+def test_sb3_and_gpudqn_log_episodes_of_a_same_step_sync_vector_env(algo: str) -> None:
+    from agents import GpuDQN
+
+    venv = gym.make_vec(
+        "GpuTrading-v0",
+        num_envs=4,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        episode_length=10,
+    )
+    if algo == "PPO":
+        model = PPO("MlpPolicy", SB3VecEnv(venv), n_steps=16, batch_size=32, n_epochs=1, seed=0)
+    else:
+        model = GpuDQN("DuelingPolicy", venv, learning_starts=32, batch_size=16, seed=0)
+    model.learn(256)
+    assert len(model.ep_info_buffer) >= 20  # 256 steps / 10-step episodes
+    assert all(1 <= ep["l"] <= 10 for ep in model.ep_info_buffer)
