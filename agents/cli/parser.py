@@ -201,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     env_options(e, 0.8, "bars skipped before the evaluated part; 0 evaluates every bar")
     e.add_argument("--model", required=True, help="model.zip written by train")
+    e.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="also load Stable-Baselines3 zips, whose pickled part runs any code it holds: only "
+        "for files from a source you trust (default: weights-only files)",
+    )
     e.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     e.set_defaults(func=cmd_eval)
 
