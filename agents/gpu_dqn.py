@@ -288,6 +288,7 @@ class GpuDQN(DataParallelMixin, DQN):
         self._captured_unsupported: tuple | None = None
         self._fused_rollout: Any = None
         self._train_calls = 0
+        self._pending_rollout_generator: th.Tensor | None = None
         self.trading_env: TradingVectorEnv | None = find_trading_env(self.env)
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
@@ -441,6 +442,11 @@ class GpuDQN(DataParallelMixin, DQN):
                 cuda = self.device.type == "cuda"
                 bf16 = cuda and resolve_precision(self.train_precision, self.device) == "bf16"
                 self._fused_rollout = FusedRollout(self, act_precision="bf16" if bf16 else "tf32")
+            pending = self._pending_rollout_generator  # a resumed checkpoint's exploration stream
+            generator = getattr(self._fused_rollout, "generator", None)
+            if pending is not None and isinstance(generator, th.Generator):
+                generator.set_state(pending)
+            self._pending_rollout_generator = None
         episodes_before = self._episode_num
         callback.on_rollout_start()
         steps, n_episodes, continue_training = self._fused_rollout.collect(
@@ -787,6 +793,42 @@ class GpuDQN(DataParallelMixin, DQN):
         model._restore_curiosity_weights()
         return model
 
+    def save_checkpoint(self, path: str | pathlib.Path) -> pathlib.Path:
+        """Write a checkpoint into the folder ``path`` (:mod:`agents.checkpoint`): model, replay
+        buffer, env state and every random generator, from which :meth:`load_checkpoint` and
+        ``learn(model.remaining_timesteps, reset_num_timesteps=False)`` continue this run as if
+        it had not stopped. Call it between ``learn`` calls, or use
+        :class:`~agents.checkpoint.CheckpointEvery` during one.
+
+        :return: The folder.
+        """
+        from agents.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path)
+
+    @classmethod
+    def load_checkpoint(
+        cls: type[SelfGpuDQN],
+        path: str | pathlib.Path,
+        env: GymEnv | GymVectorEnv | None = None,
+        device: th.device | str = "auto",
+        **kwargs: Any,
+    ) -> SelfGpuDQN:
+        """The model of a checkpoint written by :meth:`save_checkpoint` or
+        :class:`~agents.checkpoint.CheckpointEvery` (``path``: its folder, or the folder of a
+        run's checkpoints: the newest complete one), with its replay buffer; the env's state goes
+        into ``env`` (same settings and number of envs) and the process's random generators
+        are set as they were (:func:`agents.checkpoint.load_checkpoint`)."""
+        from agents.checkpoint import load_checkpoint
+
+        return load_checkpoint(cls, path, env=env, device=device, **kwargs)
+
+    @property
+    def remaining_timesteps(self) -> int:
+        """Env steps left of the last ``learn``'s ``total_timesteps`` (0 when it finished):
+        ``learn(model.remaining_timesteps, reset_num_timesteps=False)`` finishes a resumed run."""
+        return max(int(self._total_timesteps) - int(self.num_timesteps), 0)
+
     def _excluded_save_params(self) -> list[str]:
         return [
             *super()._excluded_save_params(),
@@ -798,6 +840,7 @@ class GpuDQN(DataParallelMixin, DQN):
             "_captured_unsupported",
             "_mode_free",
             "_target_lists",
+            "_pending_rollout_generator",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
