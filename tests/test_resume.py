@@ -170,3 +170,35 @@ def test_checkpoint_and_resume_equal_one_run_on_cuda(tmp_path) -> None:
     """The CUDA twin (fused rollout, captured train step): equal to float tolerance."""
     reference, resumed = _run_and_resume(tmp_path, "cuda", total=400, every=200)
     _compare(reference, resumed, exact=False)
+
+
+@pytest.mark.slow
+def test_cli_train_resume_continues_the_run(tmp_path, monkeypatch, capsys) -> None:
+    """``train --checkpoint-every`` then ``train --resume`` from the checkpoint halfway: the
+    same selected model and the same report numbers as the run that went through."""
+    import json
+
+    from agents import cli
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--device", "cpu", "--timesteps", "1600", "--num-envs", "8",
+            "--eval-every", "400", "--no-progress", "--torch-threads", "1"]  # fmt: skip
+    assert cli.main([*argv, "--checkpoint-every", "1200", "--out", "a"]) == 0
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == [
+        "step-000000001200"
+    ]
+    assert cli.main([*argv, "--resume", "a", "--out", "b"]) == 0
+    a = GpuDQN.load(tmp_path / "a" / "model.zip", device="cpu")
+    b = GpuDQN.load(tmp_path / "b" / "model.zip", device="cpu")
+    sa, sb = a.policy.state_dict(), b.policy.state_dict()
+    assert all(th.equal(sa[k], sb[k]) for k in sa)
+    ma = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    mb = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    for key in ("strategy", "model_selection", "last_model_strategy", "learning_curve"):
+        assert ma[key] == mb[key], key
+    capsys.readouterr()
+    assert cli.main([*argv, "--seed", "1", "--resume", "a", "--out", "c"]) == 1
+    assert "the run differs in ['seed']" in capsys.readouterr().err
+    assert cli.main([*argv, "--resume", "nowhere", "--out", "d"]) == 2
+    assert "--resume nowhere: no checkpoint folder 'nowhere'" in capsys.readouterr().err
+    assert cli.main([*argv, "--checkpoint-every", "0", "--out", "e"]) == 2
