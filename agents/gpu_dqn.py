@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import pathlib
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -45,13 +45,7 @@ from agents.curiosity import CuriosityModel, check_positive_ints
 from agents.curiosity_training import CuriosityTraining, curiosity_layout
 from agents.distributed import DataParallel, DataParallelMixin
 from agents.dqn_loss import td_target, weighted_td_loss
-from agents.model_files import (
-    build_loaded_model,
-    load_model_files,
-    load_replay_buffer_file,
-    save_model_file,
-    save_replay_buffer_file,
-)
+from agents.model_files import WeightsOnlyFiles
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
@@ -84,7 +78,7 @@ def _polyak(online: Sequence[th.Tensor], target: Sequence[th.Tensor], tau: float
         th._foreach_add_(target, online, alpha=tau)
 
 
-class GpuDQN(DataParallelMixin, DQN):
+class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
     """Deep Q-Network with prioritized replay, double-DQN targets and a dueling policy.
 
     Differences from SB3's ``DQN`` (all other arguments and behaviour are SB3's):
@@ -699,49 +693,16 @@ class GpuDQN(DataParallelMixin, DQN):
         return params
 
     # ------------------------------------------------------------------ saving
-    def save(
-        self,
-        path: str | pathlib.Path | io.BufferedIOBase,
-        exclude: Iterable[str] | None = None,
-        include: Iterable[str] | None = None,
-    ) -> None:
-        """Save the model in the weights-only format (:mod:`agents.model_files`), atomically: a
-        save that fails leaves the old file intact.
-
-        SB3's arguments and habits: a path without a suffix gets ``.zip``; ``exclude`` and
-        ``include`` name attributes as in SB3. The file holds state dicts (read back with
-        ``torch.load(weights_only=True)``) and JSON, never a pickle, and a SHA-256 of each
-        part. A folder as ``path`` is refused. Data-parallel: rank 0 writes, the other ranks
-        return without writing.
-        """
-        if self.data_parallel is not None and not self.data_parallel.is_main:
-            return
-        save_model_file(self, path, exclude=exclude, include=include)
-
-    def save_replay_buffer(self, path: str | pathlib.Path | io.BufferedIOBase) -> None:
-        """Save the replay buffer as arrays and JSON with checksums (:mod:`agents.model_files`),
-        atomically; a path without a suffix gets ``.rb.zip``; a folder is refused."""
-        assert self.replay_buffer is not None, "the replay buffer is not set up"
-        save_replay_buffer_file(self.replay_buffer, path)
-
+    # save, save_replay_buffer and their load counterparts: WeightsOnlyFiles (agents.model_files).
     def load_replay_buffer(
         self,
         path: str | pathlib.Path | io.BufferedIOBase,
         truncate_last_traj: bool = True,
         allow_pickle: bool = False,
     ) -> None:
-        """Load a replay buffer saved by :meth:`save_replay_buffer` onto this model's device; then
-        the saved curiosity weights go back into the env.
-
-        :param truncate_last_traj: SB3's argument (``HerReplayBuffer`` only; unused here).
-        :param allow_pickle: Also read a pickled buffer (SB3's format). Unpickling runs any code
-            the file holds: only for files from a source you trust.
-        :raises FileNotFoundError: naming ``path``.
-        :raises agents.safe_archive.PickleRefusedError: for a pickle without ``allow_pickle``.
-        :raises agents.safe_archive.ArchiveError: for a damaged file, or one saved with another
-            number of envs or other spaces than this model's, naming the file.
-        """
-        self.replay_buffer = load_replay_buffer_file(self, path, allow_pickle=allow_pickle)
+        """:meth:`WeightsOnlyFiles.load_replay_buffer`; then the saved curiosity weights go back
+        into the env."""
+        super().load_replay_buffer(path, truncate_last_traj, allow_pickle=allow_pickle)
         self._restore_curiosity_weights()
 
     @classmethod
@@ -756,40 +717,18 @@ class GpuDQN(DataParallelMixin, DQN):
         allow_pickle: bool = False,
         **kwargs: Any,
     ) -> SelfGpuDQN:
-        """Load a model saved by :meth:`save`; with ``env`` given, the saved curiosity weights go
-        back into it.
-
-        SB3's arguments: a path without a suffix is also looked up with ``.zip``;
-        ``custom_objects`` replaces saved attributes (and supplies those the weights-only
-        format could not hold, which the error lists); ``force_reset`` discards the saved last
-        observation when ``env`` is given.
-
-        :param allow_pickle: Also read SB3's own zips, whose ``data`` member is a cloudpickle:
-            unpickling runs any code the file holds, so only for files from a source you trust.
-            Without it such a file raises :class:`~agents.safe_archive.PickleRefusedError`.
-        :raises FileNotFoundError: naming ``path`` as given.
-        :raises agents.safe_archive.ArchiveError: for a damaged, truncated or empty file,
-            naming it.
-        """
-        data, params, variables, sb3_zip = load_model_files(path, custom_objects, allow_pickle)
-        if sb3_zip:
-            model = super().load(
-                path,
-                env=env,
-                device=device,
-                custom_objects=custom_objects,
-                print_system_info=print_system_info,
-                force_reset=force_reset,
-                **kwargs,
-            )
-        else:
-            if print_system_info:
-                from stable_baselines3.common.utils import get_system_info
-
-                get_system_info()
-            model = build_loaded_model(
-                cls, data, params, variables, env, device, force_reset, kwargs
-            )
+        """:meth:`WeightsOnlyFiles.load`; with ``env`` given, the saved curiosity weights go back
+        into it."""
+        model = super().load(
+            path,
+            env=env,
+            device=device,
+            custom_objects=custom_objects,
+            print_system_info=print_system_info,
+            force_reset=force_reset,
+            allow_pickle=allow_pickle,
+            **kwargs,
+        )
         model._restore_curiosity_weights()
         return model
 

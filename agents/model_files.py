@@ -22,7 +22,7 @@ import pathlib
 import pickle
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 import stable_baselines3
@@ -42,6 +42,7 @@ from agents.safe_archive import (
     read_archive,
     resolve_existing,
     sniff,
+    source_name,
     tensors_from_bytes,
     tensors_to_bytes,
     write_archive,
@@ -49,6 +50,7 @@ from agents.safe_archive import (
 from gpu_trading_env.atomic_file import with_suffix_if_missing
 
 __all__ = [
+    "WeightsOnlyFiles",
     "BUFFER_SUFFIX",
     "MODEL_SUFFIX",
     "load_model_files",
@@ -83,8 +85,19 @@ def _writable_path(path: Any, suffix: str) -> Any:
     return with_suffix_if_missing(path, suffix)
 
 
-def _readable_path(path: Any, suffix: str) -> Any:
-    return resolve_existing(path, suffix) if isinstance(path, str | os.PathLike) else path
+def _readable(path: Any, suffix: str) -> pathlib.Path | IO[bytes]:
+    """The file to read: a path (see :func:`~agents.safe_archive.resolve_existing`), or a
+    binary file object (read into memory when it cannot seek)."""
+    if isinstance(path, str | os.PathLike):
+        return resolve_existing(path, suffix)
+    if not hasattr(path, "read"):
+        raise TypeError(
+            f"path = {path!r} is invalid: allowed is a file path (str or os.PathLike) or a "
+            "binary file object"
+        )
+    if not (hasattr(path, "seekable") and path.seekable()):
+        return io.BytesIO(path.read())
+    return path
 
 
 # ---------------------------------------------------------------------------------- models
@@ -182,16 +195,11 @@ def load_model_files(
     :raises PickleRefusedError: for an SB3 zip without ``allow_pickle``.
     :raises ArchiveError: for a damaged file, naming it.
     """
-    file = _readable_path(path, MODEL_SUFFIX)
-    if not isinstance(file, pathlib.Path):
-        raise TypeError(
-            f"path = {path!r} is invalid: allowed is a file path (str or os.PathLike) of a "
-            "model written by save"
-        )
+    file = _readable(path, MODEL_SUFFIX)
     if allow_pickle and sniff(file) == "sb3-zip":
         return {}, {}, None, True
     manifest, members = read_archive(file, "model", MODEL_PICKLE_HINT)
-    where = repr(str(file))
+    where = repr(source_name(file))
     params = tensors_from_bytes(members[PARAMS], f"{where} member {PARAMS!r}")
     arrays = tensors_from_bytes(members[ARRAYS], f"{where} member {ARRAYS!r}")
     variables = tensors_from_bytes(members[TORCH_VARIABLES], f"{where} member {TORCH_VARIABLES!r}")
@@ -330,17 +338,15 @@ def load_replay_buffer_file(
     :raises PickleRefusedError: for a pickled buffer without ``allow_pickle``.
     :raises ArchiveError: for a damaged file or one that does not fit ``model``.
     """
-    file = _readable_path(path, BUFFER_SUFFIX)
-    if not isinstance(file, pathlib.Path):
-        raise TypeError(
-            f"path = {path!r} is invalid: allowed is a file path (str or os.PathLike) of a "
-            "replay buffer written by save_replay_buffer"
-        )
-    where = repr(str(file))
+    file = _readable(path, BUFFER_SUFFIX)
+    where = repr(source_name(file))
     if allow_pickle and sniff(file) == "pickle":
         try:
-            with open(file, "rb") as fh:
-                buffer = pickle.load(fh)  # noqa: S301 (the caller opted in)
+            if isinstance(file, pathlib.Path):
+                with open(file, "rb") as fh:
+                    buffer = pickle.load(fh)  # noqa: S301 (the caller opted in)
+            else:
+                buffer = pickle.load(file)  # noqa: S301
         except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
             raise ArchiveError(f"{where} is a damaged or truncated pickle: {exc!r}") from exc
     else:
@@ -372,11 +378,9 @@ def _buffer_from_archive(
     model: Any, manifest: dict[str, Any], members: dict[str, bytes], where: str
 ) -> Any:
     try:
-        cls = _import_class(manifest["class"])
+        cls = _import_class(manifest["class"], (ReplayBuffer,))
     except (UnencodableValue, KeyError) as exc:
         raise ArchiveError(f"{where}: {exc}") from exc
-    if not issubclass(cls, ReplayBuffer):
-        raise ArchiveError(f"{where} names {manifest['class']!r}, which is not a replay buffer")
     device = get_device(model.device)
     arrays = tensors_from_bytes(members[ARRAYS], f"{where} member {ARRAYS!r}", device)
     try:
@@ -402,3 +406,103 @@ def _buffer_from_archive(
     else:
         buffer.__dict__.update(state)
     return buffer
+
+
+SelfFiles = TypeVar("SelfFiles", bound="WeightsOnlyFiles")
+
+
+class WeightsOnlyFiles:
+    """Base class before an SB3 algorithm (``class GpuDQN(WeightsOnlyFiles, ..., DQN)``): its
+    ``save`` / ``load`` and ``save_replay_buffer`` / ``load_replay_buffer`` use the weights-only
+    format; SB3's pickle-based files load only with ``allow_pickle=True``."""
+
+    def save(
+        self,
+        path: str | os.PathLike[str] | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+    ) -> None:
+        """Save the model in the weights-only format (:mod:`agents.model_files`), atomically: a
+        save that fails leaves the old file intact.
+
+        SB3's arguments and habits: a path without a suffix gets ``.zip``; ``exclude`` and
+        ``include`` name attributes as in SB3. The file holds state dicts (read back with
+        ``torch.load(weights_only=True)``) and JSON, never a pickle, and a SHA-256 of each
+        part. A folder as ``path`` is refused. Data-parallel: rank 0 writes, the other ranks
+        return without writing.
+        """
+        dp = getattr(self, "data_parallel", None)
+        if dp is not None and not dp.is_main:
+            return
+        save_model_file(self, path, exclude=exclude, include=include)
+
+    def save_replay_buffer(self, path: str | os.PathLike[str] | io.BufferedIOBase) -> None:
+        """Save the replay buffer as arrays and JSON with checksums (:mod:`agents.model_files`),
+        atomically; a path without a suffix gets ``.rb.zip``; a folder is refused."""
+        assert self.replay_buffer is not None, "the replay buffer is not set up"
+        save_replay_buffer_file(self.replay_buffer, path)
+
+    def load_replay_buffer(
+        self,
+        path: str | os.PathLike[str] | io.BufferedIOBase,
+        truncate_last_traj: bool = True,
+        allow_pickle: bool = False,
+    ) -> None:
+        """Load a replay buffer saved by :meth:`save_replay_buffer` onto this model's device.
+
+        :param truncate_last_traj: SB3's argument (``HerReplayBuffer`` only; unused here).
+        :param allow_pickle: Also read a pickled buffer (SB3's format). Unpickling runs any code
+            the file holds: only for files from a source you trust.
+        :raises FileNotFoundError: naming ``path``.
+        :raises agents.safe_archive.PickleRefusedError: for a pickle without ``allow_pickle``.
+        :raises agents.safe_archive.ArchiveError: for a damaged file, or one saved with another
+            number of envs or other spaces than this model's, naming the file.
+        """
+        self.replay_buffer = load_replay_buffer_file(self, path, allow_pickle=allow_pickle)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfFiles],
+        path: str | os.PathLike[str] | io.BufferedIOBase,
+        env: Any = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        allow_pickle: bool = False,
+        **kwargs: Any,
+    ) -> SelfFiles:
+        """Load a model saved by :meth:`save`.
+
+        SB3's arguments: a path without a suffix is also looked up with ``.zip``;
+        ``custom_objects`` replaces saved attributes (and supplies those the weights-only
+        format could not hold, which the error lists); ``force_reset`` discards the saved last
+        observation when ``env`` is given.
+
+        :param allow_pickle: Also read SB3's own zips, whose ``data`` member is a cloudpickle:
+            unpickling runs any code the file holds, so only for files from a source you trust.
+            Without it such a file raises :class:`~agents.safe_archive.PickleRefusedError`.
+        :raises FileNotFoundError: naming ``path`` as given.
+        :raises agents.safe_archive.ArchiveError: for a damaged, truncated or empty file,
+            naming it.
+        """
+        data, params, variables, sb3_zip = load_model_files(path, custom_objects, allow_pickle)
+        if sb3_zip:
+            model = super().load(
+                path,
+                env=env,
+                device=device,
+                custom_objects=custom_objects,
+                print_system_info=print_system_info,
+                force_reset=force_reset,
+                **kwargs,
+            )
+        else:
+            if print_system_info:
+                from stable_baselines3.common.utils import get_system_info
+
+                get_system_info()
+            model = build_loaded_model(
+                cls, data, params, variables, env, device, force_reset, kwargs
+            )
+        return model

@@ -33,11 +33,12 @@ import pathlib
 import time
 import zipfile
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.buffers import BaseBuffer
 
 from gpu_trading_env.atomic_file import atomic_write
 
@@ -52,6 +53,7 @@ __all__ = [
     "remove_stale_temporaries",
     "resolve_existing",
     "sniff",
+    "source_name",
     "tensors_from_bytes",
     "tensors_to_bytes",
     "write_archive",
@@ -71,6 +73,11 @@ CLASS_MODULE_PREFIXES = (
     "torch.nn",
     "torch.optim",
 )
+
+# What a class named in an archive must derive from: a file then chooses among networks,
+# optimizers and buffers, whose construction only allocates (a policy_class that writes files
+# on construction, say, cannot be smuggled in).
+CLASS_BASES: tuple[type, ...] = (th.nn.Module, th.optim.Optimizer, BaseBuffer)
 
 # Objects rebuilt from their attributes (``__dict__``), or from their fields for a NamedTuple,
 # or from their value for an Enum. Each holds plain values and nothing callable but itself.
@@ -165,7 +172,10 @@ def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _import_class(name: str, allowed_modules: tuple[str, ...] = CLASS_MODULE_PREFIXES) -> type:
+def _import_class(name: str, bases: tuple[type, ...] | None = None) -> type:
+    """The class ``module:qualname``, imported only from :data:`CLASS_MODULE_PREFIXES` and, unless
+    ``bases`` is None, only a subclass of ``bases`` (default :data:`CLASS_BASES`)."""
+    allowed_modules = CLASS_MODULE_PREFIXES
     module_name, _, qualname = name.partition(":")
     if not qualname or not any(
         module_name == p.rstrip(".") or module_name.startswith(p) for p in allowed_modules
@@ -182,6 +192,11 @@ def _import_class(name: str, allowed_modules: tuple[str, ...] = CLASS_MODULE_PRE
         raise UnencodableValue(f"class {name!r} does not exist in this installation") from exc
     if not isinstance(obj, type):
         raise UnencodableValue(f"{name!r} is not a class")
+    if bases is not None and not issubclass(obj, bases):
+        raise UnencodableValue(
+            f"class {name!r} is not one the archive may name: allowed are torch modules, "
+            "optimizers and replay buffers (pass other classes through custom_objects)"
+        )
     return obj
 
 
@@ -257,7 +272,7 @@ def encode(value: Any, arrays: dict[str, th.Tensor]) -> Any:
         return {"__space__": _encode_space(value, arrays)}
     if isinstance(value, type):
         name = _class_name(value)
-        _import_class(name)  # refuse now what load would refuse
+        _import_class(name, CLASS_BASES)  # refuse now what load would refuse
         return {"__class__": name}
     if isinstance(value, collections.deque):
         return {"__deque__": [encode(v, arrays) for v in value], "maxlen": value.maxlen}
@@ -306,7 +321,7 @@ def decode(value: Any, arrays: Mapping[str, Any]) -> Any:
         if tag == "__space__":
             return _decode_space(value[tag], arrays)
         if tag == "__class__":
-            return _import_class(value[tag])
+            return _import_class(value[tag], CLASS_BASES)
         if tag == "__deque__":
             return collections.deque((decode(v, arrays) for v in value[tag]), value["maxlen"])
         if tag == "__tuple__":
@@ -334,19 +349,40 @@ def decode(value: Any, arrays: Mapping[str, Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------------- archives
-def sniff(path: pathlib.Path) -> str:
-    """What ``path`` holds: ``"archive"`` (this module's format), ``"sb3-zip"`` (a zip with
-    SB3's pickled ``data`` member), ``"pickle"`` (starts like a pickle), ``"empty"`` or
-    ``"unknown"``. Reads the first bytes and the zip directory only: nothing is unpickled."""
-    with open(path, "rb") as fh:
-        head = fh.read(4)
+def source_name(source: pathlib.Path | IO[bytes]) -> str:
+    """``source`` for messages: the path, or a file object's name."""
+    if isinstance(source, pathlib.Path):
+        return str(source)
+    return str(getattr(source, "name", f"<{type(source).__name__}>"))
+
+
+def sniff(source: pathlib.Path | IO[bytes]) -> str:
+    """What ``source`` (a path or a seekable binary file object, left at its position) holds:
+    ``"archive"`` (this module's format), ``"sb3-zip"`` (a zip with SB3's pickled ``data``
+    member), ``"pickle"`` (starts like a pickle), ``"empty"`` or ``"unknown"``. Reads the first
+    bytes and the zip directory only: nothing is unpickled."""
+    if isinstance(source, pathlib.Path):
+        with open(source, "rb") as fh:
+            return sniff(fh)
+    start = source.tell()
+    try:
+        return _sniff_open(source)
+    finally:
+        source.seek(start)
+
+
+def _sniff_open(fh: IO[bytes]) -> str:
+    start = fh.tell()
+    head = fh.read(4)
+    fh.seek(start)
     if not head:
         return "empty"
     if len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5:  # PROTO opcode, protocol 2-5
         return "pickle"
-    if head == b"PK\x03\x04" or zipfile.is_zipfile(path):
+    if head == b"PK\x03\x04" or zipfile.is_zipfile(fh):
+        fh.seek(start)
         try:
-            with zipfile.ZipFile(path) as zf:
+            with zipfile.ZipFile(fh) as zf:
                 names = set(zf.namelist())
         except (zipfile.BadZipFile, OSError, ValueError):
             return "unknown"
@@ -401,23 +437,28 @@ def write_archive(
 
 
 def read_archive(
-    path: pathlib.Path, kind: str, pickle_hint: str = ""
+    path: pathlib.Path | IO[bytes], kind: str, pickle_hint: str = ""
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and the members of an archive, every member's SHA-256 checked.
 
+    :param path: The file, or a seekable binary file object.
     :param kind: The kind expected (see :func:`write_archive`).
     :param pickle_hint: How to opt into a pickle-based file, for :class:`PickleRefusedError`.
     :raises PickleRefusedError: for an SB3 zip or a pickle.
     :raises ArchiveError: for anything else that is not a complete, intact archive of ``kind``.
     """
-    name = str(path)
+    name = source_name(path)
     found = sniff(path)
     if found in ("sb3-zip", "pickle"):
-        what = "a Stable-Baselines3 zip whose 'data' member" if found == "sb3-zip" else "a pickle"
+        what = (
+            "a Stable-Baselines3 zip: its 'data' member is read by unpickling"
+            if found == "sb3-zip"
+            else "a pickle: reading it means unpickling"
+        )
         raise PickleRefusedError(
-            f"{name!r} is {what} is read by unpickling, which runs any code the file holds. "
-            f"Load it only if it comes from a source you trust: {pickle_hint}. Saving it again "
-            "then writes the weights-only format, which loads without that risk."
+            f"{name!r} is {what}, which runs any code the file holds. Load it only if it "
+            f"comes from a source you trust: {pickle_hint}. Saving it again then writes the "
+            "weights-only format, which loads without that risk."
         )
     if found == "empty":
         raise ArchiveError(f"{name!r} is empty (0 bytes): the save that wrote it did not finish")

@@ -319,3 +319,55 @@ def test_saves_remove_stale_temporaries_of_killed_saves(trained: GpuDQN, tmp_pat
     trained.save_replay_buffer(tmp_path / "b.rb.zip")
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == [".m.zip.live.tmp", ".other.zip.k3.tmp", "b.rb.zip", "m.zip"]
+
+
+def test_file_objects_round_trip(trained: GpuDQN) -> None:
+    model_file, buffer_file = io.BytesIO(), io.BytesIO()
+    trained.save(model_file)
+    trained.save_replay_buffer(buffer_file)
+    model_file.seek(0)
+    buffer_file.seek(0)
+    loaded = GpuDQN.load(model_file, env=make_env(), device="cpu")
+    loaded.load_replay_buffer(buffer_file)
+    a, b = trained.policy.state_dict(), loaded.policy.state_dict()
+    assert all(th.equal(a[k], b[k]) for k in a)
+    assert th.equal(loaded.replay_buffer.rewards, trained.replay_buffer.rewards)
+
+
+def test_prioritized_dqn_files_are_weights_only_too(tmp_path) -> None:
+    from agents import PrioritizedDQN, PrioritizedReplayBuffer
+
+    env = gym.make("CartPole-v1")
+    model = PrioritizedDQN(
+        "MlpPolicy", env, replay_buffer_class=PrioritizedReplayBuffer, learning_starts=10,
+        buffer_size=200, seed=0, device="cpu",
+    )  # fmt: skip
+    model.learn(60)
+    model.save(tmp_path / "per")
+    model.save_replay_buffer(tmp_path / "per")
+    loaded = PrioritizedDQN.load(tmp_path / "per", env=env, device="cpu")
+    loaded.load_replay_buffer(tmp_path / "per.rb.zip")
+    a, b = model.policy.state_dict(), loaded.policy.state_dict()
+    assert all(th.equal(a[k], b[k]) for k in a) and loaded.num_timesteps == model.num_timesteps
+    assert th.equal(loaded.replay_buffer.observations, model.replay_buffer.observations)
+    stable_baselines3.DQN.save(model, tmp_path / "sb3.zip")
+    with pytest.raises(PickleRefusedError):
+        PrioritizedDQN.load(tmp_path / "sb3.zip")
+
+
+def test_a_forged_class_name_is_refused(trained: GpuDQN, tmp_path) -> None:
+    """A file may name networks, optimizers and buffers only: not, say, a logger whose
+    construction writes a file wherever the forger wants."""
+    trained.save(tmp_path / "m.zip")
+    with zipfile.ZipFile(tmp_path / "m.zip") as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(members["manifest.json"])
+    manifest["data"]["policy_class"] = {
+        "__class__": "stable_baselines3.common.logger:CSVOutputFormat"
+    }
+    members["manifest.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(tmp_path / "m.zip", "w") as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    with pytest.raises(ArchiveError, match="policy_class.*CSVOutputFormat.*not one the archive"):
+        GpuDQN.load(tmp_path / "m.zip", device="cpu")
