@@ -262,7 +262,9 @@ def encode(value: Any, arrays: dict[str, th.Tensor]) -> Any:
                 raise UnencodableValue(f"array of dtype {value.dtype}: allowed are numbers")
             tensor, numpy = th.from_numpy(np.array(value, copy=True, order="C")), True
         else:
-            tensor, numpy = value.detach().clone(), False
+            tensor, numpy = value.detach(), False
+            if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+                tensor = tensor.clone()  # a view: torch.save would write its whole storage
         key = f"a{len(arrays)}"
         arrays[key] = tensor
         return {"__array__": key, "numpy": numpy}
