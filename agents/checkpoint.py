@@ -202,6 +202,12 @@ def save_checkpoint(model: Any, folder: str | pathlib.Path, extra: Any = None) -
         dicts, tensors, arrays), read back with :func:`checkpoint_extra`: e.g. a callback's state.
     :return: ``folder``.
     """
+    if getattr(model, "data_parallel", None) is not None:
+        raise NotImplementedError(
+            "checkpoints of data-parallel runs are not supported: every rank has its own env "
+            "and replay buffer, which one folder does not hold; save each rank's model and "
+            "buffer under its own path instead"
+        )
     folder = pathlib.Path(folder)
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"cannot write a checkpoint to {str(folder)!r}: it is a file")

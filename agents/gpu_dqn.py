@@ -112,6 +112,11 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
       counters count the env-steps of all ranks, only rank 0 logs and saves
       (:mod:`agents.distributed`, docs/SCALING.md).
 
+    - Files: :meth:`save` / :meth:`load` and the replay-buffer pair write and read a
+      weights-only format (tensors and JSON with checksums, :mod:`agents.model_files`); SB3's
+      pickle-based files load only with ``allow_pickle=True``. :meth:`save_checkpoint` /
+      :meth:`load_checkpoint` resume a run exactly (:mod:`agents.checkpoint`).
+
     Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
     ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
 
