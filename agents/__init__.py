@@ -9,3 +9,6 @@ from agents.policies import DuelingDQNPolicy  # noqa: E402
 from agents.sb3_per import PrioritizedDQN  # noqa: E402
 
 __all__ += ["CuriosityModel", "DuelingDQNPolicy", "GpuDQN", "PrioritizedDQN"]
+from agents.checkpoint import CheckpointEvery  # noqa: E402
+
+__all__ += ["CheckpointEvery"]

@@ -18,8 +18,7 @@ from __future__ import annotations
 import io
 import pathlib
 import warnings
-from collections.abc import Iterable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -46,10 +45,11 @@ from agents.curiosity import CuriosityModel, check_positive_ints
 from agents.curiosity_training import CuriosityTraining, curiosity_layout
 from agents.distributed import DataParallel, DataParallelMixin
 from agents.dqn_loss import td_target, weighted_td_loss
+from agents.model_files import WeightsOnlyFiles
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
-from agents.sb3_integration import find_trading_env, make_eval_env, wrap_env, write_atomically
+from agents.sb3_integration import find_trading_env, make_eval_env, wrap_env
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -78,7 +78,7 @@ def _polyak(online: Sequence[th.Tensor], target: Sequence[th.Tensor], tau: float
         th._foreach_add_(target, online, alpha=tau)
 
 
-class GpuDQN(DataParallelMixin, DQN):
+class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
     """Deep Q-Network with prioritized replay, double-DQN targets and a dueling policy.
 
     Differences from SB3's ``DQN`` (all other arguments and behaviour are SB3's):
@@ -112,6 +112,11 @@ class GpuDQN(DataParallelMixin, DQN):
       GPU, each with its own env shard and replay buffer; gradients are averaged every step,
       counters count the env-steps of all ranks, only rank 0 logs and saves
       (:mod:`agents.distributed`, docs/SCALING.md).
+
+    - Files: :meth:`save` / :meth:`load` and the replay-buffer pair write and read a
+      weights-only format (tensors and JSON with checksums, :mod:`agents.model_files`); SB3's
+      pickle-based files load only with ``allow_pickle=True``. :meth:`save_checkpoint` /
+      :meth:`load_checkpoint` resume a run exactly (:mod:`agents.checkpoint`).
 
     Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
     ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
@@ -283,6 +288,7 @@ class GpuDQN(DataParallelMixin, DQN):
         self._captured_unsupported: tuple | None = None
         self._fused_rollout: Any = None
         self._train_calls = 0
+        self._pending_rollout_generator: th.Tensor | None = None
         self.trading_env: TradingVectorEnv | None = find_trading_env(self.env)
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
@@ -437,6 +443,11 @@ class GpuDQN(DataParallelMixin, DQN):
                 cuda = self.device.type == "cuda"
                 bf16 = cuda and resolve_precision(self.train_precision, self.device) == "bf16"
                 self._fused_rollout = FusedRollout(self, act_precision="bf16" if bf16 else "tf32")
+            pending = self._pending_rollout_generator  # a resumed checkpoint's exploration stream
+            generator = getattr(self._fused_rollout, "generator", None)
+            if pending is not None and isinstance(generator, th.Generator):
+                generator.set_state(pending)
+            self._pending_rollout_generator = None
         episodes_before = self._episode_num
         callback.on_rollout_start()
         steps, n_episodes, continue_training = self._fused_rollout.collect(
@@ -689,30 +700,16 @@ class GpuDQN(DataParallelMixin, DQN):
         return params
 
     # ------------------------------------------------------------------ saving
-    def save(
+    # save, save_replay_buffer and their load counterparts: WeightsOnlyFiles (agents.model_files).
+    def load_replay_buffer(
         self,
         path: str | pathlib.Path | io.BufferedIOBase,
-        exclude: Iterable[str] | None = None,
-        include: Iterable[str] | None = None,
+        truncate_last_traj: bool = True,
+        allow_pickle: bool = False,
     ) -> None:
-        """SB3's ``save``, written atomically: a save that fails leaves the old file intact.
-
-        A path without a suffix gets ``.zip`` (as in SB3). Data-parallel: rank 0 writes, the
-        other ranks return without writing.
-        """
-        if self.data_parallel is not None and not self.data_parallel.is_main:
-            return
-        write_atomically(path, "zip", partial(super().save, exclude=exclude, include=include))
-
-    def save_replay_buffer(self, path: str | pathlib.Path | io.BufferedIOBase) -> None:
-        """Pickle the replay buffer atomically (a path without a suffix gets ``.pkl``)."""
-        write_atomically(path, "pkl", super().save_replay_buffer)
-
-    def load_replay_buffer(
-        self, path: str | pathlib.Path | io.BufferedIOBase, truncate_last_traj: bool = True
-    ) -> None:
-        """SB3's ``load_replay_buffer``; then the saved curiosity weights go back into the env."""
-        super().load_replay_buffer(path, truncate_last_traj=truncate_last_traj)
+        """:meth:`WeightsOnlyFiles.load_replay_buffer`; then the saved curiosity weights go back
+        into the env."""
+        super().load_replay_buffer(path, truncate_last_traj, allow_pickle=allow_pickle)
         self._restore_curiosity_weights()
 
     @classmethod
@@ -724,9 +721,11 @@ class GpuDQN(DataParallelMixin, DQN):
         custom_objects: dict[str, Any] | None = None,
         print_system_info: bool = False,
         force_reset: bool = True,
+        allow_pickle: bool = False,
         **kwargs: Any,
     ) -> SelfGpuDQN:
-        """SB3's ``load``; with ``env`` given, the saved curiosity weights go back into it."""
+        """:meth:`WeightsOnlyFiles.load`; with ``env`` given, the saved curiosity weights go back
+        into it."""
         model = super().load(
             path,
             env=env,
@@ -734,10 +733,47 @@ class GpuDQN(DataParallelMixin, DQN):
             custom_objects=custom_objects,
             print_system_info=print_system_info,
             force_reset=force_reset,
+            allow_pickle=allow_pickle,
             **kwargs,
         )
         model._restore_curiosity_weights()
         return model
+
+    def save_checkpoint(self, path: str | pathlib.Path) -> pathlib.Path:
+        """Write a checkpoint into the folder ``path`` (:mod:`agents.checkpoint`): model, replay
+        buffer, env state and every random generator, from which :meth:`load_checkpoint` and
+        ``learn(model.remaining_timesteps, reset_num_timesteps=False)`` continue this run as if
+        it had not stopped. Call it between ``learn`` calls, or use
+        :class:`~agents.checkpoint.CheckpointEvery` during one.
+
+        :return: The folder.
+        """
+        from agents.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, path)
+
+    @classmethod
+    def load_checkpoint(
+        cls: type[SelfGpuDQN],
+        path: str | pathlib.Path,
+        env: GymEnv | GymVectorEnv | None = None,
+        device: th.device | str = "auto",
+        **kwargs: Any,
+    ) -> SelfGpuDQN:
+        """The model of a checkpoint written by :meth:`save_checkpoint` or
+        :class:`~agents.checkpoint.CheckpointEvery` (``path``: its folder, or the folder of a
+        run's checkpoints: the newest complete one), with its replay buffer; the env's state goes
+        into ``env`` (same settings and number of envs) and the process's random generators
+        are set as they were (:func:`agents.checkpoint.load_checkpoint`)."""
+        from agents.checkpoint import load_checkpoint
+
+        return load_checkpoint(cls, path, env=env, device=device, **kwargs)
+
+    @property
+    def remaining_timesteps(self) -> int:
+        """Env steps left of the last ``learn``'s ``total_timesteps`` (0 when it finished):
+        ``learn(model.remaining_timesteps, reset_num_timesteps=False)`` finishes a resumed run."""
+        return max(int(self._total_timesteps) - int(self.num_timesteps), 0)
 
     def _excluded_save_params(self) -> list[str]:
         return [
@@ -750,6 +786,7 @@ class GpuDQN(DataParallelMixin, DQN):
             "_captured_unsupported",
             "_mode_free",
             "_target_lists",
+            "_pending_rollout_generator",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

@@ -4,29 +4,22 @@
   :class:`~gpu_trading_env.wrappers.SB3VecEnv` first;
 - :func:`make_eval_env`: the same for the env of SB3's ``evaluate_policy`` and ``EvalCallback``;
 - :func:`find_trading_env`: the raw :class:`~gpu_trading_env.TradingVectorEnv` under SB3's
-  wrappers and the adapter, which the fused rollout and the curiosity weights talk to;
-- :func:`write_atomically`: a save into a temporary file renamed over the old one, so that a
-  save that fails leaves the old file intact.
+  wrappers and the adapter, which the fused rollout and the curiosity weights talk to.
+
+Saving and loading are in :mod:`agents.model_files`.
 """
 
 from __future__ import annotations
-
-import io
-import os
-import pathlib
-from collections.abc import Callable
-from typing import Any
 
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
-from gpu_trading_env.atomic_file import atomic_write, with_suffix_if_missing
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
-__all__ = ["find_trading_env", "make_eval_env", "wrap_env", "write_atomically"]
+__all__ = ["find_trading_env", "make_eval_env", "wrap_env"]
 
 
 def wrap_env(env: GymEnv | GymVectorEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -67,17 +60,3 @@ def find_trading_env(env: VecEnv | None) -> TradingVectorEnv | None:
         if isinstance(raw, TradingVectorEnv):
             return raw
     return None
-
-
-def write_atomically(
-    path: str | pathlib.Path | io.BufferedIOBase, suffix: str, write: Callable[[Any], None]
-) -> None:
-    """``write(file)`` into ``path`` atomically; a path without a suffix gets ``.suffix``.
-
-    A file object (not a path) is written to directly.
-    """
-    if isinstance(path, (str, os.PathLike)):
-        with atomic_write(with_suffix_if_missing(path, suffix)) as fh:
-            write(fh)
-    else:
-        write(path)

@@ -17,12 +17,13 @@ import torch as th
 from stable_baselines3 import DQN
 
 from agents.dqn_loss import weighted_td_loss
+from agents.model_files import WeightsOnlyFiles
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
 
 __all__ = ["PrioritizedDQN"]
 
 
-class PrioritizedDQN(DQN):
+class PrioritizedDQN(WeightsOnlyFiles, DQN):
     """SB3 ``DQN`` whose gradient steps use prioritized replay.
 
     Per sampled batch of B transitions: the Huber loss of each transition ``[B, 1]`` is
@@ -33,7 +34,9 @@ class PrioritizedDQN(DQN):
     from its initial value to 1 over ``learn`` (``set_progress``). Targets are SB3's
     (``r + (1 - done) * discount * max_a Q_target(s', a)``, n-step discounts honoured).
 
-    With any other replay buffer class it trains exactly as ``DQN``.
+    With any other replay buffer class it trains exactly as ``DQN``. Its files are weights-only
+    (:class:`~agents.model_files.WeightsOnlyFiles`): SB3's pickle-based zips and buffers load
+    only with ``allow_pickle=True``.
     """
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:

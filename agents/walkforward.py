@@ -20,6 +20,8 @@ synthetic planted data the known rule.
 from __future__ import annotations
 
 import copy
+import hashlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -141,10 +143,19 @@ def train_selected(
     *,
     per_year: float,
     init_from: Any = None,
+    checkpoint_every: int | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    resume_from: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Train on ``train`` minus its validation tail; keep the weights best on validation.
 
     :param init_from: a policy ``state_dict`` to start from (warm start), or None.
+    :param checkpoint_every: env steps between checkpoints written into ``checkpoint_dir``
+        (:class:`~agents.checkpoint.CheckpointEvery`; the validation snapshots and the learning
+        curve taken so far go with them), or None.
+    :param resume_from: a checkpoint (folder) of a run with the same data, config, settings and
+        seed, from which this run continues as if it had not stopped; ``ValueError`` naming
+        what differs otherwise.
     :returns: ``{"model", "test": BacktestResult, "network_test", "kept", "gate",
         "last_test": BacktestResult, "curve", "evals", "selected_step", "train_seconds",
         "timesteps"}``; ``model`` holds the kept policy: the snapshot best on validation, or,
@@ -180,27 +191,42 @@ def train_selected(
             "weight_decay": settings.weight_decay,
             "decoupled_weight_decay": True,
         }
-    model = GpuDQN(
-        "DuelingPolicy",
-        env,
-        policy_kwargs=policy_kwargs,
-        learning_rate=settings.learning_rate,
-        buffer_size=settings.buffer_size,
-        learning_starts=max(10 * settings.num_envs, 1000),
-        batch_size=settings.batch_size,
-        gamma=settings.gamma,
-        train_freq=1,
-        gradient_steps=1,
-        target_update_interval=max(steps // 50, settings.num_envs),
-        exploration_fraction=0.3,
-        exploration_final_eps=0.02,
-        curiosity=settings.curiosity,
-        train_precision=settings.train_precision,
-        tensorboard_log=settings.tensorboard_log,
-        verbose=settings.verbose,
-        seed=seed,
-        device=settings.device,  # cpu, cuda or cuda:N, as the env
-    )
+    run_id = _run_identity(fit, val, config, settings, seed)
+    resumed: dict[str, Any] | None = None
+    if resume_from is not None:
+        from agents.checkpoint import checkpoint_extra
+
+        resumed = checkpoint_extra(resume_from)
+        _check_same_run(resumed, run_id, resume_from)
+        model = GpuDQN.load_checkpoint(
+            resume_from,
+            env=env,
+            device=settings.device,
+            tensorboard_log=settings.tensorboard_log,
+            verbose=settings.verbose,
+        )
+    else:
+        model = GpuDQN(
+            "DuelingPolicy",
+            env,
+            policy_kwargs=policy_kwargs,
+            learning_rate=settings.learning_rate,
+            buffer_size=settings.buffer_size,
+            learning_starts=max(10 * settings.num_envs, 1000),
+            batch_size=settings.batch_size,
+            gamma=settings.gamma,
+            train_freq=1,
+            gradient_steps=1,
+            target_update_interval=max(steps // 50, settings.num_envs),
+            exploration_fraction=0.3,
+            exploration_final_eps=0.02,
+            curiosity=settings.curiosity,
+            train_precision=settings.train_precision,
+            tensorboard_log=settings.tensorboard_log,
+            verbose=settings.verbose,
+            seed=seed,
+            device=settings.device,  # cpu, cuda or cuda:N, as the env
+        )
     if init_from is not None:
         model.policy.load_state_dict(init_from)
 
@@ -225,6 +251,26 @@ def train_selected(
                 )
             )
 
+        def state(self) -> dict[str, Any]:
+            """What a checkpoint keeps of this callback: the curve and the snapshots so far."""
+            return {
+                "curve": self.curve,
+                "snapshots": [{"step": s, "policy": sd} for s, _, sd in self.snapshots],
+                "next_curve": self._next_curve,
+                "next_eval": self._next_eval,
+            }
+
+        def restore(self, state: dict[str, Any], model: Any) -> None:
+            self.curve = [(int(s), float(r)) for s, r in state["curve"]]
+            self._next_curve, self._next_eval = state["next_curve"], state["next_eval"]
+            for snap in state["snapshots"]:
+                net = copy.deepcopy(model.q_net).to("cpu")
+                prefix = "q_net."
+                net.load_state_dict(
+                    {k[len(prefix) :]: v for k, v in snap["policy"].items() if k.startswith(prefix)}
+                )
+                self.snapshots.append((int(snap["step"]), net, snap["policy"]))
+
         def _on_step(self) -> bool:
             if self.num_timesteps >= self._next_curve and len(self.model.ep_info_buffer) > 0:
                 self._next_curve += max(steps // 100, settings.num_envs)
@@ -236,6 +282,27 @@ def train_selected(
             return True
 
     cb = Evaluate()
+    seconds_before = 0.0
+    if resumed is not None:
+        cb.restore(resumed["evaluate"], model)
+        seconds_before = float(resumed["train_seconds"])
+    callbacks: list[BaseCallback] = [cb]
+    if checkpoint_every is not None:
+        from agents.checkpoint import CheckpointEvery
+
+        if checkpoint_dir is None:
+            raise ValueError("checkpoint_every needs checkpoint_dir: the folder to write into")
+        callbacks.append(
+            CheckpointEvery(
+                checkpoint_every,
+                checkpoint_dir,
+                extra=lambda: {
+                    "run": run_id,
+                    "evaluate": cb.state(),
+                    "train_seconds": seconds_before + time.perf_counter() - t0,
+                },
+            )
+        )
     # SB3 dumps its logs every log_interval episodes; thousands of envs end episodes every
     # vector step, so the default (4) dumps the table and a TensorBoard event every step. About
     # 100 dumps per run are enough for the curves (their cost per dump was not measured).
@@ -243,13 +310,14 @@ def train_selected(
     log_interval = max(4, episodes // 100)
     t0 = time.perf_counter()
     model.learn(
-        total_timesteps=steps,
-        callback=cb,
+        total_timesteps=steps if resumed is None else model.remaining_timesteps,
+        callback=callbacks,
         log_interval=log_interval,
         progress_bar=settings.progress_bar,
         tb_log_name="GpuDQN",
+        reset_num_timesteps=resumed is None,
     )
-    wall = time.perf_counter() - t0
+    wall = seconds_before + time.perf_counter() - t0
     if not cb.snapshots or cb.snapshots[-1][0] != model.num_timesteps:
         cb.snapshot()
     # One backtest per window for all snapshots: a step of the NumPy env for a few envs costs
@@ -288,6 +356,53 @@ def train_selected(
         "train_seconds": wall,
         "timesteps": int(model.num_timesteps),
     }
+
+
+def _run_identity(
+    fit: MarketData, val: MarketData, config: EnvConfig, settings: TrainSettings, seed: int
+) -> dict[str, Any]:
+    """What a resumed run must share with the checkpointed one: data, config, budget, seed."""
+    digest = hashlib.sha256()
+    for part in (fit, val):
+        digest.update(np.ascontiguousarray(part.close, dtype=np.float64).tobytes())
+        digest.update(np.ascontiguousarray(part.features, dtype=np.float32).tobytes())
+    kept = (
+        "timesteps",
+        "num_envs",
+        "batch_size",
+        "buffer_size",
+        "learning_rate",
+        "gamma",
+        "net_width",
+        "weight_decay",
+    )
+    return {
+        **{k: getattr(settings, k) for k in kept},
+        "eval_every": settings.eval_every,
+        "val_fraction": settings.val_fraction,
+        "curiosity": settings.curiosity,
+        "seed": int(seed),
+        "config": repr(config),
+        "data_sha256": digest.hexdigest(),
+    }
+
+
+def _check_same_run(resumed: Any, run_id: dict[str, Any], where: Any) -> None:
+    if not isinstance(resumed, dict) or "run" not in resumed or "evaluate" not in resumed:
+        raise ValueError(f"{str(where)!r} is not a checkpoint written by a train run")
+    saved = resumed["run"]
+    differ = sorted(k for k in run_id if saved.get(k) != run_id[k])
+    if differ:
+        details = "; ".join(
+            f"{k}: checkpoint {saved.get(k)!r}, now {run_id[k]!r}"
+            for k in differ
+            if k not in ("config", "data_sha256")
+        )
+        raise ValueError(
+            f"cannot resume from {str(where)!r}: the run differs in {differ}"
+            + (f" ({details})" if details else "")
+            + "; pass the options and data of the run that wrote it"
+        )
 
 
 def _selected(validation: list[float]) -> int:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pickle
+import zipfile
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import stable_baselines3.common.save_util as save_util
 import torch as th
 from stable_baselines3.common.callbacks import CheckpointCallback
 
@@ -61,11 +61,11 @@ def test_default_beta_schedule_pickles() -> None:
 def test_replay_buffer_round_trip(trained: GpuDQN, tmp_path) -> None:
     path = tmp_path / "buffer"
     trained.save_replay_buffer(path)
-    assert (tmp_path / "buffer.pkl").stat().st_size > 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["buffer.pkl"]  # no temporaries left
+    assert (tmp_path / "buffer.rb.zip").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["buffer.rb.zip"]  # no temporaries left
 
     model = make_model(make_env())
-    model.load_replay_buffer(tmp_path / "buffer.pkl")
+    model.load_replay_buffer(tmp_path / "buffer.rb.zip")
     old, new = trained.replay_buffer, model.replay_buffer
     assert new.pos == old.pos and new.full == old.full
     th.testing.assert_close(new.observations, old.observations, rtol=0, atol=0)
@@ -79,26 +79,29 @@ def test_replay_buffer_round_trip(trained: GpuDQN, tmp_path) -> None:
     np.testing.assert_array_equal(wa, wb)
 
 
-def _break_midway(monkeypatch, module, name: str) -> None:
-    """Make ``module.name`` write some bytes and then fail, as a full disk would."""
+def _break_midway(monkeypatch) -> None:
+    """Make archive writes store half of a member and then fail, as a full disk would."""
+    writestr = zipfile.ZipFile.writestr
 
-    def broken(obj, file, *args, **kwargs):
-        file.write(b"partial bytes")
+    def broken(self, name, data, *args, **kwargs):
+        if name == "manifest.json":
+            return writestr(self, name, data, *args, **kwargs)
+        writestr(self, name, data[: len(data) // 2], *args, **kwargs)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(module, name, broken)
+    monkeypatch.setattr(zipfile.ZipFile, "writestr", broken)
 
 
 def test_failed_replay_buffer_save_keeps_the_old_file(trained: GpuDQN, tmp_path, monkeypatch):
-    path = tmp_path / "buffer.pkl"
+    path = tmp_path / "buffer.rb.zip"
     trained.save_replay_buffer(path)
     before = path.read_bytes()
-    _break_midway(monkeypatch, save_util.pickle, "dump")
+    _break_midway(monkeypatch)
     with pytest.raises(OSError, match="No space left"):
         trained.save_replay_buffer(path)
     monkeypatch.undo()
     assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["buffer.pkl"]
+    assert [p.name for p in tmp_path.iterdir()] == ["buffer.rb.zip"]
     model = make_model(make_env())
     model.load_replay_buffer(path)
     assert model.replay_buffer.size() == trained.replay_buffer.size()
@@ -108,7 +111,7 @@ def test_failed_model_save_keeps_the_old_file(trained: GpuDQN, tmp_path, monkeyp
     path = tmp_path / "model.zip"
     trained.save(path)
     before = path.read_bytes()
-    _break_midway(monkeypatch, save_util.th, "save")
+    _break_midway(monkeypatch)
     with pytest.raises(OSError, match="No space left"):
         trained.save(path)
     monkeypatch.undo()
@@ -148,8 +151,11 @@ def test_checkpoint_callback_saves_buffer_through_learn(tmp_path) -> None:
     assert all(p.stat().st_size > 0 for p in buffers)
     assert not list(tmp_path.glob(".*.tmp"))
     last = max(buffers, key=lambda p: int(p.stem.split("_")[-2]))
-    with open(last, "rb") as fh:
-        restored = pickle.load(fh)
+    # SB3 names the file .pkl; the content is the weights-only archive all the same.
+    assert zipfile.is_zipfile(last)
+    fresh = make_model(make_env(), curiosity=False)
+    fresh.load_replay_buffer(last)
+    restored = fresh.replay_buffer
     assert isinstance(restored, PrioritizedReplayBuffer)
     # SB3 calls the callback before storing that step's transitions.
     assert restored.size() == int(last.stem.split("_")[-2]) // model.n_envs - 1

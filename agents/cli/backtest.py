@@ -47,10 +47,14 @@ def backtest_report(
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from agents import GpuDQN
+    from agents.safe_archive import ArchiveError
     from agents.walkforward import greedy_policy, known_rule
 
     data, part, per_year = evaluated_instrument(args)
-    model = GpuDQN.load(args.model, device="cpu")
+    try:
+        model = GpuDQN.load(args.model, device="cpu", allow_pickle=args.allow_pickle)
+    except ArchiveError as exc:  # refused pickle, damaged file: one line naming the file
+        raise UsageError(f"--model: {exc}") from exc
     if model.observation_space.shape != (part.n_features + 3,):
         raise UsageError(
             f"--model {args.model} expects {model.observation_space.shape[0]} observation "

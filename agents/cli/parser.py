@@ -188,6 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
     env_options(t, 0.8, "fraction of the bars to train on; the rest is out of sample")
     train_options(t, "env steps (default: 200,000 on CPU, 4,000,000 on GPU)")
     t.add_argument("--seed", type=_int, default=0, help="random seed")
+    t.add_argument(
+        "--checkpoint-every",
+        type=_int,
+        default=None,
+        metavar="N",
+        help="write a checkpoint every N env steps into OUT/checkpoints (the 2 newest kept), "
+        "from which --resume continues the run (default: none)",
+    )
+    t.add_argument(
+        "--resume",
+        default=None,
+        metavar="DIR",
+        help="continue the run whose checkpoints are in DIR (a train folder, its checkpoints "
+        "folder or one checkpoint), as if it had not stopped; pass the same data and options "
+        "(default: start anew)",
+    )
     t.set_defaults(func=cmd_train)
 
     w = sub.add_parser(
@@ -224,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     env_options(e, 0.8, "bars skipped before the evaluated part; 0 evaluates every bar")
     e.add_argument("--model", required=True, help="model.zip written by train")
+    e.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="also load Stable-Baselines3 zips, whose pickled part runs any code it holds: only "
+        "for files from a source you trust (default: weights-only files)",
+    )
     e.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     e.set_defaults(func=cmd_eval)
 

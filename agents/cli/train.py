@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.cli.data import load_data, per_year_of, split_data
-from agents.cli.options import default_out, tensorboard_installed
+from agents.cli.options import UsageError, default_out, tensorboard_installed
 from agents.cli.report import single_report
 
 # Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
@@ -55,6 +55,20 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
     )
 
 
+def resume_folder(given: str) -> Path:
+    """The checkpoint ``--resume`` names: in a train folder's ``checkpoints``, a checkpoints
+    folder (the newest complete one) or one checkpoint."""
+    from agents.checkpoint import resolve_checkpoint
+    from agents.safe_archive import ArchiveError
+
+    base = Path(given)
+    folder = base / "checkpoints" if (base / "checkpoints").is_dir() else base
+    try:
+        return resolve_checkpoint(folder)
+    except (ArchiveError, FileNotFoundError) as exc:
+        raise UsageError(f"--resume {given}: {exc}") from exc
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from agents.walkforward import known_rule, train_selected
 
@@ -64,6 +78,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     per_year = per_year_of(args, data)
     settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
+    resume = resume_folder(args.resume) if args.resume is not None else None
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise UsageError(
+            f"--checkpoint-every {args.checkpoint_every} is invalid: allowed is an integer >= 1"
+        )
     out = Path(args.out) if args.out else default_out("train")
     out.mkdir(parents=True, exist_ok=True)
     if tensorboard_installed():
@@ -75,6 +94,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         settings,
         seed=args.seed,
         per_year=per_year,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_dir=out / "checkpoints",
+        resume_from=resume,
     )
     run["model"].save(out / "model.zip")
     extra = {

@@ -38,8 +38,10 @@ __all__ = [
 class LinearBetaSchedule:
     """``beta(progress_remaining) = beta0 + (1 - beta0) * (1 - progress_remaining)``.
 
-    A module-level class rather than a closure so that a buffer holding it pickles
-    (``GpuDQN.save_replay_buffer``, ``CheckpointCallback(save_replay_buffer=True)``).
+    A module-level class rather than a closure so that a buffer holding it can be saved: the
+    weights-only format writes it as JSON (``GpuDQN.save_replay_buffer``,
+    ``CheckpointCallback(save_replay_buffer=True)``; :data:`agents.safe_archive.PLAIN_CLASSES`),
+    and it pickles.
 
     :param beta0: beta at the start of training (progress remaining 1), in [0, 1].
     """

@@ -1,0 +1,372 @@
+"""Checkpoints from which ``GpuDQN.learn`` continues as if it had never stopped.
+
+A checkpoint is a folder of four files, each written atomically:
+
+- ``model.zip``: the model in the weights-only format (weights, optimizer states,
+  hyperparameters, ``num_timesteps``, ``_n_calls``, the schedules' progress, ``_last_obs``, ...);
+- ``replay_buffer.rb.zip``: the replay buffer (storage, priorities, sum and min trees, the
+  Philox counter of its draws);
+- ``run_state.zip``: what lives outside the model: the state of the trading env (every
+  :class:`~gpu_trading_env.core.state.EnvState` array, its seeds and start-bar counters
+  included), SB3's episode monitor, and every random generator (Python's, NumPy's global one,
+  torch's CPU and CUDA ones, the action and observation spaces', the fused rollout's);
+- ``checkpoint.json``, written last: the SHA-256 of the three others. A folder without it, or
+  whose files do not match it, is an unfinished checkpoint and is refused (or skipped, when
+  :func:`load_checkpoint` picks the latest of a run's checkpoints).
+
+:class:`CheckpointEvery` writes one during ``learn`` every so many env steps, at the start of a
+rollout (between a gradient step and the next env step, where nothing is half done), into
+``folder/step-<num_timesteps>`` and keeps the newest few. To continue::
+
+    model = GpuDQN.load_checkpoint("runs/ckpt", env=env)
+    model.learn(model.remaining_timesteps, reset_num_timesteps=False, callback=...)
+
+With the same env settings, this reproduces the uninterrupted run bit for bit on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import pathlib
+import random
+import shutil
+import warnings
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecEnvWrapper, VecMonitor
+
+from agents.safe_archive import (
+    ARRAYS,
+    ArchiveError,
+    decode,
+    encode,
+    read_archive,
+    tensors_from_bytes,
+    tensors_to_bytes,
+    write_archive,
+)
+from agents.sb3_integration import find_trading_env
+from gpu_trading_env.atomic_file import atomic_write
+from gpu_trading_env.core.state import STATE_FIELDS
+from gpu_trading_env.gpu.device import to_numpy
+
+__all__ = ["CheckpointEvery", "checkpoint_extra", "load_checkpoint", "save_checkpoint"]
+
+MODEL_FILE = "model.zip"
+BUFFER_FILE = "replay_buffer.rb.zip"
+STATE_FILE = "run_state.zip"
+INDEX_FILE = "checkpoint.json"
+STEP_PREFIX = "step-"
+
+
+def _sha256(path: pathlib.Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _vec_envs(env: Any) -> list[Any]:
+    """``env`` and every SB3 VecEnv under it, outermost first."""
+    chain = []
+    while env is not None:
+        chain.append(env)
+        env = env.venv if isinstance(env, VecEnvWrapper) else None
+    return chain
+
+
+def _space_rng(space: Any) -> Any:
+    rng = getattr(space, "_np_random", None)
+    return None if rng is None else rng.bit_generator.state
+
+
+# ---------------------------------------------------------------------------------- state
+def run_state(model: Any) -> dict[str, Any]:
+    """What a checkpoint holds beyond the model and its buffer (see the module docstring)."""
+    state: dict[str, Any] = {
+        "python_random": random.getstate(),
+        "numpy_global": np.random.get_state(),  # noqa: NPY002 (SB3 seeds the legacy generator)
+        "torch_cpu": th.get_rng_state(),
+        "torch_cuda": th.cuda.get_rng_state_all() if th.cuda.is_initialized() else None,
+        "action_space": _space_rng(model.action_space),
+        "observation_space": _space_rng(model.observation_space),
+        "rollout_generator": None,
+        "env": None,
+        "monitor": None,
+    }
+    generator = getattr(model._fused_rollout, "generator", None)
+    if isinstance(generator, th.Generator):
+        state["rollout_generator"] = generator.get_state()
+    for venv in _vec_envs(model.env):
+        if isinstance(venv, VecMonitor):
+            state["monitor"] = {
+                "episode_returns": venv.episode_returns,
+                "episode_lengths": venv.episode_lengths,
+                "episode_count": int(venv.episode_count),
+            }
+            break
+    trading = find_trading_env(model.env)
+    if trading is not None:
+        backend = trading.backend
+        state["env"] = {
+            "num_envs": int(trading.num_envs),
+            "arrays": {f: np.array(to_numpy(getattr(backend.state, f))) for f in STATE_FIELDS},
+            "seeded": bool(trading._seeded),
+            "needs_reset": bool(trading._needs_reset),
+            "np_random": _space_rng(trading),
+        }
+    return state
+
+
+def _set_bit_generator(owner: Any, saved: Any, what: str) -> None:
+    if saved is None:
+        return
+    rng = owner.np_random  # creates it when it was never seeded
+    if rng.bit_generator.state["bit_generator"] != saved["bit_generator"]:
+        raise ArchiveError(f"{what}: the checkpoint's generator is a {saved['bit_generator']}")
+    rng.bit_generator.state = saved
+
+
+def restore_run_state(model: Any, state: dict[str, Any], where: str) -> None:
+    """Put ``state`` (from :func:`run_state`) back into ``model``, its env and this process."""
+    saved_env = state["env"]
+    trading = find_trading_env(model.env)
+    if saved_env is not None and trading is not None:
+        if int(saved_env["num_envs"]) != int(trading.num_envs):
+            raise ArchiveError(
+                f"{where} was saved with num_envs = {saved_env['num_envs']}; the env given has "
+                f"{trading.num_envs}: pass an env with {saved_env['num_envs']} envs"
+            )
+        backend = trading.backend
+        for name in STATE_FIELDS:
+            target = getattr(backend.state, name)
+            value = np.asarray(saved_env["arrays"][name])
+            if tuple(value.shape) != tuple(target.shape) or value.dtype != np.dtype(target.dtype):
+                raise ArchiveError(
+                    f"{where}: env state {name} has shape {value.shape} and dtype {value.dtype}; "
+                    f"the env given has {tuple(target.shape)} {target.dtype} (other settings?)"
+                )
+            target[...] = backend.xp.asarray(value)
+        if hasattr(backend, "_cache_valid"):
+            backend._cache_valid = False  # start-bar draws cached for the old counters
+        trading._seeded = bool(saved_env["seeded"])
+        trading._needs_reset = bool(saved_env["needs_reset"])
+        _set_bit_generator(trading, saved_env["np_random"], f"{where}: the env's np_random")
+        for venv in _vec_envs(model.env):
+            # SB3's set_random_seed on load queued seeds for a reset that resuming never does.
+            if hasattr(venv, "_reset_seeds"):
+                venv._reset_seeds()
+    elif model.env is not None:
+        warnings.warn(
+            f"{where}: the env is not a TradingVectorEnv (or the checkpoint has no env state): "
+            "it is reset before training, so the resumed run differs from an uninterrupted one",
+            UserWarning,
+            stacklevel=3,
+        )
+        model._last_obs = None
+    monitor = state["monitor"]
+    for venv in _vec_envs(model.env):
+        if isinstance(venv, VecMonitor) and monitor is not None:
+            venv.episode_returns = np.array(monitor["episode_returns"], dtype=np.float32)
+            venv.episode_lengths = np.array(monitor["episode_lengths"], dtype=np.int32)
+            venv.episode_count = int(monitor["episode_count"])
+    random.setstate(_as_tuples(state["python_random"]))
+    np.random.set_state(state["numpy_global"])  # noqa: NPY002
+    th.set_rng_state(state["torch_cpu"])
+    if state["torch_cuda"] is not None and th.cuda.is_available():
+        for index, rng in enumerate(state["torch_cuda"][: th.cuda.device_count()]):
+            th.cuda.set_rng_state(rng, index)
+    _set_bit_generator(model.action_space, state["action_space"], f"{where}: action space")
+    _set_bit_generator(model.observation_space, state["observation_space"], f"{where}: obs space")
+    model._pending_rollout_generator = state["rollout_generator"]
+
+
+def _as_tuples(value: Any) -> Any:
+    """``random.setstate`` wants tuples where JSON kept lists."""
+    if isinstance(value, list | tuple):
+        return tuple(_as_tuples(v) for v in value)
+    return value
+
+
+# ---------------------------------------------------------------------------------- files
+def save_checkpoint(model: Any, folder: str | pathlib.Path, extra: Any = None) -> pathlib.Path:
+    """Write a checkpoint of ``model`` into ``folder`` (created; its checkpoint files replaced).
+
+    :param extra: Anything :func:`agents.safe_archive.encode` holds (numbers, strings, lists,
+        dicts, tensors, arrays), read back with :func:`checkpoint_extra`: e.g. a callback's state.
+    :return: ``folder``.
+    """
+    if getattr(model, "data_parallel", None) is not None:
+        raise NotImplementedError(
+            "checkpoints of data-parallel runs are not supported: every rank has its own env "
+            "and replay buffer, which one folder does not hold; save each rank's model and "
+            "buffer under its own path instead"
+        )
+    folder = pathlib.Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"cannot write a checkpoint to {str(folder)!r}: it is a file")
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        (folder / INDEX_FILE).unlink()  # the folder is unfinished until the index is back
+    model.save(folder / MODEL_FILE)
+    model.save_replay_buffer(folder / BUFFER_FILE)
+    arrays: dict[str, th.Tensor] = {}
+    manifest = {
+        "state": encode(run_state(model), arrays),
+        "extra": encode(extra, arrays),
+        "num_timesteps": int(model.num_timesteps),
+    }
+    write_archive(folder / STATE_FILE, "run-state", manifest, {ARRAYS: tensors_to_bytes(arrays)})
+    index = {
+        "num_timesteps": int(model.num_timesteps),
+        "files": {name: _sha256(folder / name) for name in (MODEL_FILE, BUFFER_FILE, STATE_FILE)},
+    }
+    with atomic_write(folder / INDEX_FILE, "w") as fh:
+        json.dump(index, fh, indent=1)
+    return folder
+
+
+def _complete(folder: pathlib.Path) -> str | None:
+    """Why ``folder`` is not a complete checkpoint, or None when it is."""
+    index_path = folder / INDEX_FILE
+    if not index_path.is_file():
+        return f"it has no {INDEX_FILE} (not a checkpoint, or its save did not finish)"
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        files = index["files"]
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        return f"its {INDEX_FILE} is damaged ({exc!r})"
+    for name in (MODEL_FILE, BUFFER_FILE, STATE_FILE):
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if _sha256(path) != files.get(name):
+            return f"{name} does not match {INDEX_FILE} (damaged, or from another checkpoint)"
+    return None
+
+
+def resolve_checkpoint(path: str | pathlib.Path) -> pathlib.Path:
+    """The checkpoint folder of ``path``: ``path`` itself, or the newest complete
+    ``step-<n>`` folder in it (a run's :class:`CheckpointEvery` folder).
+
+    :raises FileNotFoundError: naming ``path`` when it does not exist.
+    :raises ArchiveError: naming ``path`` and saying why when no complete checkpoint is there.
+    """
+    folder = pathlib.Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder {str(folder)!r}")
+    if (folder / INDEX_FILE).exists():
+        reason = _complete(folder)
+        if reason is not None:
+            raise ArchiveError(f"checkpoint {str(folder)!r} cannot be used: {reason}")
+        return folder
+    steps = sorted(
+        (p for p in folder.glob(f"{STEP_PREFIX}*") if p.is_dir()),
+        key=lambda p: (
+            int(p.name[len(STEP_PREFIX) :]) if p.name[len(STEP_PREFIX) :].isdigit() else -1
+        ),
+        reverse=True,
+    )
+    for candidate in steps:
+        if _complete(candidate) is None:
+            return candidate
+    raise ArchiveError(
+        f"{str(folder)!r} holds no complete checkpoint (no {INDEX_FILE}, and no "
+        f"{STEP_PREFIX}<n> folder with a matching one)"
+    )
+
+
+def _read_state(folder: pathlib.Path) -> tuple[dict[str, Any], Any]:
+    path = folder / STATE_FILE
+    manifest, members = read_archive(path, "run-state")
+    arrays = tensors_from_bytes(members[ARRAYS], f"{str(path)!r} member {ARRAYS!r}")
+    try:
+        return decode(manifest["state"], arrays), decode(manifest["extra"], arrays)
+    except KeyError as exc:
+        raise ArchiveError(f"{str(path)!r} lacks {exc}") from exc
+
+
+def load_checkpoint(
+    cls: type, path: str | pathlib.Path, env: Any = None, device: Any = "auto", **kwargs: Any
+) -> Any:
+    """The model of a checkpoint with its replay buffer, its env's state put into ``env`` (of
+    the same settings and number of envs) and this process's random generators as they were.
+
+    :param path: A checkpoint folder, or a folder of ``step-<n>`` checkpoints (the newest
+        complete one is used).
+    :param env: The env to continue in; ``None`` loads the model and buffer only (for
+        inspection: ``learn`` needs an env).
+    :param kwargs: Passed to ``cls.load``.
+    """
+    folder = resolve_checkpoint(path)
+    model = cls.load(folder / MODEL_FILE, env=env, device=device, force_reset=False, **kwargs)
+    model.load_replay_buffer(folder / BUFFER_FILE)
+    state, _ = _read_state(folder)
+    restore_run_state(model, state, repr(str(folder)))
+    return model
+
+
+def checkpoint_extra(path: str | pathlib.Path) -> Any:
+    """The ``extra`` value saved with the checkpoint in ``path`` (see :func:`resolve_checkpoint`)."""
+    return _read_state(resolve_checkpoint(path))[1]
+
+
+class CheckpointEvery(BaseCallback):
+    """Write a checkpoint every ``every`` env steps during ``learn``.
+
+    Written at the start of a rollout once ``num_timesteps`` has passed the next multiple of
+    ``every``, into ``folder/step-<num_timesteps>``; the ``keep`` newest are kept. Resume with
+    ``GpuDQN.load_checkpoint(folder, env=...)``.
+
+    :param every: Env steps (of all envs) between checkpoints, ``>= 1``.
+    :param folder: The run's checkpoint folder.
+    :param keep: Checkpoints kept, ``>= 1`` (the older ones are removed after a new one is
+        complete, so a crash during a save always leaves one).
+    :param extra: A function returning the ``extra`` value to save (see :func:`save_checkpoint`).
+    """
+
+    def __init__(
+        self, every: int, folder: str | pathlib.Path, keep: int = 2, extra: Any = None
+    ) -> None:
+        super().__init__()
+        for name, value in (("every", every), ("keep", keep)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"{name} = {value!r} is invalid: allowed is an integer >= 1")
+        self.every = int(every)
+        self.folder = pathlib.Path(folder)
+        self.keep = int(keep)
+        self.extra = extra
+        self.saved: list[pathlib.Path] = []
+        self._last_block = 0
+
+    def _on_rollout_start(self) -> None:
+        block = int(self.model.num_timesteps) // self.every
+        if block > self._last_block:
+            self._last_block = block
+            self.save()
+
+    def _init_callback(self) -> None:
+        # A resumed run does not write again the checkpoint it started from.
+        self._last_block = int(self.model.num_timesteps) // self.every
+
+    def save(self) -> pathlib.Path:
+        """Write a checkpoint now; returns its folder."""
+        folder = self.folder / f"{STEP_PREFIX}{int(self.model.num_timesteps):012d}"
+        save_checkpoint(self.model, folder, None if self.extra is None else self.extra())
+        self.saved.append(folder)
+        done = sorted(
+            (p for p in self.folder.glob(f"{STEP_PREFIX}*") if p.is_dir() and p != folder),
+            key=lambda p: p.name,
+        )
+        for old in done[: max(len(done) - (self.keep - 1), 0)]:
+            shutil.rmtree(old, ignore_errors=True)
+        return folder
+
+    def _on_step(self) -> bool:
+        return True

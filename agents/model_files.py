@@ -1,0 +1,508 @@
+"""The files of :class:`~agents.GpuDQN`: models and replay buffers in the weights-only format.
+
+A model file (``model.zip``) is an :mod:`agents.safe_archive` archive of kind ``"model"``:
+``manifest.json`` holds the class, every saved attribute as JSON (hyperparameters, spaces,
+schedules, counters such as ``num_timesteps``) and the list of attributes that could not be
+written (a ``lambda`` learning rate, a class from outside the project); ``params.pt`` the state
+dicts (policy, its optimizer, the curiosity model and its optimizer) and ``arrays.pt`` the
+arrays among the attributes (``_last_obs``, ...), both read with ``torch.load(weights_only=True)``.
+
+A replay-buffer file is an archive of kind ``"replay-buffer"``: the buffer's class and settings
+as JSON; its storage, its sum and min trees and its Philox counter as tensors and numbers.
+
+Stable-Baselines3's pickle-based files load only with ``allow_pickle=True``
+(:class:`~agents.safe_archive.PickleRefusedError` otherwise).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import pickle
+import warnings
+from collections.abc import Iterable
+from typing import IO, Any, TypeVar
+
+import numpy as np
+import stable_baselines3
+import torch as th
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.save_util import recursive_getattr, recursive_setattr
+from stable_baselines3.common.utils import check_for_correct_spaces, get_device
+
+from agents.safe_archive import (
+    ARRAYS,
+    ArchiveError,
+    UnencodableValue,
+    _class_name,
+    _import_class,
+    decode,
+    encode,
+    read_archive,
+    resolve_existing,
+    sniff,
+    source_name,
+    tensors_from_bytes,
+    tensors_to_bytes,
+    write_archive,
+)
+from gpu_trading_env.atomic_file import with_suffix_if_missing
+
+__all__ = [
+    "WeightsOnlyFiles",
+    "BUFFER_SUFFIX",
+    "MODEL_SUFFIX",
+    "load_model_files",
+    "load_replay_buffer_file",
+    "model_payload",
+    "save_model_file",
+    "save_replay_buffer_file",
+]
+
+MODEL_SUFFIX = "zip"
+BUFFER_SUFFIX = "rb.zip"
+PARAMS = "params.pt"
+TORCH_VARIABLES = "pytorch_variables.pt"
+# Attributes that _setup_model builds again from others (learning_rate, exploration_*): a value
+# that could not be saved there is no loss.
+REBUILT_BY_SETUP = frozenset({"lr_schedule", "exploration_schedule"})
+
+MODEL_PICKLE_HINT = "GpuDQN.load(path, allow_pickle=True), or the command's --allow-pickle"
+BUFFER_PICKLE_HINT = "model.load_replay_buffer(path, allow_pickle=True)"
+
+
+def _writable_path(path: Any, suffix: str) -> Any:
+    """``path`` with ``.suffix`` when it has none; a folder is refused before the suffix is
+    added (``save("runs/x")`` with a folder ``runs/x`` must not write ``runs/x.zip``)."""
+    if not isinstance(path, str | os.PathLike):
+        return path
+    if pathlib.Path(path).is_dir():
+        raise IsADirectoryError(
+            f"cannot save to {str(path)!r}: it is a folder (allowed: a file path, e.g. "
+            f"{str(pathlib.Path(path) / ('file.' + suffix))!r})"
+        )
+    return with_suffix_if_missing(path, suffix)
+
+
+def _readable(path: Any, suffix: str) -> pathlib.Path | IO[bytes]:
+    """The file to read: a path (see :func:`~agents.safe_archive.resolve_existing`), or a
+    binary file object (read into memory when it cannot seek)."""
+    if isinstance(path, str | os.PathLike):
+        return resolve_existing(path, suffix)
+    if not hasattr(path, "read"):
+        raise TypeError(
+            f"path = {path!r} is invalid: allowed is a file path (str or os.PathLike) or a "
+            "binary file object"
+        )
+    if not (hasattr(path, "seekable") and path.seekable()):
+        return io.BytesIO(path.read())
+    return path
+
+
+# ---------------------------------------------------------------------------------- models
+def model_payload(
+    model: Any, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(attributes, state dicts, torch variables)`` that SB3's ``save`` would write, with its
+    rules for ``exclude`` / ``include`` (``BaseAlgorithm.save``)."""
+    data = model.__dict__.copy()
+    excluded = set(exclude or []).union(model._excluded_save_params())
+    if include is not None:
+        excluded = excluded.difference(include)
+    state_dict_names, torch_variable_names = model._get_torch_save_params()
+    for name in state_dict_names + torch_variable_names:
+        excluded.add(name.split(".")[0])
+    for name in excluded:
+        data.pop(name, None)
+    variables = {name: recursive_getattr(model, name) for name in torch_variable_names}
+    return data, model.get_parameters(), variables
+
+
+def save_model_file(
+    model: Any,
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    exclude: Iterable[str] | None = None,
+    include: Iterable[str] | None = None,
+) -> None:
+    """Write ``model`` in the weights-only format (a path without a suffix gets ``.zip``).
+
+    Attributes that JSON and tensors cannot hold (a ``lambda`` schedule, an object of a class
+    from outside the project) are left out with a warning naming them; load them back through
+    ``custom_objects``.
+    """
+    data, params, variables = model_payload(model, exclude, include)
+    arrays: dict[str, th.Tensor] = {}
+    encoded: dict[str, Any] = {}
+    not_saved: dict[str, str] = {}
+    for name, value in data.items():
+        scratch: dict[str, th.Tensor] = {}
+        try:
+            encoded[name] = encode(value, scratch)
+        except UnencodableValue as exc:
+            not_saved[name] = str(exc)
+            continue
+        for key, tensor in scratch.items():  # renumber into the shared table
+            arrays[f"{name}/{key}"] = tensor
+        encoded[name] = _prefix_refs(encoded[name], f"{name}/")
+    lost = sorted(set(not_saved) - REBUILT_BY_SETUP)
+    if lost:
+        warnings.warn(
+            f"{type(model).__name__}.save: attributes {lost} cannot be written in the "
+            f"weights-only format ({'; '.join(f'{k}: {not_saved[k]}' for k in lost)}); pass "
+            "them to load through custom_objects={name: value}",
+            UserWarning,
+            stacklevel=3,
+        )
+    manifest = {
+        "class": _class_name(type(model)),
+        "data": encoded,
+        "not_saved": not_saved,
+        "state_dicts": sorted(params),
+        "pytorch_variables": sorted(variables),
+        "versions": {"torch": th.__version__, "stable_baselines3": stable_baselines3.__version__},
+    }
+    members = {
+        PARAMS: tensors_to_bytes(params),
+        ARRAYS: tensors_to_bytes(arrays),
+        TORCH_VARIABLES: tensors_to_bytes(variables),
+    }
+    write_archive(_writable_path(path, MODEL_SUFFIX), "model", manifest, members)
+
+
+def _prefix_refs(value: Any, prefix: str) -> Any:
+    """Encoded ``value`` with its array references renamed ``prefix + key``."""
+    if isinstance(value, list):
+        return [_prefix_refs(v, prefix) for v in value]
+    if isinstance(value, dict):
+        if "__array__" in value:
+            return {**value, "__array__": prefix + value["__array__"]}
+        return {k: _prefix_refs(v, prefix) for k, v in value.items()}
+    return value
+
+
+def load_model_files(
+    path: str | os.PathLike[str] | io.BufferedIOBase,
+    custom_objects: dict[str, Any] | None,
+    allow_pickle: bool,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None, bool]:
+    """``(attributes, state dicts, torch variables, is_sb3_zip)`` of a model file.
+
+    For an SB3 zip (``allow_pickle=True`` only) the first three are ``None`` and the caller
+    hands the path to SB3's own ``load``.
+
+    :raises FileNotFoundError: naming the path as given.
+    :raises PickleRefusedError: for an SB3 zip without ``allow_pickle``.
+    :raises ArchiveError: for a damaged file, naming it.
+    """
+    file = _readable(path, MODEL_SUFFIX)
+    if allow_pickle and sniff(file) == "sb3-zip":
+        return {}, {}, None, True
+    manifest, members = read_archive(file, "model", MODEL_PICKLE_HINT)
+    where = repr(source_name(file))
+    params = tensors_from_bytes(members[PARAMS], f"{where} member {PARAMS!r}")
+    arrays = tensors_from_bytes(members[ARRAYS], f"{where} member {ARRAYS!r}")
+    variables = tensors_from_bytes(members[TORCH_VARIABLES], f"{where} member {TORCH_VARIABLES!r}")
+    custom = dict(custom_objects or {})
+    data: dict[str, Any] = {}
+    try:
+        for name, value in manifest["data"].items():
+            data[name] = custom.pop(name) if name in custom else decode(value, arrays)
+    except ArchiveError as exc:
+        raise ArchiveError(f"{where}, attribute {name!r}: {exc}") from exc
+    missing = sorted(set(manifest.get("not_saved", {})) - REBUILT_BY_SETUP - set(custom))
+    if missing:
+        raise ArchiveError(
+            f"{where} was saved without the attributes {missing} (the weights-only format "
+            "cannot hold them: " + "; ".join(manifest["not_saved"][k] for k in missing) + "); "
+            "pass them to load: custom_objects={" + ", ".join(f"{k!r}: ..." for k in missing) + "}"
+        )
+    data.update(custom)
+    return data, params, variables, False
+
+
+def build_loaded_model(
+    cls: type,
+    data: dict[str, Any],
+    params: dict[str, Any],
+    variables: dict[str, Any] | None,
+    env: Any,
+    device: th.device | str,
+    force_reset: bool,
+    kwargs: dict[str, Any],
+) -> Any:
+    """The model from its attributes and state dicts, as SB3's ``BaseAlgorithm.load`` builds it
+    after unpickling (same checks of the env's spaces, same ``_setup_model`` then
+    ``set_parameters``); the patches SB3 applies to files of its old versions do not apply."""
+    policy_kwargs = data.get("policy_kwargs")
+    if isinstance(policy_kwargs, dict):
+        policy_kwargs.pop("device", None)
+    if "policy_kwargs" in kwargs and kwargs["policy_kwargs"] != data.get("policy_kwargs"):
+        raise ValueError(
+            "The specified policy kwargs do not equal the stored policy kwargs. Stored kwargs: "
+            f"{data.get('policy_kwargs')}, specified kwargs: {kwargs['policy_kwargs']}"
+        )
+    if "observation_space" not in data or "action_space" not in data:
+        raise KeyError("The observation_space and action_space were not saved")
+    if env is not None:
+        env = cls._wrap_env(env, data["verbose"])
+        check_for_correct_spaces(env, data["observation_space"], data["action_space"])
+        if force_reset:
+            data["_last_obs"] = None  # the env is reset before training (SB3 issue 597)
+        data["n_envs"] = env.num_envs
+    model = cls(policy=data["policy_class"], env=env, device=device, _init_setup_model=False)
+    model.__dict__.update(data)
+    model.__dict__.update(kwargs)
+    model._setup_model()
+    model.set_parameters(params, exact_match=True, device=device)
+    for name, value in (variables or {}).items():
+        if value is not None:
+            recursive_setattr(model, f"{name}.data", value.data)
+    if model.use_sde:
+        model.policy.reset_noise()
+    return model
+
+
+# ---------------------------------------------------------------------------------- buffers
+def _tree_state(tree: Any) -> dict[str, Any]:
+    sum_tree, min_tree = tree.to_numpy()
+    return {
+        "capacity": int(tree.capacity),
+        "seed": int(tree.seed),
+        "sample_calls": int(tree.sample_calls),
+        "sum_tree": np.array(sum_tree, dtype=np.float64),
+        "min_tree": np.array(min_tree, dtype=np.float64),
+        "max_value": np.array([tree.max_value_host()], dtype=np.float64),
+    }
+
+
+def _restore_tree(buffer: Any, state: dict[str, Any], where: str) -> Any:
+    """The buffer's tree (of its device's backend) holding ``state``."""
+    tree = buffer._make_tree(int(state["capacity"]), int(state["seed"]))
+    n = 2 * tree.pow2
+    for key in ("sum_tree", "min_tree"):
+        if np.shape(state[key]) != (n,):
+            raise ArchiveError(
+                f"{where}: {key} has shape {np.shape(state[key])}; a tree of capacity "
+                f"{state['capacity']} has {n} nodes"
+            )
+    if tree.backend == "cuda":
+        tree.__setstate__({**state, "device": tree.device})
+    else:
+        tree.sum_tree[:] = state["sum_tree"]
+        tree.min_tree[:] = state["min_tree"]
+        tree.max_value[:] = state["max_value"]
+        tree.sample_calls = int(state["sample_calls"])
+    return tree
+
+
+def save_replay_buffer_file(buffer: Any, path: str | os.PathLike[str] | io.BufferedIOBase) -> None:
+    """Write ``buffer`` (an SB3 ``ReplayBuffer`` or subclass of the project or SB3) as arrays and
+    JSON; a path without a suffix gets ``.rb.zip``; a folder is refused.
+
+    :raises TypeError: for a buffer holding something the format cannot (a ``lambda`` beta).
+    """
+    dest = _writable_path(path, BUFFER_SUFFIX)
+    state = dict(buffer.__getstate__())
+    tree = state.pop("tree", None)
+    state.pop("_step_store", None)  # made anew on loading
+    arrays: dict[str, th.Tensor] = {}
+    cls_name = _class_name(type(buffer))
+    encoded = {}
+    for name, value in [("class", type(buffer)), *state.items()]:
+        try:
+            encoded[name] = encode(value, arrays)
+        except UnencodableValue as exc:
+            raise TypeError(
+                f"the replay buffer ({type(buffer).__name__}) cannot be saved as arrays and "
+                f"JSON: its {name!r} is a {exc} (a beta schedule must be a float or agents' "
+                "LinearBetaSchedule)"
+            ) from exc
+    del encoded["class"]  # only checked: load imports it by name
+    tree_encoded = None if tree is None else encode(_tree_state(tree), arrays)
+    manifest = {
+        "class": cls_name,
+        "n_envs": int(buffer.n_envs),
+        "state": encoded,
+        "tree": tree_encoded,
+    }
+    write_archive(dest, "replay-buffer", manifest, {ARRAYS: tensors_to_bytes(arrays)})
+
+
+def load_replay_buffer_file(
+    model: Any, path: str | os.PathLike[str] | io.BufferedIOBase, allow_pickle: bool
+) -> Any:
+    """The replay buffer in ``path``, on ``model.device``, checked against ``model``'s number of
+    envs and spaces before anything is built.
+
+    :raises PickleRefusedError: for a pickled buffer without ``allow_pickle``.
+    :raises ArchiveError: for a damaged file or one that does not fit ``model``.
+    """
+    file = _readable(path, BUFFER_SUFFIX)
+    where = repr(source_name(file))
+    if allow_pickle and sniff(file) == "pickle":
+        try:
+            if isinstance(file, pathlib.Path):
+                with open(file, "rb") as fh:
+                    buffer = pickle.load(fh)  # noqa: S301 (the caller opted in)
+            else:
+                buffer = pickle.load(file)  # noqa: S301
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            raise ArchiveError(f"{where} is a damaged or truncated pickle: {exc!r}") from exc
+    else:
+        manifest, members = read_archive(file, "replay-buffer", BUFFER_PICKLE_HINT)
+        buffer = _buffer_from_archive(model, manifest, members, where)
+    if not isinstance(buffer, ReplayBuffer):
+        raise ArchiveError(f"{where} holds a {type(buffer).__name__}, not a replay buffer")
+    _check_fits(model, buffer.n_envs, buffer.observation_space, buffer.action_space, where)
+    return buffer
+
+
+def _check_fits(model: Any, n_envs: int, obs_space: Any, action_space: Any, where: str) -> None:
+    if model.env is not None and int(n_envs) != int(model.n_envs):
+        raise ArchiveError(
+            f"{where} was saved by a model with n_envs = {n_envs}; this model steps "
+            f"{model.n_envs} envs: load it into a model with {n_envs} envs"
+        )
+    for what, saved, mine in (
+        ("observation", obs_space, model.observation_space),
+        ("action", action_space, model.action_space),
+    ):
+        if saved != mine:
+            raise ArchiveError(
+                f"{where} holds transitions of the {what} space {saved}; this model's is {mine}"
+            )
+
+
+def _buffer_from_archive(
+    model: Any, manifest: dict[str, Any], members: dict[str, bytes], where: str
+) -> Any:
+    try:
+        cls = _import_class(manifest["class"], (ReplayBuffer,))
+    except (UnencodableValue, KeyError) as exc:
+        raise ArchiveError(f"{where}: {exc}") from exc
+    device = get_device(model.device)
+    arrays = tensors_from_bytes(members[ARRAYS], f"{where} member {ARRAYS!r}", device)
+    try:
+        state = {name: decode(value, arrays) for name, value in manifest["state"].items()}
+        tree_state = None if manifest.get("tree") is None else decode(manifest["tree"], arrays)
+    except (ArchiveError, KeyError) as exc:
+        raise ArchiveError(f"{where}: {exc}") from exc
+    _check_fits(
+        model,
+        state.get("n_envs", -1),
+        state.get("observation_space"),
+        state.get("action_space"),
+        where,
+    )
+    state["device"] = device
+    buffer = cls.__new__(cls)
+    buffer.__dict__["device"] = device
+    if tree_state is not None:
+        state["tree"] = _restore_tree(buffer, tree_state, where)
+    setstate = getattr(buffer, "__setstate__", None)  # PrioritizedReplayBuffer rebuilds a kernel
+    if setstate is not None:
+        setstate(state)
+    else:
+        buffer.__dict__.update(state)
+    return buffer
+
+
+SelfFiles = TypeVar("SelfFiles", bound="WeightsOnlyFiles")
+
+
+class WeightsOnlyFiles:
+    """Base class before an SB3 algorithm (``class GpuDQN(WeightsOnlyFiles, ..., DQN)``): its
+    ``save`` / ``load`` and ``save_replay_buffer`` / ``load_replay_buffer`` use the weights-only
+    format; SB3's pickle-based files load only with ``allow_pickle=True``."""
+
+    def save(
+        self,
+        path: str | os.PathLike[str] | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+    ) -> None:
+        """Save the model in the weights-only format (:mod:`agents.model_files`), atomically: a
+        save that fails leaves the old file intact.
+
+        SB3's arguments and habits: a path without a suffix gets ``.zip``; ``exclude`` and
+        ``include`` name attributes as in SB3. The file holds state dicts (read back with
+        ``torch.load(weights_only=True)``) and JSON, never a pickle, and a SHA-256 of each
+        part. A folder as ``path`` is refused. Data-parallel: rank 0 writes, the other ranks
+        return without writing.
+        """
+        dp = getattr(self, "data_parallel", None)
+        if dp is not None and not dp.is_main:
+            return
+        save_model_file(self, path, exclude=exclude, include=include)
+
+    def save_replay_buffer(self, path: str | os.PathLike[str] | io.BufferedIOBase) -> None:
+        """Save the replay buffer as arrays and JSON with checksums (:mod:`agents.model_files`),
+        atomically; a path without a suffix gets ``.rb.zip``; a folder is refused."""
+        assert self.replay_buffer is not None, "the replay buffer is not set up"
+        save_replay_buffer_file(self.replay_buffer, path)
+
+    def load_replay_buffer(
+        self,
+        path: str | os.PathLike[str] | io.BufferedIOBase,
+        truncate_last_traj: bool = True,
+        allow_pickle: bool = False,
+    ) -> None:
+        """Load a replay buffer saved by :meth:`save_replay_buffer` onto this model's device.
+
+        :param truncate_last_traj: SB3's argument (``HerReplayBuffer`` only; unused here).
+        :param allow_pickle: Also read a pickled buffer (SB3's format). Unpickling runs any code
+            the file holds: only for files from a source you trust.
+        :raises FileNotFoundError: naming ``path``.
+        :raises agents.safe_archive.PickleRefusedError: for a pickle without ``allow_pickle``.
+        :raises agents.safe_archive.ArchiveError: for a damaged file, or one saved with another
+            number of envs or other spaces than this model's, naming the file.
+        """
+        self.replay_buffer = load_replay_buffer_file(self, path, allow_pickle=allow_pickle)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfFiles],
+        path: str | os.PathLike[str] | io.BufferedIOBase,
+        env: Any = None,
+        device: th.device | str = "auto",
+        custom_objects: dict[str, Any] | None = None,
+        print_system_info: bool = False,
+        force_reset: bool = True,
+        allow_pickle: bool = False,
+        **kwargs: Any,
+    ) -> SelfFiles:
+        """Load a model saved by :meth:`save`.
+
+        SB3's arguments: a path without a suffix is also looked up with ``.zip``;
+        ``custom_objects`` replaces saved attributes (and supplies those the weights-only
+        format could not hold, which the error lists); ``force_reset`` discards the saved last
+        observation when ``env`` is given.
+
+        :param allow_pickle: Also read SB3's own zips, whose ``data`` member is a cloudpickle:
+            unpickling runs any code the file holds, so only for files from a source you trust.
+            Without it such a file raises :class:`~agents.safe_archive.PickleRefusedError`.
+        :raises FileNotFoundError: naming ``path`` as given.
+        :raises agents.safe_archive.ArchiveError: for a damaged, truncated or empty file,
+            naming it.
+        """
+        data, params, variables, sb3_zip = load_model_files(path, custom_objects, allow_pickle)
+        if sb3_zip:
+            model = super().load(
+                path,
+                env=env,
+                device=device,
+                custom_objects=custom_objects,
+                print_system_info=print_system_info,
+                force_reset=force_reset,
+                **kwargs,
+            )
+        else:
+            if print_system_info:
+                from stable_baselines3.common.utils import get_system_info
+
+                get_system_info()
+            model = build_loaded_model(
+                cls, data, params, variables, env, device, force_reset, kwargs
+            )
+        return model

@@ -1,0 +1,204 @@
+"""Resume = one run: N steps, a checkpoint, fresh objects, N more steps equal 2N steps in one
+process (agents.checkpoint, GpuDQN.save_checkpoint / load_checkpoint, CheckpointEvery)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+
+import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+from agents import CheckpointEvery, GpuDQN
+from agents.checkpoint import checkpoint_extra, resolve_checkpoint
+from agents.safe_archive import ArchiveError
+from gpu_trading_env.core.state import STATE_FIELDS
+from gpu_trading_env.gpu.device import to_numpy
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def make_env(device: str = "cpu", num_envs: int = 4):
+    return gym.make_vec("GpuTrading-v0", num_envs=num_envs, device=device, episode_length=30)
+
+
+def make_model(env, device: str = "cpu", **kwargs) -> GpuDQN:
+    params = dict(
+        learning_starts=40,
+        buffer_size=400,  # wraps around before the end: the tree's old leaves are overwritten
+        batch_size=16,
+        train_freq=2,
+        target_update_interval=40,
+        exploration_fraction=0.5,  # still exploring at the checkpoint: the coins matter
+        seed=0,
+        device=device,
+        curiosity=True,
+        curiosity_train_freq=3,
+        curiosity_batch_size=16,
+    )
+    params.update(kwargs)
+    return GpuDQN("DuelingPolicy", env, **params)
+
+
+def _scramble_process_generators() -> None:
+    """What another process (or other work in this one) would leave in the generators."""
+    random.seed(99)
+    np.random.seed(99)  # noqa: NPY002
+    th.manual_seed(99)
+
+
+def _compare(a: GpuDQN, b: GpuDQN, exact: bool) -> None:
+    def same(x, y, what):
+        if exact:
+            assert th.equal(x, y), what
+        else:
+            th.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=what)
+
+    assert (a.num_timesteps, a._n_calls, a._n_updates) == (
+        b.num_timesteps,
+        b._n_calls,
+        b._n_updates,
+    )
+    assert a.exploration_rate == b.exploration_rate
+    for name in ("policy", "curiosity_model"):
+        sa, sb = getattr(a, name).state_dict(), getattr(b, name).state_dict()
+        for key in sa:
+            same(sa[key], sb[key], f"{name}.{key}")
+    oa, ob = a.policy.optimizer.state_dict()["state"], b.policy.optimizer.state_dict()["state"]
+    for k in oa:
+        for field in oa[k]:
+            same(oa[k][field].float(), ob[k][field].float(), f"optimizer {k}.{field}")
+    ra, rb = a.replay_buffer, b.replay_buffer
+    assert (ra.pos, ra.full, ra.tree.sample_calls) == (rb.pos, rb.full, rb.tree.sample_calls)
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        same(getattr(ra, name), getattr(rb, name), name)
+    for x, y in zip(ra.tree.to_numpy(), rb.tree.to_numpy(), strict=True):
+        same(th.as_tensor(x), th.as_tensor(y), "priority tree")
+    sa, sb = a.trading_env.backend.state, b.trading_env.backend.state
+    for field in STATE_FIELDS:
+        x, y = np.asarray(to_numpy(getattr(sa, field))), np.asarray(to_numpy(getattr(sb, field)))
+        if exact or x.dtype.kind != "f":
+            np.testing.assert_array_equal(x, y, err_msg=field)
+        else:
+            np.testing.assert_allclose(x, y, rtol=1e-4, err_msg=field)
+
+
+def _run_and_resume(tmp_path, device: str, total: int, every: int) -> tuple[GpuDQN, GpuDQN]:
+    reference = make_model(make_env(device), device)
+    reference.learn(total, callback=CheckpointEvery(every, tmp_path / "ck", keep=1))
+    # Only the checkpoint at `every` steps: the run is cut there.
+    (folder,) = sorted((tmp_path / "ck").iterdir())
+    assert folder.name == f"step-{every:012d}"
+
+    _scramble_process_generators()
+    resumed = GpuDQN.load_checkpoint(tmp_path / "ck", env=make_env(device), device=device)
+    assert resumed.num_timesteps == every and resumed.remaining_timesteps == total - every
+    resumed.learn(resumed.remaining_timesteps, reset_num_timesteps=False)
+    return reference, resumed
+
+
+def test_checkpoint_and_resume_equal_one_run_bit_for_bit_on_cpu(tmp_path) -> None:
+    reference, resumed = _run_and_resume(tmp_path, "cpu", total=400, every=200)
+    assert reference.replay_buffer.full  # the buffer wrapped around
+    assert reference._train_calls >= 3 * reference.curiosity_train_freq
+    _compare(reference, resumed, exact=True)
+    # The env steps on identically after both runs: same observations and rewards.
+    actions = np.random.default_rng(5).integers(0, 45, size=(3, 4))
+    for act in actions:
+        out_a = reference.trading_env.step(act)
+        out_b = resumed.trading_env.step(act)
+        np.testing.assert_array_equal(out_a[0], out_b[0])
+        np.testing.assert_array_equal(out_a[1], out_b[1])
+
+
+def test_resume_without_the_env_state_would_differ(tmp_path) -> None:
+    """The check above has teeth: a model and buffer reloaded the SB3 way (env reset, generators
+    not restored) do not reproduce the uninterrupted run."""
+    reference = make_model(make_env())
+    reference.learn(400, callback=CheckpointEvery(200, tmp_path / "ck", keep=1))
+    folder = resolve_checkpoint(tmp_path / "ck")
+    _scramble_process_generators()
+    plain = GpuDQN.load(folder / "model.zip", env=make_env(), device="cpu")
+    plain.load_replay_buffer(folder / "replay_buffer.rb.zip")
+    plain.learn(200, reset_num_timesteps=False)
+    with pytest.raises(AssertionError):
+        _compare(reference, plain, exact=True)
+
+
+def test_checkpoint_every_keeps_the_newest_complete_ones(tmp_path) -> None:
+    model = make_model(make_env(), curiosity=False)
+    calls = []
+    callback = CheckpointEvery(
+        80, tmp_path / "ck", keep=2, extra=lambda: calls.append(1) or {"n": len(calls)}
+    )
+    model.learn(400, callback=callback)
+    names = sorted(p.name for p in (tmp_path / "ck").iterdir())
+    assert names == ["step-000000000240", "step-000000000320"]
+    assert len(callback.saved) == 4 and checkpoint_extra(tmp_path / "ck") == {"n": 4}
+    # A save killed before its index was written: the previous checkpoint is used.
+    (tmp_path / "ck" / "step-000000000320" / "checkpoint.json").unlink()
+    assert resolve_checkpoint(tmp_path / "ck").name == "step-000000000240"
+    # A file swapped from another checkpoint is caught by the index.
+    shutil.copy(
+        tmp_path / "ck" / "step-000000000320" / "replay_buffer.rb.zip",
+        tmp_path / "ck" / "step-000000000240" / "replay_buffer.rb.zip",
+    )
+    with pytest.raises(ArchiveError, match="holds no complete checkpoint"):
+        resolve_checkpoint(tmp_path / "ck")
+    with pytest.raises(ArchiveError, match=r"step-000000000240.*replay_buffer\.rb\.zip does not"):
+        GpuDQN.load_checkpoint(tmp_path / "ck" / "step-000000000240", env=make_env())
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        GpuDQN.load_checkpoint(tmp_path / "nowhere", env=make_env())
+
+
+def test_save_checkpoint_and_an_env_of_another_size(tmp_path) -> None:
+    model = make_model(make_env(), curiosity=False)
+    model.learn(80)
+    model.save_checkpoint(tmp_path / "ck")
+    with pytest.raises(ValueError, match="spaces|n_envs|num_envs"):
+        GpuDQN.load_checkpoint(tmp_path / "ck", env=make_env(num_envs=8))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError, match="file"):
+        model.save_checkpoint(tmp_path / "file")
+
+
+@pytest.mark.gpu
+def test_checkpoint_and_resume_equal_one_run_on_cuda(tmp_path) -> None:
+    """The CUDA twin (fused rollout, captured train step): equal to float tolerance."""
+    reference, resumed = _run_and_resume(tmp_path, "cuda", total=400, every=200)
+    _compare(reference, resumed, exact=False)
+
+
+@pytest.mark.slow
+def test_cli_train_resume_continues_the_run(tmp_path, monkeypatch, capsys) -> None:
+    """``train --checkpoint-every`` then ``train --resume`` from the checkpoint halfway: the
+    same selected model and the same report numbers as the run that went through."""
+    import json
+
+    from agents import cli
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--device", "cpu", "--timesteps", "1600", "--num-envs", "8",
+            "--eval-every", "400", "--no-progress", "--torch-threads", "1"]  # fmt: skip
+    assert cli.main([*argv, "--checkpoint-every", "1200", "--out", "a"]) == 0
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == [
+        "step-000000001200"
+    ]
+    assert cli.main([*argv, "--resume", "a", "--out", "b"]) == 0
+    a = GpuDQN.load(tmp_path / "a" / "model.zip", device="cpu")
+    b = GpuDQN.load(tmp_path / "b" / "model.zip", device="cpu")
+    sa, sb = a.policy.state_dict(), b.policy.state_dict()
+    assert all(th.equal(sa[k], sb[k]) for k in sa)
+    ma = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    mb = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    for key in ("strategy", "model_selection", "last_model_strategy", "learning_curve"):
+        assert ma[key] == mb[key], key
+    capsys.readouterr()
+    assert cli.main([*argv, "--seed", "1", "--resume", "a", "--out", "c"]) == 1
+    assert "the run differs in ['seed']" in capsys.readouterr().err
+    assert cli.main([*argv, "--resume", "nowhere", "--out", "d"]) == 2
+    assert "--resume nowhere: no checkpoint folder 'nowhere'" in capsys.readouterr().err
+    assert cli.main([*argv, "--checkpoint-every", "0", "--out", "e"]) == 2
