@@ -9,7 +9,10 @@ the line (``row + 2`` of a CSV with a header) and the command-line option that f
   otherwise, naming the two ``--date-format`` values to choose from;
 - numbers are epoch seconds, milliseconds, microseconds or nanoseconds by their magnitude
   (``unit`` overrides), and refused when they are none of these;
-- ``date_format`` always wins.
+- ``date_format`` always wins;
+- text with a UTC offset (``2017-01-01 22:00+01:00``, ``...Z``) is converted to UTC; a column that
+  mixes such timestamps with ones without an offset is refused, naming a line of each, since
+  the naive ones would silently be taken as UTC and shift by hours.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ __all__ = ["DataError", "day_month_format", "parse_timestamps"]
 # Epoch magnitudes for dates between 1973 and 2286: seconds ~1e9, ms ~1e12, us ~1e15, ns ~1e18.
 _EPOCH_UNITS = (("s", 1e8, 1e10), ("ms", 1e11, 1e13), ("us", 1e14, 1e16), ("ns", 1e17, 1e19))
 _DMY = re.compile(r"^\s*(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(.*)$")
+# A time of day followed by a UTC offset or Z: "22:00+01:00", "22:00:00.5-0500", "22:00Z".
+_ZONED = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)$", re.I)
 _TIME_PARTS = ("", " %H:%M", " %H:%M:%S", " %H:%M:%S.%f", "T%H:%M:%S", "T%H:%M:%S.%f")
 
 
@@ -60,6 +65,7 @@ def parse_timestamps(
     fmt = day_month_format(text, label)
     if fmt is not None:
         return _with_format(text, fmt, label)
+    _refuse_mixed_zones(text, label)
     parsed = pd.to_datetime(text, errors="coerce", format="ISO8601", utc=True)
     bad = parsed.isna().to_numpy()
     if bad.any():
@@ -69,6 +75,17 @@ def parse_timestamps(
             "pass --date-format, e.g. --date-format '%Y-%m-%d %H:%M'"
         )
     return _naive_utc(pd.DatetimeIndex(parsed), raw, label)
+
+
+def _refuse_mixed_zones(text: pd.Series, label: str) -> None:
+    zoned = text.str.contains(_ZONED).fillna(False).to_numpy(dtype=bool)
+    if zoned.any() and not zoned.all():
+        i, j = int(np.argmax(zoned)), int(np.argmax(~zoned))
+        raise DataError(
+            f"{label}: line {i + 2} has a UTC offset ({text.iloc[i]!r}) but line {j + 2} has "
+            f"none ({text.iloc[j]!r}); mixed naive and zone-aware timestamps are ambiguous (the "
+            "naive ones would be taken as UTC): give every timestamp an offset, or none"
+        )
 
 
 def _naive_utc(idx: pd.DatetimeIndex, raw: pd.Series, label: str) -> np.ndarray:
