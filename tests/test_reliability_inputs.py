@@ -105,6 +105,7 @@ def test_a_spike_in_a_csv_is_refused_with_its_line(tmp_path):
         load_bars(path)
 
 
+@pytest.mark.filterwarnings("ignore:position sizing implies")
 def test_env_outputs_stay_finite_at_the_price_bounds():
     from gpu_trading_env import EnvConfig, TradingVectorEnv
 
@@ -127,3 +128,81 @@ def test_env_outputs_stay_finite_at_the_price_bounds():
     for _ in range(40):
         obs, rew, *_ = env.step(rng.integers(0, n, size=4))
         assert np.isfinite(obs).all() and np.isfinite(rew).all()
+
+
+# ---------------------------------------------------------------------- actions and start_index
+
+
+def _vector_env(device: str = "cpu", n: int = 4):
+    from gpu_trading_env import TradingVectorEnv
+
+    env = TradingVectorEnv(n, device, episode_length=20)
+    env.reset(seed=0)
+    return env
+
+
+def test_actions_of_another_shape_with_n_elements_are_refused():
+    env = _vector_env()
+    with pytest.raises(ValueError, match=r"shape \(2, 2\) are invalid: allowed is \(4,\) or"):
+        env.step(np.array([[1, 2], [3, 4]]))
+    with pytest.raises(ValueError, match=r"shape \(1, 4\)"):
+        env.step(np.array([[1, 2, 3, 4]]))
+    env.step(np.array([[1], [2], [3], [4]]))  # the (N, 1) column of some RL libraries
+
+
+def test_integral_float_actions_are_refused_by_the_vector_and_the_single_env():
+    import gymnasium as gym
+
+    import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+
+    env = _vector_env()
+    with pytest.raises(ValueError, match="dtype float64 are invalid: allowed is an integer"):
+        env.step(np.array([0.0, 1.0, 2.0, 3.0]))
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="dtype float32 are invalid"):
+        env.step(torch.tensor([0.0, 1.0, 2.0, 3.0]))
+    single = gym.make("GpuTrading-v0", episode_length=20).unwrapped
+    single.reset(seed=0)
+    with pytest.raises(ValueError, match="action = 2.0 is invalid: allowed is an int"):
+        single.step(2.0)
+    with pytest.raises(ValueError, match="is invalid: allowed is an int"):
+        single.step(np.float32(2.0))
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        np.full(4, 2**64 - 1, dtype=np.uint64),  # wrapped to -1 ("draw a random start")
+        2**64 - 1,  # raised a bare OverflowError
+        np.uint64(2**64 - 1),
+        2**70,
+    ],
+)
+def test_out_of_range_unsigned_start_index_is_refused_as_a_scalar_and_as_an_array(start):
+    env = _vector_env()
+    value = int(np.asarray(start, dtype=object).reshape(-1)[0])
+    with pytest.raises(ValueError, match=rf"start_index\[0\] = {value} is invalid: allowed is -1"):
+        env.reset(seed=0, options={"start_index": start})
+
+
+def test_in_range_unsigned_start_index_still_works():
+    env = _vector_env()
+    obs, _ = env.reset(seed=0, options={"start_index": np.array([0, 1, 2, 3], dtype=np.uint64)})
+    bars = env.backend.state.bar - env.backend.lo_host
+    np.testing.assert_array_equal(bars, [0, 1, 2, 3])
+
+
+@pytest.mark.gpu
+def test_cuda_refuses_the_same_actions_without_a_host_sync():
+    import torch
+
+    env = _vector_env("cuda")
+    with pytest.raises(ValueError, match=r"shape \(2, 2\) are invalid"):
+        env.step(torch.zeros((2, 2), dtype=torch.int64, device="cuda"))
+    with pytest.raises(ValueError, match="dtype torch.float32 are invalid"):
+        env.step(torch.zeros(4, dtype=torch.float32, device="cuda"))
+    with pytest.raises(ValueError, match="dtype float64 are invalid"):
+        env.step(np.zeros(4))
+    with pytest.raises(ValueError, match=r"shape \(2, 2\) are invalid"):
+        env.step(np.zeros((2, 2), dtype=np.int64))
+    env.step(torch.zeros((4, 1), dtype=torch.int64, device="cuda"))
