@@ -49,7 +49,7 @@ from agents.dqn_loss import td_target, weighted_td_loss
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
-from agents.sb3_integration import find_trading_env, make_eval_env, wrap_env, write_atomically
+from agents.sb3_integration import find_trading_env, wrap_env, write_atomically
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -86,8 +86,7 @@ class GpuDQN(DataParallelMixin, DQN):
     - ``env`` may be a Gymnasium ``VectorEnv`` such as
       ``gym.make_vec("GpuTrading-v0", num_envs=N, device=...)``; it is wrapped in
       :class:`~gpu_trading_env.wrappers.SB3VecEnv` and the raw trading env is kept as
-      ``self.trading_env`` (``None`` for other envs). SB3's ``evaluate_policy`` and
-      ``EvalCallback`` take such an env through :meth:`make_eval_env`.
+      ``self.trading_env`` (``None`` for other envs).
     - ``replay_buffer_class`` defaults to :class:`~agents.PrioritizedReplayBuffer` with
       ``alpha=0.6, beta=0.4, epsilon=1e-6`` (override through ``replay_buffer_kwargs``); beta is
       annealed to 1 with the training progress. A plain SB3 ``ReplayBuffer`` also works (uniform
@@ -302,7 +301,6 @@ class GpuDQN(DataParallelMixin, DQN):
 
     # ------------------------------------------------------------------ env handling
     _wrap_env = staticmethod(wrap_env)  # Gymnasium vector envs go into SB3VecEnv first
-    make_eval_env = staticmethod(make_eval_env)  # the env of evaluate_policy and EvalCallback
 
     def set_env(self, env: GymEnv | GymVectorEnv, force_reset: bool = True) -> None:
         """SB3's ``set_env``; also re-reads ``trading_env`` and drops the fused rollout state."""

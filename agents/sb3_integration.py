@@ -2,7 +2,6 @@
 
 - :func:`wrap_env`: SB3's wrapping, with a Gymnasium ``VectorEnv`` put in
   :class:`~gpu_trading_env.wrappers.SB3VecEnv` first;
-- :func:`make_eval_env`: the same for the env of SB3's ``evaluate_policy`` and ``EvalCallback``;
 - :func:`find_trading_env`: the raw :class:`~gpu_trading_env.TradingVectorEnv` under SB3's
   wrappers and the adapter, which the fused rollout and the curiosity weights talk to;
 - :func:`write_atomically`: a save into a temporary file renamed over the old one, so that a
@@ -26,7 +25,7 @@ from gpu_trading_env.atomic_file import atomic_write, with_suffix_if_missing
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
-__all__ = ["find_trading_env", "make_eval_env", "wrap_env", "write_atomically"]
+__all__ = ["find_trading_env", "wrap_env", "write_atomically"]
 
 
 def wrap_env(env: GymEnv | GymVectorEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -36,25 +35,6 @@ def wrap_env(env: GymEnv | GymVectorEnv, verbose: int = 0, monitor_wrapper: bool
             print("Wrapping the vector env in an SB3VecEnv.")
         env = SB3VecEnv(env)  # type: ignore[assignment]
     return OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)  # type: ignore[arg-type]
-
-
-def make_eval_env(env: GymEnv | GymVectorEnv) -> VecEnv:
-    """``env`` as SB3's ``evaluate_policy`` and ``EvalCallback`` take it: an SB3 ``VecEnv``.
-
-    Those helpers wrap anything that is not a ``VecEnv`` in ``DummyVecEnv``, which takes a
-    single Gymnasium env only, so a ``gym.make_vec(...)`` env (what ``GpuDQN`` accepts) must be
-    put in :class:`SB3VecEnv` first, as ``GpuDQN`` does with its training env. Its episode
-    statistics count as SB3 ``Monitor``'s, so ``evaluate_policy`` reports whole episodes
-    without its "not wrapped with a Monitor" warning. A Gymnasium env gets ``Monitor`` and
-    ``DummyVecEnv``; an SB3 ``VecEnv`` is returned as it is.
-
-    :param env: A Gymnasium ``VectorEnv`` (for example
-        ``gym.make_vec("GpuTrading-v0", num_envs=N, device=...)``, switched to SAME_STEP),
-        a Gymnasium env or an SB3 ``VecEnv``.
-    :return: ``evaluate_policy(model, make_eval_env(env))``,
-        ``EvalCallback(make_eval_env(env), ...)``.
-    """
-    return wrap_env(env, monitor_wrapper=True)
 
 
 def find_trading_env(env: VecEnv | None) -> TradingVectorEnv | None:
