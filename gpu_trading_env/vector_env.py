@@ -395,23 +395,33 @@ class TradingVectorEnv(VectorEnv):
         return mask
 
     def _start_index(self, start: Any) -> np.ndarray:
+        """int64 [N] start bars from an int or N ints; every value is range-checked as given,
+        before any conversion (uint64 2**64 - 1 used to wrap to -1, "draw")."""
         n = self.num_envs
         if start is None:
             return np.full(n, -1, dtype=np.int64)
-        arr = np.asarray(self._host(start) if hasattr(start, "get") else start)
-        if arr.ndim == 0 and arr.dtype.kind in "iu":
-            arr = np.full(n, int(arr), dtype=np.int64)
-        if arr.shape != (n,) or arr.dtype.kind not in "iu":
-            raise ValueError(f"start_index {start!r} is invalid: allowed is an int or {n} ints")
-        arr = arr.astype(np.int64)
         last = self.backend.hi_host - self.backend.lo_host - 2
+
+        def refuse(i: int, value: Any) -> ValueError:
+            return ValueError(
+                f"start_index[{i}] = {value} is invalid: allowed is -1 (draw) or 0..{int(last[i])} "
+                "(a bar of env's instrument that leaves room for one step)"
+            )
+
+        if isinstance(start, int) and not isinstance(start, bool) and not -1 <= start <= last[0]:
+            raise refuse(0, start)  # a Python int beyond int64 would not even convert
+        arr = np.asarray(self._host(start) if hasattr(start, "get") else start)
+        if arr.shape not in ((), (n,)) or arr.dtype.kind not in "iu":
+            raise ValueError(f"start_index {start!r} is invalid: allowed is an int or {n} ints")
+        big = arr > np.iinfo(np.int64).max if arr.dtype.kind == "u" else np.zeros(arr.shape, bool)
+        if big.any():
+            i = int(np.flatnonzero(big.reshape(-1))[0])
+            raise refuse(i, int(arr.reshape(-1)[i]))
+        arr = np.broadcast_to(arr.astype(np.int64), (n,)).copy()
         bad = (arr != -1) & ((arr < 0) | (arr > last))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"start_index[{i}] = {int(arr[i])} is invalid: allowed is -1 (draw) or 0..{int(last[i])} "
-                "(a bar of env's instrument that leaves room for one step)"
-            )
+            raise refuse(i, int(arr[i]))
         return arr
 
     def _seed_array(self, seed: Any) -> np.ndarray:
