@@ -18,12 +18,13 @@ the line (``row + 2`` of a CSV with a header) and the command-line option that f
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["DataError", "day_month_format", "parse_timestamps"]
+__all__ = ["DataError", "day_month_format", "parse_timestamps", "refuse_mixed_zones"]
 
 # Epoch magnitudes for dates between 1973 and 2286: seconds ~1e9, ms ~1e12, us ~1e15, ns ~1e18.
 _EPOCH_UNITS = (("s", 1e8, 1e10), ("ms", 1e11, 1e13), ("us", 1e14, 1e16), ("ns", 1e17, 1e19))
@@ -65,7 +66,7 @@ def parse_timestamps(
     fmt = day_month_format(text, label)
     if fmt is not None:
         return _with_format(text, fmt, label)
-    _refuse_mixed_zones(text, label)
+    refuse_mixed_zones(text, label)
     parsed = pd.to_datetime(text, errors="coerce", format="ISO8601", utc=True)
     bad = parsed.isna().to_numpy()
     if bad.any():
@@ -77,14 +78,22 @@ def parse_timestamps(
     return _naive_utc(pd.DatetimeIndex(parsed), raw, label)
 
 
-def _refuse_mixed_zones(text: pd.Series, label: str) -> None:
-    zoned = text.str.contains(_ZONED).fillna(False).to_numpy(dtype=bool)
+def refuse_mixed_zones(
+    text: pd.Series, label: str, position: Callable[[int], str] = lambda i: f"line {i + 2}"
+) -> None:
+    """Raise DataError when some timestamps carry a UTC offset and others do not.
+
+    :param text: the timestamps as text, one per row.
+    :param position: names row ``i`` in the message (a CSV's line by default).
+    """
+    zoned = text.astype("string").str.contains(_ZONED).fillna(False).to_numpy(dtype=bool)
     if zoned.any() and not zoned.all():
         i, j = int(np.argmax(zoned)), int(np.argmax(~zoned))
         raise DataError(
-            f"{label}: line {i + 2} has a UTC offset ({text.iloc[i]!r}) but line {j + 2} has "
-            f"none ({text.iloc[j]!r}); mixed naive and zone-aware timestamps are ambiguous (the "
-            "naive ones would be taken as UTC): give every timestamp an offset, or none"
+            f"{label}: {position(i)} has a UTC offset ({str(text.iloc[i])!r}) but {position(j)} "
+            f"has none ({str(text.iloc[j])!r}); mixed naive and zone-aware timestamps are "
+            "ambiguous (the naive ones would be taken as UTC): give every timestamp an offset, "
+            "or none"
         )
 
 
