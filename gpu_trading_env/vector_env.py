@@ -9,7 +9,8 @@ no step synchronises with the host.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,11 @@ def seed_keys(seed: Any, n: int) -> np.ndarray:
     Out-of-range ints raise (2**64 + 7 would otherwise alias 7), as do floats and strings.
     """
     allowed = f"an int in [0, 2**64) or a sequence of {n} such ints"
+    if isinstance(seed, AbstractSet | Mapping):
+        raise TypeError(
+            f"seed = {seed!r} ({type(seed).__name__}) is invalid: it has no order, so which env "
+            f"gets which seed would be arbitrary; allowed is {allowed} (a list or an array)"
+        )
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool | np.bool_):
         if not 0 <= int(seed) < 2**64:
             raise ValueError(f"seed = {seed} is out of range: allowed is {allowed}")
@@ -55,6 +61,22 @@ def seed_keys(seed: Any, n: int) -> np.ndarray:
         if not 0 <= int(s) < 2**64:
             raise ValueError(f"seed[{k}] = {s} is out of range: allowed is {allowed}")
     return np.asarray([int(s) for s in seeds], dtype=np.uint64)
+
+
+def reset_options(options: Any, allowed: Sequence[str] = RESET_OPTIONS) -> dict[str, Any]:
+    """A copy of ``reset(options=...)`` as a dict, refusing what is not a mapping or has a key
+    outside ``allowed`` (``options="x"`` failed inside ``dict()`` naming nothing)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"options = {options!r} ({type(options).__name__}) is invalid: allowed is None or a "
+            f"dict with keys among {list(allowed)}"
+        )
+    unknown = sorted(set(options) - set(allowed), key=str)
+    if unknown:
+        raise ValueError(f"reset options {unknown} are invalid: allowed keys are {list(allowed)}")
+    return dict(options)
 
 
 def resolve_data(data: Any) -> Any:
@@ -212,12 +234,7 @@ class TradingVectorEnv(VectorEnv):
                 reset_mask resets only those envs (the others keep their state).
         """
         self._check_open("reset")
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(RESET_OPTIONS))
-        if unknown:
-            raise ValueError(
-                f"reset options {unknown} are invalid: allowed keys are {list(RESET_OPTIONS)}"
-            )
+        options = reset_options(options)
         n = self.num_envs
         mask = self._host_mask(options.get("reset_mask"))
         if self._needs_reset and not mask.all():
