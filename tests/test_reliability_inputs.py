@@ -206,3 +206,124 @@ def test_cuda_refuses_the_same_actions_without_a_host_sync():
     with pytest.raises(ValueError, match=r"shape \(2, 2\) are invalid"):
         env.step(np.zeros((2, 2), dtype=np.int64))
     env.step(torch.zeros((4, 1), dtype=torch.int64, device="cuda"))
+
+
+# ---------------------------------------------------------------------- unclear errors made clear
+
+
+def test_envconfig_overflow_names_the_field():
+    from gpu_trading_env import EnvConfig
+    from gpu_trading_env.core.config import _FLOAT_FIELDS
+
+    for name in _FLOAT_FIELDS:  # 10**400 raised a bare OverflowError naming no field
+        with pytest.raises(ValueError, match=rf"EnvConfig\.{name} = <an integer of 401 digits>"):
+            EnvConfig(**{name: 10**400})
+    with pytest.raises(ValueError, match=r"EnvConfig\.exposure_levels = <an integer of 401"):
+        EnvConfig(exposure_levels=(0.0, 10**400))
+
+
+def test_header_only_csv_and_zero_row_frame_say_so(tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("time,open,high,low,close,volume\n")
+    with pytest.raises(DataError, match=r"empty\.csv: has a header but no rows"):
+        MarketData.from_csv(path)
+    frame = pd.DataFrame({c: [] for c in ("time", "open", "high", "low", "close", "volume")})
+    with pytest.raises(ValueError, match=r"the table has no rows \(columns \['time', 'open'"):
+        MarketData.from_dataframe(frame)
+
+
+def test_semicolon_csv_with_decimal_commas_gets_a_hint(tmp_path):
+    df = _ohlcv()
+    df.insert(0, "date", pd.bdate_range("2019-01-02", periods=N).strftime("%Y-%m-%d"))
+    path = tmp_path / "export.csv"
+    df.to_csv(path, index=False, sep=";", decimal=",")
+    hint = r"export\.csv: the header 'date;open;high;low;close;volume' is separated by ';'"
+    with pytest.raises(DataError, match=hint):
+        load_bars(path)
+    with pytest.raises(DataError, match=hint):
+        MarketData.from_csv(path)
+    # The hint's own fix works.
+    md = MarketData.from_csv(path, read_csv_kwargs={"sep": ";", "decimal": ","})
+    np.testing.assert_allclose(md.close, df["close"].to_numpy()[WARMUP_BARS:])
+
+
+def test_reset_options_that_are_not_a_mapping_are_refused():
+    from gpu_trading_env.env import TradingEnv
+
+    env = _vector_env()
+    with pytest.raises(TypeError, match=r"options = 'x' \(str\) is invalid: allowed is None or"):
+        env.reset(options="x")
+    single = TradingEnv(episode_length=20)
+    with pytest.raises(TypeError, match=r"options = 'x' \(str\) is invalid"):
+        single.reset(options="x")
+
+
+def test_single_env_seed_out_of_range_is_a_value_error_not_a_gymnasium_error():
+    from gpu_trading_env.env import TradingEnv
+
+    single = TradingEnv(episode_length=20)
+    with pytest.raises(ValueError, match=r"seed = -1 is out of range: allowed is an int in \[0"):
+        single.reset(seed=-1)
+    with pytest.raises(TypeError, match=r"seed = 1.5 \(float\) is invalid"):
+        single.reset(seed=1.5)
+    single.reset(seed=np.int64(3))
+
+
+def test_a_set_of_seeds_is_refused_since_its_order_is_arbitrary():
+    env = _vector_env()
+    with pytest.raises(
+        TypeError, match=r"seed = \{1, 2, 3, 4\} \(set\) is invalid: it has no order"
+    ):
+        env.reset(seed={1, 2, 3, 4})
+    env.reset(seed=[1, 2, 3, 4])
+
+
+def test_closing_the_single_env_closes_its_vector_env():
+    from gpu_trading_env.env import TradingEnv
+
+    single = TradingEnv(episode_length=20)
+    single.reset(seed=0)
+    single.step(0)
+    single.close()
+    assert single._venv.closed
+    with pytest.raises(RuntimeError, match=r"step\(\) called after close\(\)"):
+        single.step(0)
+    with pytest.raises(RuntimeError, match=r"reset\(\) called after close\(\)"):
+        single.reset(seed=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"gamma": 2.0}, r"gamma = 2.0 is invalid: allowed is a number in \[0, 1\]"),
+        ({"gamma": float("nan")}, r"gamma = nan is invalid"),
+        ({"tau": 5.0}, r"tau = 5.0 is invalid: allowed is a number in \(0, 1\]"),
+        ({"tau": 0.0}, r"tau = 0.0 is invalid"),
+        ({"exploration_final_eps": -1}, r"exploration_final_eps = -1 is invalid: allowed is a"),
+        ({"exploration_initial_eps": float("nan")}, r"exploration_initial_eps = nan"),
+        ({"train_freq": 0}, r"train_freq = 0 is invalid: allowed is an int >= 1"),
+        ({"train_freq": (4, "epoch")}, r"train_freq = \(4, 'epoch'\) is invalid"),
+        ({"learning_rate": float("inf")}, r"learning_rate = inf is invalid"),
+        ({"max_grad_norm": float("nan")}, r"max_grad_norm = nan is invalid"),
+    ],
+)
+def test_gpu_dqn_refuses_hyperparameters_out_of_range_when_built(kwargs, message):
+    from agents import GpuDQN
+
+    env = _vector_env()
+    with pytest.raises(ValueError, match=rf"GpuDQN {message}"):
+        GpuDQN("MlpPolicy", env, device="cpu", buffer_size=100, **kwargs)
+
+
+def test_predict_refuses_a_nan_observation():
+    from agents import GpuDQN
+
+    env = _vector_env()
+    model = GpuDQN("MlpPolicy", env, device="cpu", buffer_size=100)
+    obs = np.full((4, env.single_observation_space.shape[0]), np.nan, dtype=np.float32)
+    for deterministic in (True, False):
+        with pytest.raises(ValueError, match=r"observation has nan at index \(0, 0\)"):
+            model.predict(obs, deterministic=deterministic)
+    good, _ = env.reset(seed=0)
+    actions, _ = model.predict(good, deterministic=True)
+    assert actions.shape == (4,)

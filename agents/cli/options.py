@@ -7,6 +7,7 @@ a bad one raises :class:`UsageError`, which ``main`` prints as one line with exi
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -114,13 +115,15 @@ def validate(args: argparse.Namespace) -> None:
     if getattr(args, "val_fraction", None) is not None:
         _check(0.0 < args.val_fraction <= 0.5, "--val-fraction", args.val_fraction, "(0, 0.5]")
     if getattr(args, "learning_rate", None) is not None:
-        _check(args.learning_rate > 0, "--learning-rate", args.learning_rate, "a number > 0")
+        lr = args.learning_rate
+        _check(math.isfinite(lr) and lr > 0, "--learning-rate", lr, "a finite number > 0")
     if getattr(args, "gamma", None) is not None:
         _check(0.0 < args.gamma <= 1.0, "--gamma", args.gamma, "a number in (0, 1]")
     if getattr(args, "exposure", None) is not None:
         _check(-1.0 <= args.exposure <= 1.0, "--exposure", args.exposure, "a number in [-1, 1]")
     if getattr(args, "bars_per_year", None) is not None:
-        _check(args.bars_per_year > 0, "--bars-per-year", args.bars_per_year, "a number > 0")
+        bpy = args.bars_per_year
+        _check(math.isfinite(bpy) and bpy > 0, "--bars-per-year", bpy, "a finite number > 0")
     for s in getattr(args, "seeds", None) or []:
         _check(s >= 0, "--seeds", s, "integers >= 0")
     if getattr(args, "seed", None) is not None:
