@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -155,13 +154,3 @@ def resolve_model_path(given: str) -> Path:
         if cand.is_file():
             return cand
     raise UsageError(f"--model {given}: no such file (pass the model.zip that train wrote)")
-
-
-def default_out(command: str) -> Path:
-    """``runs/<command>-<YYYYmmdd-HHMMSS>``, with ``-2``, ``-3``... if that folder exists."""
-    base = Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out, k = base, 1
-    while out.exists():
-        k += 1
-        out = base.with_name(f"{base.name}-{k}")
-    return out

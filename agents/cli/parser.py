@@ -106,10 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
             help="EnvConfig overrides (docs/ENV_SPEC.md) (default: EnvConfig's, with "
             "diversity_penalty=0.0 and risk_penalty_scale=0.0)",
         )
+        out_options(p, "report folder")
+
+    def out_options(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument(
             "--out",
             default=None,
-            help="report folder (default: runs/<command>-<date>-<time>, never an existing one)",
+            help=f"{what}: a new or empty folder (default: runs/<command>-<date>-<time>, "
+            "made for this run, never an existing one)",
+        )
+        p.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="empty --out first if it holds an earlier run's report (default: refuse a "
+            "folder that is not empty)",
         )
 
     def train_options(p: argparse.ArgumentParser, timesteps_help: str) -> None:
@@ -245,11 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--runs-per-device", type=_int, default=1, help="runs at the same time on each device"
     )
-    s.add_argument(
-        "--out",
-        default=None,
-        help="sweep folder (default: runs/sweep-<date>-<time>, never an existing one)",
-    )
+    out_options(s, "sweep folder")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument(
         "train_args",
