@@ -327,3 +327,21 @@ def test_predict_refuses_a_nan_observation():
     good, _ = env.reset(seed=0)
     actions, _ = model.predict(good, deterministic=True)
     assert actions.shape == (4,)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--bars-per-year", "inf"), ("--bars-per-year", "nan"), ("--learning-rate", "inf")],
+)
+def test_cli_refuses_non_finite_numbers(tmp_path, monkeypatch, capsys, option, value):
+    from agents import cli
+
+    monkeypatch.chdir(tmp_path)
+    command = "train" if option == "--learning-rate" else "backtest"
+    assert cli.main([command, option, value]) == 2  # inf ended in ZeroDivisionError
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"gpu-trading-env {command}: error: {option} {value} is invalid: allowed is a finite "
+        "number > 0"
+    ]
+    assert not any(tmp_path.iterdir())
