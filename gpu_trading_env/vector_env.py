@@ -256,7 +256,11 @@ class TradingVectorEnv(VectorEnv):
         return self._to_array(obs), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Advance every env by one bar. ``actions``: N ints (NumPy, torch or CuPy)."""
+        """Advance every env by one bar.
+
+        ``actions``: one integer per env (NumPy, torch or CuPy), shape ``(N,)`` or ``(N, 1)``;
+        another shape and any float dtype raise ValueError (``check_action_layout``).
+        """
         self._check_open("step")
         if self._needs_reset:
             raise RuntimeError(
