@@ -45,6 +45,7 @@ from agents.curiosity import CuriosityModel, check_positive_ints
 from agents.curiosity_training import CuriosityTraining, curiosity_layout
 from agents.distributed import DataParallel, DataParallelMixin
 from agents.dqn_loss import td_target, weighted_td_loss
+from agents.hyperparameters import check_dqn_hyperparameters, check_finite_observation
 from agents.model_files import WeightsOnlyFiles
 from agents.policies import DuelingDQNPolicy
 from agents.replay.device_buffer import DeviceReplayBuffer
@@ -223,6 +224,21 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
                 "bootstrapping at them",
                 stacklevel=2,
             )
+        check_dqn_hyperparameters(
+            learning_rate=learning_rate,
+            gamma=gamma,
+            tau=tau,
+            exploration_fraction=exploration_fraction,
+            exploration_initial_eps=exploration_initial_eps,
+            exploration_final_eps=exploration_final_eps,
+            max_grad_norm=max_grad_norm,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            batch_size=batch_size,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            target_update_interval=target_update_interval,
+        )
         check_positive_ints(
             curiosity_train_freq=curiosity_train_freq,
             curiosity_batch_size=curiosity_batch_size,
@@ -367,7 +383,10 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         :param episode_start: Unused.
         :param deterministic: Greedy actions only.
         :return: ``(actions [N] int64, state)``.
+        :raises ValueError: on a NaN or infinite observation value (the network's argmax of NaN
+            Q-values is action 0, an answer that looks valid).
         """
+        check_finite_observation(observation)
         if deterministic or self.exploration_rate <= 0.0:
             return self.policy.predict(observation, state, episode_start, deterministic=True)
         if not self.policy.is_vectorized_observation(observation) or isinstance(observation, dict):

@@ -5,18 +5,40 @@ Every file the project writes (model archives, replay buffers, reports) goes thr
 and ``fsync``-ed, and only then is the temporary renamed over the destination with
 ``os.replace`` (atomic on POSIX and Windows within one file system). A write that raises midway
 removes the temporary and leaves the previous file untouched.
+
+A process killed midway (``kill -9``, a power cut) cannot remove its temporary, so each write
+first removes the stale temporaries of the same destination: they are named
+``.<name>.<host>.<pid>.<random>.tmp`` (``host`` 8 hex digits of the host name's hash), and one is
+stale when its process is gone (same host, POSIX) or when it is older than
+:data:`STALE_TEMP_SECONDS` (another host, or an older name without a process id). A temporary of
+a live writer on this host is never touched, so two processes saving the same file at once both
+complete (the last rename wins).
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import os
 import pathlib
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import IO
 
-__all__ = ["atomic_write", "with_suffix_if_missing"]
+__all__ = [
+    "STALE_TEMP_SECONDS",
+    "atomic_write",
+    "remove_stale_temporaries",
+    "with_suffix_if_missing",
+]
+
+# A temporary this old is taken as abandoned whatever wrote it: a save of a few GB takes
+# minutes, not a day.
+STALE_TEMP_SECONDS = 24 * 3600.0
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def with_suffix_if_missing(path: str | os.PathLike[str], suffix: str) -> pathlib.Path:
@@ -41,6 +63,45 @@ def _fsync_dir(folder: pathlib.Path) -> None:
         os.close(fd)
 
 
+def _process_alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no signal 0 on Windows (os.kill would send CTRL_C_EVENT): age decides
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by another user
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[pathlib.Path]:
+    """Remove the temporaries of ``path`` that killed writes left behind (see the module doc).
+
+    :returns: the paths removed.
+    """
+    dest = pathlib.Path(path)
+    removed = []
+    now = time.time()
+    for tmp in dest.parent.glob(f".{glob.escape(dest.name)}.*.tmp"):
+        parts = tmp.name[len(dest.name) + 2 : -len(".tmp")].split(".")
+        try:
+            age = now - tmp.lstat().st_mtime
+        except OSError:
+            continue  # removed meanwhile
+        ours = len(parts) == 3 and parts[0] == _HOST and parts[1].isdigit()
+        if ours and int(parts[1]) == os.getpid():
+            continue  # this process's own writer (another thread) is at work
+        dead = ours and not _process_alive(int(parts[1]))
+        if dead or age > STALE_TEMP_SECONDS:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed.append(tmp)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file next to ``path``; on a clean exit it replaces ``path`` atomically.
@@ -55,7 +116,10 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
     if dest.is_dir():
         raise ValueError(f"cannot write to {str(dest)!r}: it is a folder (allowed: a file path)")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    remove_stale_temporaries(dest)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{dest.name}.{_HOST}.{os.getpid()}.", suffix=".tmp", dir=dest.parent
+    )
     tmp = pathlib.Path(tmp_name)
     try:
         kwargs = {"encoding": "utf-8", "newline": ""} if mode == "w" else {}

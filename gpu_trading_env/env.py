@@ -13,7 +13,7 @@ import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.library_callers import refuse_torchrl_async_by_id
-from gpu_trading_env.vector_env import TradingVectorEnv, resolve_config
+from gpu_trading_env.vector_env import TradingVectorEnv, reset_options, resolve_config
 
 
 class TradingEnv(gym.Env):
@@ -67,12 +67,21 @@ class TradingEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        opts = dict(options or {})
-        if "reset_mask" in opts:
-            raise ValueError(
-                "reset option 'reset_mask' is invalid for a single env: allowed is 'start_index'"
+        self._check_open("reset")
+        if seed is not None and (
+            isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer)
+        ):
+            raise TypeError(
+                f"seed = {seed!r} ({type(seed).__name__}) is invalid: allowed is an int in "
+                "[0, 2**64) or None"
             )
+        if seed is not None and not 0 <= int(seed) < 2**64:
+            # Checked before gymnasium's own check, which raises gymnasium.error.Error.
+            raise ValueError(
+                f"seed = {seed} is out of range: allowed is an int in [0, 2**64) or None"
+            )
+        opts = reset_options(options, allowed=("start_index",))
+        super().reset(seed=None if seed is None else int(seed))
         obs, _ = self._venv.reset(seed=seed, options=opts)
         self._needs_reset = False
         backend = self._venv.backend
@@ -81,6 +90,7 @@ class TradingEnv(gym.Env):
         return obs[0], {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self._check_open("step")
         if self._needs_reset:
             raise RuntimeError(
                 "step() called before reset() or after the episode ended: call reset() first"
@@ -125,6 +135,15 @@ class TradingEnv(gym.Env):
             else ([], [], [])
         )
         return render_episode(np.asarray(prices), np.asarray(values), np.asarray(positions))
+
+    def close(self) -> None:
+        """Close the inner vector env too: ``reset`` and ``step`` raise afterwards."""
+        self._venv.close()
+        super().close()
+
+    def _check_open(self, what: str) -> None:
+        if self._venv.closed:
+            raise RuntimeError(f"{what}() called after close(): build a new env")
 
     def set_curiosity_weights(self, w1: Any, b1: Any, w2: Any, b2: Any) -> None:
         self._venv.set_curiosity_weights(w1, b1, w2, b2)

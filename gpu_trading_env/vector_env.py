@@ -9,7 +9,8 @@ no step synchronises with the host.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,11 @@ def seed_keys(seed: Any, n: int) -> np.ndarray:
     Out-of-range ints raise (2**64 + 7 would otherwise alias 7), as do floats and strings.
     """
     allowed = f"an int in [0, 2**64) or a sequence of {n} such ints"
+    if isinstance(seed, AbstractSet | Mapping):
+        raise TypeError(
+            f"seed = {seed!r} ({type(seed).__name__}) is invalid: it has no order, so which env "
+            f"gets which seed would be arbitrary; allowed is {allowed} (a list or an array)"
+        )
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool | np.bool_):
         if not 0 <= int(seed) < 2**64:
             raise ValueError(f"seed = {seed} is out of range: allowed is {allowed}")
@@ -56,6 +62,22 @@ def seed_keys(seed: Any, n: int) -> np.ndarray:
         if not 0 <= int(s) < 2**64:
             raise ValueError(f"seed[{k}] = {s} is out of range: allowed is {allowed}")
     return np.asarray([int(s) for s in seeds], dtype=np.uint64)
+
+
+def reset_options(options: Any, allowed: Sequence[str] = RESET_OPTIONS) -> dict[str, Any]:
+    """A copy of ``reset(options=...)`` as a dict, refusing what is not a mapping or has a key
+    outside ``allowed`` (``options="x"`` failed inside ``dict()`` naming nothing)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"options = {options!r} ({type(options).__name__}) is invalid: allowed is None or a "
+            f"dict with keys among {list(allowed)}"
+        )
+    unknown = sorted(set(options) - set(allowed), key=str)
+    if unknown:
+        raise ValueError(f"reset options {unknown} are invalid: allowed keys are {list(allowed)}")
+    return dict(options)
 
 
 def resolve_data(data: Any) -> Any:
@@ -235,12 +257,7 @@ class TradingVectorEnv(VectorEnv):
         """
         self._check_open("reset")
         warn_if_skrl_steps_next_step(self)  # skrl would store the NEXT_STEP reset steps
-        options = dict(options or {})
-        unknown = sorted(set(options) - set(RESET_OPTIONS))
-        if unknown:
-            raise ValueError(
-                f"reset options {unknown} are invalid: allowed keys are {list(RESET_OPTIONS)}"
-            )
+        options = reset_options(options)
         n = self.num_envs
         mask = self._host_mask(options.get("reset_mask"))
         if self._needs_reset and not mask.all():
@@ -262,7 +279,11 @@ class TradingVectorEnv(VectorEnv):
         return self._to_array(obs), {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Advance every env by one bar. ``actions``: N ints (NumPy, torch or CuPy)."""
+        """Advance every env by one bar.
+
+        ``actions``: one integer per env (NumPy, torch or CuPy), shape ``(N,)`` or ``(N, 1)``;
+        another shape and any float dtype raise ValueError (``check_action_layout``).
+        """
         self._check_open("step")
         if self._needs_reset:
             raise RuntimeError(
@@ -418,23 +439,33 @@ class TradingVectorEnv(VectorEnv):
         return mask
 
     def _start_index(self, start: Any) -> np.ndarray:
+        """int64 [N] start bars from an int or N ints; every value is range-checked as given,
+        before any conversion (uint64 2**64 - 1 used to wrap to -1, "draw")."""
         n = self.num_envs
         if start is None:
             return np.full(n, -1, dtype=np.int64)
-        arr = np.asarray(self._host(start) if hasattr(start, "get") else start)
-        if arr.ndim == 0 and arr.dtype.kind in "iu":
-            arr = np.full(n, int(arr), dtype=np.int64)
-        if arr.shape != (n,) or arr.dtype.kind not in "iu":
-            raise ValueError(f"start_index {start!r} is invalid: allowed is an int or {n} ints")
-        arr = arr.astype(np.int64)
         last = self.backend.hi_host - self.backend.lo_host - 2
+
+        def refuse(i: int, value: Any) -> ValueError:
+            return ValueError(
+                f"start_index[{i}] = {value} is invalid: allowed is -1 (draw) or 0..{int(last[i])} "
+                "(a bar of env's instrument that leaves room for one step)"
+            )
+
+        if isinstance(start, int) and not isinstance(start, bool) and not -1 <= start <= last[0]:
+            raise refuse(0, start)  # a Python int beyond int64 would not even convert
+        arr = np.asarray(self._host(start) if hasattr(start, "get") else start)
+        if arr.shape not in ((), (n,)) or arr.dtype.kind not in "iu":
+            raise ValueError(f"start_index {start!r} is invalid: allowed is an int or {n} ints")
+        big = arr > np.iinfo(np.int64).max if arr.dtype.kind == "u" else np.zeros(arr.shape, bool)
+        if big.any():
+            i = int(np.flatnonzero(big.reshape(-1))[0])
+            raise refuse(i, int(arr.reshape(-1)[i]))
+        arr = np.broadcast_to(arr.astype(np.int64), (n,)).copy()
         bad = (arr != -1) & ((arr < 0) | (arr > last))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"start_index[{i}] = {int(arr[i])} is invalid: allowed is -1 (draw) or 0..{int(last[i])} "
-                "(a bar of env's instrument that leaves room for one step)"
-            )
+            raise refuse(i, int(arr[i]))
         return arr
 
     def _seed_array(self, seed: Any) -> np.ndarray:

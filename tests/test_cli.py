@@ -140,11 +140,11 @@ def test_debug_shows_the_traceback(in_tmp):
 
 
 def test_default_out_folders_do_not_collide(in_tmp):
-    a = cli.default_out("train")
-    a.mkdir(parents=True)
-    b = cli.default_out("train")
-    assert a != b and not b.exists()
-    assert cli.default_out("backtest").name.startswith("backtest-")
+    args = cli.build_parser().parse_args(["train"])
+    a = cli.claim_out(args, "train")
+    b = cli.claim_out(args, "train")
+    assert a != b and a.is_dir() and b.is_dir()
+    assert cli.claim_out(args, "backtest").name.startswith("backtest-")
 
 
 def test_every_option_has_help_and_a_default_shown(capsys):

@@ -13,7 +13,9 @@ from gpu_trading_env.reports.metrics import (
     bars_per_year,
     buy_and_hold_equity,
     curve_metrics,
+    sharpe,
     sharpe_difference_interval,
+    sortino,
 )
 
 
@@ -148,3 +150,59 @@ def test_bootstrap_rejects_bad_input():
         sharpe_difference_interval(np.zeros(5), np.zeros(6), 252)
     with pytest.raises(ValueError, match="level"):
         sharpe_difference_interval(np.zeros(5), np.zeros(5), 252, level=1.5)
+
+
+# ---------------------------------------------------------------------- edge cases of the ratios
+
+
+def test_sharpe_of_returns_that_do_not_vary_is_zero_not_rounding_noise():
+    # np.std of 100 copies of 0.001 is ~2e-19, not 0: dividing by it gave 7.28e16.
+    r = np.full(100, 0.001)
+    assert np.std(r, ddof=1) > 0.0
+    assert sharpe(r, 252) == 0.0
+    assert sharpe(np.full(50, -0.02), 252) == 0.0
+    assert sharpe(np.zeros(10), 252) == 0.0
+
+
+def test_sharpe_still_sees_small_real_variation():
+    r = 1e-6 * np.array([1.0, 2.0, 1.5, 0.5])
+    sd = np.std(r, ddof=1)
+    assert sharpe(r, 252) == pytest.approx(r.mean() / sd * math.sqrt(252))
+
+
+def test_sortino_of_a_never_losing_series_is_inf_and_of_a_flat_one_zero():
+    assert sortino(np.full(100, 0.001), 252) == math.inf
+    assert sortino(np.array([0.0, 0.01, 0.0, 0.02]), 252) == math.inf
+    assert sortino(np.zeros(10), 252) == 0.0
+    assert sortino(np.array([]), 252) == 0.0
+    # A loss keeps the ordinary formula.
+    r = np.array([0.01, -0.02, 0.03])
+    assert sortino(r, 252) == pytest.approx(r.mean() / math.sqrt(0.0004 / 3) * math.sqrt(252))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_returns_are_refused_with_their_position(bad):
+    r = np.array([0.01, 0.02, bad, 0.0])
+    for fn in (sharpe, sortino):
+        with pytest.raises(ValueError, match="returns has .* at position 2"):
+            fn(r, 252)
+    with pytest.raises(ValueError, match="equity has nan at position 1"):
+        curve_metrics(np.array([1.0, np.nan, 1.1]), 252, costs_included=True)
+    with pytest.raises(ValueError, match="returns_a has .* at position 2"):
+        sharpe_difference_interval(r, np.zeros(4), 252)
+
+
+def test_a_steadily_rising_curve_reports_finite_sharpe_and_no_loss(tmp_path):
+    from agents.cli.report import format_metrics, results_table
+    from gpu_trading_env.reports.report import write_json
+
+    equity = 1.001 ** np.arange(300)
+    m = curve_metrics(equity, 252, costs_included=False).to_dict()
+    assert m["sharpe"] == 0.0 and m["sortino"] == math.inf
+    line = format_metrics(m)
+    assert "Sortino no loss" in line and "inf" not in line and "e+" not in line
+    assert results_table([("s", m)])[1][4:6] == ["0.00", "no loss"]
+    write_json(m, tmp_path / "m.json")
+    import json
+
+    assert json.loads((tmp_path / "m.json").read_text())["sortino"] is None

@@ -26,7 +26,6 @@ from agents.cli.options import (
     PROG,
     TRAIN_ENV_DEFAULTS,
     UsageError,
-    default_out,
     env_config,
     parse_env_overrides,
     resolve_device,
@@ -35,6 +34,7 @@ from agents.cli.options import (
     validate,
 )
 from agents.cli.parser import build_parser
+from agents.cli.run_folder import check_out, claim_out, forget_claims, release_unwritten
 from agents.cli.train import CPU_DEFAULTS, GPU_DEFAULTS, WALKFORWARD_CPU_TIMESTEPS, cmd_train
 from agents.cli.walkforward import cmd_walkforward
 
@@ -51,8 +51,9 @@ __all__ = [
     "cmd_bench",
     "cmd_eval",
     "cmd_train",
+    "check_out",
+    "claim_out",
     "cmd_walkforward",
-    "default_out",
     "env_config",
     "is_synthetic",
     "load_data",
@@ -71,16 +72,23 @@ def main(argv: list[str] | None = None) -> int:
     prog = f"{PROG} {args.command}"
     try:
         validate(args)
-        return int(args.func(args) or 0)
+        check_out(args)
+        code = int(args.func(args) or 0)
+        forget_claims()
+        return code
     except UsageError as exc:
+        release_unwritten()
         if args.debug:
             raise
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # A folder the run made but wrote nothing to is removed: no empty runs/ entries.
+        release_unwritten()
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
+        release_unwritten()
         if args.debug:
             raise
         first = str(exc).splitlines()[0] if str(exc) else ""

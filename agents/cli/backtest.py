@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agents.cli.data import load_data, per_year_of, split_data
-from agents.cli.options import UsageError, default_out
+from agents.cli.options import UsageError
 from agents.cli.report import single_report
+from agents.cli.run_folder import claim_out
 
 
 def evaluated_part(data: Any, fraction: float) -> Any:
@@ -36,10 +36,11 @@ def backtest_report(
     extra: dict[str, Any],
     rule: Any = None,
 ) -> int:
-    """Backtest ``policy`` on ``part`` and write the report to ``--out`` (or a new folder)."""
+    """Backtest ``policy`` on ``part`` and write the report to ``--out`` (or a new folder,
+    :func:`~agents.cli.run_folder.claim_out`)."""
     from gpu_trading_env.reports.backtest import backtest
 
-    out = Path(args.out) if args.out else default_out(args.command)
+    out = claim_out(args, args.command)
     result = backtest(policy, part, args.config, per_year=per_year)
     single_report(out, result, data, args, args.config, per_year, title, extra, rule=rule)
     return 0

@@ -7,7 +7,7 @@ a bad one raises :class:`UsageError`, which ``main`` prints as one line with exi
 from __future__ import annotations
 
 import argparse
-import time
+import math
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +131,8 @@ def validate(args: argparse.Namespace) -> None:
     if getattr(args, "val_fraction", None) is not None:
         _check(0.0 < args.val_fraction <= 0.5, "--val-fraction", args.val_fraction, "(0, 0.5]")
     if getattr(args, "learning_rate", None) is not None:
-        _check(args.learning_rate > 0, "--learning-rate", args.learning_rate, "a number > 0")
+        lr = args.learning_rate
+        _check(math.isfinite(lr) and lr > 0, "--learning-rate", lr, "a finite number > 0")
     if getattr(args, "net_width", None) is not None:
         _check(
             2 <= args.net_width <= 4096, "--net-width", args.net_width, "an integer in [2, 4096]"
@@ -148,7 +149,8 @@ def validate(args: argparse.Namespace) -> None:
     if getattr(args, "exposure", None) is not None:
         _check(-1.0 <= args.exposure <= 1.0, "--exposure", args.exposure, "a number in [-1, 1]")
     if getattr(args, "bars_per_year", None) is not None:
-        _check(args.bars_per_year > 0, "--bars-per-year", args.bars_per_year, "a number > 0")
+        bpy = args.bars_per_year
+        _check(math.isfinite(bpy) and bpy > 0, "--bars-per-year", bpy, "a finite number > 0")
     for s in getattr(args, "seeds", None) or []:
         _check(s >= 0, "--seeds", s, "integers >= 0")
     if getattr(args, "seed", None) is not None:
@@ -180,13 +182,3 @@ def resolve_model_path(given: str) -> Path:
         if cand.is_file():
             return cand
     raise UsageError(f"--model {given}: no such file (pass the model.zip that train wrote)")
-
-
-def default_out(command: str) -> Path:
-    """``runs/<command>-<YYYYmmdd-HHMMSS>``, with ``-2``, ``-3``... if that folder exists."""
-    base = Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out, k = base, 1
-    while out.exists():
-        k += 1
-        out = base.with_name(f"{base.name}-{k}")
-    return out

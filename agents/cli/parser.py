@@ -109,10 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
             + ", ".join(f"{k}={v}" for k, v in TRAIN_ENV_DEFAULTS.items())
             + ")",
         )
+        out_options(p, "report folder")
+
+    def out_options(p: argparse.ArgumentParser, what: str) -> None:
         p.add_argument(
             "--out",
             default=None,
-            help="report folder (default: runs/<command>-<date>-<time>, never an existing one)",
+            help=f"{what}: a new or empty folder (default: runs/<command>-<date>-<time>, "
+            "made for this run, never an existing one)",
+        )
+        p.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="empty --out first if it holds an earlier run's report (default: refuse a "
+            "folder that is not empty)",
         )
 
     def train_options(p: argparse.ArgumentParser, timesteps_help: str) -> None:
@@ -290,11 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--runs-per-device", type=_int, default=1, help="runs at the same time on each device"
     )
-    s.add_argument(
-        "--out",
-        default=None,
-        help="sweep folder (default: runs/sweep-<date>-<time>, never an existing one)",
-    )
+    out_options(s, "sweep folder")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument(
         "train_args",
@@ -333,7 +339,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="'OPTIONS'",
         help="extra train options for every run, quoted, e.g. '--gamma 0.9' (default: none)",
     )
-    z.add_argument("--out", default=None, help="report folder (default: runs/zoo-<date>-<time>)")
+    z.add_argument(
+        "--out",
+        default=None,
+        help="report folder: a new or empty folder (default: runs/zoo-<date>-<time>, made for "
+        "this run, never an existing one)",
+    )
+    z.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="empty --out first if it holds an earlier run's report",
+    )
     z.add_argument("--no-progress", action="store_true", help="no progress bar")
     z.set_defaults(func=cmd_zoo)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,20 @@ from agents.cli.data import is_synthetic
 from gpu_trading_env.core.config import EnvConfig
 
 
+def ratio_text(x: float | None) -> str:
+    """A Sharpe or Sortino ratio for people: ``+inf`` (a Sortino with no losing bar, see
+    ``gpu_trading_env.reports.metrics``) reads "no loss", a missing one "n/a"."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if math.isinf(x):
+        return "no loss" if x > 0 else "-inf"
+    return f"{x:.2f}"
+
+
 def format_metrics(m: dict[str, Any]) -> str:
     return (
         f"return {m['total_return']:+8.2%}  annual {m['annual_return']:+8.2%}  "
-        f"Sharpe {m['sharpe']:6.2f}  Sortino {m['sortino']:6.2f}  "
+        f"Sharpe {ratio_text(m['sharpe']):>6s}  Sortino {ratio_text(m['sortino']):>7s}  "
         f"max drawdown {m['max_drawdown']:6.2%}"
     )
 
@@ -51,8 +62,8 @@ def results_table(rows: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
                 "yes" if m["costs_included"] else "no",
                 pct(m["total_return"]),
                 pct(m["annual_return"]),
-                f"{m['sharpe']:.2f}",
-                f"{m['sortino']:.2f}",
+                ratio_text(m["sharpe"]),
+                ratio_text(m["sortino"]),
                 f"{m['max_drawdown']:.2%}",
                 "n/a" if m.get("turnover") is None else f"{m['turnover']:.1f}",
                 "n/a" if m.get("costs_paid") is None else f"{m['costs_paid']:.2%}",

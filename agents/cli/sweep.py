@@ -12,14 +12,20 @@ import argparse
 import contextlib
 import io
 import time
-from pathlib import Path
 from typing import Any
 
-from agents.cli.options import UsageError, default_out
+from agents.cli.options import UsageError
+from agents.cli.run_folder import claim_out
 from gpu_trading_env.gpu.device import cupy_or_none
 
 # Options the sweep sets for each run itself.
-SWEEP_OWNED = {"seed": "--seeds", "out": "--out", "device": "--devices", "no-progress": None}
+SWEEP_OWNED = {
+    "seed": "--seeds",
+    "out": "--out",
+    "overwrite": "--overwrite",
+    "device": "--devices",
+    "no-progress": None,
+}
 
 
 def parse_grid(pairs: list[str] | None) -> list[tuple[str, list[str]]]:
@@ -126,9 +132,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--runs-per-device {args.runs_per_device} is invalid: allowed is an integer >= 1"
         )
-    out = Path(args.out) if args.out else default_out("sweep")
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(f"--out {out}: the folder exists and is not empty; pass a new one")
+    out = claim_out(args, "sweep")
     runs = plan_runs(grid, args.seeds, out)
     check_runs(runs, common, devices)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.cli.data import load_data, per_year_of, split_data
-from agents.cli.options import UsageError, default_out, tensorboard_installed
+from agents.cli.options import UsageError, tensorboard_installed
 from agents.cli.report import single_report
+from agents.cli.run_folder import claim_out
 
 # Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
 CPU_DEFAULTS = {"num_envs": 16, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
@@ -83,8 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--checkpoint-every {args.checkpoint_every} is invalid: allowed is an integer >= 1"
         )
-    out = Path(args.out) if args.out else default_out("train")
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_out(args, "train")
     if tensorboard_installed():
         settings.tensorboard_log = str(out / "tensorboard")
     run = train_selected(

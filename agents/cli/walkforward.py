@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
 from agents.cli.data import is_synthetic, load_data, per_year_of
-from agents.cli.options import UsageError, default_out
+from agents.cli.options import UsageError
 from agents.cli.report import report_notes, results_table, summary_lines
+from agents.cli.run_folder import claim_out
 from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
 
 
@@ -33,8 +33,7 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"{exc}: pass fewer --folds or smaller --train-bars/--test-bars") from None
     settings = train_settings(args, args.device, WALKFORWARD_CPU_TIMESTEPS)
-    out = Path(args.out) if args.out else default_out("walkforward")
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_out(args, "walkforward")
     res = walk_forward(
         one,
         args.config,

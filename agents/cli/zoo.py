@@ -12,9 +12,9 @@ import argparse
 import shlex
 import sys
 import time
-from pathlib import Path
 
-from agents.cli.options import UsageError, default_out
+from agents.cli.options import UsageError
+from agents.cli.run_folder import claim_out
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
@@ -47,7 +47,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--train-args {args.train_args!r} is not a valid train command line"
             ) from None
-    out = Path(args.out) if args.out else default_out("zoo")
+    out = claim_out(args, "zoo")
     total = len(markets) * len(args.seeds)
     print(
         f"market zoo: {len(markets)} markets x {len(args.seeds)} seeds = {total} runs on "

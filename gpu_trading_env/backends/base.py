@@ -69,6 +69,28 @@ class CuriosityWeights:
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
+def check_action_layout(shape: Any, dtype: Any, is_integer: bool, num_envs: int) -> None:
+    """Raise ValueError unless actions are one integer per env: shape ``(N,)`` or the column
+    ``(N, 1)`` that some RL libraries use, of an integer dtype.
+
+    Reads only the array's metadata, so the CUDA path calls it without a host sync. Any other
+    shape of N elements (``[2, 2]`` for 4 envs) is refused rather than flattened, since which
+    env gets which action would be a guess; floats are refused, integral or not, on every
+    backend (a float policy output is a bug to cast explicitly, not to round).
+    """
+    shape = tuple(int(d) for d in shape)
+    if shape not in ((num_envs,), (num_envs, 1)):
+        raise ValueError(
+            f"actions of shape {shape} are invalid: allowed is ({num_envs},) or "
+            f"({num_envs}, 1), one action per env"
+        )
+    if not is_integer:
+        raise ValueError(
+            f"actions of dtype {dtype} are invalid: allowed is an integer dtype (floats are "
+            "refused even when integral: cast them, e.g. actions.astype(np.int64))"
+        )
+
+
 def check_curiosity_weights(weights: CuriosityWeights, state_dims: int, hidden: int) -> None:
     """Raise ValueError unless every weight has its shape and is finite in float32.
 

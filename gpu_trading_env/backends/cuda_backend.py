@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.base import Backend, CuriosityWeights, check_curiosity_weights
+from gpu_trading_env.backends.base import (
+    Backend,
+    CuriosityWeights,
+    check_action_layout,
+    check_curiosity_weights,
+)
 from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
 from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
 from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
@@ -193,16 +198,12 @@ class CudaBackend(Backend):
         a = actions
         is_torch = hasattr(a, "data_ptr") and hasattr(a, "is_cuda")
         if is_torch and a.is_cuda:
-            if a.dim() != 1 or a.shape[0] != self.num_envs:
-                if a.numel() != self.num_envs:
-                    raise ValueError(
-                        f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)"
-                    )
-                a = a.reshape(self.num_envs)
-            if a.dtype.is_floating_point or a.dtype.is_complex or str(a.dtype) == "torch.bool":
-                raise ValueError(
-                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
-                )
+            # Shape and dtype are metadata: checking them needs no host sync.
+            floating = a.dtype.is_floating_point or a.dtype.is_complex
+            check_action_layout(
+                a.shape, a.dtype, not floating and str(a.dtype) != "torch.bool", self.num_envs
+            )
+            a = a.reshape(self.num_envs)
             if a.device.index != self.device_index:
                 a = a.to(f"cuda:{self.device_index}")
             if str(a.dtype) != "torch.int64" or not a.is_contiguous():
@@ -210,15 +211,10 @@ class CudaBackend(Backend):
             return a
         if is_torch:
             a = a.numpy()
-        a = a if isinstance(a, cp.ndarray) else cp.asarray(np.asarray(a))
-        if a.shape != (self.num_envs,):
-            if a.size != self.num_envs:
-                raise ValueError(
-                    f"actions of shape {tuple(a.shape)} are invalid: allowed is ({self.num_envs},)"
-                )
-            a = a.reshape(self.num_envs)
-        if a.dtype.kind not in "iu":
-            raise ValueError(f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype")
+        if not isinstance(a, cp.ndarray):
+            a = np.asarray(a)  # checked on the host, before the copy to the device
+        check_action_layout(a.shape, a.dtype, a.dtype.kind in "iu", self.num_envs)
+        a = cp.asarray(a).reshape(self.num_envs)
         if a.dtype != cp.int64 or not a.flags.c_contiguous:
             a = cp.ascontiguousarray(a, dtype=cp.int64)
         return a

@@ -13,7 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.base import Backend, CuriosityWeights, check_curiosity_weights
+from gpu_trading_env.backends.base import (
+    Backend,
+    CuriosityWeights,
+    check_action_layout,
+    check_curiosity_weights,
+)
 from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
 from gpu_trading_env.core.constants import (
     LABEL_NONE,
@@ -156,19 +161,8 @@ class NumpyBackend(Backend):
         if hasattr(a, "detach"):
             a = a.detach().cpu().numpy()
         a = np.asarray(a)
-        if a.shape != (self.num_envs,):
-            a = a.reshape(-1) if a.size == self.num_envs else a
-        if a.shape != (self.num_envs,):
-            raise ValueError(
-                f"actions of shape {np.shape(actions)} are invalid: allowed is ({self.num_envs},)"
-            )
-        if a.dtype.kind not in "iu":
-            if a.dtype.kind == "f" and np.all(np.equal(np.mod(a, 1), 0)):
-                a = a.astype(np.int64)
-            else:
-                raise ValueError(
-                    f"actions of dtype {a.dtype} are invalid: allowed is an integer dtype"
-                )
+        check_action_layout(a.shape, a.dtype, a.dtype.kind in "iu", self.num_envs)
+        a = a.reshape(self.num_envs)
         if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
             bad = (a < 0) | (a >= self.config.n_actions)
             i = int(np.flatnonzero(bad)[0])

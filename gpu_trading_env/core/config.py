@@ -261,7 +261,7 @@ def _float_tuple(name: str, value: Any) -> tuple[float, ...]:
         for x in items
     ):
         _fail(name, value, "a tuple of numbers")
-    out = tuple(float(x) for x in items)
+    out = tuple(_to_float(name, x) for x in items)
     if not all(math.isfinite(x) for x in out):
         _fail(name, value, "finite floats")
     return out
@@ -289,7 +289,19 @@ def _real(name: str, value: Any) -> float:
     ):
         allowed = "a number or None" if name in _OPTIONAL_FIELDS else "a number"
         _fail(name, value, f"{allowed} (got {type(value).__name__})")
-    return float(value)
+    return _to_float(name, value)
+
+
+def _to_float(name: str, value: Any) -> float:
+    """``float(value)``, or the field's ValueError for an int beyond float range (10**400)."""
+    try:
+        return float(value)
+    except OverflowError:
+        digits = len(str(abs(int(value))))
+        raise ValueError(
+            f"EnvConfig.{name} = <an integer of {digits} digits> is invalid: allowed is a finite "
+            "number (this one is beyond the float range, about 1.8e308)"
+        ) from None
 
 
 def _in_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False) -> None:

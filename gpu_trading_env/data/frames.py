@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
-from gpu_trading_env.data.timestamps import day_month_format
+from gpu_trading_env.data.timestamps import DataError, day_month_format, refuse_mixed_zones
 from gpu_trading_env.data.validation import OHLCV, Where, check_finite, validate_bars
 
 TIMESTAMP_CANDIDATES = ("timestamp", "datetime", "date", "time")
@@ -46,6 +46,11 @@ def arrays_from_dataframe(
             raise ValueError(f"columns= renames {unknown} but the data has no such column")
         df = df.rename(columns=columns)
 
+    if len(df) == 0:
+        raise ValueError(
+            f"the table has no rows (columns {[str(c) for c in df.columns]}): allowed is at "
+            f"least min_bars = {min_bars} bars per instrument after the feature warm-up"
+        )
     builtin = isinstance(features, str)
     if builtin and features != "builtin":
         raise ValueError(f"features must be 'builtin' or a list of column names, got {features!r}")
@@ -151,6 +156,19 @@ def arrays_from_dataframe(
     return arrays, meta
 
 
+def check_separator(df: pd.DataFrame, where: str) -> None:
+    """DataError when a CSV read with commas was written with ';' (a European spreadsheet's
+    export, often with decimal commas): its header lands in one column whose name holds ';'."""
+    semi = [str(c) for c in df.columns if ";" in str(c)]
+    if semi:
+        raise DataError(
+            f"{where}: the header {semi[0]!r} is separated by ';', not ','; such files often "
+            "write decimal commas (1,5) too. Convert it once, e.g. pd.read_csv(path, sep=';', "
+            "decimal=',').to_csv(new_path, index=False), or in Python pass "
+            "MarketData.from_csv(path, read_csv_kwargs={'sep': ';', 'decimal': ','})"
+        )
+
+
 def column_lookup(df: pd.DataFrame) -> dict[str, list[Any]]:
     labels: dict[str, list[Any]] = {}
     for col in df.columns:
@@ -204,6 +222,7 @@ def frame_timestamps(
                 f"{label} is numeric; convert it first, e.g. pd.to_datetime(col, unit='s')"
             )
         missing = pd.isna(raw).to_numpy()
+        refuse_mixed_zones(raw.astype("string").str.strip(), label, lambda i: f"row {i}")
         # Day-first text ("01.02.2017 22:00") would be read month-first by "mixed".
         fmt = None if missing.any() else day_month_format(raw.astype(str), label)
         parsed = pd.to_datetime(raw, errors="coerce", utc=True, format=fmt or "mixed")

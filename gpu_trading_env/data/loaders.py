@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_trading_env.data.frames import check_separator
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.data.timestamps import DataError, parse_timestamps
 
@@ -118,7 +119,9 @@ def _read(path: Path) -> pd.DataFrame:
                 df = df.reset_index()
             return df
         if suffix in (".csv", ".txt") or path.name.lower().endswith(".csv.gz"):
-            return pd.read_csv(path)
+            df = pd.read_csv(path)
+            check_separator(df, str(path))
+            return df
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
     raise DataError(f"{path}: unknown file type {suffix!r}: allowed is .csv, .csv.gz or .parquet")

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_trading_env.data.features import WARMUP_BARS
-from gpu_trading_env.data.frames import arrays_from_dataframe
+from gpu_trading_env.data.frames import arrays_from_dataframe, check_separator
 from gpu_trading_env.data.splits import (
     MIN_PIECE_BARS,
     slice_ranges,
@@ -33,6 +33,7 @@ from gpu_trading_env.data.splits import (
     walk_forward_ranges,
 )
 from gpu_trading_env.data.synthetic import gbm, planted_signal, regime_switching
+from gpu_trading_env.data.timestamps import DataError
 from gpu_trading_env.data.validation import OHLCV, checked_arrays
 
 __all__ = ["MarketData"]
@@ -184,7 +185,8 @@ class MarketData:
                 named timestamp / datetime / date / time (any case) is used, else a column so
                 named. ``dd.mm.yyyy``-style text is read day-first or month-first as the data
                 shows, and refused when it cannot tell. Time-zone-aware timestamps are
-                converted to UTC; naive ones are kept as they are.
+                converted to UTC; naive ones are kept as they are; a column mixing both is
+                refused (the naive ones would silently be taken as UTC).
             instrument_column: a column naming the instrument of each row; if None, a column named
                 instrument / symbol / ticker is used when present, else all rows are one instrument
                 called ``name``. Instruments keep their order of first appearance and their rows
@@ -223,6 +225,9 @@ class MarketData:
         named after the file's stem unless ``name=`` is given.
         """
         df = pd.read_csv(path, **(read_csv_kwargs or {}))
+        check_separator(df, str(path))
+        if len(df) == 0:
+            raise DataError(f"{path}: has a header but no rows")
         kwargs.setdefault("name", Path(path).stem)
         meta = {"source": "csv", "path": str(path), **(kwargs.pop("metadata", None) or {})}
         return cls.from_dataframe(df, metadata=meta, **kwargs)

@@ -9,22 +9,28 @@ the line (``row + 2`` of a CSV with a header) and the command-line option that f
   otherwise, naming the two ``--date-format`` values to choose from;
 - numbers are epoch seconds, milliseconds, microseconds or nanoseconds by their magnitude
   (``unit`` overrides), and refused when they are none of these;
-- ``date_format`` always wins.
+- ``date_format`` always wins;
+- text with a UTC offset (``2017-01-01 22:00+01:00``, ``...Z``) is converted to UTC; a column that
+  mixes such timestamps with ones without an offset is refused, naming a line of each, since
+  the naive ones would silently be taken as UTC and shift by hours.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["DataError", "day_month_format", "parse_timestamps"]
+__all__ = ["DataError", "day_month_format", "parse_timestamps", "refuse_mixed_zones"]
 
 # Epoch magnitudes for dates between 1973 and 2286: seconds ~1e9, ms ~1e12, us ~1e15, ns ~1e18.
 _EPOCH_UNITS = (("s", 1e8, 1e10), ("ms", 1e11, 1e13), ("us", 1e14, 1e16), ("ns", 1e17, 1e19))
 _DMY = re.compile(r"^\s*(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(.*)$")
+# A time of day followed by a UTC offset or Z: "22:00+01:00", "22:00:00.5-0500", "22:00Z".
+_ZONED = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)$", re.I)
 _TIME_PARTS = ("", " %H:%M", " %H:%M:%S", " %H:%M:%S.%f", "T%H:%M:%S", "T%H:%M:%S.%f")
 
 
@@ -60,6 +66,7 @@ def parse_timestamps(
     fmt = day_month_format(text, label)
     if fmt is not None:
         return _with_format(text, fmt, label)
+    refuse_mixed_zones(text, label)
     parsed = pd.to_datetime(text, errors="coerce", format="ISO8601", utc=True)
     bad = parsed.isna().to_numpy()
     if bad.any():
@@ -69,6 +76,25 @@ def parse_timestamps(
             "pass --date-format, e.g. --date-format '%Y-%m-%d %H:%M'"
         )
     return _naive_utc(pd.DatetimeIndex(parsed), raw, label)
+
+
+def refuse_mixed_zones(
+    text: pd.Series, label: str, position: Callable[[int], str] = lambda i: f"line {i + 2}"
+) -> None:
+    """Raise DataError when some timestamps carry a UTC offset and others do not.
+
+    :param text: the timestamps as text, one per row.
+    :param position: names row ``i`` in the message (a CSV's line by default).
+    """
+    zoned = text.astype("string").str.contains(_ZONED).fillna(False).to_numpy(dtype=bool)
+    if zoned.any() and not zoned.all():
+        i, j = int(np.argmax(zoned)), int(np.argmax(~zoned))
+        raise DataError(
+            f"{label}: {position(i)} has a UTC offset ({str(text.iloc[i])!r}) but {position(j)} "
+            f"has none ({str(text.iloc[j])!r}); mixed naive and zone-aware timestamps are "
+            "ambiguous (the naive ones would be taken as UTC): give every timestamp an offset, "
+            "or none"
+        )
 
 
 def _naive_utc(idx: pd.DatetimeIndex, raw: pd.Series, label: str) -> np.ndarray:

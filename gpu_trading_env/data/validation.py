@@ -16,6 +16,12 @@ import pandas as pd
 
 OHLCV = ("open", "high", "low", "close", "volume")
 PRICES = ("open", "high", "low", "close")
+# Prices the env can hold in float64 money and float32 outputs (docs/ENV_SPEC.md, "Data bounds"):
+# one step's portfolio features and pnl are at most max_position x PRICE_MAX / initial_capital
+# <= 1e15 x 1e12 / 0.01 = 1e29, and a close-to-close ratio at most PRICE_MAX / PRICE_MIN = 1e24,
+# all far below float32's 3.4e38. A bar spiked x1e40 or prices near 1e302 gave -inf observations.
+PRICE_MIN = 1e-12
+PRICE_MAX = 1e12
 
 
 class Where:
@@ -55,6 +61,16 @@ def validate_bars(cols: dict[str, np.ndarray], ts: np.ndarray, where: Where) -> 
             raise ValueError(
                 f"column {c!r} has a non-positive price {float(cols[c][i])} at {where(i)}"
             )
+    out = np.stack([(cols[c] < PRICE_MIN) | (cols[c] > PRICE_MAX) for c in PRICES])
+    i = _first(out.any(axis=0))  # the earliest bad bar, then its first bad column
+    if i is not None:
+        c = PRICES[int(np.argmax(out[:, i]))]
+        raise ValueError(
+            f"column {c!r} has a price {float(cols[c][i]):g} at {where(i)} outside the allowed "
+            f"range [{PRICE_MIN:g}, {PRICE_MAX:g}], which keeps the env's float32 observations "
+            "and rewards finite (docs/ENV_SPEC.md, 'Data bounds'): fix the bad bar, or quote "
+            "the series in another unit (e.g. thousands)"
+        )
     i = _first(cols["volume"] < 0.0)
     if i is not None:
         raise ValueError(

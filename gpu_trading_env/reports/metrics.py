@@ -9,6 +9,18 @@ complete calendar week times 52.1775 weeks a year, so a stock calendar (about 4.
 week with holidays) gives about 252, a weekday calendar without holidays 260.9, hourly bars of a
 24/7 market 8766, and 390 minute bars a day on weekdays 101,746. Series shorter than three weeks
 fall back to the median bar spacing over 365.25 days. ``--bars-per-year`` overrides it.
+
+Edge cases of the ratios (the figures must not lie; ``tests/test_metrics.py`` holds each):
+
+- Returns that do not vary (sample std at most ``FLAT_TOLERANCE`` times their largest magnitude,
+  which is where float rounding of a constant series lands, about 1e-16 of it) have a Sharpe of
+  0.0: the ratio is undefined there, and a division by the rounding noise gave 1e16.
+- Sortino of returns that never lose (downside deviation at most ``FLAT_TOLERANCE`` times their
+  largest magnitude) is ``+inf`` when their mean is positive: no downside was measured, so the
+  ratio is unbounded, and 0.0 would rank a never-losing curve with a flat one. It is 0.0 when
+  every return is 0. Reports print ``inf`` as "no loss" and ``metrics.json`` holds ``null``.
+- NaN or infinite returns (or equity values) raise ``ValueError`` naming the first position:
+  a figure computed around a hole would look valid and be wrong.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "FLAT_TOLERANCE",
     "WEEKS_PER_YEAR",
     "Metrics",
     "bars_per_year",
@@ -28,10 +41,13 @@ __all__ = [
     "drawdown",
     "sharpe",
     "sharpe_difference_interval",
+    "sortino",
 ]
 
 WEEKS_PER_YEAR = 365.2425 / 7.0  # 52.1775 (Gregorian calendar)
 _NS_PER_DAY = 86_400 * 10**9
+# A deviation at most this fraction of the returns' largest magnitude is float rounding, not risk.
+FLAT_TOLERANCE = 1e-9
 
 
 def bars_per_year(timestamps: np.ndarray) -> float:
@@ -91,31 +107,63 @@ class Metrics:
         return asdict(self)
 
 
+def finite_values(values: np.ndarray, what: str) -> np.ndarray:
+    """``values`` as float64, or ValueError naming the first NaN or infinite position."""
+    v = np.asarray(values, dtype=np.float64)
+    bad = ~np.isfinite(v)
+    if bad.any():
+        i = int(np.flatnonzero(bad.ravel())[0])
+        raise ValueError(
+            f"{what} has {v.ravel()[i]} at position {i}: allowed are finite numbers only "
+            "(drop or fill the gap before computing the figures)"
+        )
+    return v
+
+
 def returns_of(equity: np.ndarray) -> np.ndarray:
     """float64 [T-1] per-bar simple returns of an equity curve [T]."""
-    equity = np.asarray(equity, dtype=np.float64)
+    equity = finite_values(equity, "equity")
     return equity[1:] / equity[:-1] - 1.0
+
+
+def _negligible(deviation: float, r: np.ndarray) -> bool:
+    return deviation <= FLAT_TOLERANCE * float(np.max(np.abs(r)))
 
 
 def sharpe(returns: np.ndarray, per_year: float) -> float:
     """Annualised Sharpe ratio (zero risk-free rate): mean / sample std (ddof 1) x sqrt(per_year).
 
-    0.0 when the returns do not vary (a flat curve has no risk and no edge).
+    :param returns: float [T] per-bar simple returns, finite.
+    :returns: 0.0 when the returns do not vary (std within ``FLAT_TOLERANCE`` of their largest
+        magnitude: float rounding, not risk) or when there are fewer than 2.
+    :raises ValueError: on a NaN or infinite return.
     """
-    r = np.asarray(returns, dtype=np.float64)
+    r = finite_values(returns, "returns")
     if len(r) < 2:
         return 0.0
     sd = float(np.std(r, ddof=1))
-    return float(np.mean(r) / sd * math.sqrt(per_year)) if sd > 0 else 0.0
+    if _negligible(sd, r):
+        return 0.0
+    return float(np.mean(r) / sd * math.sqrt(per_year))
 
 
 def sortino(returns: np.ndarray, per_year: float) -> float:
-    """Annualised Sortino ratio: mean / downside deviation sqrt(mean(min(r, 0)^2)) x sqrt(per_year)."""
-    r = np.asarray(returns, dtype=np.float64)
-    if len(r) == 0:
+    """Annualised Sortino ratio: mean / downside deviation sqrt(mean(min(r, 0)^2)) x sqrt(per_year).
+
+    :param returns: float [T] per-bar simple returns, finite.
+    :returns: ``+inf`` when no return is negative (downside deviation within ``FLAT_TOLERANCE`` of
+        the largest magnitude) and the mean is positive: the ratio is unbounded; 0.0 when every
+        return is 0 or there are none.
+    :raises ValueError: on a NaN or infinite return.
+    """
+    r = finite_values(returns, "returns")
+    if len(r) == 0 or not np.any(r):
         return 0.0
+    mean = float(np.mean(r))
     down = math.sqrt(float(np.mean(np.minimum(r, 0.0) ** 2)))
-    return float(np.mean(r) / down * math.sqrt(per_year)) if down > 0 else 0.0
+    if _negligible(down, r):
+        return math.inf if mean > 0 else 0.0
+    return float(mean / down * math.sqrt(per_year))
 
 
 def drawdown(equity: np.ndarray) -> np.ndarray:
@@ -142,7 +190,7 @@ def curve_metrics(
     :param traded: float64 [T-1], |traded notional| / value at bar t.
     :param costs: float64 [T-1], costs paid at bar t / initial capital.
     """
-    equity = np.asarray(equity, dtype=np.float64)
+    equity = finite_values(equity, "equity")
     if len(equity) < 2:
         raise ValueError(f"curve_metrics needs at least 2 bars, got {len(equity)}")
     if not per_year > 0:
@@ -217,8 +265,8 @@ def sharpe_difference_interval(
         ``p_value`` is the two-sided bootstrap share of resampled differences on the other side
         of zero.
     """
-    a = np.asarray(returns_a, dtype=np.float64)
-    b = np.asarray(returns_b, dtype=np.float64)
+    a = finite_values(returns_a, "returns_a")
+    b = finite_values(returns_b, "returns_b")
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"paired returns must be 1-D of one length, got {a.shape} and {b.shape}")
     t = len(a)
@@ -236,8 +284,9 @@ def sharpe_difference_interval(
 
     def ann_sharpe(x: np.ndarray) -> np.ndarray:
         sd = x.std(axis=1, ddof=1)
+        flat = sd <= FLAT_TOLERANCE * np.abs(x).max(axis=1)  # as in sharpe()
         with np.errstate(divide="ignore", invalid="ignore"):
-            s = np.where(sd > 0, x.mean(axis=1) / sd, 0.0)
+            s = np.where(flat, 0.0, x.mean(axis=1) / sd)
         return s * math.sqrt(per_year)
 
     diff = ann_sharpe(a[idx]) - ann_sharpe(b[idx])

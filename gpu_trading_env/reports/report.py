@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -212,7 +213,21 @@ def plot_folds(
 
 
 def write_json(obj: Any, path: Path) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=_jsonable))
+    """``obj`` as strict JSON: NaN and infinite floats (a Sortino with no losing bar is ``inf``)
+    are written as ``null``, which every JSON reader accepts (``Infinity`` is not JSON)."""
+    path.write_text(json.dumps(_finite_or_none(obj), indent=2, default=_jsonable, allow_nan=False))
+
+
+def _finite_or_none(x: Any) -> Any:
+    if isinstance(x, float | np.floating):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_finite_or_none(v) for v in x]
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return [_finite_or_none(v) for v in x.tolist()]
+    return x
 
 
 def _jsonable(x: Any) -> Any:
