@@ -13,7 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.base import Backend, CuriosityWeights, check_curiosity_weights
+from gpu_trading_env.backends.base import (
+    Backend,
+    CuriosityWeights,
+    check_curiosity_weights,
+    check_output_arrays,
+)
 from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
 from gpu_trading_env.core.constants import (
     LABEL_NONE,
@@ -177,8 +182,26 @@ class NumpyBackend(Backend):
             )
         return a.astype(np.int64, copy=False)
 
-    def step(self, actions: np.ndarray) -> StepOutputs:
-        s, p, out = self.state, self.params, self._next_outputs()
+    def step_into(
+        self,
+        actions: np.ndarray,
+        outputs: dict[str, Any],
+        check: bool = True,
+        trusted: bool = False,
+    ) -> None:
+        if not trusted:
+            check_output_arrays(outputs, self.num_envs, self.obs_dim)
+        arrays = {  # torch CPU tensors as the NumPy arrays that share their memory
+            k: v if isinstance(v, np.ndarray) else v.numpy() for k, v in outputs.items()
+        }
+        if "final_obs" not in arrays:  # never written outside SAME_STEP: any array will do
+            arrays["final_obs"] = self._outputs[0].final_obs
+        self.step(actions, StepOutputs(**arrays))
+
+    def step(self, actions: np.ndarray, out: StepOutputs | None = None) -> StepOutputs:
+        """One step into ``out`` (default: the next zero-copy output set)."""
+        s, p = self.state, self.params
+        out = self._next_outputs() if out is None else out
         mode = p.autoreset_mode
         px = value = None
         if not s.done_flag.any():  # every env is RUNNING (0)
