@@ -126,6 +126,16 @@ class NumpyBackend(Backend):
         s.episode_count[envs] = count + np.uint64(1)
         return self._start_cache.reshape(-1).take(envs * START_CACHE + offset)
 
+    def start_bars(self, env: int, count: int) -> np.ndarray:
+        """int64 [count]: the start bars of env ``env``'s next ``count`` episodes (draws
+        ``episode_count`` onwards), without taking them."""
+        s = self.state
+        counters = s.episode_count[env] + np.arange(count, dtype=np.uint64)
+        lo, hi = s.lo[env], s.hi[env]
+        return draw_start_bars(
+            s.seed[env], self._env_ids[env], counters, lo, hi - lo - self.params.episode_length
+        )
+
     def observe(self) -> np.ndarray:
         s = self.state
         out = np.empty((self.num_envs, self.obs_dim), dtype=np.float32)
@@ -404,6 +414,29 @@ class NumpyBackend(Backend):
         np.multiply(steps, ended, out=out.episode_length)
         return close_1, value1
 
+    def penalised_rows(
+        self, count: np.ndarray, h0: np.ndarray, h1: np.ndarray, h2: np.ndarray
+    ) -> np.ndarray:
+        """bool [n]: rings of ``count`` entries with category counts ``h0, h1, h2`` (int [n])
+        whose entropy is below the threshold (ENV_SPEC "Diversity")."""
+        p = self.params
+        window = p.diversity_window
+        if self._penalised is not None:
+            # The ring's (count, h0, h1) fixes h2, so the whole penalty decision is one lookup.
+            w1 = window + 1
+            return self._penalised.take((count * w1 + h0) * w1 + h1)
+        if self._entropy_table is not None:
+            row = count * (window + 1)
+            tab = self._entropy_table
+            entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
+        else:
+            nf = count.astype(np.float64)
+            entropy = np.zeros(count.shape[0], dtype=np.float64)
+            for h in (h0, h1, h2):
+                pr = h / nf
+                entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
+        return (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
+
     def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
 
@@ -440,22 +473,7 @@ class NumpyBackend(Backend):
         count = s.div_count
         count += 1
         np.minimum(count, window, out=count)
-        if self._penalised is not None:
-            # The ring's (count, h0, h1) fixes h2, so the whole penalty decision is one lookup.
-            w1 = window + 1
-            penalised = self._penalised.take((count * w1 + h0) * w1 + h1)
-        else:
-            if self._entropy_table is not None:
-                row = count * (window + 1)
-                tab = self._entropy_table
-                entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
-            else:
-                nf = count.astype(np.float64)
-                entropy = np.zeros(n, dtype=np.float64)
-                for h in (h0, h1, h2):
-                    pr = h / nf
-                    entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
-            penalised = (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
+        penalised = self.penalised_rows(count, h0, h1, h2)
         diversity = np.zeros(n)  # a scatter: np.where costs several times more inside a step
         diversity[penalised.nonzero()[0]] = -p.diversity_penalty
         return diversity
