@@ -206,3 +206,49 @@ def test_cuda_step_into_checks_outputs_and_defers_bad_actions() -> None:
     env.step_into(acts, out)
     with pytest.raises(ValueError, match=rf"actions\[3\] = {bad} is invalid"):
         env.check_errors()
+
+
+@pytest.mark.parametrize("mode", ["disabled", "next_step"])
+@pytest.mark.parametrize("case", range(3))
+def test_numpy_step_around_waiting_envs_matches_the_reference(mode: str, case: int) -> None:
+    """Most envs running, a few waiting (DISABLED: frozen where they ended, possibly on the
+    instrument's last bar or ruined; NEXT_STEP: just reset): every output and every state
+    array, ring included, bit for bit as the reference step."""
+    from dataclasses import fields
+
+    from test_reference_step import random_config, same_bits
+
+    import gpu_trading_env.core.reference_step as ref
+    from gpu_trading_env import EnvConfig, MarketData
+    from gpu_trading_env.core.state import EnvState, StepOutputs
+
+    rng = np.random.default_rng(50 + case)
+    # Barriers that rarely fire: episodes end by length, staggered by the masked resets below.
+    wide = {"profit_target_bps": 5000.0, "stop_loss_bps": 5000.0, "episode_length": 20}
+    config = EnvConfig(**{**random_config(rng), "autoreset_mode": mode, **wide})
+    data = MarketData.synthetic("gbm", n_bars=120, n_instruments=2, seed=case)
+    env = TradingVectorEnv(200, data=data, config=config)
+    backend = env.backend
+    env.reset(seed=case)
+    market = ref.Market(backend.features, backend.open, backend.close)
+    state = EnvState(**{k: v.copy() for k, v in vars(backend.state).items()})
+    around = 0
+    for t in range(60):
+        waiting = int((backend.state.done_flag != 0).sum())
+        if t < 20 or waiting > 20:
+            # Restart a random tenth of the envs (staggering the episodes) and, in DISABLED
+            # mode, the waiting ones, as a user does; the reference continues from there.
+            mask = (rng.random(200) < 0.1) | (waiting > 20) & (backend.state.done_flag != 0)
+            env.reset(options={"reset_mask": mask})
+            state = EnvState(**{k: v.copy() for k, v in vars(backend.state).items()})
+            waiting = int((backend.state.done_flag != 0).sum())
+        around += 0 < 5 * waiting <= 200
+        actions = rng.integers(0, config.n_actions, 200)
+        state, expected = ref.step(state, actions, market, backend.params, None)
+        got = backend.step(backend.prepare_actions(actions))
+        for f in fields(StepOutputs):
+            if f.name != "final_obs":
+                assert same_bits(getattr(expected, f.name), getattr(got, f.name)), (t, f.name)
+        for f in fields(EnvState):
+            assert same_bits(getattr(state, f.name), getattr(backend.state, f.name)), (t, f.name)
+    assert around >= 5, "the steps with a few waiting envs were not exercised"
