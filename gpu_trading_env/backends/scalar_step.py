@@ -145,8 +145,9 @@ class ScalarEnv:
         c0, fill_next_open, reserve_frac, barriers, risk_scale, risk_threshold = self._consts
         t = self.bar
         t1 = t + 1
-        close_t = self.close[t]
-        close_1 = self.close[t1]
+        close = self.close
+        close_t = close[t]
+        close_1 = close[t1]
         fill = self.open[t1] if fill_next_open else close_t
         pos0 = self.position
         cash0 = self.cash
@@ -236,7 +237,10 @@ class ScalarEnv:
         reward = pnl + barrier
         reward += risk
         reward += diversity
-        obs1 = self._obs(t1, value1, pos1, close_1, c0)
+        obs1 = self.rows[t1].copy()  # _obs(t1, value1, pos1, close_1, c0), inlined
+        f = self.n_features
+        obs1[f] = value1 / c0
+        obs1[f + 1] = pos1 / (c0 / close_1)
         if obs0 is not None:
             bonus = curiosity_bonus(curiosity_w, obs0[None], obs1[None], np.array([cat]), p)
             curiosity = float(bonus[0])  # float32 to float64, as the backend's astype
