@@ -81,7 +81,8 @@ def bench_outputs(
     data: MarketData, device: str, num_envs: int, steps: int, copy_outputs: bool
 ) -> dict:
     """Full ``env.step`` through the Gymnasium API, returning arrays the caller owns (the
-    default: one block copy per step) or the zero-copy double buffer (``copy_outputs=False``)."""
+    default: written into one block allocated per step) or the zero-copy double buffer
+    (``copy_outputs=False``)."""
     env = TradingVectorEnv(num_envs, device, data=data, copy_outputs=copy_outputs)
     env.reset(seed=0)
     label = f"{device.split(':')[0]} step, {'owned' if copy_outputs else 'zero-copy'} outputs"
