@@ -103,17 +103,15 @@ class TradingEnv(gym.Env):
             a = action  # the common case, checked without a call
         else:
             a = self._action_index(action)
-        if self._scalar is not None:
-            obs, reward, te, tr, info = self._scalar.step(a)
-        else:
-            obs, reward, te, tr, info = self._vector_step(a)
-        self._needs_reset = te or tr
+        s = self._scalar
+        result = s.step(a) if s is not None else self._vector_step(a)
+        self._needs_reset = result[2] or result[3]
         if self.render_mode is not None:
-            s = self._scalar
             bar = s.bar if s is not None else int(self._venv.backend.state.bar[0])
+            info = result[4]
             value = info["portfolio_value"] / self.config.initial_capital
             self._history.append((float(self._venv.backend.close[bar]), value, info["position"]))
-        return obs, reward, te, tr, info
+        return result
 
     def _action_index(self, action: Any) -> int:
         """``action`` as an int in ``0..n_actions-1``; ValueError for anything else."""

@@ -278,7 +278,6 @@ class CudaBackend(Backend):
         # Where a step that is given no final_obs points the kernel: the first buffer's, which
         # only SAME_STEP steps write (and those are always given one).
         self._spare_final_obs = _address(self._outputs[0].final_obs)
-        self._final_slot = OUTPUT_FIELDS.index("final_obs")
 
     def _launch_step(self, actions: Any, outputs: tuple[int, ...], check: bool) -> None:
         """One trading_step launch on torch's current stream: actions (a torch tensor or CuPy
@@ -305,13 +304,14 @@ class CudaBackend(Backend):
     ) -> None:
         """See :meth:`Backend.step_into`. ``trusted``: the arrays are known to have their
         dtype, shape and device (the env allocated them), so only their addresses are read."""
-        address = _address if trusted else self._checked_address
-        addresses = [
-            self._spare_final_obs
-            if f == "final_obs" and f not in outputs
-            else (address(outputs[f]) if trusted else address(f, outputs[f]))
-            for f in OUTPUT_FIELDS
-        ]
+        addresses = []
+        for f in OUTPUT_FIELDS:
+            if f not in outputs and f == "final_obs":
+                addresses.append(self._spare_final_obs)
+            elif trusted:
+                addresses.append(_address(outputs[f]))
+            else:
+                addresses.append(self._checked_address(f, outputs[f]))
         self._launch_step(actions, tuple(addresses), check)
 
     def _checked_address(self, name: str, arr: Any) -> int:
