@@ -4,6 +4,11 @@ Everything is measured in one run, side by side, with the same data and random a
 
     python benchmarks/env_throughput.py                 # all backends this machine has
     python benchmarks/env_throughput.py --backends numpy sync --out results.json
+    python benchmarks/env_throughput.py --backends modes --out modes.json   # < 60 s on a GPU
+
+``modes``: host time per ``env.step`` with owned outputs (the default), zero-copy outputs
+(``copy_outputs=False``) and ``step_into`` (what a CUDA graph captures), taking turns in blocks:
+on CUDA at 1,024 / 4,096 / 65,536 envs plus env-steps/s at 2^20, on the CPU (NumPy) at 4,096.
 
 Reported per row: env-steps/s (num_envs * steps / wall time, GPU work included) and the host
 time per step (Python + launch, measured without waiting for the GPU). Ratios are to
@@ -16,16 +21,20 @@ import argparse
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 
-from run_info import commit
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages
 
-import gpu_trading_env  # noqa: F401
-from gpu_trading_env import MarketData
-from gpu_trading_env.gpu.device import cuda_available
-from gpu_trading_env.throughput import (
+from run_info import commit  # noqa: E402
+
+import gpu_trading_env  # noqa: E402, F401
+from gpu_trading_env import MarketData  # noqa: E402
+from gpu_trading_env.gpu.device import cuda_available  # noqa: E402
+from gpu_trading_env.throughput import (  # noqa: E402
     bench_cuda,
     bench_numpy,
+    bench_output_modes,
     bench_outputs,
     bench_sync,
     format_rows,
@@ -53,6 +62,12 @@ def main() -> None:
         help="env counts of the 'outputs' rows (owned vs zero-copy outputs); default "
         "1024 and 65536 on the CPU, 1024 and 2**20 on CUDA",
     )
+    parser.add_argument(
+        "--modes-cuda-envs", nargs="+", type=int, default=[1024, 4096, 65536], help="'modes' rows"
+    )
+    parser.add_argument("--modes-numpy-envs", nargs="+", type=int, default=[4096])
+    parser.add_argument("--modes-steps", type=int, default=200, help="steps per block, 'modes'")
+    parser.add_argument("--modes-blocks", type=int, default=5)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -68,6 +83,16 @@ def main() -> None:
     if "cuda" in args.backends and cuda_available():
         for n in args.cuda_envs:
             rows.append(bench_cuda(data, n, args.steps))
+    if "modes" in args.backends:
+        if cuda_available():
+            for n in args.modes_cuda_envs:
+                rows += bench_output_modes(data, "cuda", n, args.modes_steps, args.modes_blocks)
+            rows.append(bench_cuda(data, 2**20, 100))
+        for n in args.modes_numpy_envs:
+            numpy_steps = max(20, args.modes_steps // 10)
+            rows += bench_output_modes(
+                data, "cpu", n, numpy_steps, args.modes_blocks, ("owned", "zero-copy")
+            )
     if "outputs" in args.backends:
         devices = ["cpu"] + (["cuda"] if cuda_available() else [])
         for device in devices:

@@ -15,6 +15,11 @@ the scheduler noise out of host-bound rounds. Usage::
 
     python benchmarks/per_throughput.py --out per.json            # the full grid, on a GPU
     python benchmarks/per_throughput.py --quick --out per.json    # small grid, CPU only
+    python benchmarks/per_throughput.py --cpu-vs-cpprb --out per_cpu.json   # CPU, interleaved
+
+``--cpu-vs-cpprb``: the NumPy tree's round against cpprb's ``PrioritizedReplayBuffer`` at batch
+256 and 4,096, capacity 2^20 (full), the two taking turns in blocks of rounds; the figure per
+side is the median round, the ratio cpprb's time over the tree's (> 1: the tree is faster).
 """
 
 from __future__ import annotations
@@ -202,13 +207,77 @@ def bench_cpprb(batch, capacity, n, reps, warmup, rng):
     return {"wall_us": _median_us(times)}
 
 
+def cpu_vs_cpprb(batches, capacity, reps, blocks, rng) -> list[dict]:
+    """Median round time of the NumPy tree and of cpprb, interleaved in ``blocks`` turns."""
+    import cpprb
+
+    tree = NumpySumMinTree(capacity, seed=1)
+    _fill_tree(tree, capacity, rng)
+    rb = cpprb.PrioritizedReplayBuffer(capacity, {"obs": {"shape": 1}}, alpha=ALPHA, eps=EPS)
+    chunk = 1 << 16
+    for lo in range(0, capacity, chunk):
+        n = min(chunk, capacity - lo)
+        rb.add(obs=np.zeros((n, 1), np.float32), priorities=rng.exponential(size=n))
+    rows = []
+    for batch in batches:
+        td = rng.exponential(size=batch)
+
+        def tree_round(td=td, batch=batch):
+            idx, _w = tree.sample(batch, beta=BETA, weights_dtype=np.float32)
+            tree.update(idx, td, alpha=ALPHA, epsilon=EPS, n_valid=capacity, name="td_errors")
+
+        def cpprb_round(td=td, batch=batch):
+            s = rb.sample(batch, beta=BETA)
+            rb.update_priorities(s["indexes"], td)
+
+        times = {"numpy_tree": [], "cpprb": []}
+        for b in range(blocks + 1):  # block 0 warms up
+            for name, round_ in (("numpy_tree", tree_round), ("cpprb", cpprb_round)):
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    round_()
+                    if b:
+                        times[name].append(time.perf_counter() - t0)
+        tree_us, cpprb_us = _median_us(times["numpy_tree"]), _median_us(times["cpprb"])
+        rows.append(
+            {
+                "batch": batch,
+                "capacity": capacity,
+                "numpy_tree_us": tree_us,
+                "cpprb_us": cpprb_us,
+                "x_cpprb": cpprb_us / tree_us,
+            }
+        )
+        print(
+            f"batch {batch:>5} capacity {capacity}: numpy tree {tree_us:8.1f} us, cpprb "
+            f"{cpprb_us:8.1f} us, tree speed {cpprb_us / tree_us:5.2f}x cpprb",
+            flush=True,
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small grid on the CPU (smoke test)")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     ap.add_argument("--reps", type=int, default=None, help="timed rounds per cell")
     ap.add_argument("--no-numpy", action="store_true", help="skip the NumPy tree")
+    ap.add_argument(
+        "--cpu-vs-cpprb",
+        action="store_true",
+        help="only the NumPy tree against cpprb at batch 256 and 4096, capacity 2^20",
+    )
+    ap.add_argument("--blocks", type=int, default=10, help="turns of --cpu-vs-cpprb")
     args = ap.parse_args(argv)
+    if args.cpu_vs_cpprb:
+        rng = np.random.default_rng(0)
+        rows = cpu_vs_cpprb([256, 4096], 2**20, args.reps or 20, args.blocks, rng)
+        meta = {"commit": commit(), "python": platform.python_version(), "alpha": ALPHA}
+        meta.update(beta=BETA, machine=platform.processor() or platform.machine())
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        return 0
 
     pinned = None
     if hasattr(os, "sched_setaffinity"):

@@ -1,7 +1,10 @@
 """``TradingEnv``: one trading episode as a plain ``gymnasium.Env`` returning NumPy.
 
 It is the NumPy vector env with one env and autoreset disabled, so single-env tools
-(``check_env``, SB3's ``DummyVecEnv``, wrappers) see exactly the vector env's semantics.
+(``check_env``, SB3's ``DummyVecEnv``, wrappers) see exactly the vector env's semantics. On the
+CPU the vector env resets it and :class:`~gpu_trading_env.backends.scalar_step.ScalarEnv` steps
+it in Python scalars (bit-identical, and many times faster than NumPy calls on 1-element
+arrays); on a GPU the vector env steps it too.
 """
 
 from __future__ import annotations
@@ -55,6 +58,13 @@ class TradingEnv(gym.Env):
         self.action_space = self._venv.single_action_space
         self._needs_reset = True
         self._history: list[tuple[float, float, float]] = []
+        self._scalar = None
+        if self._venv.device == "cpu":
+            from gpu_trading_env.backends.scalar_step import ScalarEnv
+
+            self._scalar = ScalarEnv(self._venv.backend)
+        self._n_actions = int(self.action_space.n)
+        self._seeded = False  # the first reset draws a seed (vector env) if none is given
 
     @property
     def data(self) -> Any:
@@ -82,12 +92,18 @@ class TradingEnv(gym.Env):
             )
         opts = reset_options(options, allowed=("start_index",))
         super().reset(seed=None if seed is None else int(seed))
-        obs, _ = self._venv.reset(seed=seed, options=opts)
+        if self._scalar is not None and self._seeded and seed is None and not opts:
+            obs = self._scalar.reset()  # the vector env's reset, on the scalars alone
+            bar = self._scalar.bar
+        else:
+            obs = self._venv.reset(seed=seed, options=opts)[0][0]
+            self._seeded = True
+            if self._scalar is not None:
+                self._scalar.load()
+            bar = int(self._venv.backend.state.bar[0])
         self._needs_reset = False
-        backend = self._venv.backend
-        bar = int(backend.state.bar[0])
-        self._history = [(float(backend.close[bar]), 1.0, 0.0)]
-        return obs[0], {}
+        self._history = [(float(self._venv.backend.close[bar]), 1.0, 0.0)]
+        return obs, {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         self._check_open("step")
@@ -95,22 +111,39 @@ class TradingEnv(gym.Env):
             raise RuntimeError(
                 "step() called before reset() or after the episode ended: call reset() first"
             )
-        a = np.asarray(action)
-        if a.size != 1 or not self.action_space.contains(
-            int(a.reshape(-1)[0]) if a.dtype.kind in "iu" else a
-        ):
-            raise ValueError(
-                f"action = {action!r} is invalid: allowed is an int in 0..{self.action_space.n - 1}"
-            )
-        obs, reward, terminated, truncated, info = self._venv.step(a.reshape(1).astype(np.int64))
-        te, tr = bool(terminated[0]), bool(truncated[0])
-        self._needs_reset = te or tr
+        if type(action) is int and 0 <= action < self._n_actions:
+            a = action  # the common case, checked without a call
+        else:
+            a = self._action_index(action)
+        s = self._scalar
+        result = s.step(a) if s is not None else self._vector_step(a)
+        self._needs_reset = result[2] or result[3]
         if self.render_mode is not None:
-            bar = int(self._venv.backend.state.bar[0])
-            value = float(info["portfolio_value"][0]) / self.config.initial_capital
-            self._history.append(
-                (float(self._venv.backend.close[bar]), value, float(info["position"][0]))
-            )
+            bar = s.bar if s is not None else int(self._venv.backend.state.bar[0])
+            info = result[4]
+            value = info["portfolio_value"] / self.config.initial_capital
+            self._history.append((float(self._venv.backend.close[bar]), value, info["position"]))
+        return result
+
+    def _action_index(self, action: Any) -> int:
+        """``action`` as an int in ``0..n_actions-1``; ValueError for anything else."""
+        if type(action) is int or isinstance(action, np.integer):
+            if 0 <= action < self._n_actions:
+                return int(action)
+        else:
+            a = np.asarray(action)
+            if a.size == 1 and self.action_space.contains(
+                int(a.reshape(-1)[0]) if a.dtype.kind in "iu" else a
+            ):
+                return int(a.reshape(-1)[0])
+        raise ValueError(
+            f"action = {action!r} is invalid: allowed is an int in 0..{self._n_actions - 1}"
+        )
+
+    def _vector_step(self, a: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """One step through the vector env (device="cuda"), as row 0 of its outputs."""
+        obs, reward, terminated, truncated, info = self._venv.step(np.array([a], dtype=np.int64))
+        te, tr = bool(terminated[0]), bool(truncated[0])
         step_info = {
             "reward_components": info["reward_components"][0],
             "portfolio_value": float(info["portfolio_value"][0]),

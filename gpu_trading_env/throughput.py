@@ -17,7 +17,9 @@ from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.env import TradingEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
 
-__all__ = ["bench_cuda", "bench_numpy", "bench_sync", "format_rows"]
+__all__ = ["bench_cuda", "bench_numpy", "bench_output_modes", "bench_sync", "format_rows"]
+
+OUTPUT_MODES = ("owned", "zero-copy", "step_into")
 
 
 def bench_cuda(data: MarketData, num_envs: int, steps: int) -> dict:
@@ -79,7 +81,8 @@ def bench_outputs(
     data: MarketData, device: str, num_envs: int, steps: int, copy_outputs: bool
 ) -> dict:
     """Full ``env.step`` through the Gymnasium API, returning arrays the caller owns (the
-    default: one block copy per step) or the zero-copy double buffer (``copy_outputs=False``)."""
+    default: written into one block allocated per step) or the zero-copy double buffer
+    (``copy_outputs=False``)."""
     env = TradingVectorEnv(num_envs, device, data=data, copy_outputs=copy_outputs)
     env.reset(seed=0)
     label = f"{device.split(':')[0]} step, {'owned' if copy_outputs else 'zero-copy'} outputs"
@@ -112,6 +115,77 @@ def bench_outputs(
         "env_steps_per_s": num_envs * steps / max(start.elapsed_time(end) / 1e3, t2 - t0),
         "host_us_per_step": (t1 - t0) / steps * 1e6,
     }
+
+
+def bench_output_modes(
+    data: MarketData,
+    device: str,
+    num_envs: int,
+    steps: int,
+    blocks: int = 5,
+    modes: tuple[str, ...] = OUTPUT_MODES,
+    autoreset_mode: str | None = None,
+) -> list[dict]:
+    """Host time per step of the full step API in each output mode, side by side.
+
+    ``owned``: the default ``env.step`` (outputs the caller owns); ``zero-copy``:
+    ``copy_outputs=False``; ``step_into``: ``env.step_into`` into ``make_outputs()`` arrays (the
+    step a CUDA graph captures). The modes take turns in ``blocks`` blocks of ``steps`` steps
+    each, so a slow phase of the machine hits them alike. Per mode: the median block's host
+    time per step (``host_us_per_step``: the Python loop alone; on CUDA, without waiting for the
+    GPU) and its env-steps/s (on CUDA, until the GPU is done with the block).
+    """
+    kw = {} if autoreset_mode is None else {"autoreset_mode": autoreset_mode}
+    envs = {
+        m: TradingVectorEnv(num_envs, device, data=data, copy_outputs=(m != "zero-copy"), **kw)
+        for m in modes
+    }
+    cuda = device != "cpu"
+    if cuda:
+        import torch
+
+        actions = torch.randint(0, 45, (16, num_envs), device=device)
+        sync = torch.cuda.synchronize
+    else:
+        actions = np.random.default_rng(0).integers(0, 45, (16, num_envs))
+
+        def sync() -> None:
+            return None
+
+    outputs = {}
+    for m, env in envs.items():
+        env.reset(seed=0)
+        outputs[m] = env.make_outputs() if m == "step_into" else None
+    host: dict[str, list[float]] = {m: [] for m in modes}
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    for b in range(blocks + 1):  # block 0 warms up
+        for m, env in envs.items():
+            step = env.step if m != "step_into" else env.step_into
+            extra = () if m != "step_into" else (outputs[m],)
+            sync()
+            t0 = time.perf_counter()
+            for k in range(steps):
+                step(actions[k % 16], *extra)
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            if b:
+                host[m].append((t1 - t0) / steps * 1e6)
+                wall[m].append(num_envs * steps / (t2 - t0))
+    rows = []
+    for m, env in envs.items():
+        env.close()
+        rows.append(
+            {
+                "backend": f"{'cuda' if cuda else 'numpy'} step, {m}",
+                "num_envs": num_envs,
+                "steps": steps * blocks,
+                "autoreset_mode": str(env.autoreset_mode.name).lower(),
+                "env_steps_per_s": float(np.median(wall[m])),
+                "host_us_per_step": float(np.median(host[m])),
+            }
+        )
+    return rows
 
 
 def _timed_steps(backend: str, env, actions: np.ndarray, num_envs: int, steps: int) -> dict:

@@ -23,7 +23,13 @@ from gymnasium.vector.utils import batch_space
 from gpu_trading_env.backends.base import Backend, CuriosityWeights
 from gpu_trading_env.core.config import EnvConfig, config_field_names, parse_autoreset_mode
 from gpu_trading_env.core.constants import COMPONENT_NAMES
-from gpu_trading_env.core.state import StepOutputs, block_views, outputs_block
+from gpu_trading_env.core.state import (
+    OUTPUT_FIELDS,
+    StepOutputs,
+    block_views,
+    output_layout,
+    outputs_block,
+)
 from gpu_trading_env.library_callers import warn_if_skrl_steps_next_step
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
@@ -154,10 +160,12 @@ class TradingVectorEnv(VectorEnv):
         array_type: ``"numpy"`` (default on cpu), ``"torch"`` (default on cuda) or ``"cupy"``.
         copy_outputs: True (default): every array ``reset`` and ``step`` return (observations,
             rewards, flags, infos, ``final_obs``) is the caller's; no later call writes to it.
-            The copy is one block copy per step (on the GPU: one device copy on torch's current
-            stream, no host sync). False: the zero-copy double buffer: a step's arrays are
-            overwritten two steps later, so copy what you keep longer (the fused rollout of
-            ``agents`` does).
+            The step writes into one block allocated for it (torch's caching allocator on
+            the GPU, on torch's current stream): one allocation, no copy, no host sync; with
+            ``array_type="numpy"`` on a GPU, one device-to-host copy. False: the zero-copy
+            double buffer: a step's arrays are overwritten two steps later, so copy what you
+            keep longer (the fused rollout of ``agents`` does). :meth:`step_into` writes into
+            arrays you allocated once (:meth:`make_outputs`), which a CUDA graph can capture.
         render_mode: None (the vector env does not render; the single env
             ``gym.make("GpuTrading-v0", render_mode="rgb_array")`` draws an episode).
         max_episode_steps: Gymnasium's time limit (``gym.make_vec(..., max_episode_steps=T)``
@@ -240,7 +248,6 @@ class TradingVectorEnv(VectorEnv):
         self._needs_reset = True
         self._views: dict[int, dict[str, Any]] = {}
         self._infos: dict[int, dict[str, Any]] = {}
-        self._torch_blocks: dict[tuple[int, int], Any] = {}
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -291,11 +298,17 @@ class TradingVectorEnv(VectorEnv):
                 "after set_autoreset_mode() left envs waiting for their reset)"
             )
         acts = self.backend.prepare_actions(actions)
-        out = self.backend.step(acts)
         if self.copy_outputs:
-            views = self._owned_views(out)
+            if self.array_type == "numpy" and self.device != "cpu":
+                views = self._host_views(self.backend.step(acts))
+            else:
+                # The step writes straight into storage allocated for this step alone: the
+                # caller owns it, and no copy is made.
+                views = self._fresh_outputs()
+                self.backend.step_into(acts, views, trusted=True)
             info = self._build_info(views)
         else:
+            out = self.backend.step(acts)
             views = self._output_views(out)
             info = self._infos.get(id(out))
             if info is None or self.array_type == "numpy" and self.device != "cpu":
@@ -303,6 +316,83 @@ class TradingVectorEnv(VectorEnv):
             if self.autoreset_mode == AutoresetMode.DISABLED:
                 info = self._with_episode_mask(info, views)
         return views["obs"], views["reward"], views["terminated"], views["truncated"], dict(info)
+
+    def make_outputs(self) -> dict[str, Any]:
+        """A set of output arrays for :meth:`step_into`, in the env's array type, all views of one
+        block allocated once: ``obs`` [N, obs_dim] float32, ``reward`` float32,
+        ``terminated``/``truncated``/``done`` bool, ``components`` [N, 5] float32,
+        ``final_obs`` [N, obs_dim] float32, ``portfolio_value``/``position`` float64,
+        ``barrier_label`` int8, ``episode_return`` float32, ``episode_length`` int32 (all [N]
+        unless noted; the fields of ``StepOutputs``)."""
+        self._check_open("make_outputs")
+        if self.array_type == "numpy" and self.device != "cpu":
+            raise ValueError(
+                "make_outputs() is invalid with array_type='numpy' on a CUDA device: the step "
+                "writes device memory; allowed are array_type='torch' or 'cupy'"
+            )
+        return self._fresh_outputs(final_obs=True, zero=True)
+
+    def step_into(self, actions: Any, outputs: dict[str, Any]) -> None:
+        """One step that writes its outputs into ``outputs`` (from :meth:`make_outputs`) and
+        returns nothing: what a user's CUDA graph captures.
+
+        On CUDA it is one kernel launch on torch's current stream: no allocation, no host sync,
+        no Python state that a graph replay would leave stale. Pass actions as a contiguous
+        int64 tensor on the env's device (other dtypes are converted, which allocates). An
+        invalid action is recorded on the device, not raised here: :meth:`check_errors` (or the
+        next ``reset``) raises it. ``final_obs`` is written in SAME_STEP mode only, on the rows
+        that ended. See docs/PERFORMANCE.md, "Capturing the step in a CUDA graph".
+        """
+        self._check_open("step_into")
+        if self._needs_reset:
+            raise RuntimeError("step_into() called before reset(): call reset() first")
+        missing = sorted(set(OUTPUT_FIELDS) - set(outputs))
+        if missing:
+            raise ValueError(
+                f"outputs without {missing} are invalid: allowed is a dict from make_outputs()"
+            )
+        self.backend.step_into(self.backend.prepare_actions(actions), outputs, check=False)
+
+    def check_errors(self) -> None:
+        """Raise ValueError for an invalid action that a CUDA step recorded on the device and has
+        not raised yet (one host read: a sync). The NumPy backend raises in ``step`` itself."""
+        self._check_open("check_errors")
+        self.backend.check_errors()
+
+    def _fresh_outputs(self, final_obs: bool | None = None, zero: bool = False) -> dict[str, Any]:
+        """Output arrays of one new block: NumPy or torch on the CPU, torch or CuPy on a GPU.
+
+        ``final_obs`` (default: in SAME_STEP mode only) is zeroed, as the step writes only the
+        rows that ended; ``zero`` zeroes the whole block.
+        """
+        if final_obs is None:
+            final_obs = self.autoreset_mode == AutoresetMode.SAME_STEP
+        layout, nbytes = output_layout(self.num_envs, self.backend.obs_dim, final_obs)
+        if self.device == "cpu":
+            views = block_views(
+                np.zeros(nbytes, np.uint8) if zero else np.empty(nbytes, np.uint8), layout
+            )
+            if final_obs:
+                views["final_obs"].fill(0.0)
+            if self.array_type == "torch":
+                import torch
+
+                views = {k: torch.from_numpy(v) for k, v in views.items()}
+            return views
+        if self.array_type == "torch":
+            import torch
+
+            make = torch.zeros if zero else torch.empty
+            views = block_views(make(nbytes, dtype=torch.uint8, device=self.device), layout)
+            if final_obs and not zero:
+                views["final_obs"].zero_()
+            return views
+        cp = self.backend.xp
+        with self.backend.device_scope(), self.backend.stream():
+            views = block_views((cp.zeros if zero else cp.empty)(nbytes, dtype=cp.uint8), layout)
+            if final_obs and not zero:
+                views["final_obs"].fill(0)
+        return views
 
     def _build_info(self, views: dict[str, Any]) -> dict[str, Any]:
         """The info dict of one set of output arrays."""
@@ -343,7 +433,6 @@ class TradingVectorEnv(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         self._views.clear()
         self._infos.clear()
-        self._torch_blocks.clear()
 
     def set_autoreset_mode(self, mode: AutoresetMode | str) -> None:
         """Switch the autoreset mode (used by adapters that need one, such as ``SB3VecEnv``).
@@ -484,48 +573,27 @@ class TradingVectorEnv(VectorEnv):
             return torch.from_dlpack(arr) if self.device != "cpu" else torch.from_numpy(arr)
         return arr
 
-    def _owned_views(self, out: StepOutputs) -> dict[str, Any]:
-        """Arrays of ``out`` copied into one fresh block the caller owns, in the array type.
-
-        One copy for all twelve arrays: on the host a ``memcpy``; on the GPU one device copy
-        enqueued on torch's current stream (the stream the step kernel ran on), so it needs no
-        host sync; with ``array_type="numpy"`` one device-to-host transfer.
-        """
+    def _host_views(self, out: StepOutputs) -> dict[str, Any]:
+        """NumPy arrays of a CUDA step's outputs, from one device-to-host copy of their block on
+        the stream the step ran on."""
         block, layout = outputs_block(out)
-        if self.autoreset_mode != AutoresetMode.SAME_STEP:
-            block = block[: layout[-1][3]]  # final_obs (last) is not returned in this mode
-        if self.device == "cpu":
-            fresh = block.copy()
-            if self.array_type == "torch":
-                import torch
-
-                fresh = torch.from_numpy(fresh)
-        elif self.array_type == "numpy":
-            with self.backend.stream():
-                fresh = block.get()
-        elif self.array_type == "torch":
-            # clone() runs on torch's current stream of the block's device: no host sync.
-            key = (id(out), block.shape[0])
-            torch_block = self._torch_blocks.get(key)
-            if torch_block is None:
-                torch_block = self._torch_blocks[key] = self._to_array(block)
-            fresh = torch_block.clone()
-        else:
-            with self.backend._device, self.backend.stream():
-                fresh = block.copy()
-        return block_views(fresh, layout)
+        with self.backend.stream():
+            return block_views(block.get(), layout)
 
     def _output_views(self, out: StepOutputs) -> dict[str, Any]:
         """Arrays of ``out`` in the env's array type; torch views are made once per buffer."""
-        key = id(out)
+        views = self._views.get(id(out))
+        if views is not None:
+            return views
         fields = {k: v for k, v in vars(out).items() if not k.startswith("_")}
         if self.array_type == "numpy" and self.device == "cpu":
-            return fields
-        if self.array_type == "numpy":
+            views = fields
+        elif self.array_type == "numpy":
             return {k: self._host(v) for k, v in fields.items()}
-        if key not in self._views:
-            self._views[key] = {k: self._to_array(v) for k, v in fields.items()}
-        return self._views[key]
+        else:
+            views = {k: self._to_array(v) for k, v in fields.items()}
+        self._views[id(out)] = views
+        return views
 
 
 def _same_value(a: Any, b: Any) -> bool:

@@ -345,3 +345,69 @@ def test_sample_argument_validation():
         tree.sample(0)
     with pytest.raises(ValueError, match="beta"):
         tree.sample(4, beta=1.5)
+
+
+def _spec_descent(tree: NumpySumMinTree, u: float) -> int:
+    """The specification's descent, one draw in plain floats: left when the left sum is
+    non-zero and ``u < left``, or the right sum is zero; otherwise subtract and go right."""
+    s = tree.sum_tree
+    node = 1
+    for _ in range(tree.levels):
+        left, right = float(s[2 * node]), float(s[2 * node + 1])
+        if left > 0.0 and (u < left or right == 0.0):
+            node = 2 * node
+        else:
+            u -= left
+            node = 2 * node + 1
+    return node
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 5, 1000, 4096])
+def test_numpy_descent_is_the_specifications_rule(capacity):
+    """Draws at and past the total (where rounding puts them) and zero subtrees on both sides
+    take the specification's path, leaf for leaf."""
+    rng = np.random.default_rng(capacity)
+    tree = NumpySumMinTree(capacity)
+    filled = max(1, capacity * 2 // 3)
+    values = rng.choice([0.0, 1e-300, 0.1, 0.3, 7.0, 1e12], size=filled)
+    values[-1] = 0.3  # a zero tail after the last non-zero leaf makes zero right sums
+    tree.update(np.arange(filled), values)
+    if capacity > 4:
+        tree.update(np.arange(2), [0.0, 0.0])  # zero left sums at the front
+    total = tree.total()
+    u = np.concatenate(
+        [
+            rng.uniform(0.0, total, 500),
+            [0.0, total, np.nextafter(total, np.inf), total * (1 + 1e-12)],
+            np.cumsum(tree.leaves())[: min(capacity, 200)],  # exactly on the boundaries
+        ]
+    )
+    got = tree._descend(u.copy())
+    want = np.array([_spec_descent(tree, float(x)) for x in u])
+    np.testing.assert_array_equal(got, want)
+    assert np.all(tree.sum_tree[got] > 0.0)
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ((0, 0, 0, 0, 0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 6, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    ],
+)
+def test_philox_known_answers_scalar_and_broadcast(words, expected):
+    """Random123's Philox4x32-10 known-answer vectors (the draws the sample stratifies), as
+    scalars and broadcast over a batch with per-element and scalar keys alike."""
+    from gpu_trading_env.gpu.philox import philox4x32
+
+    assert tuple(int(x) for x in philox4x32(*words)) == expected
+    c = [np.full(3, w, dtype=np.uint32) for w in words]
+    for keys in (c[4:], words[4:]):
+        out = philox4x32(*c[:4], *keys)
+        for got, want in zip(out, expected, strict=True):
+            assert got.dtype == np.uint32 and got.shape == (3,)
+            np.testing.assert_array_equal(got, want)

@@ -29,6 +29,7 @@ from gpu_trading_env.core.state import (
     allocate_outputs,
     allocate_state,
     instrument_bounds,
+    output_layout,
 )
 from gpu_trading_env.gpu.device import to_numpy
 
@@ -117,6 +118,28 @@ def check_curiosity_weights(weights: CuriosityWeights, state_dims: int, hidden: 
             raise ValueError(
                 f"curiosity weight {name}{list(pos)} = {arr[pos]!r} is invalid: allowed are "
                 f"finite values representable in float32 (|x| <= {_F32_MAX:.4g})"
+            )
+
+
+def check_output_arrays(outputs: dict[str, Any], num_envs: int, obs_dim: int) -> None:
+    """Raise ValueError unless ``outputs`` holds a writable, contiguous host array (NumPy or a
+    torch CPU tensor) of each output's dtype and shape (``final_obs`` may be missing)."""
+    layout, _ = output_layout(num_envs, obs_dim)
+    for name, dtype, shape, _ in layout:
+        if name == "final_obs" and name not in outputs:
+            continue
+        arr = outputs.get(name)
+        host = arr.numpy() if hasattr(arr, "numpy") and hasattr(arr, "is_cuda") else arr
+        if not (
+            isinstance(host, np.ndarray)
+            and host.dtype == dtype
+            and host.shape == shape
+            and host.flags.c_contiguous
+            and host.flags.writeable
+        ):
+            raise ValueError(
+                f"outputs[{name!r}] = {type(arr).__name__} is invalid: allowed is a writable, "
+                f"contiguous {dtype.name} {shape} array (see make_outputs())"
             )
 
 
@@ -215,7 +238,22 @@ class Backend:
         raise NotImplementedError
 
     def step(self, actions: Any) -> StepOutputs:
-        """One vector step for int64 actions [N] from :meth:`prepare_actions`."""
+        """One vector step for int64 actions [N] from :meth:`prepare_actions`, into the next of
+        the two output sets (the zero-copy double buffer)."""
+        raise NotImplementedError
+
+    def step_into(
+        self, actions: Any, outputs: dict[str, Any], check: bool = True, trusted: bool = False
+    ) -> None:
+        """One vector step that writes into ``outputs``: ``{field: array}`` for the fields of
+        :class:`StepOutputs` (NumPy arrays; torch CUDA tensors or CuPy arrays on this GPU).
+
+        ``final_obs`` may be left out outside SAME_STEP mode, which does not write it; in
+        SAME_STEP mode only the rows that ended are written. Every other array is written
+        whole. ``check=False``: no host read of the deferred error word (a CUDA graph capture
+        must not contain one); see :meth:`check_errors`. ``trusted``: the caller allocated the
+        arrays with the right dtypes and shapes (a backend may then skip checking them).
+        """
         raise NotImplementedError
 
     def check_errors(self) -> None:

@@ -23,8 +23,21 @@ from gpu_trading_env.backends.base import (
 )
 from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
 from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
-from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs
-from gpu_trading_env.gpu.device import current_stream, load_module, require_cupy
+from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs, output_layout
+from gpu_trading_env.gpu.device import (
+    I32,
+    PTR,
+    KernelLauncher,
+    current_stream,
+    load_module,
+    require_cupy,
+)
+
+
+def _address(arr: Any) -> int:
+    """Device address of a torch CUDA tensor or a CuPy array."""
+    return arr.data_ptr() if hasattr(arr, "data_ptr") else arr.data.ptr
+
 
 # trading_env.cuh (device functions of one env step), included by other packages' kernels too.
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -117,6 +130,17 @@ class CudaBackend(Backend):
         self._grid = ((self.num_envs + self._block[0] - 1) // self._block[0],)
         self._n = np.int32(self.num_envs)
         self._steps_since_check = 0
+        self._cp = cp
+        try:
+            import torch
+
+            self._torch_int64: Any = torch.int64
+            self._action_shape: Any = torch.Size([self.num_envs])
+        except ImportError:  # CuPy arrays only
+            self._torch_int64 = self._action_shape = None
+        layout, _ = output_layout(self.num_envs, self.obs_dim)
+        self._output_specs = {name: (dtype, shape) for name, dtype, shape, _ in layout}
+        self._launcher: KernelLauncher | None = None
         self._build_step_args()
 
     # ---------------------------------------------------------------- launch helpers
@@ -196,6 +220,14 @@ class CudaBackend(Backend):
         """
         cp = self.xp
         a = actions
+        if (
+            getattr(a, "dtype", None) is self._torch_int64
+            and a.is_cuda
+            and a.shape == self._action_shape
+            and a.is_contiguous()
+            and a.get_device() == self.device_index
+        ):
+            return a  # what the kernel reads in place: checked by attribute reads alone
         is_torch = hasattr(a, "data_ptr") and hasattr(a, "is_cuda")
         if is_torch and a.is_cuda:
             # Shape and dtype are metadata: checking them needs no host sync.
@@ -220,33 +252,90 @@ class CudaBackend(Backend):
         return a
 
     def _build_step_args(self) -> None:
-        """Argument lists of trading_step for both output sets; only the actions slot changes."""
+        """The launcher of trading_step and its constant leading arguments (state, market,
+        parameters, curiosity), as ints; a step adds the actions and output addresses."""
         head = (
             *self._state_args(),
             *self._market_args(),
             *self._param_args(),
             *self._curiosity_args(),
         )
-        self._action_slot = len(head)
-        self._step_args = [
-            [*head, None, *(getattr(out, f) for f in OUTPUT_FIELDS), self._error, self._n]
-            for out in self._outputs
+        if self._launcher is None:
+            kinds = [I32 if isinstance(v, np.int32) else PTR for v in head]
+            params = tuple((f"a{k}", t) for k, t in enumerate(kinds))
+            params += (("actions", PTR),) + tuple((f, PTR) for f in OUTPUT_FIELDS)
+            params += (("error", PTR), ("n", I32))
+            self._launcher = KernelLauncher(self._k_step, params, self.device_index)
+        self._head = tuple(int(v) if isinstance(v, np.int32) else _address(v) for v in head)
+        self._tail = (_address(self._error), int(self._n))
+        self._out_addresses = [
+            tuple(_address(getattr(out, f)) for f in OUTPUT_FIELDS) for out in self._outputs
         ]
+        # Where a step that is given no final_obs points the kernel: the first buffer's, which
+        # only SAME_STEP steps write (and those are always given one).
+        self._spare_final_obs = _address(self._outputs[0].final_obs)
+
+    def _launch_step(self, actions: Any, outputs: tuple[int, ...], check: bool) -> None:
+        """One trading_step launch on torch's current stream: actions (a torch tensor or CuPy
+        array, int64 [N]) and the addresses of the OUTPUT_FIELDS arrays."""
+        stream = current_stream(self.device_index)[1]
+        args = (*self._head, _address(actions), *outputs, *self._tail)
+        if self._cp.cuda.runtime.getDevice() == self.device_index:
+            self._launcher(self._grid[0], self._block[0], stream, *args)
+        else:
+            with self._device:
+                self._launcher(self._grid[0], self._block[0], stream, *args)
+        if check:
+            self._steps_since_check += 1
+            if self._steps_since_check >= self.error_check_interval:
+                self.check_errors()
 
     def step(self, actions: Any) -> StepOutputs:
         out = self._next_outputs()
-        args = self._step_args[self._turn]
-        # A torch tensor is passed as its device address: same 8 bytes as a pointer, no wrapper.
-        args[self._action_slot] = (
-            np.uint64(actions.data_ptr()) if hasattr(actions, "data_ptr") else actions
-        )
-        with self._device, self.stream():
-            self._k_step(self._grid, self._block, tuple(args))
-        args[self._action_slot] = None
-        self._steps_since_check += 1
-        if self._steps_since_check >= self.error_check_interval:
-            self.check_errors()
+        self._launch_step(actions, self._out_addresses[self._turn], True)
         return out
+
+    def step_into(
+        self, actions: Any, outputs: dict[str, Any], check: bool = True, trusted: bool = False
+    ) -> None:
+        """See :meth:`Backend.step_into`. ``trusted``: the arrays are known to have their
+        dtype, shape and device (the env allocated them), so only their addresses are read."""
+        addresses = []
+        for f in OUTPUT_FIELDS:
+            if f not in outputs and f == "final_obs":
+                addresses.append(self._spare_final_obs)
+            elif trusted:
+                addresses.append(_address(outputs[f]))
+            else:
+                addresses.append(self._checked_address(f, outputs[f]))
+        self._launch_step(actions, tuple(addresses), check)
+
+    def _checked_address(self, name: str, arr: Any) -> int:
+        """Device address of output ``name``, after checking its dtype, shape, device and
+        layout (host metadata only: no sync)."""
+        dtype, shape = self._output_specs[name]
+        if hasattr(arr, "data_ptr"):  # torch
+            ok = (
+                arr.is_cuda
+                and arr.get_device() == self.device_index
+                and str(arr.dtype).removeprefix("torch.") == dtype.name
+                and tuple(arr.shape) == shape
+                and arr.is_contiguous()
+            )
+        else:
+            ok = (
+                isinstance(arr, self._cp.ndarray)
+                and arr.device.id == self.device_index
+                and arr.dtype == dtype
+                and arr.shape == shape
+                and arr.flags.c_contiguous
+            )
+        if not ok:
+            raise ValueError(
+                f"outputs[{name!r}] = {type(arr).__name__} is invalid: allowed is a contiguous "
+                f"{dtype.name} {shape} array on cuda:{self.device_index} (see make_outputs())"
+            )
+        return _address(arr)
 
     def check_errors(self) -> None:
         """Raise ValueError for an invalid action recorded on the device (synchronises)."""

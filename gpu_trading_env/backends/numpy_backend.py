@@ -18,6 +18,7 @@ from gpu_trading_env.backends.base import (
     CuriosityWeights,
     check_action_layout,
     check_curiosity_weights,
+    check_output_arrays,
 )
 from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
 from gpu_trading_env.core.constants import (
@@ -126,6 +127,16 @@ class NumpyBackend(Backend):
         s.episode_count[envs] = count + np.uint64(1)
         return self._start_cache.reshape(-1).take(envs * START_CACHE + offset)
 
+    def start_bars(self, env: int, count: int) -> np.ndarray:
+        """int64 [count]: the start bars of env ``env``'s next ``count`` episodes (draws
+        ``episode_count`` onwards), without taking them."""
+        s = self.state
+        counters = s.episode_count[env] + np.arange(count, dtype=np.uint64)
+        lo, hi = s.lo[env], s.hi[env]
+        return draw_start_bars(
+            s.seed[env], self._env_ids[env], counters, lo, hi - lo - self.params.episode_length
+        )
+
     def observe(self) -> np.ndarray:
         s = self.state
         out = np.empty((self.num_envs, self.obs_dim), dtype=np.float32)
@@ -171,8 +182,26 @@ class NumpyBackend(Backend):
             )
         return a.astype(np.int64, copy=False)
 
-    def step(self, actions: np.ndarray) -> StepOutputs:
-        s, p, out = self.state, self.params, self._next_outputs()
+    def step_into(
+        self,
+        actions: np.ndarray,
+        outputs: dict[str, Any],
+        check: bool = True,
+        trusted: bool = False,
+    ) -> None:
+        if not trusted:
+            check_output_arrays(outputs, self.num_envs, self.obs_dim)
+        arrays = {  # torch CPU tensors as the NumPy arrays that share their memory
+            k: v if isinstance(v, np.ndarray) else v.numpy() for k, v in outputs.items()
+        }
+        if "final_obs" not in arrays:  # never written outside SAME_STEP: any array will do
+            arrays["final_obs"] = self._outputs[0].final_obs
+        self.step(actions, StepOutputs(**arrays))
+
+    def step(self, actions: np.ndarray, out: StepOutputs | None = None) -> StepOutputs:
+        """One step into ``out`` (default: the next zero-copy output set)."""
+        s, p = self.state, self.params
+        out = self._next_outputs() if out is None else out
         mode = p.autoreset_mode
         px = value = None
         if not s.done_flag.any():  # every env is RUNNING (0)
@@ -200,8 +229,11 @@ class NumpyBackend(Backend):
             if mode == NEXT_STEP:
                 # Envs that ended last step start anew; their actions are ignored this step.
                 self._reset_rows(waiting.nonzero()[0])
-            active = (~waiting).nonzero()[0]
-            if active.size:
+            quiet = waiting.nonzero()[0]
+            if 5 * quiet.size <= waiting.size:  # a few waiting envs
+                px, value = self._step_around(s, actions, out, quiet, mode)
+            elif quiet.size < waiting.size:
+                active = (~waiting).nonzero()[0]
                 sub = take_rows(s, active)
                 # obs_dim 0: the observations of all envs are gathered below.
                 sub_out = allocate_outputs(np, active.size, 0)
@@ -210,7 +242,6 @@ class NumpyBackend(Backend):
                 for name in OUTPUT_FIELDS:
                     if name not in ("obs", "final_obs"):
                         getattr(out, name)[active] = getattr(sub_out, name)
-            quiet = waiting.nonzero()[0]
             out.reward[quiet] = 0.0
             out.components[quiet] = 0.0
             px_quiet = self.close.take(s.bar[quiet])
@@ -239,6 +270,33 @@ class NumpyBackend(Backend):
         return out
 
     # ---------------------------------------------------------------- internals
+    def _step_around(
+        self, s: EnvState, actions: np.ndarray, out: StepOutputs, quiet: np.ndarray, mode: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Step every env, then put the ``quiet`` ones (waiting for a reset, a few) back.
+
+        Cheaper than stepping the running envs as a gathered subset when they are most of the
+        envs (NEXT_STEP mode after any episode ended): the transition is elementwise per env,
+        so the running envs' results are the same bits either way, and the quiet envs' rows
+        of state are restored from a copy taken before. A DISABLED env waits frozen where its
+        episode ended (possibly the instrument's last bar, or ruined); it is stepped from a
+        reset state at its first bar instead, whose results are discarded. Returns the
+        transition's ``(px, value)`` with the quiet envs' own.
+        """
+        saved = take_rows(s, quiet)  # copies, but of the shared ring and histogram
+        hist = s.div_hist[:, quiet]
+        if mode == DISABLED:
+            reset_rows(s, self.params, quiet, s.lo[quiet])
+        cursor = s.div_cursor[quiet]  # the ring slot the transition writes
+        ring = s.div_ring[cursor, quiet]
+        px, value = self._transition(s, actions, out)
+        put_rows(s, quiet, saved)
+        s.div_hist[:, quiet] = hist
+        s.div_ring[cursor, quiet] = ring
+        px[quiet] = self.close.take(s.bar[quiet])
+        value[quiet] = s.cash[quiet] + s.position[quiet] * px[quiet]
+        return px, value
+
     def _reset_rows(self, idx: np.ndarray, start: np.ndarray | None = None) -> None:
         """Start new episodes for envs ``idx`` at global bars ``start`` (None: drawn)."""
         reset_rows(self.state, self.params, idx, self._draw_starts(idx) if start is None else start)
@@ -375,6 +433,29 @@ class NumpyBackend(Backend):
         np.multiply(steps, ended, out=out.episode_length)
         return close_1, value1
 
+    def penalised_rows(
+        self, count: np.ndarray, h0: np.ndarray, h1: np.ndarray, h2: np.ndarray
+    ) -> np.ndarray:
+        """bool [n]: rings of ``count`` entries with category counts ``h0, h1, h2`` (int [n])
+        whose entropy is below the threshold (ENV_SPEC "Diversity")."""
+        p = self.params
+        window = p.diversity_window
+        if self._penalised is not None:
+            # The ring's (count, h0, h1) fixes h2, so the whole penalty decision is one lookup.
+            w1 = window + 1
+            return self._penalised.take((count * w1 + h0) * w1 + h1)
+        if self._entropy_table is not None:
+            row = count * (window + 1)
+            tab = self._entropy_table
+            entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
+        else:
+            nf = count.astype(np.float64)
+            entropy = np.zeros(count.shape[0], dtype=np.float64)
+            for h in (h0, h1, h2):
+                pr = h / nf
+                entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
+        return (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
+
     def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
 
@@ -411,22 +492,7 @@ class NumpyBackend(Backend):
         count = s.div_count
         count += 1
         np.minimum(count, window, out=count)
-        if self._penalised is not None:
-            # The ring's (count, h0, h1) fixes h2, so the whole penalty decision is one lookup.
-            w1 = window + 1
-            penalised = self._penalised.take((count * w1 + h0) * w1 + h1)
-        else:
-            if self._entropy_table is not None:
-                row = count * (window + 1)
-                tab = self._entropy_table
-                entropy = tab[row + h0] + tab[row + h1] + tab[row + h2]
-            else:
-                nf = count.astype(np.float64)
-                entropy = np.zeros(n, dtype=np.float64)
-                for h in (h0, h1, h2):
-                    pr = h / nf
-                    entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
-            penalised = (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
+        penalised = self.penalised_rows(count, h0, h1, h2)
         diversity = np.zeros(n)  # a scatter: np.where costs several times more inside a step
         diversity[penalised.nonzero()[0]] = -p.diversity_penalty
         return diversity

@@ -11,6 +11,7 @@ import numpy as np
 
 from gpu_trading_env.backends.base import StepParams
 from gpu_trading_env.core.constants import BARRIER_ARMED
+from gpu_trading_env.core.reference_step import reversal_trade
 from gpu_trading_env.core.state import EnvState
 
 
@@ -38,19 +39,10 @@ def trade(
     r = reversal.nonzero()[0]
     if r.size:
         # Reversals, on their rows only (elementwise, so the same bits as on all rows).
-        fill_r, rate_r, pos_r, target_r = fill[r], rate[r], pos[r], target[r]
         reserve_r = reserve[r] if p.reserve_frac > 0.0 else 0.0
-        close_cost = np.abs(pos_r) * fill_r * rate_r
-        cash_c = cash[r] + pos_r * fill_r - close_cost
-        units = np.minimum(
-            np.floor(np.maximum(cash_c - reserve_r, 0.0) / (fill_r * (1.0 + rate_r))),
-            np.abs(target_r),
+        cash1[r], pos1[r], cost[r] = reversal_trade(
+            np, pos[r], target[r], cash[r], fill[r], rate[r], reserve_r
         )
-        new_pos = np.copysign(units, target_r)  # target != 0 on a reversal
-        open_cost = units * fill_r * rate_r
-        cash1[r] = cash_c - new_pos * fill_r - open_cost
-        pos1[r] = new_pos
-        cost[r] = close_cost + open_cost
     return cash1, pos1, cost, reversal
 
 

@@ -12,7 +12,9 @@ The observation, start-bar draw and curiosity bonus below are shared with the Nu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -142,6 +144,35 @@ def _reset(s: EnvState, p: Any, rows: np.ndarray) -> None:
     reset_rows(s, p, rows, start)
 
 
+def reversal_trade(
+    m: Any, pos: Any, target: Any, cash: Any, fill: Any, rate: Any, reserve: Any
+) -> tuple[Any, Any, Any]:
+    """Cash, position and cost after a reversal (ENV_SPEC "Trade"): close the position, then
+    open towards ``target`` (non-zero, of the other sign) what the cash pays for, in whole units.
+
+    One statement for arrays (``m = numpy``) and for one env's Python floats
+    (``m =`` :data:`SCALAR_MATH`): the same float64 operations in the same order either way.
+    """
+    close_cost = m.abs(pos) * fill * rate
+    cash_c = cash + pos * fill - close_cost
+    units = m.minimum(
+        m.floor(m.maximum(cash_c - reserve, 0.0) / (fill * (1.0 + rate))), m.abs(target)
+    )
+    new_pos = m.copysign(units, target)
+    open_cost = units * fill * rate
+    return cash_c - new_pos * fill - open_cost, new_pos, close_cost + open_cost
+
+
+# numpy's names for the float functions reversal_trade uses, on Python floats.
+SCALAR_MATH = SimpleNamespace(
+    abs=abs,
+    minimum=min,
+    maximum=max,
+    floor=lambda x: float(math.floor(x)),
+    copysign=math.copysign,
+)
+
+
 def _trade(p: Any, target, rate, fill, cash, pos, reserve):
     """Cash, position and cost after trading towards ``target`` units (ENV_SPEC "Trade")."""
     # Towards the target; buys may not spend the reserve: they are cut to whole affordable units.
@@ -156,17 +187,10 @@ def _trade(p: Any, target, rate, fill, cash, pos, reserve):
     # A reversal (long to short or back) closes first, then opens what the cash pays for.
     reversal = ((pos > 0.0) & (target < 0.0)) | ((pos < 0.0) & (target > 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
-        close_cost = np.abs(pos) * fill * rate
-        cash_c = cash + pos * fill - close_cost
-        units = np.minimum(
-            np.floor(np.maximum(cash_c - reserve, 0.0) / (fill * (1.0 + rate))), np.abs(target)
-        )
-        new_pos = np.copysign(units, target)
-        open_cost = units * fill * rate
-        cash_r = cash_c - new_pos * fill - open_cost
+        cash_r, new_pos, cost_r = reversal_trade(np, pos, target, cash, fill, rate, reserve)
     cash1 = np.where(reversal, cash_r, cash1)
     pos1 = np.where(reversal, new_pos, pos1)
-    cost = np.where(reversal, close_cost + open_cost, cost)
+    cost = np.where(reversal, cost_r, cost)
     return cash1, pos1, cost, reversal
 
 

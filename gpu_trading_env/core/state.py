@@ -92,99 +92,94 @@ class StepOutputs:
     episode_length: Any  # int32, length of the episode that ended this step (else 0)
 
 
-def output_layout(
-    num_envs: int, obs_dim: int
-) -> tuple[tuple[tuple[str, Any, tuple[int, ...], int], ...], int]:
-    """Where each :class:`StepOutputs` array lies in one byte block: ``((name, dtype, shape,
-    byte offset), ...), total bytes``. Offsets are 16-byte aligned; ``final_obs`` comes last.
+Layout = tuple[tuple[str, Any, tuple[int, ...], int], ...]
+"""Where the arrays of a :class:`StepOutputs` lie in one byte block: ``(name, dtype, shape,
+byte offset)`` per array."""
 
-    One block per output set lets a step's outputs be copied whole (one ``memcpy`` or one device
-    copy) when the env hands out arrays the caller owns.
+
+@functools.lru_cache(maxsize=64)
+def output_layout(num_envs: int, obs_dim: int, final_obs: bool = True) -> tuple[Layout, int]:
+    """Where each :class:`StepOutputs` array lies in one byte block: ``(layout, total bytes)``.
+
+    Arrays are packed by decreasing item size (float64, float32, int32, bool, int8), so each
+    starts at a multiple of its own item size with no gaps: the block splits into its arrays
+    by byte counts alone (one ``split`` call for torch). ``final_obs=False`` leaves
+    ``final_obs`` out (the step returns it in SAME_STEP mode only).
     """
     n = num_envs
     specs = (
+        ("portfolio_value", np.float64, (n,)),
+        ("position", np.float64, (n,)),
         ("obs", np.float32, (n, obs_dim)),
+        ("final_obs", np.float32, (n, obs_dim)),
         ("reward", np.float32, (n,)),
+        ("components", np.float32, (n, len(COMPONENT_NAMES))),
+        ("episode_return", np.float32, (n,)),
+        ("episode_length", np.int32, (n,)),
         ("terminated", np.bool_, (n,)),
         ("truncated", np.bool_, (n,)),
         ("done", np.bool_, (n,)),
-        ("components", np.float32, (n, len(COMPONENT_NAMES))),
-        ("portfolio_value", np.float64, (n,)),
-        ("position", np.float64, (n,)),
         ("barrier_label", np.int8, (n,)),
-        ("episode_return", np.float32, (n,)),
-        ("episode_length", np.int32, (n,)),
-        # Last, so that modes without final_obs copy the block up to its offset only.
-        ("final_obs", np.float32, (n, obs_dim)),
     )
     layout = []
     offset = 0
     for name, dtype, shape in specs:
+        if name == "final_obs" and not final_obs:
+            continue
         layout.append((name, np.dtype(dtype), shape, offset))
-        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-        offset += (nbytes + 15) // 16 * 16
+        offset += math.prod(shape) * np.dtype(dtype).itemsize
     return tuple(layout), max(offset, 16)
 
 
-def outputs_from_block(
-    block: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]
-) -> StepOutputs:
-    """:class:`StepOutputs` of views into ``block`` (uint8, NumPy, CuPy or torch)."""
+def outputs_from_block(block: Any, layout: Layout) -> StepOutputs:
+    """:class:`StepOutputs` of views into ``block`` (uint8, NumPy, CuPy or torch); ``layout``
+    must hold every field."""
     return StepOutputs(**block_views(block, layout))
 
 
 @functools.lru_cache(maxsize=64)
-def _view_plan(
-    layout: tuple[tuple[str, Any, tuple[int, ...], int], ...],
-) -> tuple[tuple[str, Any, tuple[int, ...], tuple[int, ...], int, int], ...]:
-    """Per field of ``layout``: name, dtype, shape, element strides, byte offset, byte end."""
-    plan = []
+def _split_plan(
+    layout: Layout, nbytes: int
+) -> tuple[tuple[int, ...], tuple[tuple[str, str, tuple[int, ...] | None], ...]]:
+    """Byte counts that split a block of ``nbytes`` into the arrays of ``layout`` (and a tail),
+    and per array: name, dtype char, and the shape to view it as (None when 1-D)."""
+    sizes, fields = [], []
+    end = 0
     for name, dtype, shape, offset in layout:
-        strides = tuple(math.prod(shape[k + 1 :]) for k in range(len(shape)))
-        plan.append(
-            (name, dtype, shape, strides, offset, offset + math.prod(shape) * dtype.itemsize)
-        )
-    return tuple(plan)
+        assert offset == end, "output_layout packs arrays without gaps"
+        end = offset + math.prod(shape) * dtype.itemsize
+        sizes.append(end - offset)
+        fields.append((name, dtype.char, shape if len(shape) > 1 else None))
+    if nbytes > end:
+        sizes.append(nbytes - end)
+    return tuple(sizes), tuple(fields)
 
 
-def block_views(
-    block: Any, layout: tuple[tuple[str, Any, tuple[int, ...], int], ...]
-) -> dict[str, Any]:
-    """``{name: view}`` of the arrays of ``layout`` that lie within ``block`` (a prefix of a
-    full block holds the leading fields only).
+def block_views(block: Any, layout: Layout) -> dict[str, Any]:
+    """``{name: view}`` of the arrays of ``layout`` in ``block`` (uint8, NumPy, CuPy or torch).
 
-    This runs on every owned-output step, so it makes one view per field (NumPy: an ndarray
-    over the block's buffer; torch: one strided view of the block reinterpreted once per
-    dtype) from a plan computed once per layout.
+    This runs on every owned-output step: NumPy makes one ndarray per array over the block's
+    buffer; torch one ``split`` of the block and one dtype view per array (plus a shape view
+    for the 2-D ones), with no Python loop over bytes or dtypes.
     """
-    size = int(block.shape[0])
-    plan = _view_plan(layout)
     if isinstance(block, np.ndarray):
         return {
             name: np.ndarray(shape, dtype, buffer=block, offset=offset)
-            for name, dtype, shape, _, offset, end in plan
-            if end <= size
+            for name, dtype, shape, offset in layout
         }
-    arrays = {}
-    if not hasattr(block, "data_ptr"):  # CuPy
-        for name, dtype, shape, _, offset, end in plan:
-            if end <= size:
-                arrays[name] = block[offset:end].view(dtype).reshape(shape)
-        return arrays
-    import torch
+    sizes, fields = _split_plan(layout, int(block.shape[0]))
+    if hasattr(block, "data_ptr"):  # torch
+        import torch
 
-    typed: dict[str, Any] = {}
-    for name, dtype, shape, strides, offset, end in plan:
-        if end > size:
-            continue
-        flat = typed.get(dtype.char)
-        if flat is None:
-            whole = size - size % dtype.itemsize
-            flat = typed[dtype.char] = block[:whole].view(_TORCH_DTYPES[dtype.char](torch))
-        arrays[name] = flat.as_strided(
-            shape, strides, flat.storage_offset() + offset // dtype.itemsize
-        )
-    return arrays
+        arrays = {}
+        for part, (name, char, shape) in zip(block.split(sizes), fields, strict=False):
+            view = part.view(_TORCH_DTYPES[char](torch))
+            arrays[name] = view if shape is None else view.view(shape)
+        return arrays
+    return {  # CuPy
+        name: block[offset : offset + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+        for name, dtype, shape, offset in layout
+    }
 
 
 _TORCH_DTYPES = {
@@ -197,8 +192,7 @@ _TORCH_DTYPES = {
 
 
 def allocate_outputs(xp: Any, num_envs: int, obs_dim: int) -> StepOutputs:
-    """Zeroed outputs for ``num_envs`` envs, all views of one block (see :func:`output_layout`),
-    which :func:`outputs_block` returns."""
+    """Zeroed outputs for ``num_envs`` envs, all views of one block (see :func:`output_layout`)."""
     layout, nbytes = output_layout(num_envs, obs_dim)
     block = xp.zeros(nbytes, dtype=xp.uint8)
     out = outputs_from_block(block, layout)
@@ -207,7 +201,7 @@ def allocate_outputs(xp: Any, num_envs: int, obs_dim: int) -> StepOutputs:
     return out
 
 
-def outputs_block(out: StepOutputs) -> tuple[Any, Any] | None:
+def outputs_block(out: StepOutputs) -> tuple[Any, Layout] | None:
     """``(uint8 block, layout)`` behind outputs made by :func:`allocate_outputs`, else None."""
     return getattr(out, "_block", None)
 

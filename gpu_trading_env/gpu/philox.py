@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-_M0 = np.uint64(0xD2511F53)
-_M1 = np.uint64(0xCD9E8D57)
-_W0 = np.uint32(0x9E3779B9)
-_W1 = np.uint32(0xBB67AE85)
 _MASK32 = np.uint64(0xFFFFFFFF)
+# Per round: the multipliers of [c0, c2] and the key increments of [k0, k1].
+_FACTORS = np.array([0xD2511F53, 0xCD9E8D57], dtype=np.uint64)
+_BUMP = np.array([0x9E3779B9, 0xBB67AE85], dtype=np.uint64)
 _SHIFT32 = np.uint64(32)
 
 # Counter word 3 names the purpose of a draw, so streams for different uses never overlap.
@@ -22,27 +21,47 @@ STREAM_START_BAR = 0x5354  # "ST": episode start bars in the env
 STREAM_PER_SAMPLE = 0x5052  # "PR": stratified draws of the prioritized replay buffer
 
 
+def _word_pair(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """uint64 [2, *shape] holding the uint32 words ``a`` and ``b`` broadcast to ``shape``."""
+    pair = np.empty((2, *shape), dtype=np.uint64)
+    pair[0] = a
+    pair[1] = b
+    return pair
+
+
 def philox4x32(
     c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: np.ndarray, k1: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Ten Philox rounds over broadcastable uint32 arrays; returns four uint32 arrays."""
-    c0, c1, c2, c3, k0, k1 = (np.asarray(x, dtype=np.uint32) for x in (c0, c1, c2, c3, k0, k1))
-    c0, c1, c2, c3, k0, k1 = np.broadcast_arrays(c0, c1, c2, c3, k0, k1)
-    k0 = k0.copy()
-    k1 = k1.copy()
-    with np.errstate(over="ignore"):
-        for r in range(10):
-            p0 = c0.astype(np.uint64) * _M0
-            p1 = c2.astype(np.uint64) * _M1
-            hi0 = (p0 >> _SHIFT32).astype(np.uint32)
-            lo0 = (p0 & _MASK32).astype(np.uint32)
-            hi1 = (p1 >> _SHIFT32).astype(np.uint32)
-            lo1 = (p1 & _MASK32).astype(np.uint32)
-            c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-            if r < 9:
-                k0 = k0 + _W0
-                k1 = k1 + _W1
-    return c0, c1, c2, c3
+    """Ten Philox rounds over broadcastable uint32 arrays; returns four uint32 arrays.
+
+    The words travel in uint64 pairs, ``[c0, c2]`` (the multiplied words) and ``[c1, c3]``, so
+    a round is five array operations: the two products, their high halves XORed with the other
+    pair and the round keys, and their low halves, whatever the batch size.
+    """
+    words = [np.asarray(x, dtype=np.uint32) for x in (c0, c1, c2, c3, k0, k1)]
+    shape = np.broadcast_shapes(*(w.shape for w in words))
+    mul = _word_pair(words[0], words[2], shape)
+    other = _word_pair(words[1], words[3], shape)
+    key_shape = np.broadcast_shapes(words[4].shape, words[5].shape)
+    key = _word_pair(words[4], words[5], key_shape)
+    key = key.reshape((2,) + (1,) * (len(shape) - len(key_shape)) + key_shape)
+    bump = _BUMP.reshape((2,) + (1,) * len(shape))
+    factors = _FACTORS.reshape((2,) + (1,) * len(shape))
+    # Round key r: (k0 + r*W0, k1 + r*W1) mod 2**32, all ten in one array.
+    rounds = np.arange(10, dtype=np.uint64).reshape((10,) + (1,) * key.ndim)
+    round_keys = (key + rounds * bump) & _MASK32
+    for round_key in round_keys:
+        p = mul * factors  # [c0 * M0, c2 * M1], each below 2**64
+        mul = (p >> _SHIFT32)[::-1]  # [hi1, hi0]
+        mul ^= other
+        mul ^= round_key  # [hi1 ^ c1 ^ k0, hi0 ^ c3 ^ k1]: the new c0 and c2
+        other = (p & _MASK32)[::-1]  # [lo1, lo0]: the new c1 and c3
+    return (
+        mul[0].astype(np.uint32),
+        other[0].astype(np.uint32),
+        mul[1].astype(np.uint32),
+        other[1].astype(np.uint32),
+    )
 
 
 def split_u64(x: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
