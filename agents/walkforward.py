@@ -43,6 +43,7 @@ __all__ = [
     "TrainSettings",
     "greedy_batch_policy",
     "greedy_policy",
+    "has_known_rule",
     "random_policy",
     "train_selected",
     "walk_forward",
@@ -133,9 +134,14 @@ def random_policy(n_actions: int, seed: int) -> Callable[[np.ndarray, int], np.n
     return policy
 
 
+def has_known_rule(data: MarketData) -> bool:
+    """Whether ``data`` is the planted synthetic market, whose best rule is known."""
+    return "rule_expected_return" in data.metadata
+
+
 def known_rule(data: MarketData, config: EnvConfig) -> BacktestResult | None:
     """The planted rule's backtest on ``data``, or None if the data is not the planted market."""
-    if "rule_expected_return" not in data.metadata:
+    if not has_known_rule(data):
         return None
     from gpu_trading_env.data.synthetic import planted_rule_exposure
 

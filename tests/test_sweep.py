@@ -90,7 +90,7 @@ def test_launcher_and_report_with_a_failed_run(tmp_path: Path, monkeypatch) -> N
         (["--grid", "batch-size=many"], "argument --batch-size: 'many' is not an integer"),
         (["--devices", "gpu"], "--devices 'gpu' is invalid: allowed is auto, or any of cpu"),
         (["--devices", "cpu", "cpu"], "--devices cpu is given twice"),
-        (["--runs-per-device", "0"], "--runs-per-device 0 is invalid: allowed is an integer >= 1"),
+        (["--runs-per-device", "0"], "--runs-per-device 0 is invalid: allowed is 1 to 256"),
         (["--seeds", "1", "1"], "--seeds [1, 1] is invalid: a seed is repeated"),
         (["--", "--seed", "3"], "train option '--seed' is invalid here"),
         (["--", "--device=cpu"], "train option '--device=cpu' is invalid here"),

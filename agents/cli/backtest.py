@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ def evaluated_instrument(args: argparse.Namespace) -> tuple[Any, Any, float]:
     """``(data, part, bars per year)``: the data, the evaluated bars of ``--instrument``."""
     data = load_data(args)
     part = evaluated_part(data, args.train_fraction).instrument(args.instrument or 0)
-    return data, part, per_year_of(args, data)
+    return data, part, per_year_of(args, part)
 
 
 def backtest_report(
@@ -41,7 +42,20 @@ def backtest_report(
 
     out = Path(args.out) if args.out else default_out(args.command)
     result = backtest(policy, part, args.config, per_year=per_year)
-    single_report(out, result, data, args, args.config, per_year, title, extra, rule=rule)
+    what = "every bar" if args.train_fraction == 0.0 else f"the last {1 - args.train_fraction:.0%}"
+    single_report(
+        out,
+        result,
+        data,
+        args,
+        args.config,
+        per_year,
+        title,
+        extra,
+        rule=rule,
+        heading=f"{title}, backtest of {what} of the bars",
+        evaluated=part,
+    )
     return 0
 
 
@@ -50,7 +64,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agents.walkforward import greedy_policy, known_rule
 
     data, part, per_year = evaluated_instrument(args)
-    model = GpuDQN.load(args.model, device="cpu")
+    try:
+        model = GpuDQN.load(args.model, device="cpu")
+    except (ValueError, KeyError, zipfile.BadZipFile) as exc:
+        # SB3 reports a file that is not its zip archive (or one without a policy) this way.
+        raise UsageError(
+            f"--model {args.model}: not a model saved by train ({str(exc).splitlines()[0]})"
+        ) from None
     if model.observation_space.shape != (part.n_features + 3,):
         raise UsageError(
             f"--model {args.model} expects {model.observation_space.shape[0]} observation "
@@ -70,10 +90,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
+    from agents.walkforward import has_known_rule
     from gpu_trading_env.reports.backtest import exposure_policy
 
     data, part, per_year = evaluated_instrument(args)
-    if args.rule == "planted":
+    rule = args.rule
+    if rule is None:
+        # Only the planted market has a rule known to work; on real bars, the rule a newcomer
+        # can judge anything against is holding the instrument.
+        rule = "planted" if has_known_rule(part) else "buy_and_hold"
+    if rule == "planted":
+        if not has_known_rule(part):
+            raise UsageError(
+                "--rule planted: this data has no planted rule (only the built-in synthetic "
+                "market has one); pass --rule buy_and_hold"
+            )
         from gpu_trading_env.data.synthetic import planted_rule_exposure
 
         exposure = args.exposure * planted_rule_exposure(part)
@@ -85,6 +116,6 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         part,
         per_year,
         exposure_policy(exposure, args.config),
-        f"rule '{args.rule}'",
-        {"rule": args.rule, "exposure": args.exposure},
+        f"rule {rule}",
+        {"rule": rule, "exposure": args.exposure},
     )

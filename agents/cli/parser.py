@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from agents.cli.backtest import cmd_backtest, cmd_eval
 from agents.cli.bench import cmd_bench
@@ -19,7 +19,16 @@ DESCRIPTION = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (argparse prints the usage block too), exit code 2."""
+    """Usage errors as one line on stderr (argparse prints the usage block too), exit code 2.
+
+    Options are never abbreviated: with argparse's prefix matching the typo ``--timestep 1000``
+    would silently set ``--timesteps``, and a later option sharing the prefix would change what
+    an old command line means.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -165,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     env_options(t, 0.8, "fraction of the bars to train on; the rest is out of sample")
     train_options(t, "env steps (default: 200,000 on CPU, 4,000,000 on GPU)")
     t.add_argument("--seed", type=_int, default=0, help="random seed")
+    t.add_argument(
+        "--instrument",
+        default=None,
+        help="train and evaluate on this instrument alone (default: train on every instrument "
+        "of the data, evaluate on the first)",
+    )
     t.set_defaults(func=cmd_train)
 
     w = sub.add_parser(
@@ -211,8 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--rule",
         choices=["planted", "buy_and_hold"],
-        default="planted",
-        help="planted: the synthetic market's known rule; buy_and_hold: a constant exposure",
+        default=None,
+        help="planted: the synthetic market's known rule (only the built-in market has one); "
+        "buy_and_hold: a constant exposure (default: planted on the built-in market, "
+        "buy_and_hold on --data files)",
     )
     b.add_argument("--exposure", type=float, default=1.0, help="exposure of the rule, in [-1, 1]")
     b.add_argument("--instrument", default=None, help="instrument to use (default: the first)")

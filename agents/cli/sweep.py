@@ -122,10 +122,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
     if len(set(args.seeds)) != len(args.seeds):
         raise UsageError(f"--seeds {args.seeds} is invalid: a seed is repeated")
-    if args.runs_per_device < 1:
-        raise UsageError(
-            f"--runs-per-device {args.runs_per_device} is invalid: allowed is an integer >= 1"
-        )
     out = Path(args.out) if args.out else default_out("sweep")
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out}: the folder exists and is not empty; pass a new one")

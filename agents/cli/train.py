@@ -56,10 +56,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agents.walkforward import known_rule, train_selected
 
     data = load_data(args)
+    used = data if args.instrument is None else data.instrument(args.instrument)
     train_data, test_data = split_data(
-        data, args.train_fraction, "pass a fraction that leaves bars on both sides"
+        used, args.train_fraction, "pass a fraction that leaves bars on both sides"
     )
-    per_year = per_year_of(args, data)
+    # Training steps through every instrument of `used`; the report is of the first alone.
+    evaluated = test_data.instrument(0)
+    per_year = per_year_of(args, evaluated)
+    instruments = {
+        "trained": list(train_data.instruments),
+        "evaluated": evaluated.instruments[0],
+    }
+    if len(instruments["trained"]) > 1:
+        print(
+            f"training on {len(instruments['trained'])} instruments "
+            f"({', '.join(instruments['trained'])}); evaluating on {instruments['evaluated']} "
+            "(--instrument NAME trains and evaluates one)"
+        )
     settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
     out = Path(args.out) if args.out else default_out("train")
     out.mkdir(parents=True, exist_ok=True)
@@ -67,7 +80,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         settings.tensorboard_log = str(out / "tensorboard")
     run = train_selected(
         train_data,
-        test_data.instrument(0),
+        evaluated,
         args.config,
         settings,
         seed=args.seed,
@@ -81,11 +94,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         "train_seconds": run["train_seconds"],
         "env_steps_per_second": run["timesteps"] / run["train_seconds"],
         "seed": args.seed,
+        "instruments": instruments,
         "model_selection": "best validation Sharpe (last "
         f"{settings.val_fraction:.0%} of the training bars), at step {run['selected_step']}",
         "last_model_strategy": run["last_test"].strategy.to_dict(),
     }
-    rule = known_rule(test_data.instrument(0), args.config)
+    rule = known_rule(evaluated, args.config)
     if rule is not None:
         rule_return = rule.strategy.total_return
         # The agent's out-of-sample total return as a fraction of the known rule's.
@@ -103,6 +117,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra,
         rule=rule,
         learning=run,
+        evaluated=evaluated,
+        trained=instruments["trained"],
     )
     if settings.tensorboard_log is None:
         print(
