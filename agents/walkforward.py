@@ -20,6 +20,7 @@ synthetic planted data the known rule.
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -71,7 +72,7 @@ class TrainSettings:
     curiosity: bool = False
     train_precision: str = "auto"  # the captured GPU train step's matrix products
     verbose: int = 0
-    progress_bar: bool = False
+    progress_bar: bool = False  # a bar on a terminal, else a plain line every 10 s
     tensorboard_log: str | None = None
 
 
@@ -240,6 +241,13 @@ def train_selected(
             return True
 
     cb = Evaluate()
+    callbacks: list[BaseCallback] = [cb]
+    # SB3's bar redraws a terminal line: piped or logged, it shows nothing until the end.
+    bar = settings.progress_bar and sys.stdout.isatty()
+    if settings.progress_bar and not bar:
+        from agents.progress import ProgressLines
+
+        callbacks.append(ProgressLines(steps))
     # SB3 dumps its logs every log_interval episodes; thousands of envs end episodes every
     # vector step, so the default (4) dumps the table and a TensorBoard event every step. About
     # 100 dumps per run are enough for the curves (their cost per dump was not measured).
@@ -248,9 +256,9 @@ def train_selected(
     t0 = time.perf_counter()
     model.learn(
         total_timesteps=steps,
-        callback=cb,
+        callback=callbacks,
         log_interval=log_interval,
-        progress_bar=settings.progress_bar,
+        progress_bar=bar,
         tb_log_name="GpuDQN",
     )
     wall = time.perf_counter() - t0

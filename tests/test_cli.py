@@ -346,3 +346,46 @@ def test_train_says_which_instruments_trained_and_which_was_evaluated(in_tmp, ca
     m = json.loads((in_tmp / "one" / "metrics.json").read_text())
     assert m["instruments"] == {"trained": ["BBB"], "evaluated": "BBB"}
     assert m["bars_per_year"] == pytest.approx(8766, rel=0.01)
+
+
+def test_progress_lines_for_output_that_is_not_a_terminal():
+    """Piped output gets a plain line every interval: steps, rate and time left; and a last
+    line at the end."""
+    import io
+
+    from agents.progress import ProgressLines
+
+    now = [0.0]
+    stream = io.StringIO()
+    cb = ProgressLines(200_000, every_seconds=10.0, stream=stream, clock=lambda: now[0])
+    cb._on_training_start()
+    for steps, t in ((16_000, 5.0), (20_000, 10.0), (30_000, 15.0), (40_000, 20.0)):
+        cb.num_timesteps, now[0] = steps, t
+        cb._on_step()
+    cb._on_training_end()
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "train: 20,000/200,000 env steps (10%), 2,000 steps/s, about 1 min 30 s left",
+        "train: 40,000/200,000 env steps (20%), 2,000 steps/s, about 1 min 20 s left",
+        "train: 40,000 env steps in 20 s",
+    ]
+    with pytest.raises(ValueError, match="total = 0 is invalid"):
+        ProgressLines(0)
+
+
+def test_cpu_training_defaults_to_one_torch_thread(monkeypatch, capsys):
+    """The CPU defaults' small batches run on one torch thread unless --torch-threads says
+    otherwise; a budget far above the defaults warns with the expected wall time."""
+    import torch
+
+    from agents.cli.train import CPU_TORCH_THREADS, train_settings
+
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    parser = cli.build_parser()
+    train_settings(parser.parse_args(["train", "--device", "cpu"]), "cpu", 200_000)
+    train_settings(parser.parse_args(["train", "--torch-threads", "2"]), "cpu", 200_000)
+    assert calls == [CPU_TORCH_THREADS, 2] and CPU_TORCH_THREADS == 1
+    assert capsys.readouterr().err == ""
+    train_settings(parser.parse_args(["train", "--timesteps", "100_000_000"]), "cpu", 1)
+    assert "warning: --timesteps 100,000,000 on cpu: expect about 18 h" in capsys.readouterr().err

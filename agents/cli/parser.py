@@ -9,7 +9,13 @@ from agents.cli.backtest import cmd_backtest, cmd_eval
 from agents.cli.bench import cmd_bench
 from agents.cli.options import DEBUG_HELP, PROG
 from agents.cli.sweep import cmd_sweep
-from agents.cli.train import cmd_train
+from agents.cli.train import (
+    CPU_DEFAULTS,
+    CPU_TORCH_THREADS,
+    GPU_DEFAULTS,
+    WALKFORWARD_CPU_TIMESTEPS,
+    cmd_train,
+)
 from agents.cli.walkforward import cmd_walkforward
 
 DESCRIPTION = (
@@ -49,6 +55,11 @@ def _int(text: str) -> int:
         return int(text.replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _by_device(name: str) -> str:
+    """``(default: 16 on the CPU, 4,096 on a GPU)`` from the code's defaults."""
+    return f"(default: {CPU_DEFAULTS[name]:,} on the CPU, {GPU_DEFAULTS[name]:,} on a GPU)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,11 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
         g = p.add_argument_group("training")
         g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
         g.add_argument(
-            "--num-envs", type=_int, default=None, help="parallel envs (default: 16 CPU, 4096 GPU)"
+            "--num-envs", type=_int, default=None, help=f"parallel envs {_by_device('num_envs')}"
         )
         g.add_argument("--timesteps", type=_int, default=None, help=timesteps_help)
         g.add_argument(
-            "--batch-size", type=_int, default=None, help="SGD batch (default: 128 CPU, 4096 GPU)"
+            "--batch-size", type=_int, default=None, help=f"SGD batch {_by_device('batch_size')}"
         )
         g.add_argument("--learning-rate", type=float, default=3e-4, help="Adam step size")
         g.add_argument(
@@ -165,14 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
             "--torch-threads",
             type=_int,
             default=None,
-            help="torch CPU threads (default: torch's; 1 is faster on a busy machine)",
+            help=f"torch's CPU threads (default: {CPU_TORCH_THREADS} with --device cpu, "
+            "faster than more for the CPU defaults' small batches and far faster on a busy "
+            "machine; torch's own count on a GPU)",
         )
 
     t = sub.add_parser(
         "train", help="train GpuDQN on one split and write a report", formatter_class=fmt
     )
     env_options(t, 0.8, "fraction of the bars to train on; the rest is out of sample")
-    train_options(t, "env steps (default: 200,000 on CPU, 4,000,000 on GPU)")
+    train_options(t, f"env steps {_by_device('timesteps')}")
     t.add_argument("--seed", type=_int, default=0, help="random seed")
     t.add_argument(
         "--instrument",
@@ -188,7 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     env_options(w, 0.0, argparse.SUPPRESS)
-    train_options(w, "env steps per fold and seed (default: 50,000 on CPU, 4,000,000 on GPU)")
+    train_options(
+        w,
+        f"env steps per fold and seed (default: {WALKFORWARD_CPU_TIMESTEPS:,} on the CPU, "
+        f"{GPU_DEFAULTS['timesteps']:,} on a GPU)",
+    )
     w.add_argument("--folds", type=_int, default=4, help="number of test windows")
     w.add_argument(
         "--train-bars",

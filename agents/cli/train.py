@@ -6,6 +6,7 @@ The training budgets of ``train`` and ``walkforward`` (:func:`train_settings`) a
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,17 @@ GPU_DEFAULTS = {
 }
 # walkforward trains folds x seeds models: a smaller budget per model on the CPU.
 WALKFORWARD_CPU_TIMESTEPS = 50_000
+# Torch's intra-op threads on the CPU. The CPU defaults' gradient step (a 256-256 dueling MLP,
+# batch 128) is too small to split: one thread is faster than two on a quiet 2-core machine
+# (1,574 against 1,278 env-steps/s) and 6.7 times faster with other jobs on the cores
+# (docs/PERFORMANCE.md, "Torch threads on the CPU").
+CPU_TORCH_THREADS = 1
+# Env steps a second of a training run, for the expected wall time of a large --timesteps:
+# the CPU defaults on 2 cores with one torch thread, and the GPU defaults on an H200
+# (docs/PERFORMANCE.md). A machine of another kind differs; the figure is an order of magnitude.
+TRAIN_RATE = {"cpu": 1_500.0, "gpu": 1.0e7}
+# Runs expected to take longer than this get a warning with the expected wall time.
+WARN_ABOVE_SECONDS = 3600.0
 
 
 def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) -> Any:
@@ -31,12 +43,25 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
     from agents.walkforward import TrainSettings
 
     defaults = GPU_DEFAULTS if device != "cpu" else CPU_DEFAULTS
-    if args.torch_threads is not None:
+    threads = args.torch_threads or (CPU_TORCH_THREADS if device == "cpu" else None)
+    if threads is not None:
         import torch
 
-        torch.set_num_threads(args.torch_threads)
+        torch.set_num_threads(threads)
+    timesteps = args.timesteps or (defaults["timesteps"] if device != "cpu" else timesteps_cpu)
+    rate = TRAIN_RATE["cpu" if device == "cpu" else "gpu"]
+    seconds = timesteps / rate
+    if seconds > WARN_ABOVE_SECONDS:
+        from agents.progress import format_seconds
+
+        print(
+            f"warning: --timesteps {timesteps:,} on {device}: expect about "
+            f"{format_seconds(seconds)} of training (about {rate:,.0f} env steps/s with the "
+            "defaults, docs/PERFORMANCE.md); Ctrl-C stops it",
+            file=sys.stderr,
+        )
     return TrainSettings(
-        timesteps=args.timesteps or (defaults["timesteps"] if device != "cpu" else timesteps_cpu),
+        timesteps=timesteps,
         num_envs=args.num_envs or defaults["num_envs"],
         batch_size=args.batch_size or defaults["batch_size"],
         buffer_size=defaults["buffer_size"],
