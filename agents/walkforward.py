@@ -164,9 +164,9 @@ def train_selected(
     """Train on ``train`` minus its validation tail; keep the weights best on validation.
 
     :param init_from: a policy ``state_dict`` to start from (warm start), or None.
-    :returns: ``{"model", "test": BacktestResult, "last_test": BacktestResult, "curve",
-        "evals", "selected_step", "train_seconds", "timesteps"}``; ``model`` holds the kept
-        weights.
+    :returns: ``{"model", "test": BacktestResult, "last_test": BacktestResult, "validation":
+        BacktestResult (the kept weights on the validation window), "curve", "evals",
+        "selected_step", "train_seconds", "timesteps"}``; ``model`` holds the kept weights.
     """
     import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
@@ -286,6 +286,7 @@ def train_selected(
         "evals": evals,
         "selected_step": evals["timesteps"][best],
         "validation_sharpe": evals["validation"][best],
+        "validation": val_runs[best],
         "train_seconds": wall,
         "timesteps": int(model.num_timesteps),
     }

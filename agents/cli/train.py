@@ -12,7 +12,7 @@ from typing import Any
 
 from agents.cli.data import load_data, per_year_of, split_data
 from agents.cli.options import default_out, tensorboard_installed
-from agents.cli.report import single_report
+from agents.cli.report import describe_data, single_report
 
 # Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
 CPU_DEFAULTS = {"num_envs": 16, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
@@ -123,6 +123,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         "model_selection": "best validation Sharpe (last "
         f"{settings.val_fraction:.0%} of the training bars), at step {run['selected_step']}",
         "last_model_strategy": run["last_test"].strategy.to_dict(),
+        # What chose the model: its figures on the validation window (the sweep ranks on them).
+        "validation": {
+            **run["validation"].to_dict(),
+            "bars": int(run["validation"].strategy.n_bars),
+            "start": str(run["validation"].timestamps[0])[:10],
+            "end": str(run["validation"].timestamps[-1])[:10],
+        },
+        "data": describe_data(data),
+        "order_cost_bps": args.config.order_cost_bps,
     }
     rule = known_rule(evaluated, args.config)
     if rule is not None:
