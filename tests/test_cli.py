@@ -389,3 +389,38 @@ def test_cpu_training_defaults_to_one_torch_thread(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
     train_settings(parser.parse_args(["train", "--timesteps", "100_000_000"]), "cpu", 1)
     assert "warning: --timesteps 100,000,000 on cpu: expect about 18 h" in capsys.readouterr().err
+
+
+def test_missing_volume_names_the_fill_option_and_the_option_fills_it(in_tmp, capsys):
+    path = _csv(in_tmp / "FX.csv", n=WARMUP_BARS + 300)
+    df = pd.read_csv(path)
+    df.loc[[10, 200], "Volume"] = np.nan
+    df.to_csv(path, index=False)
+    _fails(
+        capsys,
+        ["backtest", "--data", "FX.csv", "--out", "r"],
+        "FX.csv, line 12, column 'Volume': no value",
+        "--fill-volume 0",
+    )
+    _fails(capsys, ["backtest", "--data", "FX.csv", "--fill-volume", "-1"], "--fill-volume -1.0")
+    assert cli.main(["backtest", "--data", "FX.csv", "--fill-volume", "0", "--out", "r"]) == 0
+
+
+def test_report_states_data_warmup_and_annualisation_in_words(in_tmp, capsys):
+    """The report's notes: file name, instrument, bars and dates (no repr, no absolute path),
+    the warm-up bars, the calendar; no column that every row leaves n/a."""
+    from agents.cli.report import results_table
+
+    _csv(in_tmp / "GOOGL.csv", n=WARMUP_BARS + 300)
+    assert cli.main(["backtest", "--data", str(in_tmp / "GOOGL.csv"), "--out", "r"]) == 0
+    page = (in_tmp / "r" / "index.html").read_text()
+    assert "Data: GOOGL.csv; instrument GOOGL: 300 bars, 2016-" in page
+    assert (
+        f"The first {WARMUP_BARS:,} bars of each instrument were used for feature warm-up" in page
+    )
+    assert "MarketData(" not in page and str(in_tmp) not in page
+    assert "inferred from the evaluated instrument" in page
+    m = {"costs_included": True, "total_return": 0.1, "annual_return": 0.05, "sharpe": 1.0}
+    m |= {"sortino": 1.2, "max_drawdown": 0.1}
+    head = results_table([("a", m), ("b", {**m, "turnover": 3.0})])[0]
+    assert "turnover / yr" in head and "hit rate" not in head and "exposure" not in head

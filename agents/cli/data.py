@@ -13,9 +13,10 @@ def load_data(args: argparse.Namespace) -> Any:
     from gpu_trading_env.data.market_data import MarketData
 
     if not args.data:
-        if args.date_format or args.timestamp_unit or args.column:
+        if args.date_format or args.timestamp_unit or args.column or args.fill_volume is not None:
             raise UsageError(
-                "--date-format, --timestamp-unit and --column apply to --data files: pass --data"
+                "--date-format, --timestamp-unit, --column and --fill-volume apply to --data "
+                "files: pass --data"
             )
         data = MarketData.default()
     else:
@@ -39,6 +40,7 @@ def _load_files(args: argparse.Namespace) -> Any:
             time_column=args.time_column,
             symbol_column=args.symbol_column,
             columns={k.lower(): v for k, v in columns.items()},
+            fill_volume=args.fill_volume,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -7,6 +7,7 @@ a bad one raises :class:`UsageError`, which ``main`` prints as one line with exi
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,13 @@ def validate(args: argparse.Namespace) -> None:
         _check(0.0 < args.gamma <= 1.0, "--gamma", args.gamma, "a number in (0, 1]")
     if getattr(args, "exposure", None) is not None:
         _check(-1.0 <= args.exposure <= 1.0, "--exposure", args.exposure, "a number in [-1, 1]")
+    if getattr(args, "fill_volume", None) is not None:
+        _check(
+            math.isfinite(args.fill_volume) and args.fill_volume >= 0,
+            "--fill-volume",
+            args.fill_volume,
+            "a number >= 0",
+        )
     if getattr(args, "bars_per_year", None) is not None:
         _check(args.bars_per_year > 0, "--bars-per-year", args.bars_per_year, "a number > 0")
     for pair in getattr(args, "column", None) or []:

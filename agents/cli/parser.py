@@ -108,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="the file's column for an OHLCV field, e.g. --column 'close=Adj Close' (repeat)",
         )
         g.add_argument(
+            "--fill-volume",
+            type=float,
+            default=None,
+            metavar="V",
+            help="volume of bars whose volume is missing, e.g. 0 for FX or index files "
+            "(default: refuse a file with a missing volume, naming its line)",
+        )
+        g.add_argument(
             "--bars-per-year",
             type=float,
             default=None,

@@ -26,6 +26,8 @@ def summary_lines(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def results_table(rows: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+    """The report's table: a header row, then one row per series; columns no series has
+    (all n/a) are left out."""
     head = [
         "series",
         "costs in",
@@ -60,7 +62,10 @@ def results_table(rows: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
                 "n/a" if m.get("hit_rate") is None else f"{m['hit_rate']:.1%}",
             ]
         )
-    return out
+    # A column no row has (the stitched walk-forward curves carry no trades) is left out
+    # rather than shown as a column of n/a.
+    keep = [j for j in range(len(head)) if any(row[j] != "n/a" for row in out[1:])]
+    return [[row[j] for j in keep] for row in out]
 
 
 def _span(md: Any) -> str:
@@ -128,8 +133,9 @@ def report_notes(
             "buy-and-hold beside them, not with real returns."
         )
     notes += [
-        f"Costs are in every curve marked 'costs in': {config.order_cost_bps} bps of traded "
-        "notional per order type; buy-and-hold pays the market order's cost to buy and to sell.",
+        "Costs are in every curve marked 'costs in': "
+        f"{', '.join(f'{c:g}' for c in config.order_cost_bps)} bps of traded notional per "
+        "order type; buy-and-hold pays the market order's cost to buy and to sell.",
         "Returns and drawdowns are fractions of the starting value; Sharpe and Sortino are "
         "annualised with a zero risk-free rate.",
     ]
