@@ -42,7 +42,11 @@ def backtest_report(
 
     out = Path(args.out) if args.out else default_out(args.command)
     result = backtest(policy, part, args.config, per_year=per_year)
-    what = "every bar" if args.train_fraction == 0.0 else f"the last {1 - args.train_fraction:.0%}"
+    what = (
+        "every bar"
+        if args.train_fraction == 0.0
+        else f"the last {1 - args.train_fraction:.0%} of the bars"
+    )
     single_report(
         out,
         result,
@@ -53,7 +57,7 @@ def backtest_report(
         title,
         extra,
         rule=rule,
-        heading=f"{title}, backtest of {what} of the bars",
+        heading=f"{title} on {what}",
         evaluated=part,
     )
     return 0
