@@ -33,7 +33,8 @@ WALKFORWARD_CPU_TIMESTEPS = 50_000
 # (docs/PERFORMANCE.md, "Torch threads on the CPU").
 CPU_TORCH_THREADS = 1
 # Env steps a second of a training run, for the expected wall time of a large --timesteps:
-# the CPU defaults on 2 cores with one torch thread, and the GPU defaults on an H200
+# 16 envs on 2 cores with one torch thread (24, the default, are somewhat faster), and the GPU
+# defaults on an H200
 # (docs/PERFORMANCE.md). A machine of another kind differs; the figure is an order of magnitude.
 TRAIN_RATE = {"cpu": 1_500.0, "gpu": 1.0e7}
 # Runs expected to take longer than this get a warning with the expected wall time.
