@@ -424,3 +424,17 @@ def test_report_states_data_warmup_and_annualisation_in_words(in_tmp, capsys):
     m |= {"sortino": 1.2, "max_drawdown": 0.1}
     head = results_table([("a", m), ("b", {**m, "turnover": 3.0})])[0]
     assert "turnover / yr" in head and "hit rate" not in head and "exposure" not in head
+
+
+def test_an_argument_error_does_not_import_torch():
+    """The command's module and its parser load without torch and SB3 (seconds on a busy
+    2-core machine), so a mistyped option answers at once."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from agents import cli; cli.build_parser(); "
+        "print(sorted(m for m in ('torch', 'stable_baselines3') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
