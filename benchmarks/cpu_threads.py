@@ -3,7 +3,8 @@
     python benchmarks/cpu_threads.py                 # as the machine is
     python benchmarks/cpu_threads.py --busy 1        # with one other CPU-bound process
 
-``GpuDQN`` with the CLI's CPU defaults (16 envs, batch 128, the 256-256 dueling network) learns
+``GpuDQN`` with the CLI's CPU defaults (``CPU_DEFAULTS``' envs, batch and buffer; the 256-256
+dueling network) learns
 ``--steps`` env steps after its warm-up at each thread count, in turn, ``--repeats`` times; the
 best rate of each is printed (the least disturbed by other work). ``--busy N`` runs N
 processes spinning a core meanwhile, as another job on the machine would.
