@@ -1,14 +1,49 @@
-"""Agents for gpu-trading-env: a GPU prioritized replay buffer for Stable-Baselines3."""
+"""Agents for gpu-trading-env: ``GpuDQN`` and a GPU prioritized replay buffer for
+Stable-Baselines3.
 
-from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
+The names are imported on first use (PEP 562): ``import agents.cli`` for an argument error or
+``--help`` should not pay for torch and SB3 (seconds on a busy 2-core machine).
+"""
 
-__all__ = ["PrioritizedReplayBuffer"]
-from agents.curiosity import CuriosityModel  # noqa: E402
-from agents.gpu_dqn import GpuDQN  # noqa: E402
-from agents.policies import DuelingDQNPolicy  # noqa: E402
-from agents.sb3_per import PrioritizedDQN  # noqa: E402
+from __future__ import annotations
 
-__all__ += ["CuriosityModel", "DuelingDQNPolicy", "GpuDQN", "PrioritizedDQN"]
-from agents.checkpoint import CheckpointEvery  # noqa: E402
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ += ["CheckpointEvery"]
+_EXPORTS = {
+    "PrioritizedReplayBuffer": "agents.replay.prioritized_buffer",
+    "CuriosityModel": "agents.curiosity",
+    "GpuDQN": "agents.gpu_dqn",
+    "DuelingDQNPolicy": "agents.policies",
+    "PrioritizedDQN": "agents.sb3_per",
+    "CheckpointEvery": "agents.checkpoint",
+}
+
+__all__ = [
+    "CheckpointEvery",
+    "CuriosityModel",
+    "DuelingDQNPolicy",
+    "GpuDQN",
+    "PrioritizedDQN",
+    "PrioritizedReplayBuffer",
+]
+
+if TYPE_CHECKING:
+    from agents.checkpoint import CheckpointEvery
+    from agents.curiosity import CuriosityModel
+    from agents.gpu_dqn import GpuDQN
+    from agents.policies import DuelingDQNPolicy
+    from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
+    from agents.sb3_per import PrioritizedDQN
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'agents' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -4,9 +4,14 @@ A sweep is a grid of settings (values of ``train`` options, e.g. ``learning-rate
 3e-4}) times a list of seeds. Each run is its own ``train`` process, with its own folder and
 report, so a run that fails or is killed takes nothing else with it. Runs go to the devices
 given, ``runs_per_device`` at a time on each; a run on ``cuda:N`` sees that GPU alone
-(``CUDA_VISIBLE_DEVICES=N``, ``--device cuda``), as a ``torchrun`` worker would. What a
-setting earned is then the mean and spread over its seeds of the out-of-sample total return
-that each run's ``metrics.json`` gives.
+(``CUDA_VISIBLE_DEVICES=N``, ``--device cuda``), as a ``torchrun`` worker would.
+
+Settings are ranked on the validation window, the window each run chose its model on (the last
+``--val-fraction`` of its training bars): by the mean over seeds of the kept model's validation
+Sharpe. The out-of-sample (test) return is shown beside it and never used to rank: picking the
+setting with the best test return would select on the test data and overstate what the chosen
+setting earns on new data. Every figure is net of costs and beside buy-and-hold with the same
+costs, on the data the runs describe in their ``metrics.json``.
 
 The launcher is the standard library (``subprocess`` and a thread per device slot): the runs are
 independent, so nothing needs ``torchrun``'s rendezvous, and Ray Tune would add a cluster
@@ -206,6 +211,7 @@ def _run_row(r: RunResult) -> dict[str, Any]:
     def number(value: Any) -> float | None:
         return None if value is None else float(value)
 
+    val = m.get("validation", {})
     return {
         "seed": r.run.seed,
         "returncode": r.returncode,
@@ -213,10 +219,28 @@ def _run_row(r: RunResult) -> dict[str, Any]:
         "wall_seconds": r.wall_seconds,
         "out": str(r.run.out),
         "log": str(r.run.log),
+        "validation_sharpe": number(val.get("strategy", {}).get("sharpe")),
+        "validation_return": number(val.get("strategy", {}).get("total_return")),
+        "validation_buy_and_hold": number(val.get("buy_and_hold", {}).get("total_return")),
         "total_return": number(m.get("strategy", {}).get("total_return")),
+        "test_buy_and_hold": number(m.get("buy_and_hold", {}).get("total_return")),
+        "test_costs_paid": number(m.get("strategy", {}).get("costs_paid")),
         "vs_known_rule": number(m.get("agent_return_vs_known_rule")),
         "train_seconds": number(m.get("train_seconds")),
     }
+
+
+# Per-setting statistics over seeds, by run-row key.
+_STATS = (
+    "validation_sharpe",
+    "validation_return",
+    "validation_buy_and_hold",
+    "total_return",
+    "test_buy_and_hold",
+    "test_costs_paid",
+    "vs_known_rule",
+    "train_seconds",
+)
 
 
 def _column(rows: list[dict[str, Any]], key: str) -> list[float]:
@@ -225,8 +249,11 @@ def _column(rows: list[dict[str, Any]], key: str) -> list[float]:
 
 def aggregate(results: Sequence[RunResult]) -> dict[str, Any]:
     """Per setting: the runs, and over the seeds that finished, the mean, sample standard
-    deviation, min and max of the out-of-sample total return (a fraction: 0.5 is +50%), of the
-    return as a multiple of the known rule's (where the data has one) and of training seconds.
+    deviation, min and max of the kept model's validation Sharpe and return, of the
+    out-of-sample (test) total return (fractions: 0.5 is +50%), of buy-and-hold's returns on
+    both windows, of the costs paid, of the return as a multiple of the known rule's (where the
+    data has one) and of training seconds. Settings are ranked (``rank`` 1 first) by mean
+    validation Sharpe; settings with no finished run come last.
     """
     by_setting: dict[tuple[tuple[str, str], ...], list[RunResult]] = {}
     for r in results:
@@ -242,15 +269,26 @@ def aggregate(results: Sequence[RunResult]) -> dict[str, Any]:
                 "runs": rows,
                 "finished": finished,
                 "failed": len(rs) - finished,
-                "total_return": _stats(_column(rows, "total_return")),
-                "vs_known_rule": _stats(_column(rows, "vs_known_rule")),
-                "train_seconds": _stats(_column(rows, "train_seconds")),
+                **{key: _stats(_column(rows, key)) for key in _STATS},
             }
         )
+
+    def rank_key(s: dict[str, Any]) -> float:
+        mean = s["validation_sharpe"]["mean"]
+        return -math.inf if mean is None or math.isnan(mean) else mean
+
+    settings.sort(key=rank_key, reverse=True)  # stable: equal settings keep the grid's order
+    for k, s in enumerate(settings):
+        s["rank"] = k + 1
+    first = next((r.metrics for r in results if r.metrics), {}) or {}
     return {
         "settings": settings,
         "runs": len(results),
         "failed": sum(s["failed"] for s in settings),
+        "ranked_by": "mean validation Sharpe of the kept models (validation window: the last "
+        "--val-fraction of each run's training bars); the test return is shown, not used",
+        "data": first.get("data"),
+        "order_cost_bps": first.get("order_cost_bps"),
     }
 
 
@@ -258,28 +296,61 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+,.1f}%"
 
 
+def _mean_sd(stats: dict[str, float | None], pct: bool) -> str:
+    if stats["mean"] is None:
+        return "-"
+    if pct:
+        return f"{_pct(stats['mean'])} (sd {100 * stats['std']:.1f} pts)"
+    return f"{stats['mean']:.2f} (sd {stats['std']:.2f})"
+
+
 def summary_table(summary: dict[str, Any]) -> str:
-    """The per-setting table as plain text (what the command prints)."""
-    rows = [("setting", "seeds", "OOS return mean", "spread (sd)", "min .. max", "x rule")]
+    """The per-setting table as plain text (what the command prints): ranked on validation,
+    the test window beside, buy-and-hold on both, all net of costs."""
+    rows = [
+        (
+            "rank",
+            "setting",
+            "seeds",
+            "VALIDATION Sharpe",
+            "val. return",
+            "val. buy&hold",
+            "test return",
+            "test buy&hold",
+            "costs paid",
+            "x rule",
+        )
+    ]
     for s in summary["settings"]:
-        r, v = s["total_return"], s["vs_known_rule"]
-        seeds = f"{s['finished']}/{s['finished'] + s['failed']}"
-        rule = "-" if v["mean"] is None else f"{v['mean']:.2f} (sd {v['std']:.2f})"
-        spread = "-" if r["std"] is None else f"{100 * r['std']:.1f} pts"
+        v = s["vs_known_rule"]
         rows.append(
             (
+                str(s["rank"]),
                 s["label"],
-                seeds,
-                _pct(r["mean"]),
-                spread,
-                f"{_pct(r['min'])} .. {_pct(r['max'])}",
-                rule,
+                f"{s['finished']}/{s['finished'] + s['failed']}",
+                _mean_sd(s["validation_sharpe"], pct=False),
+                _pct(s["validation_return"]["mean"]),
+                _pct(s["validation_buy_and_hold"]["mean"]),
+                _mean_sd(s["total_return"], pct=True),
+                _pct(s["test_buy_and_hold"]["mean"]),
+                _pct(s["test_costs_paid"]["mean"]).lstrip("+"),
+                "-" if v["mean"] is None else f"{v['mean']:.2f}",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
-    )
+    table = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    costs = summary.get("order_cost_bps")
+    notes = [
+        f"Ranked by {summary.get('ranked_by', 'mean validation Sharpe')}.",
+        "Means over seeds; every figure is net of costs"
+        + (f" ({', '.join(f'{c:g}' for c in costs)} bps per order type)" if costs else "")
+        + "; buy-and-hold pays the same costs.",
+    ]
+    if summary.get("data"):
+        notes.insert(0, str(summary["data"]))
+    return "\n".join(notes + table)
 
 
 def write_report(summary: dict[str, Any], out: Path) -> dict[str, Path]:
@@ -293,14 +364,19 @@ def write_report(summary: dict[str, Any], out: Path) -> dict[str, Path]:
     with open(paths["csv"], "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(
-            ["setting", "finished", "failed", "return_mean", "return_std", "return_min",
-             "return_max", "vs_rule_mean", "vs_rule_std", "train_seconds_mean"]
+            ["rank", "setting", "finished", "failed", "validation_sharpe_mean",
+             "validation_sharpe_std", "validation_return_mean", "validation_buy_and_hold_mean",
+             "return_mean", "return_std", "return_min", "return_max", "test_buy_and_hold_mean",
+             "test_costs_paid_mean", "vs_rule_mean", "vs_rule_std", "train_seconds_mean"]
         )  # fmt: skip
         for s in summary["settings"]:
             r, v, t = s["total_return"], s["vs_known_rule"], s["train_seconds"]
+            vs = s["validation_sharpe"]
             w.writerow(
-                [s["label"], s["finished"], s["failed"], r["mean"], r["std"], r["min"],
-                 r["max"], v["mean"], v["std"], t["mean"]]
+                [s["rank"], s["label"], s["finished"], s["failed"], vs["mean"], vs["std"],
+                 s["validation_return"]["mean"], s["validation_buy_and_hold"]["mean"],
+                 r["mean"], r["std"], r["min"], r["max"], s["test_buy_and_hold"]["mean"],
+                 s["test_costs_paid"]["mean"], v["mean"], v["std"], t["mean"]]
             )  # fmt: skip
     _plot(summary, paths["png"])
     _html(summary, paths["html"], out)
@@ -308,26 +384,40 @@ def write_report(summary: dict[str, Any], out: Path) -> dict[str, Path]:
 
 
 def _plot(summary: dict[str, Any], path: Path) -> None:
+    """Left: validation Sharpe per setting, the ranking (bar: mean over seeds; whisker: 1 sd;
+    dots: seeds). Right: the out-of-sample return of the same runs, beside, with buy-and-hold."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     settings = summary["settings"]
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * len(settings)))
-    for y, s in enumerate(settings):
-        r = s["total_return"]
-        if r["mean"] is not None:
-            ax.barh(y, 100 * r["mean"], xerr=100 * r["std"], color="#8fb4d8", capsize=4)
-        pts = [run["total_return"] for run in s["runs"] if run["total_return"] is not None]
-        ax.plot([100 * p for p in pts], [y] * len(pts), "o", color="#1f4e79", ms=4)
-    ax.set_yticks(range(len(settings)), [s["label"] for s in settings])
-    ax.invert_yaxis()
-    ax.axvline(0, color="grey", lw=0.8)
-    ax.set_xlabel(
-        "out-of-sample total return, % (bar: mean over seeds; whisker: 1 sd; dots: seeds)"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 1.4 + 0.5 * len(settings)), sharey=True)
+    panels = (
+        (left, "validation_sharpe", 1.0, "VALIDATION Sharpe, costs in (ranks the settings)"),
+        (right, "total_return", 100.0, "test return, costs in, % (shown, not used to rank)"),
     )
-    ax.set_title("Sweep")
+    for ax, key, scale, label in panels:
+        for y, s in enumerate(settings):
+            st = s[key]
+            if st["mean"] is not None:
+                ax.barh(y, scale * st["mean"], xerr=scale * st["std"], color="#8fb4d8", capsize=4)
+            pts = [run[key] for run in s["runs"] if run[key] is not None]
+            ax.plot([scale * p for p in pts], [y] * len(pts), "o", color="#1f4e79", ms=4)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlabel(label, fontsize=9)
+    for y, s in enumerate(settings):
+        bh = s["test_buy_and_hold"]["mean"]
+        if bh is not None:
+            right.plot([100 * bh], [y], "|", color="#b03030", ms=14, mew=2)
+    right.plot([], [], "|", color="#b03030", ms=10, mew=2, label="buy-and-hold, costs in")
+    right.legend(loc="lower right", fontsize=8)
+    left.set_yticks(range(len(settings)), [f"{s['rank']}. {s['label']}" for s in settings])
+    left.invert_yaxis()
+    fig.suptitle(
+        "Sweep: settings ranked on the validation window (bar: mean; whisker: 1 sd; dots: seeds)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -338,7 +428,8 @@ def _html(summary: dict[str, Any], path: Path, out: Path) -> None:
 
     lines = [
         "<!doctype html><meta charset='utf-8'><title>Sweep</title>",
-        "<h1>Sweep</h1><p><img src='sweep.png' alt='return per setting'></p>",
+        "<h1>Sweep</h1><p><img src='sweep.png' alt='validation Sharpe and test return per "
+        "setting'></p>",
         f"<pre>{html.escape(summary_table(summary))}</pre>",
         "<p>Data: <a href='sweep.json'>sweep.json</a>, <a href='sweep.csv'>sweep.csv</a>.</p>",
         "<h2>Runs</h2><ul>",

@@ -35,5 +35,5 @@ class TrainSettings:
     # rule's, 5x costs from 0.49 to 0.55, the mean-reverting market from 0.31 to 0.44.
     weight_decay: float = 0.1
     verbose: int = 0
-    progress_bar: bool = False
+    progress_bar: bool = False  # a bar on a terminal, else a plain line every 10 s
     tensorboard_log: str | None = None

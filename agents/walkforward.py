@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -53,6 +54,7 @@ __all__ = [
     "TrainSettings",
     "greedy_batch_policy",
     "greedy_policy",
+    "has_known_rule",
     "random_policy",
     "train_selected",
     "walk_forward",
@@ -123,9 +125,14 @@ def random_policy(n_actions: int, seed: int) -> Callable[[np.ndarray, int], np.n
     return policy
 
 
+def has_known_rule(data: MarketData) -> bool:
+    """Whether ``data`` is the planted synthetic market, whose best rule is known."""
+    return "rule_expected_return" in data.metadata
+
+
 def known_rule(data: MarketData, config: EnvConfig) -> BacktestResult | None:
     """The planted rule's backtest on ``data``, or None if the data is not the planted market."""
-    if "rule_expected_return" not in data.metadata:
+    if not has_known_rule(data):
         return None
     from gpu_trading_env.data.synthetic import planted_rule_exposure
 
@@ -157,7 +164,8 @@ def train_selected(
         seed, from which this run continues as if it had not stopped; ``ValueError`` naming
         what differs otherwise.
     :returns: ``{"model", "test": BacktestResult, "network_test", "kept", "gate",
-        "last_test": BacktestResult, "curve", "evals", "selected_step", "train_seconds",
+        "last_test": BacktestResult, "validation": BacktestResult (the kept policy on the
+        validation window), "curve", "evals", "selected_step", "train_seconds",
         "timesteps"}``; ``model`` holds the kept policy: the snapshot best on validation, or,
         with ``settings.fallback``, the parameter-free baseline where that snapshot does not
         beat it on validation (``kept`` names which; ``gate`` holds the evidence, see
@@ -303,6 +311,12 @@ def train_selected(
                 },
             )
         )
+    # SB3's bar redraws a terminal line: piped or logged, it shows nothing until the end.
+    bar = settings.progress_bar and sys.stdout.isatty()
+    if settings.progress_bar and not bar:
+        from agents.progress import ProgressLines
+
+        callbacks.append(ProgressLines(steps))
     # SB3 dumps its logs every log_interval episodes; thousands of envs end episodes every
     # vector step, so the default (4) dumps the table and a TensorBoard event every step. About
     # 100 dumps per run are enough for the curves (their cost per dump was not measured).
@@ -313,7 +327,7 @@ def train_selected(
         total_timesteps=steps if resumed is None else model.remaining_timesteps,
         callback=callbacks,
         log_interval=log_interval,
-        progress_bar=settings.progress_bar,
+        progress_bar=bar,
         tb_log_name="GpuDQN",
         reset_num_timesteps=resumed is None,
     )
@@ -335,13 +349,13 @@ def train_selected(
     model.policy.load_state_dict(cb.snapshots[best][2])
     env.close()
     choice = choose_baseline(train, config, per_year)
-    verdict = network_beats_baseline(
-        val_runs[best], baseline_backtest(choice.name, val, config, per_year), choice.name, per_year
-    )
-    deployed = test_runs[best]
+    base_val = baseline_backtest(choice.name, val, config, per_year)
+    verdict = network_beats_baseline(val_runs[best], base_val, choice.name, per_year)
+    deployed, deployed_val = test_runs[best], val_runs[best]
     if settings.fallback and not verdict.keep_network:
         set_constant_policy(model, baseline_action(choice.name, config))
         deployed = baseline_backtest(choice.name, test, config, per_year)
+        deployed_val = base_val
     return {
         "model": model,
         "test": deployed,
@@ -353,6 +367,7 @@ def train_selected(
         "evals": evals,
         "selected_step": evals["timesteps"][best],
         "validation_sharpe": evals["validation"][best],
+        "validation": deployed_val,
         "train_seconds": wall,
         "timesteps": int(model.num_timesteps),
     }

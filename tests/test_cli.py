@@ -19,13 +19,19 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _csv(path, n=WARMUP_BARS + 40, drop=(), time_format="%Y-%m-%d"):
-    rng = np.random.default_rng(0)
+def _csv(path, n=WARMUP_BARS + 40, drop=(), time_format="%Y-%m-%d", hourly=False, seed=0):
+    """OHLCV bars: business days, or ``hourly`` bars of a 24/7 market (8,766 a year)."""
+    rng = np.random.default_rng(seed)
     close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
     open_ = np.r_[close[0], close[:-1]]
+    if hourly:
+        times = pd.date_range("2015-01-01", periods=n, freq="h")
+        time_format = "%Y-%m-%d %H:%M:%S"
+    else:
+        times = pd.bdate_range("2015-01-01", periods=n)
     df = pd.DataFrame(
         {
-            "Date": pd.bdate_range("2015-01-01", periods=n).strftime(time_format),
+            "Date": times.strftime(time_format),
             "Open": open_,
             "High": np.maximum(open_, close) * 1.001,
             "Low": np.minimum(open_, close) * 0.999,
@@ -61,7 +67,7 @@ TRAIN = ["train", "--device", "cpu", "--out", "out"]
 @pytest.mark.parametrize(
     ("argv", "needles"),
     [
-        (TRAIN + ["--timesteps", "-5"], ["--timesteps -5 is invalid", "> 0"]),
+        (TRAIN + ["--timesteps", "-5"], ["--timesteps -5 is invalid", "1 to 10,000,000,000"]),
         (TRAIN + ["--timesteps", "0"], ["--timesteps 0 is invalid"]),
         (TRAIN + ["--timesteps", "abc"], ["'abc' is not an integer"]),
         (TRAIN + ["--num-envs", "0"], ["--num-envs 0 is invalid"]),
@@ -94,6 +100,20 @@ TRAIN = ["train", "--device", "cpu", "--out", "out"]
         (["walkforward", "--folds", "30", "--test-bars", "1000"], ["too few", "--folds"]),
         (["bench", "--steps", "0"], ["--steps 0 is invalid"]),
         (["frobnicate"], ["invalid choice: 'frobnicate'"]),
+        # No prefix matching: a typo is an error, not another option.
+        (TRAIN + ["--timestep", "1000"], ["unrecognized arguments: --timestep 1000"]),
+        (["backtest", "--rul", "buy_and_hold"], ["unrecognized arguments: --rul"]),
+        # Upper bounds, with the range and the defaults in the message.
+        (
+            TRAIN + ["--timesteps", "10000000000000"],
+            ["--timesteps 10000000000000 is invalid", "1 to 10,000,000,000", "200,000 on the CPU"],
+        ),
+        (TRAIN + ["--num-envs", "100000000"], ["--num-envs 100000000 is invalid", "16,777,216"]),
+        (TRAIN + ["--torch-threads", "5000"], ["--torch-threads 5000 is invalid", "1 to 1,024"]),
+        (TRAIN + ["--seed", str(2**32)], ["--seed 4294967296 is invalid"]),
+        (["walkforward", "--folds", "5000"], ["--folds 5000 is invalid", "1 to 1,000"]),
+        (["bench", "--steps", "100000000"], ["--steps 100000000 is invalid", "1 to 1,000,000"]),
+        (TRAIN + ["--data", "."], ["--data .: is a folder"]),
     ],
 )
 def test_bad_options(in_tmp, capsys, argv, needles):
@@ -246,3 +266,175 @@ def test_greedy_policy_matches_predict() -> None:
         expected, _ = model.predict(obs, deterministic=True)
         assert policy(obs, 0).tolist() == np.asarray(expected).reshape(1).tolist()
     assert th.get_num_threads() == threads
+
+
+def test_file_system_failures_are_one_line_with_exit_2(in_tmp, capsys, monkeypatch):
+    """A --data file that cannot be read (permissions, an I/O error) or a --model that is not
+    a saved model: one line naming the path, exit code 2, not a traceback's last line."""
+    _csv(in_tmp / "locked.csv")
+
+    def denied(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    with monkeypatch.context() as m:
+        m.setattr(pd, "read_csv", denied)
+        _fails(
+            capsys,
+            ["backtest", "--data", "locked.csv", "--out", "r"],
+            "--data locked.csv: Permission denied",
+        )
+    (in_tmp / "model.zip").write_text("not a zip archive")
+    _fails(
+        capsys,
+        ["eval", "--model", "model.zip", "--out", "r"],
+        "--model model.zip: not a model saved by train",
+    )
+
+
+def test_annualisation_follows_the_evaluated_instrument(in_tmp, capsys):
+    """Daily business-day bars first, hourly 24/7 bars second: backtest --instrument of the
+    second annualises with its own calendar (8,766 bars a year), not the first's (~261)."""
+    _csv(in_tmp / "DAILY.csv", n=WARMUP_BARS + 300)
+    _csv(in_tmp / "HOURLY.csv", n=WARMUP_BARS + 600, hourly=True, seed=1)
+    argv = ["backtest", "--data", "DAILY.csv", "HOURLY.csv", "--train-fraction", "0"]
+    assert cli.main(argv + ["--instrument", "HOURLY", "--out", "h"]) == 0
+    assert cli.main(argv + ["--out", "d"]) == 0
+    hourly = json.loads((in_tmp / "h" / "metrics.json").read_text())
+    daily = json.loads((in_tmp / "d" / "metrics.json").read_text())
+    assert hourly["bars_per_year"] == pytest.approx(8766, rel=0.01)
+    assert 250 < daily["bars_per_year"] < 262
+    assert hourly["instrument"] == "HOURLY" and daily["instrument"] == "DAILY"
+
+
+def test_backtest_of_real_data_holds_the_instrument_by_default(in_tmp, capsys):
+    """The planted rule exists only on the built-in market: on --data files the default rule
+    is buy-and-hold, and asking for the planted rule is an error that says why."""
+    _csv(in_tmp / "GOOGL.csv", n=WARMUP_BARS + 300)
+    assert cli.main(["backtest", "--data", "GOOGL.csv", "--out", "r"]) == 0
+    out = capsys.readouterr().out
+    m = json.loads((in_tmp / "r" / "metrics.json").read_text())
+    assert m["rule"] == "buy_and_hold"
+    assert "planted" not in out
+    _fails(
+        capsys,
+        ["backtest", "--data", "GOOGL.csv", "--rule", "planted", "--out", "p"],
+        "--rule planted: this data has no planted rule",
+        "--rule buy_and_hold",
+    )
+    assert cli.main(["backtest", "--train-fraction", "0.95", "--out", "s"]) == 0
+    assert json.loads((in_tmp / "s" / "metrics.json").read_text())["rule"] == "planted"
+
+
+TINY_TRAIN = ["train", "--device", "cpu", "--timesteps", "600", "--num-envs", "4"]
+TINY_TRAIN += ["--eval-every", "300", "--episode-length", "50", "--no-progress"]
+
+
+@pytest.mark.slow
+def test_train_says_which_instruments_trained_and_which_was_evaluated(in_tmp, capsys):
+    """Two instruments: by default both train and the first is evaluated, and the command
+    says so; --instrument trains and evaluates the one named."""
+    _csv(in_tmp / "AAA.csv", n=WARMUP_BARS + 300)
+    _csv(in_tmp / "BBB.csv", n=WARMUP_BARS + 300, hourly=True, seed=1)
+    data = ["--data", "AAA.csv", "BBB.csv"]
+    assert cli.main(TINY_TRAIN + data + ["--out", "both"]) == 0
+    assert "training on 2 instruments (AAA, BBB); evaluating on AAA" in capsys.readouterr().out
+    m = json.loads((in_tmp / "both" / "metrics.json").read_text())
+    assert m["instruments"] == {"trained": ["AAA", "BBB"], "evaluated": "AAA"}
+    assert m["instrument"] == "AAA"
+    assert "Trained on AAA, BBB; evaluated on AAA" in (in_tmp / "both" / "index.html").read_text()
+    assert cli.main(TINY_TRAIN + data + ["--instrument", "BBB", "--out", "one"]) == 0
+    m = json.loads((in_tmp / "one" / "metrics.json").read_text())
+    assert m["instruments"] == {"trained": ["BBB"], "evaluated": "BBB"}
+    assert m["bars_per_year"] == pytest.approx(8766, rel=0.01)
+
+
+def test_progress_lines_for_output_that_is_not_a_terminal():
+    """Piped output gets a plain line every interval: steps, rate and time left; and a last
+    line at the end."""
+    import io
+
+    from agents.progress import ProgressLines
+
+    now = [0.0]
+    stream = io.StringIO()
+    cb = ProgressLines(200_000, every_seconds=10.0, stream=stream, clock=lambda: now[0])
+    cb._on_training_start()
+    for steps, t in ((16_000, 5.0), (20_000, 10.0), (30_000, 15.0), (40_000, 20.0)):
+        cb.num_timesteps, now[0] = steps, t
+        cb._on_step()
+    cb._on_training_end()
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "train: 20,000/200,000 env steps (10%), 2,000 steps/s, about 1 min 30 s left",
+        "train: 40,000/200,000 env steps (20%), 2,000 steps/s, about 1 min 20 s left",
+        "train: 40,000 env steps in 20 s",
+    ]
+    with pytest.raises(ValueError, match="total = 0 is invalid"):
+        ProgressLines(0)
+
+
+def test_cpu_training_defaults_to_one_torch_thread(monkeypatch, capsys):
+    """The CPU defaults' small batches run on one torch thread unless --torch-threads says
+    otherwise; a budget far above the defaults warns with the expected wall time."""
+    import torch
+
+    from agents.cli.train import CPU_TORCH_THREADS, train_settings
+
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    parser = cli.build_parser()
+    train_settings(parser.parse_args(["train", "--device", "cpu"]), "cpu", 200_000)
+    train_settings(parser.parse_args(["train", "--torch-threads", "2"]), "cpu", 200_000)
+    assert calls == [CPU_TORCH_THREADS, 2] and CPU_TORCH_THREADS == 1
+    assert capsys.readouterr().err == ""
+    train_settings(parser.parse_args(["train", "--timesteps", "100_000_000"]), "cpu", 1)
+    assert "warning: --timesteps 100,000,000 on cpu: expect about 18 h" in capsys.readouterr().err
+
+
+def test_missing_volume_names_the_fill_option_and_the_option_fills_it(in_tmp, capsys):
+    path = _csv(in_tmp / "FX.csv", n=WARMUP_BARS + 300)
+    df = pd.read_csv(path)
+    df.loc[[10, 200], "Volume"] = np.nan
+    df.to_csv(path, index=False)
+    _fails(
+        capsys,
+        ["backtest", "--data", "FX.csv", "--out", "r"],
+        "FX.csv, line 12, column 'Volume': no value",
+        "--fill-volume 0",
+    )
+    _fails(capsys, ["backtest", "--data", "FX.csv", "--fill-volume", "-1"], "--fill-volume -1.0")
+    assert cli.main(["backtest", "--data", "FX.csv", "--fill-volume", "0", "--out", "r"]) == 0
+
+
+def test_report_states_data_warmup_and_annualisation_in_words(in_tmp, capsys):
+    """The report's notes: file name, instrument, bars and dates (no repr, no absolute path),
+    the warm-up bars, the calendar; no column that every row leaves n/a."""
+    from agents.cli.report import results_table
+
+    _csv(in_tmp / "GOOGL.csv", n=WARMUP_BARS + 300)
+    assert cli.main(["backtest", "--data", str(in_tmp / "GOOGL.csv"), "--out", "r"]) == 0
+    page = (in_tmp / "r" / "index.html").read_text()
+    assert "Data: GOOGL.csv; instrument GOOGL: 300 bars, 2016-" in page
+    assert (
+        f"The first {WARMUP_BARS:,} bars of each instrument were used for feature warm-up" in page
+    )
+    assert "MarketData(" not in page and str(in_tmp) not in page
+    assert "inferred from the evaluated instrument" in page
+    m = {"costs_included": True, "total_return": 0.1, "annual_return": 0.05, "sharpe": 1.0}
+    m |= {"sortino": 1.2, "max_drawdown": 0.1}
+    head = results_table([("a", m), ("b", {**m, "turnover": 3.0})])[0]
+    assert "turnover / yr" in head and "hit rate" not in head and "exposure" not in head
+
+
+def test_an_argument_error_does_not_import_torch():
+    """The command's module and its parser load without torch and SB3 (seconds on a busy
+    2-core machine), so a mistyped option answers at once."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from agents import cli; cli.build_parser(); "
+        "print(sorted(m for m in ('torch', 'stable_baselines3') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -27,17 +27,27 @@ def test_plan_covers_the_grid_times_the_seeds(tmp_path: Path) -> None:
     assert [r.out.parent.name for r in clash] == ["data_a_b.csv", "data_a_b.csv-2"]
 
 
-def _fake_train(tmp_path: Path, returns: dict[tuple[str, int], float | None]):
-    """A ``train_command`` whose process writes a metrics.json with the given return, or exits
-    1 where the return is None: the launcher and the report without training."""
+def _fake_train(tmp_path: Path, returns: dict[tuple[str, int], float | None], val_sharpe=None):
+    """A ``train_command`` whose process writes a metrics.json with the given test return (and
+    validation Sharpe, default 1.0), or exits 1 where the return is None: the launcher and the
+    report without training."""
 
     def command(run, common, device):
-        ret = returns[(sweep.setting_label(run.setting), run.seed)]
+        key = (sweep.setting_label(run.setting), run.seed)
+        ret = returns[key]
         if ret is None:
             code = "import sys; print('boom'); sys.exit(1)"
         else:
+            sharpe = (val_sharpe or {}).get(key, 1.0)
             metrics = {
-                "strategy": {"total_return": ret},
+                "strategy": {"total_return": ret, "costs_paid": 0.01},
+                "buy_and_hold": {"total_return": 0.05},
+                "validation": {
+                    "strategy": {"sharpe": sharpe, "total_return": sharpe / 10},
+                    "buy_and_hold": {"total_return": 0.02},
+                },
+                "data": "Data: DAILY.csv; instrument DAILY: 500 bars, 2015-01-01 to 2016-12-01.",
+                "order_cost_bps": [1.0, 0.5, 1.5],
                 "agent_return_vs_known_rule": ret / 9.0,
                 "train_seconds": 1.5,
             }
@@ -71,7 +81,7 @@ def test_launcher_and_report_with_a_failed_run(tmp_path: Path, monkeypatch) -> N
     paths = sweep.write_report(summary, tmp_path)
     assert json.loads(paths["json"].read_text())["settings"][0]["total_return"]["mean"] == 2.0
     rows = paths["csv"].read_text().splitlines()
-    assert rows[1].startswith("gamma=0.5,2,0,2.0,") and rows[2].startswith("gamma=0.9,1,1,-0.5,")
+    assert rows[1].startswith("1,gamma=0.5,2,0,1.0,") and rows[2].startswith("2,gamma=0.9,1,1,")
     assert paths["png"].stat().st_size > 1000
     page = paths["html"].read_text()
     assert "gamma_0.5/seed1/index.html" in page and "failed (1)" in page
@@ -90,7 +100,7 @@ def test_launcher_and_report_with_a_failed_run(tmp_path: Path, monkeypatch) -> N
         (["--grid", "batch-size=many"], "argument --batch-size: 'many' is not an integer"),
         (["--devices", "gpu"], "--devices 'gpu' is invalid: allowed is auto, or any of cpu"),
         (["--devices", "cpu", "cpu"], "--devices cpu is given twice"),
-        (["--runs-per-device", "0"], "--runs-per-device 0 is invalid: allowed is an integer >= 1"),
+        (["--runs-per-device", "0"], "--runs-per-device 0 is invalid: allowed is 1 to 256"),
         (["--seeds", "1", "1"], "--seeds [1, 1] is invalid: a seed is repeated"),
         (["--", "--seed", "3"], "train option '--seed' is invalid here"),
         (["--", "--device=cpu"], "train option '--device=cpu' is invalid here"),
@@ -148,3 +158,28 @@ def test_sweep_trains_every_run_and_reports_their_mean(tmp_path, capsys) -> None
         assert (Path(s["runs"][0]["out"]) / "index.html").is_file()  # each run's own report
     assert summary["train_options"][:2] == ["--timesteps", "2000"]
     assert "gamma=0.9" in printed and (out / "index.html").is_file()
+
+
+def test_settings_are_ranked_on_validation_with_the_test_beside(tmp_path, monkeypatch) -> None:
+    """The setting with the better test return but the worse validation Sharpe ranks second:
+    choosing on test returns would select on the test data. The table names the ranking, the
+    data, the costs, and shows buy-and-hold on both windows."""
+    returns = {("gamma=0.5", 0): 3.0, ("gamma=0.5", 1): 2.0, ("gamma=0.9", 0): 0.5}
+    returns[("gamma=0.9", 1)] = 0.7
+    val = {("gamma=0.5", 0): 0.2, ("gamma=0.5", 1): 0.4, ("gamma=0.9", 0): 1.5}
+    val[("gamma=0.9", 1)] = 2.5
+    monkeypatch.setattr(sweep, "train_command", _fake_train(tmp_path, returns, val))
+    runs = sweep.plan_runs([("gamma", ["0.5", "0.9"])], [0, 1], tmp_path)
+    summary = sweep.aggregate(sweep.run_sweep(runs, [], ["cpu"]))
+    first, second = summary["settings"]
+    assert (first["label"], first["rank"]) == ("gamma=0.9", 1)
+    assert (second["label"], second["rank"]) == ("gamma=0.5", 2)
+    assert first["validation_sharpe"]["mean"] == pytest.approx(2.0)
+    assert first["total_return"]["mean"] == pytest.approx(0.6)
+    table = sweep.summary_table(summary)
+    assert "Ranked by mean validation Sharpe" in table
+    assert "DAILY.csv" in table and "1, 0.5, 1.5 bps" in table
+    head = next(line for line in table.splitlines() if line.startswith("rank"))
+    for column in ("VALIDATION Sharpe", "val. buy&hold", "test return", "test buy&hold"):
+        assert column in head
+    assert "costs paid" in head

@@ -82,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # A file-system failure (a file that cannot be read or written, a full disk): the path
+        # and the reason are what the user can act on.
+        if args.debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         # A folder the run made but wrote nothing to is removed: no empty runs/ entries.
         release_unwritten()

@@ -23,7 +23,7 @@ def evaluated_instrument(args: argparse.Namespace) -> tuple[Any, Any, float]:
     """``(data, part, bars per year)``: the data, the evaluated bars of ``--instrument``."""
     data = load_data(args)
     part = evaluated_part(data, args.train_fraction).instrument(args.instrument or 0)
-    return data, part, per_year_of(args, data)
+    return data, part, per_year_of(args, part)
 
 
 def backtest_report(
@@ -42,7 +42,24 @@ def backtest_report(
 
     out = claim_out(args, args.command)
     result = backtest(policy, part, args.config, per_year=per_year)
-    single_report(out, result, data, args, args.config, per_year, title, extra, rule=rule)
+    what = (
+        "every bar"
+        if args.train_fraction == 0.0
+        else f"the last {1 - args.train_fraction:.0%} of the bars"
+    )
+    single_report(
+        out,
+        result,
+        data,
+        args,
+        args.config,
+        per_year,
+        title,
+        extra,
+        rule=rule,
+        heading=f"{title} on {what}",
+        evaluated=part,
+    )
     return 0
 
 
@@ -75,10 +92,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
+    from agents.walkforward import has_known_rule
     from gpu_trading_env.reports.backtest import exposure_policy
 
     data, part, per_year = evaluated_instrument(args)
-    if args.rule == "planted":
+    rule = args.rule
+    if rule is None:
+        # Only the planted market has a rule known to work; on real bars, the rule a newcomer
+        # can judge anything against is holding the instrument.
+        rule = "planted" if has_known_rule(part) else "buy_and_hold"
+    if rule == "planted":
+        if not has_known_rule(part):
+            raise UsageError(
+                "--rule planted: this data has no planted rule (only the built-in synthetic "
+                "market has one); pass --rule buy_and_hold"
+            )
         from gpu_trading_env.data.synthetic import planted_rule_exposure
 
         exposure = args.exposure * planted_rule_exposure(part)
@@ -90,6 +118,6 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         part,
         per_year,
         exposure_policy(exposure, args.config),
-        f"rule '{args.rule}'",
-        {"rule": args.rule, "exposure": args.exposure},
+        f"rule {rule}",
+        {"rule": rule, "exposure": args.exposure},
     )

@@ -13,9 +13,10 @@ def load_data(args: argparse.Namespace) -> Any:
     from gpu_trading_env.data.market_data import MarketData
 
     if not args.data:
-        if args.date_format or args.timestamp_unit or args.column:
+        if args.date_format or args.timestamp_unit or args.column or args.fill_volume is not None:
             raise UsageError(
-                "--date-format, --timestamp-unit and --column apply to --data files: pass --data"
+                "--date-format, --timestamp-unit, --column and --fill-volume apply to --data "
+                "files: pass --data"
             )
         data = MarketData.default()
     else:
@@ -39,21 +40,37 @@ def _load_files(args: argparse.Namespace) -> Any:
             time_column=args.time_column,
             symbol_column=args.symbol_column,
             columns={k.lower(): v for k, v in columns.items()},
+            fill_volume=args.fill_volume,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # unreadable: permissions, a vanished file, an I/O error
+        raise UsageError(
+            f"--data {exc.filename or ' '.join(args.data)}: {exc.strerror or exc}"
+        ) from None
 
 
 def is_synthetic(data: Any) -> bool:
     return data.metadata.get("source") == "synthetic"
 
 
-def per_year_of(args: argparse.Namespace, data: Any) -> float:
+def per_year_of(args: argparse.Namespace, evaluated: Any) -> float:
+    """Bars a year of the evaluated instrument: ``--bars-per-year``, or inferred from its own
+    calendar (hourly FX and a daily stock in one file have different ones).
+
+    :param evaluated: one-instrument MarketData, the bars whose returns are annualised.
+    :raises ValueError: if ``evaluated`` holds several instruments (whose calendar is meant?).
+    """
     from gpu_trading_env.reports.metrics import bars_per_year
 
+    if evaluated.n_instruments != 1:
+        raise ValueError(
+            f"per_year_of: the evaluated data has {evaluated.n_instruments} instruments "
+            f"{evaluated.instruments}: pass the one instrument whose returns are annualised"
+        )
     if args.bars_per_year is not None:
         return float(args.bars_per_year)
-    return bars_per_year(data.instrument(0).timestamps)
+    return bars_per_year(evaluated.timestamps)
 
 
 def split_data(data: Any, fraction: float, what: str) -> tuple[Any, Any]:

@@ -104,19 +104,43 @@ def _check(ok: bool, option: str, value: Any, allowed: str) -> None:
         raise UsageError(f"{option} {value} is invalid: allowed is {allowed}")
 
 
+# Upper bounds of the integer options: far above any useful run, low enough that a stray digit
+# or a unit mix-up (10000000000000 env steps: 200,000 hours at the quickstart's CPU rate) is an
+# error before any work, not a run that never ends.
+INT_RANGES: dict[str, tuple[int, int, str]] = {
+    "timesteps": (1, 10**10, ""),
+    "num_envs": (1, 2**24, ""),
+    "batch_size": (1, 2**20, ""),
+    "eval_every": (1, 10**10, "env steps between snapshots; default a tenth of --timesteps"),
+    "steps": (1, 10**6, "env steps per measurement"),
+    "folds": (1, 1000, "test windows"),
+    "episode_length": (2, 10**8, "bars per episode"),
+    "train_bars": (2, 10**9, "bars"),
+    "test_bars": (2, 10**9, "bars"),
+    "torch_threads": (1, 1024, "1 is fastest for the CPU defaults' small batches"),
+    "seed": (0, 2**32 - 1, "NumPy's seed range"),
+    "seeds": (0, 2**32 - 1, "NumPy's seed range"),
+    "runs_per_device": (1, 256, "runs at a time on each device"),
+}
+
+
+def _check_int(name: str, value: int) -> None:
+    lo, hi, hint = INT_RANGES[name]
+    if not hint:  # a training budget: its hint is the device defaults, from the code
+        from agents.cli.train import CPU_DEFAULTS, GPU_DEFAULTS
+
+        hint = f"default {CPU_DEFAULTS[name]:,} on the CPU, {GPU_DEFAULTS[name]:,} on a GPU"
+    _check(lo <= value <= hi, "--" + name.replace("_", "-"), value, f"{lo:,} to {hi:,} ({hint})")
+
+
 def validate(args: argparse.Namespace) -> None:
     """Every numeric option and every path, before any work or folder."""
     c = args.command
-    for name in ("timesteps", "num_envs", "steps", "folds", "eval_every", "batch_size"):
+    for name in INT_RANGES:
         v = getattr(args, name, None)
-        if v is not None:
-            _check(v > 0, "--" + name.replace("_", "-"), v, "an integer > 0")
-    if getattr(args, "episode_length", None) is not None:
-        _check(args.episode_length >= 2, "--episode-length", args.episode_length, "an integer >= 2")
-    for name in ("train_bars", "test_bars"):
-        v = getattr(args, name, None)
-        if v is not None:
-            _check(v >= 2, "--" + name.replace("_", "-"), v, "an integer >= 2")
+        for one in v if isinstance(v, list) else [v]:
+            if one is not None:
+                _check_int(name, one)
     if hasattr(args, "train_fraction"):
         f = args.train_fraction
         if c == "train":
@@ -148,15 +172,16 @@ def validate(args: argparse.Namespace) -> None:
         _check(0.0 < args.gamma <= 1.0, "--gamma", args.gamma, "a number in (0, 1]")
     if getattr(args, "exposure", None) is not None:
         _check(-1.0 <= args.exposure <= 1.0, "--exposure", args.exposure, "a number in [-1, 1]")
+    if getattr(args, "fill_volume", None) is not None:
+        _check(
+            math.isfinite(args.fill_volume) and args.fill_volume >= 0,
+            "--fill-volume",
+            args.fill_volume,
+            "a number >= 0",
+        )
     if getattr(args, "bars_per_year", None) is not None:
         bpy = args.bars_per_year
         _check(math.isfinite(bpy) and bpy > 0, "--bars-per-year", bpy, "a finite number > 0")
-    for s in getattr(args, "seeds", None) or []:
-        _check(s >= 0, "--seeds", s, "integers >= 0")
-    if getattr(args, "seed", None) is not None:
-        _check(args.seed >= 0, "--seed", args.seed, "an integer >= 0")
-    if getattr(args, "torch_threads", None) is not None:
-        _check(args.torch_threads > 0, "--torch-threads", args.torch_threads, "an integer > 0")
     for pair in getattr(args, "column", None) or []:
         field, sep, name = pair.partition("=")
         if not sep or field.lower() not in ("open", "high", "low", "close", "volume") or not name:
@@ -165,6 +190,8 @@ def validate(args: argparse.Namespace) -> None:
                 "low, close, volume, e.g. --column 'close=Adj Close'"
             )
     for path in getattr(args, "data", None) or []:
+        if Path(path).is_dir():
+            raise UsageError(f"--data {path}: is a folder; pass the CSV or Parquet files in it")
         if not Path(path).is_file():
             raise UsageError(f"--data {path}: no such file")
     if getattr(args, "model", None) is not None:

@@ -37,6 +37,8 @@ def summary_lines(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def results_table(rows: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+    """The report's table: a header row, then one row per series; columns no series has
+    (all n/a) are left out."""
     head = [
         "series",
         "costs in",
@@ -71,31 +73,84 @@ def results_table(rows: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
                 "n/a" if m.get("hit_rate") is None else f"{m['hit_rate']:.1%}",
             ]
         )
-    return out
+    # A column no row has (the stitched walk-forward curves carry no trades) is left out
+    # rather than shown as a column of n/a.
+    keep = [j for j in range(len(head)) if any(row[j] != "n/a" for row in out[1:])]
+    return [[row[j] for j in keep] for row in out]
+
+
+def _span(md: Any) -> str:
+    """``4,000 bars, 2019-01-02 to 2023-06-30`` (dates of the first and last bar)."""
+    days = np.datetime_as_string(md.timestamps[[0, -1]], unit="D")
+    return f"{md.n_bars:,} bars, {days[0]} to {days[1]}"
+
+
+def describe_data(data: Any) -> str:
+    """The data in words: where it comes from, its instruments, bars and dates."""
+    names = ", ".join(data.instruments)
+    if is_synthetic(data):
+        source = (
+            f"SYNTHETIC {data.metadata.get('kind', 'synthetic')} market (seed "
+            f"{data.metadata.get('seed')}), the built-in data"
+        )
+    else:
+        files = [Path(p).name for p in data.metadata.get("paths", [])]
+        source = ", ".join(files) or "a DataFrame"
+    per = [_span(data.instrument(k)) for k in range(data.n_instruments)]
+    if data.n_instruments == 1:
+        return f"Data: {source}; instrument {names}: {per[0]}."
+    each = "; ".join(f"{n}: {p}" for n, p in zip(data.instruments, per, strict=True))
+    return f"Data: {source}; {data.n_instruments} instruments ({each})."
 
 
 def report_notes(
-    data: Any, per_year: float, args: argparse.Namespace, config: EnvConfig
+    data: Any,
+    per_year: float,
+    args: argparse.Namespace,
+    config: EnvConfig,
+    evaluated: Any = None,
+    trained: list[str] | None = None,
 ) -> list[str]:
-    src = (
-        f"Data: SYNTHETIC ({data.metadata.get('kind', 'synthetic')} market, seed "
-        f"{data.metadata.get('seed')}), {data!r}"
-        if is_synthetic(data)
-        else f"Data: {', '.join(map(str, args.data))}, {data!r}"
-    )
+    """The report's notes in words: the data, its warm-up, what was trained and evaluated,
+    annualisation, costs.
+
+    :param evaluated: the one-instrument MarketData whose bars the report's figures are of.
+    :param trained: the instruments a model was trained on, where one was.
+    """
+    notes = [describe_data(data)]
+    warmup = data.metadata.get("warmup_bars")
+    if warmup:
+        notes.append(
+            f"The first {warmup:,} bars of each instrument were used for feature warm-up "
+            "(the features need that much history), so the bars above start after them."
+        )
+    if trained is not None and evaluated is not None:
+        notes.append(
+            f"Trained on {', '.join(trained)}; evaluated on {evaluated.instruments[0]} "
+            f"({_span(evaluated)})."
+        )
+    elif evaluated is not None:
+        notes.append(f"Evaluated on {evaluated.instruments[0]} ({_span(evaluated)}).")
     how = (
         "given by --bars-per-year"
         if args.bars_per_year is not None
-        else "inferred from the timestamps"
+        else "inferred from the evaluated instrument's timestamps"
     )
-    return [
-        src,
-        f"Annualised with {per_year:.1f} bars a year ({how}).",
-        f"Costs are in every curve marked 'costs in': {config.order_cost_bps} bps of traded "
-        "notional per order type; buy-and-hold pays the market order's cost to buy and to sell.",
+    notes.append(f"Annualised with {per_year:,.1f} bars a year ({how}).")
+    if is_synthetic(data):
+        notes.append(
+            "Annual figures on the synthetic market compound a planted signal that no real "
+            "market offers over a few simulated years; compare them with the known rule and "
+            "buy-and-hold beside them, not with real returns."
+        )
+    notes += [
+        "Costs are in every curve marked 'costs in': "
+        f"{', '.join(f'{c:g}' for c in config.order_cost_bps)} bps of traded notional per "
+        "order type; buy-and-hold pays the market order's cost to buy and to sell.",
         "Returns and drawdowns are fractions of the starting value; Sharpe and Sortino are "
         "annualised with a zero risk-free rate.",
     ]
+    return notes
 
 
 def single_report(
@@ -109,7 +164,17 @@ def single_report(
     extra: dict[str, Any],
     rule: Any = None,
     learning: dict[str, Any] | None = None,
+    heading: str = "out-of-sample",
+    evaluated: Any = None,
+    trained: list[str] | None = None,
 ) -> None:
+    """Write ``out``'s report of ``result`` and print its summary.
+
+    :param heading: what the evaluated bars are to the strategy, e.g. ``out-of-sample`` for a
+        trained model's test window, ``backtest`` for a fixed rule.
+    :param evaluated: the one-instrument MarketData ``result`` is a backtest of.
+    :param trained: the instruments a model was trained on, where one was.
+    """
     from gpu_trading_env.reports.report import (
         plot_equity,
         plot_learning_curve,
@@ -161,10 +226,9 @@ def single_report(
             "selected_step": learning["selected_step"],
         }
     write_json(metrics, out / "metrics.json")
-    page = write_html(
-        out, title, report_notes(data, per_year, args, config), results_table(rows), images
-    )
-    print(f"out-of-sample ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
+    notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
+    page = write_html(out, title, notes, results_table(rows), images)
+    print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):
         print(line)
     if is_synthetic(data):

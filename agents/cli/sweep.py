@@ -128,10 +128,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
     if len(set(args.seeds)) != len(args.seeds):
         raise UsageError(f"--seeds {args.seeds} is invalid: a seed is repeated")
-    if args.runs_per_device < 1:
-        raise UsageError(
-            f"--runs-per-device {args.runs_per_device} is invalid: allowed is an integer >= 1"
-        )
     out = claim_out(args, "sweep")
     runs = plan_runs(grid, args.seeds, out)
     check_runs(runs, common, devices)
@@ -153,7 +149,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         label = f"{setting_label(result.run.setting)}, seed {result.run.seed}"
         if result.metrics is not None:
             ret = 100 * float(result.metrics["strategy"]["total_return"])
-            line = f"done   {label}: {ret:+,.1f}% out of sample ({result.wall_seconds:.0f} s)"
+            val = result.metrics.get("validation", {}).get("strategy", {}).get("sharpe")
+            chosen_on = "" if val is None else f"validation Sharpe {float(val):.2f}, "
+            line = (
+                f"done   {label}: {chosen_on}{ret:+,.1f}% out of sample "
+                f"({result.wall_seconds:.0f} s)"
+            )
         else:
             line = f"FAILED {label}: exit {result.returncode}, log {result.run.log}"
         if bar is not None:

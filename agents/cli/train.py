@@ -6,16 +6,20 @@ The training budgets of ``train`` and ``walkforward`` (:func:`train_settings`) a
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from agents.cli.data import load_data, per_year_of, split_data
 from agents.cli.options import UsageError, tensorboard_installed
-from agents.cli.report import single_report
+from agents.cli.report import describe_data, single_report
 from agents.cli.run_folder import claim_out
 
 # Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
-CPU_DEFAULTS = {"num_envs": 16, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
+# On the CPU the gradient steps are most of the time (one per vector step): 24 envs make a
+# third fewer of them than 16 for the same env steps, and the agent's out-of-sample return was
+# no lower over two seeds (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores").
+CPU_DEFAULTS = {"num_envs": 24, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
 GPU_DEFAULTS = {
     "num_envs": 4096,
     "timesteps": 24_000_000,
@@ -24,6 +28,18 @@ GPU_DEFAULTS = {
 }
 # walkforward trains folds x seeds models: a smaller budget per model on the CPU.
 WALKFORWARD_CPU_TIMESTEPS = 50_000
+# Torch's intra-op threads on the CPU. The CPU defaults' gradient step (a 256-256 dueling MLP,
+# batch 128) gains 10% from a second thread on an idle 2-core machine and is 3.9 times slower
+# with it when one other CPU-bound process runs (docs/PERFORMANCE.md, "The CPU quickstart on 2
+# cores"): one thread degrades gracefully, and a sweep's parallel runs do not oversubscribe.
+CPU_TORCH_THREADS = 1
+# Env steps a second of a training run, for the expected wall time of a large --timesteps:
+# 16 envs on 2 cores with one torch thread (24, the default, are somewhat faster), and the GPU
+# defaults on an H200
+# (docs/PERFORMANCE.md). A machine of another kind differs; the figure is an order of magnitude.
+TRAIN_RATE = {"cpu": 1_500.0, "gpu": 1.0e7}
+# Runs expected to take longer than this get a warning with the expected wall time.
+WARN_ABOVE_SECONDS = 3600.0
 
 
 def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) -> Any:
@@ -32,12 +48,25 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
     from agents.walkforward import TrainSettings
 
     defaults = GPU_DEFAULTS if device != "cpu" else CPU_DEFAULTS
-    if args.torch_threads is not None:
+    threads = args.torch_threads or (CPU_TORCH_THREADS if device == "cpu" else None)
+    if threads is not None:
         import torch
 
-        torch.set_num_threads(args.torch_threads)
+        torch.set_num_threads(threads)
+    timesteps = args.timesteps or (defaults["timesteps"] if device != "cpu" else timesteps_cpu)
+    rate = TRAIN_RATE["cpu" if device == "cpu" else "gpu"]
+    seconds = timesteps / rate
+    if seconds > WARN_ABOVE_SECONDS:
+        from agents.progress import format_seconds
+
+        print(
+            f"warning: --timesteps {timesteps:,} on {device}: expect about "
+            f"{format_seconds(seconds)} of training (about {rate:,.0f} env steps/s with the "
+            "defaults, docs/PERFORMANCE.md); Ctrl-C stops it",
+            file=sys.stderr,
+        )
     return TrainSettings(
-        timesteps=args.timesteps or (defaults["timesteps"] if device != "cpu" else timesteps_cpu),
+        timesteps=timesteps,
         num_envs=args.num_envs or defaults["num_envs"],
         batch_size=args.batch_size or defaults["batch_size"],
         buffer_size=defaults["buffer_size"],
@@ -74,10 +103,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     from agents.walkforward import known_rule, train_selected
 
     data = load_data(args)
+    used = data if args.instrument is None else data.instrument(args.instrument)
     train_data, test_data = split_data(
-        data, args.train_fraction, "pass a fraction that leaves bars on both sides"
+        used, args.train_fraction, "pass a fraction that leaves bars on both sides"
     )
-    per_year = per_year_of(args, data)
+    # Training steps through every instrument of `used`; the report is of the first alone.
+    evaluated = test_data.instrument(0)
+    per_year = per_year_of(args, evaluated)
+    instruments = {
+        "trained": list(train_data.instruments),
+        "evaluated": evaluated.instruments[0],
+    }
+    if len(instruments["trained"]) > 1:
+        print(
+            f"training on {len(instruments['trained'])} instruments "
+            f"({', '.join(instruments['trained'])}); evaluating on {instruments['evaluated']} "
+            "(--instrument NAME trains and evaluates one)"
+        )
     settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
     resume = resume_folder(args.resume) if args.resume is not None else None
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
@@ -89,7 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         settings.tensorboard_log = str(out / "tensorboard")
     run = train_selected(
         train_data,
-        test_data.instrument(0),
+        evaluated,
         args.config,
         settings,
         seed=args.seed,
@@ -106,19 +148,29 @@ def cmd_train(args: argparse.Namespace) -> int:
         "train_seconds": run["train_seconds"],
         "env_steps_per_second": run["timesteps"] / run["train_seconds"],
         "seed": args.seed,
+        "instruments": instruments,
         "model_selection": "best validation Sharpe (last "
         f"{settings.val_fraction:.0%} of the training bars), at step {run['selected_step']}",
         "kept_policy": run["kept"],
         "fallback_test": run["gate"],
         "network_strategy": run["network_test"].strategy.to_dict(),
         "last_model_strategy": run["last_test"].strategy.to_dict(),
+        # What chose the model: its figures on the validation window (the sweep ranks on them).
+        "validation": {
+            **run["validation"].to_dict(),
+            "bars": int(run["validation"].strategy.n_bars),
+            "start": str(run["validation"].timestamps[0])[:10],
+            "end": str(run["validation"].timestamps[-1])[:10],
+        },
+        "data": describe_data(data),
+        "order_cost_bps": args.config.order_cost_bps,
     }
     if run["kept"] != "network":
         print(
             f"kept policy: {run['kept']} (the network did not beat it on the validation window; "
             "--no-fallback keeps the network)"
         )
-    rule = known_rule(test_data.instrument(0), args.config)
+    rule = known_rule(evaluated, args.config)
     if rule is not None:
         rule_return = rule.strategy.total_return
         # The agent's out-of-sample total return as a fraction of the known rule's.
@@ -140,6 +192,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra,
         rule=rule,
         learning=run,
+        evaluated=evaluated,
+        trained=instruments["trained"],
     )
     if settings.tensorboard_log is None:
         print(

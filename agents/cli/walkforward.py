@@ -48,7 +48,8 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     synthetic = is_synthetic(data)
     st = res["stitched"]
     agg = res["aggregate"]
-    label = f"GpuDQN, {len(args.seeds)} seed(s) averaged"
+    n_seeds = len(args.seeds)
+    label = "GpuDQN, 1 seed" if n_seeds == 1 else f"GpuDQN, mean of {n_seeds} seeds' returns"
     curves = {
         f"{label}, costs in (Sharpe {agg['ensemble']['sharpe']:.2f})": st["ensemble"],
         f"buy and hold, costs in (Sharpe {agg['buy_and_hold']['sharpe']:.2f})": st["buy_and_hold"],

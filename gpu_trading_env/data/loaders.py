@@ -46,6 +46,7 @@ def load_bars(
     time_column: str | None = None,
     symbol_column: str | None = None,
     columns: Mapping[str, str] | None = None,
+    fill_volume: float | None = None,
 ) -> MarketData:
     """One ``MarketData`` from one or several CSV / Parquet files of OHLCV bars.
 
@@ -56,6 +57,8 @@ def load_bars(
     :param time_column: the timestamp column (default: found by name, see the module doc).
     :param symbol_column: the instrument column of a long-format file (default: found by name).
     :param columns: ``{field: column}`` for fields named otherwise in the file.
+    :param fill_volume: the volume of bars whose volume is missing (empty, NaN, N/A), e.g. 0 for
+        FX or index files that leave it out on some bars; None (the default) refuses them.
     :raises DataError: on anything the file does not say clearly; the message names the fix.
     """
     files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
@@ -67,11 +70,13 @@ def load_bars(
     bad_fields = sorted(set(mapping) - set(_FIELDS))
     if bad_fields:
         raise DataError(f"column mapping names {bad_fields}: allowed fields are {list(_FIELDS)}")
+    if fill_volume is not None and not (np.isfinite(fill_volume) and fill_volume >= 0):
+        raise DataError(f"fill_volume = {fill_volume!r} is invalid: allowed is a number >= 0")
     frames = []
     for path in files:
         df = _read(path)
         frame = _normalise(
-            df, path, date_format, timestamp_unit, time_column, symbol_column, mapping
+            df, path, date_format, timestamp_unit, time_column, symbol_column, mapping, fill_volume
         )
         if "instrument" not in frame.columns:
             frame.insert(0, "instrument", path.stem)
@@ -135,6 +140,7 @@ def _normalise(
     time_column: str | None,
     symbol_column: str | None,
     mapping: dict[str, str],
+    fill_volume: float | None = None,
 ) -> pd.DataFrame:
     """A frame with columns timestamp (datetime64), [instrument], open, high, low, close, volume."""
     if len(df) == 0:
@@ -178,7 +184,13 @@ def _normalise(
                     f"{path}: no {field!r} column among {list(map(str, df.columns))}: "
                     f"pass --column {field}=NAME"
                 )
-        out[field] = _numbers(df[col], path, col)
+        values = df[col]
+        hint = ""
+        if field == "volume":
+            if fill_volume is not None:
+                values = values.where(values.notna(), fill_volume)
+            hint = "; pass --fill-volume 0 to count missing volumes as 0 (fill_volume=0)"
+        out[field] = _numbers(values, path, col, hint)
     return out
 
 
@@ -206,11 +218,14 @@ def _pick(
     return None
 
 
-def _numbers(col: pd.Series, path: Path, name: Any) -> np.ndarray:
+def _numbers(col: pd.Series, path: Path, name: Any, hint: str = "") -> np.ndarray:
+    """float64 [N] of a column; a missing value raises DataError naming its line, plus ``hint``."""
     missing = col.isna().to_numpy()
     if missing.any():
         i = int(np.argmax(missing))
-        raise DataError(f"{path}, line {i + 2}, column {str(name)!r}: no value (empty, NaN or N/A)")
+        raise DataError(
+            f"{path}, line {i + 2}, column {str(name)!r}: no value (empty, NaN or N/A){hint}"
+        )
     if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
         return col.to_numpy(dtype=np.float64, na_value=np.nan)
     conv = pd.to_numeric(col, errors="coerce")

@@ -133,10 +133,23 @@ def plot_position(
     *,
     synthetic: bool = False,
 ) -> None:
-    """Exposure [T-1] (signed notional / value) held from bar t to t+1, as a step plot."""
+    """Exposure [T-1] (signed notional / value) held from bar t to t+1: a thin step line, and
+    its rolling mean over about 1% of the bars (at least 5) drawn over it.
+
+    A policy that changes side every few bars fills thousands of bars' steps into a solid band;
+    the rolling mean shows where it leans long or short.
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 2.8))
-    ax.step(timestamps[: len(exposure)], exposure, where="post", lw=0.7)
+    exposure = np.asarray(exposure, dtype=np.float64)
+    ts = timestamps[: len(exposure)]
+    ax.step(ts, exposure, where="post", lw=0.4, color="C0", alpha=0.35, label="each bar")
+    window = max(5, len(exposure) // 100)
+    if len(exposure) >= window:
+        kernel = np.ones(window) / window
+        mean = np.convolve(exposure, kernel, mode="valid")  # mean of the window ending at t
+        ax.plot(ts[window - 1 :], mean, color="C3", lw=1.4, label=f"mean of {window} bars")
+        ax.legend(loc="upper left", fontsize=8, ncol=2)
     ax.axhline(0.0, color="k", lw=0.5)
     ax.set_ylabel("exposure\n(notional / value)")
     ax.set_xlabel("bar timestamp")
