@@ -287,7 +287,7 @@ def test_file_system_failures_are_one_line_with_exit_2(in_tmp, capsys, monkeypat
     _fails(
         capsys,
         ["eval", "--model", "model.zip", "--out", "r"],
-        "--model model.zip: not a model saved by train",
+        "--model: 'model.zip' is not a gpu-trading-env model file",
     )
 
 
