@@ -55,6 +55,10 @@ def main() -> None:
         "known_rule_return": m["known_rule"]["strategy"]["total_return"],
         "buy_and_hold_return": m["buy_and_hold"]["total_return"],
         "agent_return_vs_known_rule": m["agent_return_vs_known_rule"],
+        "agent_sharpe": m["strategy"]["sharpe"],
+        "known_rule_sharpe": m["known_rule"]["strategy"]["sharpe"],
+        "agent_sharpe_vs_known_rule": m["agent_sharpe_vs_known_rule"],
+        "kept_policy": m["kept_policy"],
     }
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))

@@ -56,8 +56,10 @@ def test_readme_returns_are_the_recorded_runs():
     rec = json.loads((ROOT / "docs" / "quickstart_cpu.json").read_text())
     quick = " ".join(_section("Quickstart").split())
     expected = (
-        f"the agent made {_pct(rec['agent_return'])} out of sample where the known rule makes "
-        f"{_pct(rec['known_rule_return'])} and buy-and-hold {_pct(rec['buy_and_hold_return'])}"
+        f"the agent made {_pct(rec['agent_return'])} out of sample (Sharpe "
+        f"{rec['agent_sharpe']:.1f}) where the known rule makes {_pct(rec['known_rule_return'])} "
+        f"(Sharpe {rec['known_rule_sharpe']:.1f}) and buy-and-hold "
+        f"{_pct(rec['buy_and_hold_return'])}"
     )
     assert expected in quick
 
