@@ -41,3 +41,14 @@ def test_train_writes_a_report_without_tensorboard(tmp_path, monkeypatch, capsys
     assert (out / "model.zip").exists() and (out / "equity_curve.png").exists()
     assert not (out / "tensorboard").exists()
     assert "tensorboard is not installed" in capsys.readouterr().out
+    # The page says what the saved model acts as, and metrics.json holds the evidence.
+    page = (out / "index.html").read_text()
+    assert f"Model: {metrics['kept_policy']}" in page or (
+        metrics["kept_policy"] == "network" and "Model: the network's weights" in page
+    )
+    gate = metrics["fallback_test"]
+    assert gate["kept"] == metrics["kept_policy"] and gate["baseline"] in (
+        "flat",
+        "hold long",
+        "hold short",
+    )

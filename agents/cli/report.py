@@ -153,6 +153,29 @@ def report_notes(
     return notes
 
 
+def kept_policy_note(learning: dict[str, Any]) -> str:
+    """What the model acts as, in words: the network snapshot, or the baseline that the
+    snapshot did not beat on the validation window (agents/baseline_policies.py)."""
+    gate = learning["gate"]
+    ci = gate["network_minus_baseline_validation_sharpe"]
+    level = f"{(1 + gate['level']) / 2:.0%}"
+    evidence = (
+        f"validation Sharpe of the network minus {gate['baseline']}'s: {ci['difference']:+.2f}, "
+        f"{gate['level']:.0%} interval [{ci['low']:+.2f}, {ci['high']:+.2f}]"
+    )
+    if learning["kept"] == "network":
+        return (
+            f"Model: the network's weights at env step {learning['selected_step']:,} (best "
+            f"validation Sharpe); it beat the best parameter-free policy, {gate['baseline']}, on "
+            f"the validation window at {level} one-sided confidence ({evidence})."
+        )
+    return (
+        f"Model: {learning['kept']}. The network's best snapshot did not beat it on the validation "
+        f"window at {level} one-sided confidence ({evidence}), so the saved model acts as "
+        f"{learning['kept']} on every bar; --no-fallback keeps the network."
+    )
+
+
 def single_report(
     out: Path,
     result: Any,
@@ -227,6 +250,8 @@ def single_report(
         }
     write_json(metrics, out / "metrics.json")
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
+    if learning is not None and "gate" in learning:
+        notes.append(kept_policy_note(learning))
     page = write_html(out, title, notes, results_table(rows), images)
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):
