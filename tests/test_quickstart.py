@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 
@@ -42,7 +43,7 @@ def test_train_writes_a_report_without_tensorboard(tmp_path, monkeypatch, capsys
     assert not (out / "tensorboard").exists()
     assert "tensorboard is not installed" in capsys.readouterr().out
     # The page says what the saved model acts as, and metrics.json holds the evidence.
-    page = (out / "index.html").read_text()
+    page = html.unescape((out / "index.html").read_text())
     assert f"Model: {metrics['kept_policy']}" in page or (
         metrics["kept_policy"] == "network" and "Model: the network's weights" in page
     )
