@@ -191,8 +191,9 @@ def train_selected(
     steps = settings.timesteps
     eval_every = settings.eval_every or max(steps // 10, settings.num_envs)
     width = int(settings.net_width)
+    hidden = ([width, width], [width // 2]) if width else ([], [])  # 0: Q linear in the obs
     policy_kwargs: dict[str, Any] = {
-        "net_arch": {"shared": [width, width], "value": [width // 2], "advantage": [width // 2]}
+        "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
     }
     if settings.weight_decay:
         policy_kwargs["optimizer_kwargs"] = {

@@ -159,7 +159,10 @@ def validate(args: argparse.Namespace) -> None:
         _check(math.isfinite(lr) and lr > 0, "--learning-rate", lr, "a finite number > 0")
     if getattr(args, "net_width", None) is not None:
         _check(
-            2 <= args.net_width <= 4096, "--net-width", args.net_width, "an integer in [2, 4096]"
+            args.net_width == 0 or 2 <= args.net_width <= 4096,
+            "--net-width",
+            args.net_width,
+            "0 (no hidden layers) or an integer in [2, 4096]",
         )
     if getattr(args, "weight_decay", None) is not None:
         _check(

@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
             type=_int,
             default=TrainSettings.net_width,
             help="dueling Q-network: a trunk of two layers of this width, value and advantage "
-            "heads of half of it",
+            "heads of half of it; 0: no hidden layers (Q-values linear in the observation)",
         )
         g.add_argument(
             "--weight-decay",
