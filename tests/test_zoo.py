@@ -174,3 +174,17 @@ def test_zoo_command_refuses_unknown_markets_and_owned_options() -> None:
             timeout=120,
         )
         assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+
+
+def test_net_width_zero_is_a_linear_q_network_and_one_is_refused() -> None:
+    from agents.cli.options import UsageError, validate
+    from agents.cli.parser import build_parser
+
+    args = build_parser().parse_args(["train", "--device", "cpu", "--net-width", "0"])
+    validate(args)
+    assert args.net_width == 0
+    bad = build_parser().parse_args(["train", "--device", "cpu", "--net-width", "1"])
+    with pytest.raises(UsageError, match="--net-width 1 is invalid"):
+        validate(bad)
+    row = run_one("gbm_flat", 0, "cpu", SMALL, ("--net-width", "0"))
+    assert "error" not in row and row["network"]["n_bars"] == SMALL.bars // 5
