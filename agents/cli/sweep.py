@@ -16,6 +16,7 @@ from typing import Any
 
 from agents.cli.options import UsageError
 from agents.cli.run_folder import claim_out
+from agents.cli.run_progress import RunProgress
 from gpu_trading_env.gpu.device import cupy_or_none
 
 # Options the sweep sets for each run itself.
@@ -137,11 +138,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"{len(args.seeds)} seeds) on {', '.join(devices)}, {args.runs_per_device} at a time "
         f"per device; reports in {out}/"
     )
-    bar = None
-    if not args.no_progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(runs), unit="run", desc="sweep")
+    progress = RunProgress(len(runs), "sweep", bar=not args.no_progress)
 
     def on_done(result: Any) -> None:
         from agents.sweep import setting_label
@@ -157,16 +154,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         else:
             line = f"FAILED {label}: exit {result.returncode}, log {result.run.log}"
-        if bar is not None:
-            bar.write(line)
-            bar.update(1)
-        else:
-            print(line, flush=True)
+        progress.done(line)
 
     start = time.perf_counter()
     results = run_sweep(runs, common, devices, args.runs_per_device, on_done)
-    if bar is not None:
-        bar.close()
+    progress.close()
     summary = aggregate(results)
     summary.update(
         {

@@ -15,6 +15,7 @@ import time
 
 from agents.cli.options import UsageError
 from agents.cli.run_folder import claim_out
+from agents.cli.run_progress import RunProgress
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
@@ -54,11 +55,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         f"{', '.join(devices)} ({args.runs_per_device} at a time each); report in {out}",
         flush=True,
     )
-    bar = None
-    if not args.no_progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, unit="run", file=sys.stderr)
+    progress = RunProgress(total, "zoo", bar=not args.no_progress)
     start = time.perf_counter()
 
     def done(row: dict) -> None:
@@ -69,11 +66,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             f"{row['reference']['sharpe']:.2f} ({row['kept']} kept), {row['seconds']:.0f} s"
         )
         line = f"{row['market']} seed {row['seed']}: {what}"
-        if bar is not None:
-            bar.write(line)
-            bar.update(1)
-        else:
-            print(line, flush=True)
+        progress.done(line)
 
     rows = run_zoo(
         markets,
@@ -84,8 +77,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         extra_train_args=extra,
         on_done=done,
     )
-    if bar is not None:
-        bar.close()
+    progress.close()
     command = "gpu-trading-env " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = {
         "markets": markets,
