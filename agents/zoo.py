@@ -51,6 +51,7 @@ __all__ = [
     "run_one",
     "run_zoo",
     "summarize",
+    "train_args",
     "write_report",
 ]
 
@@ -161,7 +162,14 @@ def reference_exposures(market: Market, data: Any) -> dict[str, np.ndarray]:
     raise ValueError(f"reference = {market.reference!r} is invalid")
 
 
-def _train_args(market: Market, seed: int, device: str, budget: ZooBudget, extra: Sequence[str]):
+def train_args(
+    market: Market, seed: int, device: str, budget: ZooBudget, extra: Sequence[str]
+) -> Any:
+    """The checked ``train`` options (argparse Namespace, ``config`` included) of one run: the
+    defaults a user gets, the budget's and the caller's options, and the market's costs.
+
+    :raises UsageError: on a bad option (``SystemExit`` from argparse on an unknown one).
+    """
     from agents.cli.options import validate
     from agents.cli.parser import build_parser
 
@@ -199,7 +207,7 @@ def run_one(
 
     t0 = time.perf_counter()
     market = MARKETS_BY_NAME[market_name]
-    args = _train_args(market, seed, device, budget, extra_train_args)
+    args = train_args(market, seed, device, budget, extra_train_args)
     settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
     data = market_data(market, seed, budget.bars)
     train, test = data.split(args.train_fraction)

@@ -20,7 +20,16 @@ from agents.cli.run_progress import RunProgress
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     from agents.cli.sweep import resolve_devices
-    from agents.zoo import MARKETS_BY_NAME, SMALL, ZooBudget, run_zoo, summary_table, write_report
+    from agents.zoo import (
+        MARKETS_BY_NAME,
+        SMALL,
+        ZooBudget,
+        run_zoo,
+        summarize,
+        summary_table,
+        train_args,
+        write_report,
+    )
 
     markets = args.markets or list(MARKETS_BY_NAME)
     bad = [m for m in markets if m not in MARKETS_BY_NAME]
@@ -39,11 +48,9 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             raise UsageError(f"--train-args {args.train_args!r}: the zoo sets {owned} itself")
     budget = SMALL if args.small else ZooBudget()
     # Every run's train command line is checked before the first starts.
-    from agents.zoo import _train_args
-
     for m in markets:
         try:
-            _train_args(MARKETS_BY_NAME[m], 0, "cpu", budget, extra)
+            train_args(MARKETS_BY_NAME[m], 0, "cpu", budget, extra)
         except SystemExit:
             raise UsageError(
                 f"--train-args {args.train_args!r} is not a valid train command line"
@@ -89,7 +96,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         "wall_seconds": time.perf_counter() - start,
     }
     paths = write_report(rows, out, command, meta)
-    table = summary_table(__import__("agents.zoo", fromlist=["summarize"]).summarize(rows))
+    table = summary_table(summarize(rows))
     widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
