@@ -133,7 +133,9 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     rows += [(f"GpuDQN seed {s}", m) for s, m in agg["seeds"].items()]
     rows += [("buy and hold", agg["buy_and_hold"]), ("random policy", agg["random"])]
     if "rule" in agg:
-        rows.append(("known rule (0.5 exposure)", agg["rule"]))
+        from agents.walkforward import RULE_EXPOSURE
+
+        rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", agg["rule"]))
     notes = report_notes(data, per_year, args, args.config) + [
         f"{args.folds} folds; each trains from {'the previous fold (warm start)' if args.warm_start else 'scratch'} "
         f"for {settings.timesteps} env steps per seed; the model kept is the one with the best "
