@@ -29,7 +29,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
 from gpu_trading_env.vector_env import TradingVectorEnv
-from gpu_trading_env.wrappers import switch_to_same_step
+from gpu_trading_env.wrappers import env_or_build, switch_to_same_step
 
 __all__ = [
     "FinalObservations",
@@ -69,13 +69,7 @@ def make_skrl_env(
     """
     from skrl.envs.wrappers.torch import wrap_env
 
-    if env is None:
-        env = TradingVectorEnv(num_envs, device, autoreset_mode="same_step", **env_kwargs)
-    elif env_kwargs:
-        raise TypeError(
-            f"make_skrl_env() got keyword arguments {sorted(env_kwargs)} with env=...: "
-            "allowed is either an env or the keywords to build one"
-        )
+    env = env_or_build("make_skrl_env", env, num_envs, device, "same_step", env_kwargs)
     if not isinstance(env, GymVectorEnv) or not isinstance(env.unwrapped, TradingVectorEnv):
         raise TypeError(
             f"env of type {type(env).__name__} is invalid: allowed is a TradingVectorEnv "

@@ -19,6 +19,7 @@ from typing import Any
 from gymnasium.vector import AutoresetMode
 
 from gpu_trading_env.vector_env import TradingVectorEnv
+from gpu_trading_env.wrappers import env_or_build
 
 
 def make_torchrl_env(
@@ -46,13 +47,7 @@ def make_torchrl_env(
     """
     from torchrl.envs import GymWrapper
 
-    if env is None:
-        env = TradingVectorEnv(num_envs, device, autoreset_mode="disabled", **env_kwargs)
-    elif env_kwargs:
-        raise TypeError(
-            f"make_torchrl_env() got keyword arguments {sorted(env_kwargs)} with env=...: "
-            "allowed is either an env or the keywords to build one"
-        )
+    env = env_or_build("make_torchrl_env", env, num_envs, device, "disabled", env_kwargs)
     if not isinstance(env, TradingVectorEnv):
         raise TypeError(
             f"env of type {type(env).__name__} is invalid: allowed is a TradingVectorEnv or None"

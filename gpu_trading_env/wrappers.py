@@ -38,7 +38,7 @@ from gpu_trading_env.env import TradingEnv
 from gpu_trading_env.gpu.device import to_numpy
 from gpu_trading_env.vector_env import TradingVectorEnv
 
-__all__ = ["SB3VecEnv", "switch_to_same_step"]
+__all__ = ["SB3VecEnv", "env_or_build", "switch_to_same_step"]
 
 # Keys of the vector info that are translated rather than passed through per env.
 _SPECIAL_KEYS = ("episode", "episode_return", "episode_length", "final_obs", "final_info")
@@ -48,6 +48,30 @@ _SPECIAL_KEYS = ("episode", "episode_return", "episode_length", "final_obs", "fi
 # (RecordEpisodeStatistics and NormalizeReward: "_autoreset_mode"; RecordVideo:
 # "autoreset_mode"); a wrapper reads it on every step, so it must follow a switch.
 _CACHED_MODE_ATTRIBUTES = ("_autoreset_mode", "autoreset_mode")
+
+
+def env_or_build(
+    caller: str,
+    env: Any,
+    num_envs: int,
+    device: Any,
+    autoreset_mode: str,
+    env_kwargs: dict[str, Any],
+) -> Any:
+    """An adapter's env: ``env`` as given, or a new
+    ``TradingVectorEnv(num_envs, device, autoreset_mode=..., **env_kwargs)`` when it is None.
+
+    :param caller: the adapter's name, for the error.
+    :raises TypeError: when both an env and keywords to build one are given.
+    """
+    if env is None:
+        return TradingVectorEnv(num_envs, device, autoreset_mode=autoreset_mode, **env_kwargs)
+    if env_kwargs:
+        raise TypeError(
+            f"{caller}() got keyword arguments {sorted(env_kwargs)} with env=...: "
+            "allowed is either an env or the keywords to build one"
+        )
+    return env
 
 
 def _autoreset_mode(venv: GymVectorEnv) -> Any:

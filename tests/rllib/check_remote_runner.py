@@ -16,29 +16,28 @@ from ray.rllib.algorithms.ppo import PPOConfig
 
 from gpu_trading_env.rllib_env import register_rllib_env
 
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-plain_fails = None
-try:
-    cfg = (
+
+def build_ppo():
+    """PPO with one remote env runner, two envs in it, on the plain id."""
+    return (
         PPOConfig()
         .environment("GpuTrading-v0", env_config={"episode_length": 50})
         .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
         .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+        .build()
     )
-    algo = cfg.build()
-    algo.train()
+
+
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+plain_fails = None
+try:
+    build_ppo().train()
     plain_fails = False
 except Exception as exc:  # RLlib's own error, printed
     plain_fails = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
 print("plain id without registration:", plain_fails)
 register_rllib_env()
-cfg = (
-    PPOConfig()
-    .environment("GpuTrading-v0", env_config={"episode_length": 50})
-    .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
-    .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
-)
-algo = cfg.build()
+algo = build_ppo()
 res = algo.train()
 m = res.get("env_runners", {})
 print(
