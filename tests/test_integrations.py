@@ -260,6 +260,20 @@ def test_max_episode_steps_is_the_episode_length_and_checked() -> None:
         make(max_episode_steps=2.5)
 
 
+def _run_in_a_fresh_process(code: str) -> str:
+    """``code`` in a new Python process that sees this checkout and nothing it has imported
+    (what a subprocess vector env or a remote runner sees); its stdout."""
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
 def test_module_qualified_id_in_a_fresh_process() -> None:
     code = textwrap.dedent(
         """
@@ -274,15 +288,8 @@ def test_module_qualified_id_in_a_fresh_process() -> None:
         print(type(venv).__name__, obs.shape[0])
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["TradingVectorEnv", "3"]
+    stdout = _run_in_a_fresh_process(code)
+    assert stdout.split() == ["TradingVectorEnv", "3"]
 
 
 # ------------------------------------------------------------------ RLlib (without ray)
@@ -300,15 +307,8 @@ def test_plain_id_is_unknown_in_a_fresh_process_and_the_rllib_registration() -> 
             print(type(err).__name__)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["NameNotFound"]
+    stdout = _run_in_a_fresh_process(code)
+    assert stdout.split() == ["NameNotFound"]
 
     from gpu_trading_env.rllib_env import rllib_env_creator
 

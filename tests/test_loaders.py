@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from random_bars import random_ohlcv
 
 from gpu_trading_env.data.features import WARMUP_BARS
 from gpu_trading_env.data.loaders import DataError, load_bars
@@ -13,18 +14,8 @@ from gpu_trading_env.data.market_data import MarketData
 N = WARMUP_BARS + 30
 
 
-def _ohlcv(n: int, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
-    open_ = np.r_[close[0], close[:-1]]
-    high = np.maximum(open_, close) * 1.002
-    low = np.minimum(open_, close) * 0.998
-    vol = rng.integers(1_000, 5_000, n).astype(float)
-    return pd.DataFrame({"Open": open_, "High": high, "Low": low, "Close": close, "Volume": vol})
-
-
 def test_yahoo_daily(tmp_path):
-    df = _ohlcv(N)
+    df = random_ohlcv(N, capitalised=True)
     dates = pd.bdate_range("2019-01-02", periods=N)
     df.insert(0, "Date", dates.strftime("%Y-%m-%d"))
     df.insert(5, "Adj Close", df["Close"].round(2))
@@ -40,7 +31,7 @@ def test_yahoo_daily(tmp_path):
 
 
 def _fx_frame(start: str, freq: str = "1h") -> pd.DataFrame:
-    df = _ohlcv(N, seed=1)
+    df = random_ohlcv(N, seed=1, capitalised=True)
     ts = pd.date_range(start, periods=N, freq=freq)
     df.insert(0, "Time", ts.strftime("%d.%m.%Y %H:%M:%S.000"))
     return df
@@ -76,7 +67,7 @@ def test_ambiguous_day_month_is_refused_with_both_formats(tmp_path):
 
 
 def test_epoch_milliseconds_crypto_export(tmp_path):
-    df = _ohlcv(N, seed=2)
+    df = random_ohlcv(N, seed=2, capitalised=True)
     ts = pd.date_range("2021-03-01", periods=N, freq="1min")
     df.insert(0, "open_time", (ts - pd.Timestamp("1970-01-01")) // pd.Timedelta("1ms"))
     df.columns = [c.lower() for c in df.columns]
@@ -90,7 +81,7 @@ def test_epoch_milliseconds_crypto_export(tmp_path):
 
 
 def test_numbers_that_are_no_epoch_name_the_options(tmp_path):
-    df = _ohlcv(N)
+    df = random_ohlcv(N, capitalised=True)
     dates = pd.bdate_range("2019-01-02", periods=N)
     df.insert(0, "date", dates.strftime("%Y%m%d").astype(int))
     path = tmp_path / "ymd.csv"
@@ -105,7 +96,7 @@ def test_long_format_multi_symbol_file(tmp_path):
     dates = pd.bdate_range("2020-01-01", periods=N)
     frames = []
     for k, sym in enumerate(["AAPL", "MSFT", "SPY"]):
-        f = _ohlcv(N, seed=10 + k)
+        f = random_ohlcv(N, seed=10 + k, capitalised=True)
         f.insert(0, "Symbol", sym)
         f.insert(0, "Date", dates.strftime("%Y-%m-%d"))
         frames.append(f)
@@ -123,7 +114,7 @@ def test_long_format_multi_symbol_file(tmp_path):
 def test_several_files_are_several_instruments(tmp_path):
     paths = []
     for k, sym in enumerate(["EURUSD", "GBPUSD"]):
-        df = _ohlcv(N, seed=20 + k)
+        df = random_ohlcv(N, seed=20 + k, capitalised=True)
         df.insert(0, "timestamp", pd.date_range("2022-01-03", periods=N, freq="1h"))
         paths.append(tmp_path / f"{sym}.csv")
         df.to_csv(paths[-1], index=False)
@@ -137,7 +128,7 @@ def test_several_files_are_several_instruments(tmp_path):
 
 
 def test_errors_name_file_line_and_column(tmp_path):
-    df = _ohlcv(N)
+    df = random_ohlcv(N, capitalised=True)
     df.insert(0, "Date", pd.bdate_range("2019-01-02", periods=N).strftime("%Y-%m-%d"))
     bad = df.astype({"Close": object})
     bad.loc[7, "Close"] = "n/a?"

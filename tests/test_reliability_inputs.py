@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from random_bars import random_ohlcv
 
 from gpu_trading_env.data.features import WARMUP_BARS
 from gpu_trading_env.data.loaders import DataError, load_bars
@@ -15,21 +16,11 @@ from gpu_trading_env.data.timestamps import parse_timestamps
 N = WARMUP_BARS + 30
 
 
-def _ohlcv(n: int = N, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
-    open_ = np.r_[close[0], close[:-1]]
-    high = np.maximum(open_, close) * 1.002
-    low = np.minimum(open_, close) * 0.998
-    vol = rng.integers(1_000, 5_000, n).astype(float)
-    return pd.DataFrame({"open": open_, "high": high, "low": low, "close": close, "volume": vol})
-
-
 # ---------------------------------------------------------------------- time zones
 
 
 def test_mixed_naive_and_zone_aware_text_timestamps_are_refused(tmp_path):
-    df = _ohlcv()
+    df = random_ohlcv(N)
     ts = pd.date_range("2021-01-04", periods=N, freq="1h").strftime("%Y-%m-%d %H:%M").tolist()
     ts[5] = ts[5] + "+05:00"  # this bar alone is 5 hours off UTC
     df.insert(0, "time", ts)
@@ -96,7 +87,7 @@ def test_prices_outside_the_bounds_are_refused_naming_column_row_and_range(close
 
 
 def test_a_spike_in_a_csv_is_refused_with_its_line(tmp_path):
-    df = _ohlcv()
+    df = random_ohlcv(N)
     df.insert(0, "time", pd.date_range("2021-01-04", periods=N, freq="1h"))
     df.loc[200, ["high", "close"]] = df.loc[200, "close"] * 1e40
     path = tmp_path / "spike.csv"
@@ -233,7 +224,7 @@ def test_header_only_csv_and_zero_row_frame_say_so(tmp_path):
 
 
 def test_semicolon_csv_with_decimal_commas_gets_a_hint(tmp_path):
-    df = _ohlcv()
+    df = random_ohlcv(N)
     df.insert(0, "date", pd.bdate_range("2019-01-02", periods=N).strftime("%Y-%m-%d"))
     path = tmp_path / "export.csv"
     df.to_csv(path, index=False, sep=";", decimal=",")
