@@ -51,11 +51,26 @@ def _scramble_process_generators() -> None:
 
 
 def _compare(a: GpuDQN, b: GpuDQN, exact: bool) -> None:
+    """Assert that two models (and their buffers and envs) hold the same run. Every mismatch is
+    collected first, so a failure names all the parts that differ (and by how much), not the
+    first one only: where a resume goes wrong is read from which parts agree."""
+    diffs: list[str] = []
+
     def same(x, y, what):
+        x, y = th.as_tensor(x), th.as_tensor(y)
         if exact:
-            assert th.equal(x, y), what
+            ok = x.shape == y.shape and th.equal(x, y)
         else:
-            th.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=what)
+            ok = x.shape == y.shape and th.allclose(
+                x.double().cpu(), y.double().cpu(), rtol=1e-4, atol=1e-5
+            )
+        if not ok:
+            gap = (
+                (x.double().cpu() - y.double().cpu()).abs().max().item()
+                if x.shape == y.shape
+                else f"shapes {tuple(x.shape)} vs {tuple(y.shape)}"
+            )
+            diffs.append(f"{what}: max |diff| {gap}")
 
     assert (a.num_timesteps, a._n_calls, a._n_updates) == (
         b.num_timesteps,
@@ -63,6 +78,19 @@ def _compare(a: GpuDQN, b: GpuDQN, exact: bool) -> None:
         b._n_updates,
     )
     assert a.exploration_rate == b.exploration_rate
+    ra, rb = a.replay_buffer, b.replay_buffer
+    assert (ra.pos, ra.full, ra.tree.sample_calls) == (rb.pos, rb.full, rb.tree.sample_calls)
+    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+        same(getattr(ra, name), getattr(rb, name), name)
+    for k, (x, y) in enumerate(zip(ra.tree.to_numpy(), rb.tree.to_numpy(), strict=True)):
+        same(x, y, f"priority tree {k}")
+    sa, sb = a.trading_env.backend.state, b.trading_env.backend.state
+    for field in STATE_FIELDS:
+        x, y = np.asarray(to_numpy(getattr(sa, field))), np.asarray(to_numpy(getattr(sb, field)))
+        if not exact and x.dtype.kind == "f":
+            same(x, y, f"env state {field}")
+        elif not np.array_equal(x, y):
+            diffs.append(f"env state {field}: {int((x != y).sum())} of {x.size} differ")
     for name in ("policy", "curiosity_model"):
         sa, sb = getattr(a, name).state_dict(), getattr(b, name).state_dict()
         for key in sa:
@@ -70,20 +98,9 @@ def _compare(a: GpuDQN, b: GpuDQN, exact: bool) -> None:
     oa, ob = a.policy.optimizer.state_dict()["state"], b.policy.optimizer.state_dict()["state"]
     for k in oa:
         for field in oa[k]:
-            same(oa[k][field].float(), ob[k][field].float(), f"optimizer {k}.{field}")
-    ra, rb = a.replay_buffer, b.replay_buffer
-    assert (ra.pos, ra.full, ra.tree.sample_calls) == (rb.pos, rb.full, rb.tree.sample_calls)
-    for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
-        same(getattr(ra, name), getattr(rb, name), name)
-    for x, y in zip(ra.tree.to_numpy(), rb.tree.to_numpy(), strict=True):
-        same(th.as_tensor(x), th.as_tensor(y), "priority tree")
-    sa, sb = a.trading_env.backend.state, b.trading_env.backend.state
-    for field in STATE_FIELDS:
-        x, y = np.asarray(to_numpy(getattr(sa, field))), np.asarray(to_numpy(getattr(sb, field)))
-        if exact or x.dtype.kind != "f":
-            np.testing.assert_array_equal(x, y, err_msg=field)
-        else:
-            np.testing.assert_allclose(x, y, rtol=1e-4, err_msg=field)
+            same(th.as_tensor(oa[k][field]).float(), th.as_tensor(ob[k][field]).float(),
+                 f"optimizer {k}.{field}")  # fmt: skip
+    assert not diffs, f"{len(diffs)} parts differ:\n" + "\n".join(diffs)
 
 
 def _run_and_resume(tmp_path, device: str, total: int, every: int) -> tuple[GpuDQN, GpuDQN]:
