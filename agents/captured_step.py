@@ -356,7 +356,7 @@ class CapturedTrainStep:
         obs = self._obs.index_select(0, idx)
         next_obs = self._next_obs.index_select(0, idx)
         actions = self._actions.index_select(0, idx).long()
-        rewards = self._rewards.index_select(0, idx).reshape(-1, 1)
+        rewards = self._rewards.index_select(0, idx).reshape(-1, 1) * m.reward_scale
         dones = self._dones.index_select(0, idx)
         if self._timeouts is not None:
             dones = dones * (1.0 - self._timeouts.index_select(0, idx))

@@ -126,6 +126,13 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
     :param env: Environment: a Gymnasium ``VectorEnv`` (same-step autoreset), an SB3
         ``VecEnv``, a Gymnasium env or a registered env id.
     :param double_q: Use the double-DQN target (online network picks, target network rates).
+    :param reward_scale: Factor applied to the rewards in the TD target (the buffer keeps them
+        as the env gave them), so the Q-values are learned in units where a bar's reward is of
+        order 1. The greedy policy does not depend on it; what it changes is learning: Adam moves
+        each weight by about the learning rate per step whatever the gradient's scale, and with
+        a trading env's per-bar returns of 1e-3 to 1e-2 the Q-value differences that decide a
+        trade (a fraction of that) drown in that jitter. ``train`` sets it to one over the
+        standard deviation of the training bars' returns (``--reward-scale``).
     :param curiosity: Train the curiosity forward model and push it to the env.
     :param curiosity_train_freq: Train the curiosity model every this many :meth:`train` calls.
     :param curiosity_batch_size: Replayed transitions per curiosity gradient step.
@@ -191,6 +198,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         seed: int | None = None,
         device: th.device | str = "auto",
         double_q: bool = True,
+        reward_scale: float = 1.0,
         curiosity: bool = False,
         curiosity_train_freq: int = 100,
         curiosity_batch_size: int = 1024,
@@ -238,6 +246,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             buffer_size=buffer_size,
             learning_starts=learning_starts,
             target_update_interval=target_update_interval,
+            reward_scale=reward_scale,
         )
         check_positive_ints(
             curiosity_train_freq=curiosity_train_freq,
@@ -274,6 +283,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             _init_setup_model=False,
         )
         self.double_q = bool(double_q)
+        self.reward_scale = float(reward_scale)
         self.curiosity = bool(curiosity)
         self.curiosity_train_freq = curiosity_train_freq
         self.curiosity_batch_size = curiosity_batch_size
@@ -508,7 +518,11 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             q_next_target = self.q_net_target(next_observations)
             q_next_online = self.q_net(next_observations) if self.double_q else None
         return td_target(
-            rewards.reshape(-1, 1), dones.reshape(-1, 1), gamma, q_next_target, q_next_online
+            rewards.reshape(-1, 1) * self.reward_scale,
+            dones.reshape(-1, 1),
+            gamma,
+            q_next_target,
+            q_next_online,
         )
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:

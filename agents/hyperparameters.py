@@ -45,6 +45,7 @@ def check_dqn_hyperparameters(
     buffer_size: int,
     learning_starts: int,
     target_update_interval: int,
+    reward_scale: float = 1.0,
 ) -> None:
     """Raise ValueError naming the first hyperparameter out of its range, its value and the
     range (NaN and infinity are out of every range but ``max_grad_norm``'s ``inf``: no clip).
@@ -107,6 +108,12 @@ def check_dqn_hyperparameters(
             target_update_interval,
             _is_int(target_update_interval) and target_update_interval >= 1,
             "an int >= 1",
+        ),
+        (
+            "reward_scale",
+            reward_scale,
+            _in(reward_scale, 0.0, math.inf, lo_open=True) and math.isfinite(float(reward_scale)),
+            "a finite number > 0",
         ),
     ]
     freq, unit = train_freq if isinstance(train_freq, tuple) else (train_freq, "step")

@@ -35,6 +35,10 @@ class TrainSettings:
     # 0.1 raised the built-in market's out-of-sample Sharpe from 0.55 to 0.63 of the reference
     # rule's, 5x costs from 0.49 to 0.55, the mean-reverting market from 0.31 to 0.44.
     weight_decay: float = 0.1
+    # Factor on the rewards in the TD target (GpuDQN's reward_scale); None: one over the standard
+    # deviation of the training bars' returns (agents.walkforward.auto_reward_scale), so that a
+    # bar's reward at full exposure is of order 1 whatever the market's volatility.
+    reward_scale: float | None = None
     verbose: int = 0
     progress_bar: bool = False  # a bar on a terminal, else a plain line every 10 s
     tensorboard_log: str | None = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 import sys
 import time
@@ -195,6 +196,9 @@ def train_selected(
     policy_kwargs: dict[str, Any] = {
         "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
     }
+    reward_scale = (
+        auto_reward_scale(fit) if settings.reward_scale is None else float(settings.reward_scale)
+    )
     if settings.weight_decay:
         policy_kwargs["optimizer_kwargs"] = {
             "weight_decay": settings.weight_decay,
@@ -224,6 +228,7 @@ def train_selected(
             learning_starts=max(10 * settings.num_envs, 1000),
             batch_size=settings.batch_size,
             gamma=settings.gamma,
+            reward_scale=reward_scale,
             train_freq=1,
             gradient_steps=1,
             target_update_interval=max(steps // 50, settings.num_envs),
@@ -374,6 +379,21 @@ def train_selected(
     }
 
 
+def auto_reward_scale(data: MarketData) -> float:
+    """One over the standard deviation of the close-to-close returns of ``data`` (every
+    instrument's bars, no return across an instrument boundary): the reward scale with which a
+    bar's reward at full exposure has a standard deviation of about 1. 1.0 where the closes
+    never move."""
+    returns = []
+    for k in range(data.n_instruments):
+        lo, hi = int(data.instrument_offsets[k]), int(data.instrument_offsets[k + 1])
+        close = np.asarray(data.close[lo:hi], dtype=np.float64)
+        if len(close) > 1:
+            returns.append(close[1:] / close[:-1] - 1.0)
+    sd = float(np.std(np.concatenate(returns))) if returns else 0.0
+    return 1.0 / sd if sd > 0.0 and math.isfinite(1.0 / sd) else 1.0
+
+
 def _run_identity(
     fit: MarketData, val: MarketData, config: EnvConfig, settings: TrainSettings, seed: int
 ) -> dict[str, Any]:
@@ -391,6 +411,7 @@ def _run_identity(
         "gamma",
         "net_width",
         "weight_decay",
+        "reward_scale",
     )
     return {
         **{k: getattr(settings, k) for k in kept},

@@ -171,6 +171,13 @@ def validate(args: argparse.Namespace) -> None:
             args.weight_decay,
             "a number in [0, 1)",
         )
+    if getattr(args, "reward_scale", None) is not None:
+        _check(
+            math.isfinite(args.reward_scale) and args.reward_scale > 0,
+            "--reward-scale",
+            args.reward_scale,
+            "a finite number > 0",
+        )
     if getattr(args, "gamma", None) is not None:
         _check(0.0 < args.gamma <= 1.0, "--gamma", args.gamma, "a number in (0, 1]")
     if getattr(args, "exposure", None) is not None:

@@ -210,6 +210,15 @@ def build_parser() -> argparse.ArgumentParser:
             default=TrainSettings.weight_decay,
             help="decoupled weight decay of the Q-network's Adam (AdamW-style); 0 turns it off",
         )
+        g.add_argument(
+            "--reward-scale",
+            type=float,
+            default=None,
+            help="factor on the rewards in the TD target (the policy does not depend on it; "
+            "learning does: Q-value differences of a fraction of a bar's return are below what "
+            "Adam resolves); default: one over the standard deviation of the training bars' "
+            "returns",
+        )
         g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
         g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")
         g.add_argument("--no-progress", action="store_true", help="no progress bar")

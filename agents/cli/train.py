@@ -80,6 +80,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         fallback=not args.no_fallback,
         net_width=args.net_width,
         weight_decay=args.weight_decay,
+        reward_scale=args.reward_scale,
         verbose=args.verbose,
         progress_bar=not args.no_progress,
     )
