@@ -20,6 +20,9 @@ class TrainSettings:
     batch_size: int
     buffer_size: int
     learning_rate: float = 3e-4
+    # Adam's step size at the end of training, reached linearly from learning_rate (SB3's
+    # LinearSchedule); None keeps it constant.
+    final_learning_rate: float | None = None
     gamma: float = 0.5
     eval_every: int | None = None  # env steps between validation backtests; None: timesteps / 10
     val_fraction: float = 0.2

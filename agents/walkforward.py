@@ -223,7 +223,7 @@ def train_selected(
             "DuelingPolicy",
             env,
             policy_kwargs=policy_kwargs,
-            learning_rate=settings.learning_rate,
+            learning_rate=learning_rate_schedule(settings),
             buffer_size=settings.buffer_size,
             learning_starts=max(10 * settings.num_envs, 1000),
             batch_size=settings.batch_size,
@@ -379,6 +379,16 @@ def train_selected(
     }
 
 
+def learning_rate_schedule(settings: TrainSettings) -> Any:
+    """``settings.learning_rate``, or SB3's ``LinearSchedule`` from it to
+    ``settings.final_learning_rate`` over the run (a plain class: saved with the model)."""
+    if settings.final_learning_rate is None:
+        return settings.learning_rate
+    from stable_baselines3.common.utils import LinearSchedule
+
+    return LinearSchedule(settings.learning_rate, settings.final_learning_rate, 1.0)
+
+
 def auto_reward_scale(data: MarketData) -> float:
     """One over the standard deviation of the close-to-close returns of ``data`` (every
     instrument's bars, no return across an instrument boundary): the reward scale with which a
@@ -408,6 +418,7 @@ def _run_identity(
         "batch_size",
         "buffer_size",
         "learning_rate",
+        "final_learning_rate",
         "gamma",
         "net_width",
         "weight_decay",

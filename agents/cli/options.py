@@ -171,6 +171,11 @@ def validate(args: argparse.Namespace) -> None:
             args.weight_decay,
             "a number in [0, 1)",
         )
+    if getattr(args, "final_learning_rate", None) is not None:
+        flr = args.final_learning_rate
+        _check(
+            math.isfinite(flr) and flr >= 0, "--final-learning-rate", flr, "a finite number >= 0"
+        )
     if getattr(args, "reward_scale", None) is not None:
         _check(
             math.isfinite(args.reward_scale) and args.reward_scale > 0,

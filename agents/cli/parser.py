@@ -165,6 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         g.add_argument("--learning-rate", type=float, default=3e-4, help="Adam step size")
         g.add_argument(
+            "--final-learning-rate",
+            type=float,
+            default=TrainSettings.final_learning_rate,
+            help="Adam step size at the end of training, reached linearly from --learning-rate "
+            "(default: none, the step size stays constant)",
+        )
+        g.add_argument(
             "--gamma",
             type=float,
             default=0.5,

@@ -71,6 +71,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         batch_size=args.batch_size or defaults["batch_size"],
         buffer_size=defaults["buffer_size"],
         learning_rate=args.learning_rate,
+        final_learning_rate=args.final_learning_rate,
         gamma=args.gamma,
         eval_every=args.eval_every,
         val_fraction=args.val_fraction,
