@@ -395,7 +395,7 @@ _CSV_FIELDS = [
     "market", "seed", "kept", "agent_sharpe", "reference", "reference_sharpe", "sharpe_ratio",
     "network_sharpe_ratio", "agent_return", "reference_return", "buy_and_hold_return",
     "agent_turnover", "agent_costs", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
-    "validation_p_vs_baseline", "seconds", "error",
+    "validation_p_vs_flat", "validation_p_vs_baseline", "seconds", "error",
 ]  # fmt: skip
 
 
@@ -419,6 +419,7 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
         "vs_flat_p": r["vs_flat"]["p_value"],
         "vs_flat_low": r["vs_flat"]["low"],
         "vs_buy_and_hold_p": r["vs_buy_and_hold"]["p_value"],
+        "validation_p_vs_flat": r["gate"]["network_minus_flat_validation_sharpe"]["p_value"],
         "validation_p_vs_baseline": r["gate"]["network_minus_baseline_validation_sharpe"][
             "p_value"
         ],

@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from agents.baseline_policies import (
     BASELINE_EXPOSURE,
     baseline_action,
     choose_baseline,
+    network_beats_baseline,
     set_constant_policy,
 )
 from agents.zoo import MARKETS_BY_NAME, SMALL, market_data, reference_exposures, run_one
@@ -23,7 +25,7 @@ from gpu_trading_env.data.synthetic import (
     planted_rule_expected_return,
     regime_filter_expected_return,
 )
-from gpu_trading_env.reports.backtest import backtest, exposure_policy
+from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_policy
 
 FRICTIONLESS = EnvConfig(
     order_cost_bps=(0.0,),
@@ -188,3 +190,32 @@ def test_net_width_zero_is_a_linear_q_network_and_one_is_refused() -> None:
         validate(bad)
     row = run_one("gbm_flat", 0, "cpu", SMALL, ("--net-width", "0"))
     assert "error" not in row and row["network"]["n_bars"] == SMALL.bars // 5
+
+
+def _returns(values: np.ndarray) -> BacktestResult:
+    """A stand-in backtest holding only the per-bar returns the gate reads."""
+    return SimpleNamespace(returns=np.asarray(values, dtype=np.float64))
+
+
+def test_gate_against_a_hold_baseline_needs_flat_beaten_and_the_hold_matched() -> None:
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0.0, 0.01, 3_000)
+    drift = 0.002 + rng.normal(0.0, 0.01, 3_000)  # a hold that earns a strong drift
+    edge = 0.003 + rng.normal(0.0, 0.01, 3_000)  # a network that earns more than that
+    # A network with a real edge beside a hold baseline (chosen on a drift that was noise):
+    # kept, though it does not beat the hold with significance.
+    hold = 0.0028 + rng.normal(0.0, 0.01, 3_000)
+    verdict = network_beats_baseline(_returns(edge), _returns(hold), "hold long", 8766.0)
+    assert verdict.validation["low"] < 0 < verdict.validation["difference"]  # not significant
+    assert verdict.keep_network and verdict.to_dict()["kept"] == "network"
+    # A network that beats flat but not the hold's real drift: the hold is kept.
+    verdict = network_beats_baseline(_returns(edge - 0.0015), _returns(drift), "hold long", 8766.0)
+    assert verdict.validation_vs_flat["low"] > 0 and verdict.validation["difference"] < 0
+    assert not verdict.keep_network and verdict.to_dict()["kept"] == "hold long"
+    # Noise beats neither: flat (or the hold) is kept.
+    assert not network_beats_baseline(
+        _returns(noise), _returns(0 * noise), "flat", 8766.0
+    ).keep_network
+    assert not network_beats_baseline(
+        _returns(noise), _returns(drift), "hold long", 8766.0
+    ).keep_network

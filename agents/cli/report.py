@@ -157,21 +157,31 @@ def kept_policy_note(learning: dict[str, Any]) -> str:
     """What the model acts as, in words: the network snapshot, or the baseline that the
     snapshot did not beat on the validation window (agents/baseline_policies.py)."""
     gate = learning["gate"]
-    ci = gate["network_minus_baseline_validation_sharpe"]
+    flat = gate.get(
+        "network_minus_flat_validation_sharpe", gate["network_minus_baseline_validation_sharpe"]
+    )
     level = f"{(1 + gate['level']) / 2:.0%}"
     evidence = (
-        f"validation Sharpe of the network minus {gate['baseline']}'s: {ci['difference']:+.2f}, "
-        f"{gate['level']:.0%} interval [{ci['low']:+.2f}, {ci['high']:+.2f}]"
+        f"validation Sharpe of the network minus flat's: {flat['difference']:+.2f}, "
+        f"{gate['level']:.0%} interval [{flat['low']:+.2f}, {flat['high']:+.2f}]"
     )
+    if gate["baseline"] != "flat":
+        ci = gate["network_minus_baseline_validation_sharpe"]
+        evidence += f"; minus {gate['baseline']}'s: {ci['difference']:+.2f}"
+    hold = gate["baseline"] != "flat"
+    test = f"beat flat on the validation window at {level} one-sided confidence"
+
+    def also(verb: str) -> str:
+        return f" and {verb} at least as well as {gate['baseline']} there" if hold else ""
+
     if learning["kept"] == "network":
         return (
             f"Model: the network's weights at env step {learning['selected_step']:,} (best "
-            f"validation Sharpe); it beat the best parameter-free policy, {gate['baseline']}, on "
-            f"the validation window at {level} one-sided confidence ({evidence})."
+            f"validation Sharpe); it {test}{also('did')} ({evidence})."
         )
     return (
-        f"Model: {learning['kept']}. The network's best snapshot did not beat it on the validation "
-        f"window at {level} one-sided confidence ({evidence}), so the saved model acts as "
+        f"Model: {learning['kept']}. The network's best snapshot did not {test}{also('do')} "
+        f"({evidence}), so the saved model acts as "
         f"{learning['kept']} on every bar; --no-fallback keeps the network."
     )
 
