@@ -16,6 +16,8 @@ import torch as th
 from torch import nn
 from torch.nn import functional as F
 
+from gpu_trading_env.core.constants import LEAKY_RELU_SLOPE
+
 __all__ = ["CuriosityModel", "check_positive_ints"]
 
 
@@ -64,8 +66,8 @@ class CuriosityModel(nn.Module):
         """
         x = states[:, : self.state_dims].float()
         onehot = F.one_hot(categories.reshape(-1).long(), self.n_categories).to(x.dtype)
-        # Slope 0.01 is what the env's forward pass hard-codes.
-        h = F.leaky_relu(self.fc1(th.cat([x, onehot], dim=1)), negative_slope=0.01)
+        # The env's forward pass (curiosity_bonus in both backends) uses the same slope.
+        h = F.leaky_relu(self.fc1(th.cat([x, onehot], dim=1)), negative_slope=LEAKY_RELU_SLOPE)
         return self.fc2(h)
 
     def categories(self, actions: th.Tensor, category_table: Any) -> th.Tensor:

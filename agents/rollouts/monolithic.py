@@ -18,11 +18,49 @@ import torch as th
 from torch import nn
 
 from gpu_trading_env.core.constants import BLOCK
+from gpu_trading_env.core.kernel_interface import (
+    CURIOSITY_PARAMS,
+    MARKET_PARAMS,
+    PARAM_PARAMS,
+    KernelSignature,
+    state_params,
+)
 
 KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "monolithic_rollout.cu"
 MONO_LAYERS = (256, 256, 128, 128)  # trunk 1, trunk 2, value hidden, advantage hidden
+# Sizes of the per-thread observation and Q arrays (local memory: larger ones spill further).
 MONO_MAX_OBS = 128
 MONO_MAX_ACTIONS = 128
+
+
+# The kernel's parameters as MonolithicRollout.launch passes them (the outputs in the order of
+# its ``out`` dict); tests/test_kernel_interface.py compares them with the source.
+MONOLITHIC_KERNEL_PARAMS: KernelSignature = (
+    *state_params(),
+    *MARKET_PARAMS,
+    *PARAM_PARAMS,
+    *CURIOSITY_PARAMS,
+    ("online", "const float*"),
+    ("epsilon", "float"),
+    ("steps", "int"),
+    ("seed", "unsigned long long"),
+    ("round", "unsigned long long"),
+    ("obs_out", "float*"),
+    ("action_out", "long long*"),
+    ("reward_out", "float*"),
+    ("terminated_out", "bool*"),
+    ("truncated_out", "bool*"),
+    ("next_obs_out", "float*"),
+    ("n", "int"),
+)
+
+
+def monolithic_kernel_defines() -> tuple[tuple[str, str], ...]:
+    """The layer sizes and array bounds ``monolithic_rollout.cu`` is compiled with."""
+    h1, h2, vh, ah = MONO_LAYERS
+    sizes = {"H1": h1, "H2": h2, "VH": vh, "AH": ah}
+    sizes |= {"MAX_OBS": MONO_MAX_OBS, "MAX_ACTIONS": MONO_MAX_ACTIONS}
+    return tuple((f"MONO_{k}", str(v)) for k, v in sizes.items())
 
 
 def flat_dueling_weights(q_net: nn.Module, obs_dim: int, n_actions: int) -> th.Tensor:
@@ -70,7 +108,7 @@ class MonolithicRollout:
             )
         # The module loads into the current device's context: the env's device, not device 0.
         with self.backend.device_scope():
-            module = self.backend.compile_module(KERNEL_FILE)
+            module = self.backend.compile_module(KERNEL_FILE, monolithic_kernel_defines())
             self.kernel = module.get_function("monolithic_rollout")
         self.seed = int(seed)
         self.round = 0

@@ -24,6 +24,8 @@ from gpu_trading_env.core.constants import (
     MODE_SAME_STEP,
     kernel_constant_defines,
 )
+from gpu_trading_env.core.kernel_interface import interface_defines
+from gpu_trading_env.gpu.philox import philox_stream_defines
 
 FILL_MODES = ("close", "next_open")
 SIZING_MODES = ("units", "equity")
@@ -469,5 +471,11 @@ def kernel_param_defines() -> tuple[tuple[str, str], ...]:
 
 
 def kernel_defines() -> tuple[tuple[str, str], ...]:
-    """Every ``#define`` the env kernels are compiled with: parameter slots and shared constants."""
-    return kernel_param_defines() + kernel_constant_defines()
+    """Every ``#define`` the env kernels are compiled with: parameter slots, shared constants,
+    Philox stream ids and the generated parameter lists (see ``kernel_interface.py``)."""
+    return (
+        kernel_param_defines()
+        + kernel_constant_defines()
+        + philox_stream_defines()
+        + interface_defines()
+    )

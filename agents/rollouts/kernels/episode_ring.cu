@@ -10,7 +10,7 @@
 // When more than `size` envs finish in one step, only the newest `size` are written: two
 // threads writing one slot would leave either value.
 
-extern "C" __global__ void __launch_bounds__(1024) ring_append(
+extern "C" __global__ void __launch_bounds__(RING_THREADS) ring_append(
     const bool* __restrict__ done, const float* __restrict__ returns,
     const int* __restrict__ lengths, long long n, long long size,
     float* __restrict__ ring_returns, int* __restrict__ ring_lengths, long long* __restrict__ last) {

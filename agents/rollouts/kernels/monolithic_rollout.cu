@@ -5,13 +5,9 @@
 // long-only barrier, restarting at the same bar) are not reproduced.
 #include "trading_env.cuh"
 
-#define MONO_H1 256
-#define MONO_H2 256
-#define MONO_VH 128
-#define MONO_AH 128
-#define MONO_MAX_OBS 128
-#define MONO_MAX_ACTIONS 128
-#define PHILOX_STREAM_EXPLORE 0x4558u
+// The layer sizes MONO_H1, MONO_H2 (trunk), MONO_VH, MONO_AH (value and advantage hidden) and the
+// local array bounds MONO_MAX_OBS, MONO_MAX_ACTIONS come from agents/rollouts/monolithic.py
+// (monolithic_kernel_defines), PHILOX_STREAM_EXPLORE from gpu_trading_env/gpu/philox.py.
 
 // Flat weight layout ([out, in] row-major, as torch nn.Linear), in this order:
 // shared1 W[H1,D] b[H1], shared2 W[H2,H1] b[H2], value1 W[VH,H2] b[VH], value2 W[1,VH] b[1],
@@ -53,7 +49,7 @@ __device__ void mono_observe(const EnvStateView& s, const MarketView& m, const P
     long long bar = s.bar[i];
     float vf, qf;
     portfolio_features(p, s.cash[i], s.position[i], m.close_px[bar], &vf, &qf);
-    int d = m.n_features + 3;
+    int d = m.n_features + N_PORTFOLIO_FEATURES;
     for (int j = 0; j < d; ++j) x[j] = obs_element(m, p, bar, vf, qf, j);
 }
 
@@ -72,7 +68,7 @@ extern "C" __global__ void monolithic_rollout(
     CURIOSITY_VIEW(cur);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    int d = m.n_features + 3;
+    int d = m.n_features + N_PORTFOLIO_FEATURES;
     int a_n = (int)p.pi[PI_N_ACTIONS];
     float x[MONO_MAX_OBS], q[MONO_MAX_ACTIONS];
     for (int t = 0; t < steps; ++t) {
