@@ -59,7 +59,7 @@ def trained() -> GpuDQN:
     return model
 
 
-def test_learns_with_finite_loss(trained: GpuDQN) -> None:
+def test_learn_builds_the_sb3_parts_and_trains_with_finite_loss(trained: GpuDQN) -> None:
     assert isinstance(trained.env, SB3VecEnv)
     assert isinstance(trained.trading_env, TradingVectorEnv)
     assert isinstance(trained.policy, DuelingDQNPolicy)
@@ -451,7 +451,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
 
 
 @pytest.mark.gpu
-def test_fused_rollout_learns_on_cuda(tmp_path) -> None:
+def test_fused_rollout_trains_with_finite_loss_and_saves_on_cuda(tmp_path) -> None:
     env = gym.make_vec("GpuTrading-v0", num_envs=1024, device="cuda", episode_length=100)
     model = GpuDQN(
         "DuelingPolicy",
