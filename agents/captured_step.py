@@ -56,7 +56,6 @@ import torch as th
 from gymnasium import spaces
 
 from agents.dqn_loss import td_target, weighted_td_loss
-from agents.policies import pairable, paired_q_values
 
 __all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
 
@@ -76,10 +75,6 @@ def resolve_precision(precision: str, device: th.device | str) -> str:
 # Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one):
 # 0.365 -> 0.339 ms per step at batch 4,096 on an H200 (docs/PERFORMANCE.md).
 COMPILE_UPDATE = True
-# The double-DQN target's two forwards on o' as one (agents.policies.paired_q_values). Off:
-# measured slower on an H200 at batch 4,096 (0.320 against 0.301 ms per step; the weights
-# stacked every step cost more than the launches saved).
-PAIRED_FORWARD = False
 STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
 WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
 RECOMPILE_RETRIES = 2  # captures abandoned for a recompile, each followed by one more warm-up step
@@ -271,7 +266,6 @@ class CapturedTrainStep:
         self.compile = bool(compile)
         self.compile_update = bool(self.compile and compile_update)
         # Online and target network on o' as one chain of batched products (double DQN).
-        self.paired = PAIRED_FORWARD and pairable(model.q_net, model.q_net_target)
         # The loss (gathers, forwards, target, loss and its backward) and clip + Adam, each
         # compiled at its first call (the first warm-up step), eager where that fails.
         self._compiled_loss = CompiledOrEager(self._loss, "loss")
@@ -364,13 +358,8 @@ class CapturedTrainStep:
         with th.autocast("cuda", dtype=th.bfloat16, enabled=self.precision == "bf16"):
             q_all = m.q_net(obs)
             with th.no_grad():  # no backward through the next-state forwards
-                if m.double_q and self.paired:
-                    q_next_online, q_next_target = paired_q_values(
-                        m.q_net, m.q_net_target, next_obs
-                    )
-                else:
-                    q_next_online = m.q_net(next_obs) if m.double_q else None
-                    q_next_target = m.q_net_target(next_obs)
+                q_next_online = m.q_net(next_obs) if m.double_q else None
+                q_next_target = m.q_net_target(next_obs)
         # Target, loss and TD errors in float32 whatever the products ran in.
         q = th.gather(q_all.float(), 1, actions)
         q_next_target = q_next_target.float()

@@ -265,34 +265,6 @@ def test_dueling_network_shape_and_combination() -> None:
     assert sizes == [32, 8, 1, 16, 45]
 
 
-@pytest.mark.parametrize(
-    "arch", [None, {"shared": [], "value": [8], "advantage": [8]}, {"shared": [32, 16]}]
-)
-def test_paired_q_values_are_the_two_forwards(arch) -> None:
-    """Online and target network in one chain of batched products: each network's Q-values."""
-    from stable_baselines3.common.torch_layers import FlattenExtractor
-
-    from agents.policies import pairable, paired_q_values
-
-    space = gym.spaces.Box(-1.0, 1.0, (54,), np.float32)
-
-    def net() -> DuelingQNetwork:
-        return DuelingQNetwork(space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, arch)
-
-    th.manual_seed(0)
-    first, second = net(), net()
-    assert pairable(first, second)
-    obs = th.randn(64, 54)
-    with th.no_grad():
-        qa, qb = paired_q_values(first, second, obs)
-        th.testing.assert_close(qa, first(obs), rtol=1e-5, atol=1e-6)
-        th.testing.assert_close(qb, second(obs), rtol=1e-5, atol=1e-6)
-    other = DuelingQNetwork(
-        space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, {"shared": [8]}
-    )
-    assert not pairable(first, other)  # another architecture
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "arch, fusable",

@@ -35,9 +35,6 @@ from gpu_trading_env.gpu.device import KernelLauncher, current_stream, load_modu
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
-# Re-exported: their home is tree_kernels.py.
-__all__ += ["KERNEL_FILE", "TREE_KERNEL_PARAMS", "tree_kernel_defines"]
-
 _VERDICT_POSITION_MASK = (1 << VERDICT_SEQ_SHIFT) - 1
 _VERDICT_POLLS = 2000  # reads of the verdict word (about 0.1 µs each) before waiting on the stream
 
