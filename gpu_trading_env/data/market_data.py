@@ -350,7 +350,8 @@ class MarketData:
             metadata=self.metadata,
         )
 
-    def _local(self, k: int) -> slice:
+    def instrument_rows(self, k: int) -> slice:
+        """The rows of instrument ``k`` (an index) in the concatenated arrays."""
         return slice(int(self.instrument_offsets[k]), int(self.instrument_offsets[k + 1]))
 
     def instrument(self, key: int | str) -> MarketData:
