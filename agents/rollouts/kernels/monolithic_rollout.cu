@@ -60,7 +60,8 @@ extern "C" __global__ void monolithic_rollout(
     float epsilon, int steps, unsigned long long seed, unsigned long long round,
     float* __restrict__ obs_out, long long* __restrict__ action_out, float* __restrict__ reward_out,
     bool* __restrict__ terminated_out, bool* __restrict__ truncated_out,
-    float* __restrict__ next_obs_out, int n)
+    float* __restrict__ next_obs_out, float* __restrict__ episode_return_out,
+    int* __restrict__ episode_length_out, int n)
 {
     ENV_STATE_VIEW(s);
     MARKET_VIEW(m);
@@ -93,6 +94,10 @@ extern "C" __global__ void monolithic_rollout(
         reward_out[out] = (float)o.reward;
         terminated_out[out] = o.terminated;
         truncated_out[out] = o.truncated;
-        if (o.terminated || o.truncated) env_reset(s, p, i, -1, n);
+        // The ended episode's return and length (0 elsewhere), as trading_step reports them.
+        bool ended = o.terminated || o.truncated;
+        episode_return_out[out] = ended ? (float)s.episode_return[i] : 0.0f;
+        episode_length_out[out] = ended ? s.step_in_episode[i] : 0;
+        if (ended) env_reset(s, p, i, -1, n);
     }
 }
