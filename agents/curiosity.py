@@ -2,7 +2,7 @@
 
 The env computes ``bonus = min(MSE(f(s[:D], onehot(category(a))), s'[:D]), cap) * scale`` with
 ``f = Linear(D+3, H) -> LeakyReLU(0.01) -> Linear(H, D)`` (``curiosity_bonus`` in
-``gpu_trading_env/numpy_backend.py`` and the CUDA kernel). This module is the trainable copy of
+``gpu_trading_env/core/reference_step.py`` and the CUDA kernel). This module is the trainable copy of
 ``f``: :class:`CuriosityModel` learns it from replayed transitions and hands its weights to the
 env in torch's ``[out, in]`` layout, which is the layout the env reads.
 """

@@ -149,9 +149,8 @@ class DuelingQNetwork(QNetwork):
             return self.value_head(h), self.advantage_head(h)
         # Where torch.compile traces this (the captured train step), the products run on widths
         # padded to multiples of 8: the pads fuse into the casts and gathers around them, and
-        # cuBLAS's aligned bf16 kernels took 4.0 us where the 54-feature input and the 4-wide
-        # output got align2 kernels of 5.1 to 6.0 us (nine per gradient step, H200). Eagerly,
-        # each pad would be a launch of its own.
+        # cuBLAS picks faster aligned kernels than for the 54-feature input and the 4-wide
+        # output (figures in docs/PERFORMANCE.md). Eagerly, each pad would be a launch of its own.
         x = run_chain(self.chain(), features, aligned=th.compiler.is_compiling())
         return x[:, :1], x[:, 1:]
 

@@ -31,9 +31,9 @@ class TrainSettings:
     fallback: bool = True
     # Dueling network: trunk [w, w], value and advantage heads [w / 2]; 0: no hidden layers.
     net_width: int = 256
-    # Decoupled (AdamW-style) weight decay of the Q-network: on the market zoo (5 seeds, H200)
-    # 0.1 raised the built-in market's out-of-sample Sharpe from 0.55 to 0.63 of the reference
-    # rule's, 5x costs from 0.49 to 0.55, the mean-reverting market from 0.31 to 0.44.
+    # Decoupled (AdamW-style) weight decay of the Q-network: 0.1 raised the out-of-sample
+    # Sharpe on the market zoo's built-in, 5x-cost and mean-reverting markets (figures in
+    # docs/PERFORMANCE.md, "Figures behind choices in the code").
     weight_decay: float = 0.1
     verbose: int = 0
     progress_bar: bool = False  # a bar on a terminal, else a plain line every 10 s
