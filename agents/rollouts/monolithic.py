@@ -17,6 +17,7 @@ import numpy as np
 import torch as th
 from torch import nn
 
+from agents.policies import DEFAULT_DUELING_ARCH
 from gpu_trading_env.core.constants import BLOCK
 from gpu_trading_env.core.kernel_interface import (
     CURIOSITY_PARAMS,
@@ -27,7 +28,13 @@ from gpu_trading_env.core.kernel_interface import (
 )
 
 KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "monolithic_rollout.cu"
-MONO_LAYERS = (256, 256, 128, 128)  # trunk 1, trunk 2, value hidden, advantage hidden
+# Trunk 1, trunk 2, value hidden, advantage hidden: the policy's default dueling network, the
+# only one the kernel's fixed-size local arrays hold.
+MONO_LAYERS = (
+    *DEFAULT_DUELING_ARCH["shared"],
+    *DEFAULT_DUELING_ARCH["value"],
+    *DEFAULT_DUELING_ARCH["advantage"],
+)
 # Sizes of the per-thread observation and Q arrays (local memory: larger ones spill further).
 MONO_MAX_OBS = 128
 MONO_MAX_ACTIONS = 128
@@ -59,6 +66,11 @@ MONOLITHIC_KERNEL_PARAMS: KernelSignature = (
 
 def monolithic_kernel_defines() -> tuple[tuple[str, str], ...]:
     """The layer sizes and array bounds ``monolithic_rollout.cu`` is compiled with."""
+    if len(MONO_LAYERS) != 4:
+        raise ValueError(
+            f"the monolithic kernel holds a 2-layer trunk and 1-layer heads; the default dueling "
+            f"network is {DEFAULT_DUELING_ARCH}"
+        )
     h1, h2, vh, ah = MONO_LAYERS
     sizes = {"H1": h1, "H2": h2, "VH": vh, "AH": ah}
     sizes |= {"MAX_OBS": MONO_MAX_OBS, "MAX_ACTIONS": MONO_MAX_ACTIONS}
