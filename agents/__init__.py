@@ -1,5 +1,12 @@
-"""Agents for gpu-trading-env: ``GpuDQN`` and a GPU prioritized replay buffer for
-Stable-Baselines3.
+"""Agents that train on gpu-trading-env, built on Stable-Baselines3.
+
+- ``GpuDQN``: SB3's DQN with a dueling network (``DuelingDQNPolicy``), prioritized replay on the
+  GPU (``PrioritizedReplayBuffer``), a fused GPU rollout, CUDA-graph train steps, an optional
+  curiosity bonus (``CuriosityModel``) and data-parallel training;
+- ``PrioritizedDQN``: SB3's DQN with the prioritized buffer, for any env;
+- ``CheckpointEvery``: a callback that writes resumable checkpoints;
+- the ``gpu-trading-env`` command (``agents.cli``): train, walk-forward, eval, backtest, sweep,
+  the market zoo and the env benchmark.
 
 The names are imported on first use (PEP 562): ``import agents.cli`` for an argument error or
 ``--help`` should not pay for torch and SB3 (seconds on a busy 2-core machine).

@@ -12,7 +12,7 @@ The whole step, in order::
     y       = r + (1 - done) * gamma * q_next[a']
     loss    = mean(w * smooth_l1(q, y))             # torch.compile'd, with its backward
     backward; [all-reduce of the flat gradients: distributed only]
-    clip_grad_norm_(max_grad_norm); Adam(fused, capturable, lr from a device scalar)
+    clip_grad_norm_(max_grad_norm); Adam(capturable, lr from a device scalar)
     tree.update(idx, |y - q|)                       # validated on the device
     error   = max(error, tree status)               # first rejected position, or -1
     sums   += (loss, mean |y - q|)
@@ -20,10 +20,8 @@ The whole step, in order::
 This is :meth:`GpuDQN.train`'s eager loop, step for step, with the same target and loss
 (:mod:`agents.dqn_loss`). With ``compile=True`` (the default) the gathers, forwards, target and
 loss run through ``torch.compile``, which fuses the elementwise work and reductions around the
-matrix products into a few generated kernels (forward and backward); the step's GPU time fell
-from 0.56 to 0.35 ms at batch 4,096 on an H200 (docs/PERFORMANCE.md). The learning rate and
-beta enter as
-device scalars filled before a replay when their host values change, so one graph serves the
+matrix products into a few generated kernels (forward and backward), which shortens the step
+(docs/PERFORMANCE.md, "Figures behind choices in the code"). The learning rate and beta enter as device scalars filled before a replay when their host values change, so one graph serves the
 whole run; the target network is updated by SB3's ``_on_step`` schedule, between train calls,
 as on the eager path. Loss, mean TD error and the error flag reach the host every
 ``stats_interval`` train calls (and at the end of ``learn``): a rejected priority update (a NaN or
@@ -33,15 +31,15 @@ Matrix products run in ``precision``: ``"bf16"`` (the three forwards under bfloa
 target, loss and TD errors stay float32), ``"tf32"`` (tensor cores, as the fused rollout acts)
 or ``"fp32"`` (exact float32, what the eager path does under torch's defaults); the choice is
 fixed when the step is captured. ``GpuDQN``'s default, ``"auto"`` (:func:`resolve_precision`),
-is bf16 where the GPU computes it natively: it measured faster (0.26 against 0.30 ms per step
-at batch 4,096 on an H200) and the quickstart's agent learned as well with it
-(docs/PERFORMANCE.md).
+is bf16 where the GPU computes it natively: it measured faster than tf32 and the quickstart's
+agent learned as well with it (docs/PERFORMANCE.md).
 
 The first ``warmup_steps`` gradient steps run the same code without a graph (on a side stream,
 as capture requires: cuBLAS workspaces, Adam state); the next one is captured and replayed.
 
-The optimizer is replaced by an equivalent ``torch.optim.Adam(fused=True, capturable=True)``
-with the same state (its ``lr`` a device tensor); :func:`plain_optimizer_state` turns its state
+The optimizer is replaced by an equivalent capturable ``torch.optim.Adam`` with the same state
+(its ``lr`` a device tensor): a foreach Adam compiled with the loss (``COMPILE_UPDATE``, the
+default), else the fused one; :func:`plain_optimizer_state` turns its state
 dict back into the plain Adam's for saving.
 """
 
@@ -56,7 +54,6 @@ import torch as th
 from gymnasium import spaces
 
 from agents.dqn_loss import td_target, weighted_td_loss
-from agents.policies import pairable, paired_q_values
 
 __all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
 
@@ -73,13 +70,10 @@ def resolve_precision(precision: str, device: th.device | str) -> str:
     return "bf16" if major >= 8 else "tf32"
 
 
-# Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one):
-# 0.365 -> 0.339 ms per step at batch 4,096 on an H200 (docs/PERFORMANCE.md).
+# Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one): the
+# compiler fuses them with the step's other elementwise work, which measured faster than the
+# fused Adam kernel (docs/PERFORMANCE.md, "Figures behind choices in the code").
 COMPILE_UPDATE = True
-# The double-DQN target's two forwards on o' as one (agents.policies.paired_q_values). Off:
-# measured slower on an H200 at batch 4,096 (0.320 against 0.301 ms per step; the weights
-# stacked every step cost more than the launches saved).
-PAIRED_FORWARD = False
 STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
 WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
 RECOMPILE_RETRIES = 2  # captures abandoned for a recompile, each followed by one more warm-up step
@@ -271,7 +265,6 @@ class CapturedTrainStep:
         self.compile = bool(compile)
         self.compile_update = bool(self.compile and compile_update)
         # Online and target network on o' as one chain of batched products (double DQN).
-        self.paired = PAIRED_FORWARD and pairable(model.q_net, model.q_net_target)
         # The loss (gathers, forwards, target, loss and its backward) and clip + Adam, each
         # compiled at its first call (the first warm-up step), eager where that fails.
         self._compiled_loss = CompiledOrEager(self._loss, "loss")
@@ -364,13 +357,8 @@ class CapturedTrainStep:
         with th.autocast("cuda", dtype=th.bfloat16, enabled=self.precision == "bf16"):
             q_all = m.q_net(obs)
             with th.no_grad():  # no backward through the next-state forwards
-                if m.double_q and self.paired:
-                    q_next_online, q_next_target = paired_q_values(
-                        m.q_net, m.q_net_target, next_obs
-                    )
-                else:
-                    q_next_online = m.q_net(next_obs) if m.double_q else None
-                    q_next_target = m.q_net_target(next_obs)
+                q_next_online = m.q_net(next_obs) if m.double_q else None
+                q_next_target = m.q_net_target(next_obs)
         # Target, loss and TD errors in float32 whatever the products ran in.
         q = th.gather(q_all.float(), 1, actions)
         q_next_target = q_next_target.float()

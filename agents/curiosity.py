@@ -2,7 +2,7 @@
 
 The env computes ``bonus = min(MSE(f(s[:D], onehot(category(a))), s'[:D]), cap) * scale`` with
 ``f = Linear(D+3, H) -> LeakyReLU(0.01) -> Linear(H, D)`` (``curiosity_bonus`` in
-``gpu_trading_env/numpy_backend.py`` and the CUDA kernel). This module is the trainable copy of
+``gpu_trading_env/core/reference_step.py`` and the CUDA kernel). This module is the trainable copy of
 ``f``: :class:`CuriosityModel` learns it from replayed transitions and hands its weights to the
 env in torch's ``[out, in]`` layout, which is the layout the env reads.
 """
@@ -15,6 +15,8 @@ import numpy as np
 import torch as th
 from torch import nn
 from torch.nn import functional as F
+
+from gpu_trading_env.core.constants import LEAKY_RELU_SLOPE
 
 __all__ = ["CuriosityModel", "check_positive_ints"]
 
@@ -64,8 +66,8 @@ class CuriosityModel(nn.Module):
         """
         x = states[:, : self.state_dims].float()
         onehot = F.one_hot(categories.reshape(-1).long(), self.n_categories).to(x.dtype)
-        # Slope 0.01 is what the env's forward pass hard-codes.
-        h = F.leaky_relu(self.fc1(th.cat([x, onehot], dim=1)), negative_slope=0.01)
+        # The env's forward pass (curiosity_bonus in both backends) uses the same slope.
+        h = F.leaky_relu(self.fc1(th.cat([x, onehot], dim=1)), negative_slope=LEAKY_RELU_SLOPE)
         return self.fc2(h)
 
     def categories(self, actions: th.Tensor, category_table: Any) -> th.Tensor:

@@ -145,9 +145,10 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         autocast of the forwards; target and loss in float32), ``"tf32"`` (tensor cores),
         ``"fp32"`` (exact float32, as the eager path under torch's defaults) or ``"auto"`` (the
         default: bf16 on GPUs that compute it natively, compute capability 8.0 or later; tf32
-        before). Where it resolves to bf16 the fused rollout acts in bf16 too (its Q forward
-        under the same autocast: 7 to 15 us less per vector step at 4,096 envs on an H200);
-        otherwise it acts in tf32.
+        before). Where it resolves to bf16 the fused rollout acts in bf16 too (bfloat16 copies
+        of the weights and observations made by one cast kernel, see
+        :mod:`agents.rollouts.acting`; faster per vector step, docs/PERFORMANCE.md); otherwise
+        it acts in tf32.
     :param rollout_kernel: On that path, ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`,
         the default) or ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, the
         source design's one-thread-per-env kernel; dueling policy with the default layers only).

@@ -25,9 +25,7 @@ __all__ = [
     "DEFAULT_DUELING_ARCH",
     "DuelingDQNPolicy",
     "DuelingQNetwork",
-    "paired_q_values",
     "aligned_width",
-    "pairable",
     "resolve_dueling_arch",
     "run_chain",
 ]
@@ -151,9 +149,8 @@ class DuelingQNetwork(QNetwork):
             return self.value_head(h), self.advantage_head(h)
         # Where torch.compile traces this (the captured train step), the products run on widths
         # padded to multiples of 8: the pads fuse into the casts and gathers around them, and
-        # cuBLAS's aligned bf16 kernels took 4.0 us where the 54-feature input and the 4-wide
-        # output got align2 kernels of 5.1 to 6.0 us (nine per gradient step, H200). Eagerly,
-        # each pad would be a launch of its own.
+        # cuBLAS picks faster aligned kernels than for the 54-feature input and the 4-wide
+        # output (figures in docs/PERFORMANCE.md). Eagerly, each pad would be a launch of its own.
         x = run_chain(self.chain(), features, aligned=th.compiler.is_compiling())
         return x[:, :1], x[:, 1:]
 
@@ -269,57 +266,6 @@ def run_chain(
                 bias = nn.functional.pad(bias, (0, pad_out))
         x = nn.functional.linear(x, weight, bias)
     return x[:, :width] if aligned and x.shape[1] != width else x
-
-
-def paired_q_values(
-    first: DuelingQNetwork, second: DuelingQNetwork, obs: th.Tensor
-) -> tuple[th.Tensor, th.Tensor]:
-    """Q-values of two networks of one architecture (the online and the target network) on the
-    same observations, as one chain of batched products: the first layer's weights of both
-    networks side by side (one product over the shared input), each later layer one batched
-    product of the two stacked weights. Half the launches of two forwards; the same values up
-    to the summation order of the products.
-
-    :param first: A :class:`DuelingQNetwork` (:meth:`~DuelingQNetwork.chainable`).
-    :param second: One of the same architecture.
-    :param obs: Observations ``[B, *obs_shape]``.
-    :return: ``(Q_first [B, n_actions], Q_second [B, n_actions])``.
-    """
-    x = first.extract_features(obs, first.features_extractor)
-    batch = x.shape[0]
-    paired = False  # x is [B, features] until the first product, then [2, B, width]
-    for op_a, op_b in zip(first.chain(), second.chain(), strict=True):
-        if isinstance(op_a, nn.Module):
-            x = op_a(x)
-        elif not paired:
-            (wa, ba), (wb, bb) = op_a, op_b
-            width = wa.shape[0]
-            x = nn.functional.linear(x, th.cat([wa, wb]), th.cat([ba, bb]))
-            x = x.reshape(batch, 2, width).transpose(0, 1)
-            paired = True
-        else:
-            (wa, ba), (wb, bb) = op_a, op_b
-            weight = th.stack([wa, wb]).transpose(1, 2)  # [2, in, out]
-            x = th.baddbmm(th.stack([ba, bb]).unsqueeze(1), x, weight)
-    q = []
-    for out in x:
-        value, adv = out[:, :1], out[:, 1:]
-        q.append(value + adv - adv.mean(dim=1, keepdim=True))
-    return q[0], q[1]
-
-
-def pairable(first: Any, second: Any) -> bool:
-    """Whether :func:`paired_q_values` applies to the two networks: dueling networks of one
-    architecture, chainable, flattening their observations."""
-    return (
-        isinstance(first, DuelingQNetwork)
-        and isinstance(second, DuelingQNetwork)
-        and first.chainable()
-        and second.chainable()
-        and type(first.features_extractor) is FlattenExtractor
-        and type(second.features_extractor) is FlattenExtractor
-        and [p.shape for p in first.parameters()] == [p.shape for p in second.parameters()]
-    )
 
 
 class DuelingDQNPolicy(DQNPolicy):

@@ -36,9 +36,9 @@ class TrainSettings:
     # fitted the zoo's edges out of sample where 256 fitted the training bars' noise
     # (docs/ZOO.md, "Reward scale, width and budget").
     net_width: int = 64
-    # Decoupled (AdamW-style) weight decay of the Q-network: on the market zoo (5 seeds, H200)
-    # 0.1 raised the built-in market's out-of-sample Sharpe from 0.55 to 0.63 of the reference
-    # rule's, 5x costs from 0.49 to 0.55, the mean-reverting market from 0.31 to 0.44.
+    # Decoupled (AdamW-style) weight decay of the Q-network: 0.1 raised the out-of-sample
+    # Sharpe on the market zoo's built-in, 5x-cost and mean-reverting markets (figures in
+    # docs/PERFORMANCE.md, "Figures behind choices in the code").
     weight_decay: float = 0.1
     # Factor on the rewards in the TD target (GpuDQN's reward_scale); None: one over the standard
     # deviation of the training bars' returns (agents.walkforward.auto_reward_scale), so that a

@@ -72,11 +72,10 @@ def greedy_batch_policy(q_nets: list[Any]) -> BatchPolicy:
     from CPU copies of the networks taken now.
 
     A backtest asks for one action per bar: a one-row forward. On the GPU each is a host round
-    trip, and torch's CPU thread pool on a busy machine made it about 8 ms (a 4,000-bar backtest
-    took 30 s on two loaded cores, 2.6 s with one thread). So the forwards run on the CPU: for
-    dueling networks, their trunks and advantage heads in NumPy
-    (:class:`agents.rollouts.acting.NumpyGreedy`, 40 us a bar against 180 us through torch);
-    otherwise through torch with one intra-op thread, the caller's thread setting restored
+    trip, and torch's CPU thread pool on a busy machine made each one slow (figures in
+    docs/PERFORMANCE.md). So the forwards run on the CPU: for dueling networks, their trunks and
+    advantage heads in NumPy (:class:`agents.rollouts.acting.NumpyGreedy`, without torch's
+    per-operator dispatch); otherwise through torch with one intra-op thread, the caller's thread setting restored
     after each call.
     """
     import torch as th

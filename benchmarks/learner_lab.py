@@ -36,16 +36,13 @@ def _sync() -> None:
 
 
 # Train-step variants: GpuDQN keyword arguments; "compile_update" sets
-# agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True),
-# "paired_forward" PAIRED_FORWARD (online and target net on o' as one chain; default False).
+# agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True).
 VARIANTS: dict[str, dict[str, Any]] = {
     "compiled, bf16 (default)": {},
     "compiled, tf32": {"train_precision": "tf32"},
     "compiled, fp32": {"train_precision": "fp32"},
     "eager loss, bf16": {"compile_train": False},
     "eager loss, fp32": {"compile_train": False, "train_precision": "fp32"},
-    "compiled, paired o' forward, bf16": {"paired_forward": True},
-    "compiled, paired o' forward, tf32": {"paired_forward": True, "train_precision": "tf32"},
     "compiled, eager update, bf16": {"compile_update": False},
     "compiled, eager update, tf32": {"compile_update": False, "train_precision": "tf32"},
 }
@@ -57,7 +54,6 @@ def _variant(name: str) -> dict[str, Any]:
 
     kw = dict(VARIANTS[name])
     agents.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", True))
-    agents.captured_step.PAIRED_FORWARD = bool(kw.pop("paired_forward", False))
     return kw
 
 

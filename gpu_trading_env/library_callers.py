@@ -9,7 +9,7 @@ cause and the way that works.
 
 from __future__ import annotations
 
-import sys
+import inspect
 import warnings
 from typing import Any
 
@@ -36,7 +36,8 @@ def refuse_torchrl_async_by_id() -> None:
     :raises RuntimeError: Naming the cause and
         :func:`~gpu_trading_env.torchrl_env.make_torchrl_env`, the way that works.
     """
-    frame = sys._getframe(1)
+    here = inspect.currentframe()  # None where the interpreter keeps no frames
+    frame = here.f_back if here is not None else None
     for _ in range(_MAX_CALLER_DEPTH):
         if frame is None:
             return
@@ -70,7 +71,8 @@ def warn_if_skrl_steps_next_step(env: Any) -> None:
     """
     if env.autoreset_mode != AutoresetMode.NEXT_STEP:
         return
-    frame = sys._getframe(1)
+    here = inspect.currentframe()  # None where the interpreter keeps no frames
+    frame = here.f_back if here is not None else None
     for _ in range(_MAX_CALLER_DEPTH):
         if frame is None:
             return

@@ -95,12 +95,9 @@ def resolve_data(data: Any) -> Any:
     if isinstance(data, MarketData):
         return data
     if isinstance(data, str | PathLike):
-        path = Path(data)
-        if path.suffix.lower() in (".parquet", ".pq"):
-            return MarketData.from_parquet(path)
-        if path.suffix.lower() in (".csv", ".txt") or path.name.lower().endswith(".csv.gz"):
-            return MarketData.from_csv(path)
-        raise ValueError(f"data = {str(data)!r} is invalid: allowed is a .csv or .parquet file")
+        from gpu_trading_env.data.loaders import load_bars  # the one reader of bar files
+
+        return load_bars(Path(data))
     try:
         import pandas as pd
     except ImportError:  # pragma: no cover - pandas is a dependency

@@ -59,7 +59,7 @@ def trained() -> GpuDQN:
     return model
 
 
-def test_learns_with_finite_loss(trained: GpuDQN) -> None:
+def test_learn_builds_the_sb3_parts_and_trains_with_finite_loss(trained: GpuDQN) -> None:
     assert isinstance(trained.env, SB3VecEnv)
     assert isinstance(trained.trading_env, TradingVectorEnv)
     assert isinstance(trained.policy, DuelingDQNPolicy)
@@ -265,34 +265,6 @@ def test_dueling_network_shape_and_combination() -> None:
     assert sizes == [32, 8, 1, 16, 45]
 
 
-@pytest.mark.parametrize(
-    "arch", [None, {"shared": [], "value": [8], "advantage": [8]}, {"shared": [32, 16]}]
-)
-def test_paired_q_values_are_the_two_forwards(arch) -> None:
-    """Online and target network in one chain of batched products: each network's Q-values."""
-    from stable_baselines3.common.torch_layers import FlattenExtractor
-
-    from agents.policies import pairable, paired_q_values
-
-    space = gym.spaces.Box(-1.0, 1.0, (54,), np.float32)
-
-    def net() -> DuelingQNetwork:
-        return DuelingQNetwork(space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, arch)
-
-    th.manual_seed(0)
-    first, second = net(), net()
-    assert pairable(first, second)
-    obs = th.randn(64, 54)
-    with th.no_grad():
-        qa, qb = paired_q_values(first, second, obs)
-        th.testing.assert_close(qa, first(obs), rtol=1e-5, atol=1e-6)
-        th.testing.assert_close(qb, second(obs), rtol=1e-5, atol=1e-6)
-    other = DuelingQNetwork(
-        space, gym.spaces.Discrete(45), FlattenExtractor(space), 54, {"shared": [8]}
-    )
-    assert not pairable(first, other)  # another architecture
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "arch, fusable",
@@ -451,7 +423,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
 
 
 @pytest.mark.gpu
-def test_fused_rollout_learns_on_cuda(tmp_path) -> None:
+def test_fused_rollout_trains_with_finite_loss_and_saves_on_cuda(tmp_path) -> None:
     env = gym.make_vec("GpuTrading-v0", num_envs=1024, device="cuda", episode_length=100)
     model = GpuDQN(
         "DuelingPolicy",

@@ -458,4 +458,6 @@ def test_planted_rule_exposure_multi_instrument():
     assert (e[md.instrument_offsets[:-1]] == 0.0).all()
     for k in range(3):
         one = md.instrument(k)
-        np.testing.assert_array_equal(e[md._local(k)], synthetic.planted_rule_exposure(one))
+        np.testing.assert_array_equal(
+            e[md.instrument_rows(k)], synthetic.planted_rule_exposure(one)
+        )

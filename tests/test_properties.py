@@ -3,7 +3,8 @@
 For every step: finite observations, rewards and components; the reward is the sum of its
 components; the portfolio value is cash + position x close; no episode is reported twice
 (in DISABLED mode the ended envs are reset through ``reset_mask``, as a user would).
-The search is bounded (examples and deadline) so the module runs in seconds on two cores.
+The search is bounded by its number of examples, not by time: a per-example deadline fails on
+a loaded machine for reasons that are not the env's.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def closes(draw: st.DrawFn) -> list[float]:
 @pytest.mark.filterwarnings("ignore:position sizing implies")
 @settings(
     max_examples=40,
-    deadline=2000,
+    deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

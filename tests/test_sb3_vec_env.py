@@ -31,7 +31,9 @@ def venv() -> SB3VecEnv:
     ],
     ids=["DQN", "PPO", "A2C"],
 )
-def test_sb3_algorithms_learn(venv: SB3VecEnv, algo, kwargs, steps) -> None:
+def test_sb3_algorithms_run_and_record_monitor_episodes(
+    venv: SB3VecEnv, algo, kwargs, steps
+) -> None:
     model = algo("MlpPolicy", venv, seed=0, device="cpu", **kwargs)
     model.learn(steps)
     assert model.num_timesteps >= steps

@@ -11,6 +11,7 @@ from agents.cli.data import load_data, per_year_of, split_data
 from agents.cli.options import UsageError
 from agents.cli.report import single_report
 from agents.cli.run_folder import claim_out
+from gpu_trading_env.core.constants import N_PORTFOLIO_FEATURES
 
 
 def evaluated_part(data: Any, fraction: float) -> Any:
@@ -73,10 +74,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model = GpuDQN.load(args.model, device="cpu", allow_pickle=args.allow_pickle)
     except ArchiveError as exc:  # refused pickle, damaged file: one line naming the file
         raise UsageError(f"--model: {exc}") from exc
-    if model.observation_space.shape != (part.n_features + 3,):
+    if model.observation_space.shape != (part.n_features + N_PORTFOLIO_FEATURES,):
         raise UsageError(
             f"--model {args.model} expects {model.observation_space.shape[0]} observation "
-            f"values but the data gives {part.n_features + 3}: evaluate on data with the "
+            f"values but the data gives {part.n_features + N_PORTFOLIO_FEATURES}: evaluate on data with the "
             "features the model was trained on"
         )
     if int(model.action_space.n) != args.config.n_actions:

@@ -32,9 +32,9 @@ GPU_DEFAULTS = {
 # walkforward trains folds x seeds models: a smaller budget per model on the CPU.
 WALKFORWARD_CPU_TIMESTEPS = 50_000
 # Torch's intra-op threads on the CPU. The CPU defaults' gradient step (a 256-256 dueling MLP,
-# batch 128) gains 10% from a second thread on an idle 2-core machine and is 3.9 times slower
-# with it when one other CPU-bound process runs (docs/PERFORMANCE.md, "The CPU quickstart on 2
-# cores"): one thread degrades gracefully, and a sweep's parallel runs do not oversubscribe.
+# batch 128) gains little from a second thread on an idle 2-core machine and loses much when
+# one other CPU-bound process runs (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores"): one
+# thread degrades gracefully, and a sweep's parallel runs do not oversubscribe.
 CPU_TORCH_THREADS = 1
 # Env steps a second of a training run, for the expected wall time of a large --timesteps:
 # 16 envs on 2 cores with one torch thread (24, the default, are somewhat faster), and the GPU

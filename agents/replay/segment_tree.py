@@ -23,9 +23,11 @@ from agents.replay.tree_kernels import (
     MAX_CHUNK,
     MIN_CHUNK,
     SAMPLE_THREADS,
+    SCRATCH_INIT,
     SMEM_KEYS,
     TREE_KERNEL_PARAMS,
     UPDATE_THREADS,
+    VERDICT_SEQ_SHIFT,
     WEIGHT_THREADS,
     tree_kernel_defines,
 )
@@ -33,10 +35,10 @@ from gpu_trading_env.gpu.device import KernelLauncher, current_stream, load_modu
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
-# Re-exported: their home is tree_kernels.py.
-__all__ += ["KERNEL_FILE", "TREE_KERNEL_PARAMS", "tree_kernel_defines"]
-
-_VERDICT_POLLS = 2000  # reads of the verdict word (about 0.1 µs each) before waiting on the stream
+_VERDICT_POSITION_MASK = (1 << VERDICT_SEQ_SHIFT) - 1
+# Reads of the verdict word before waiting on the stream: a read of mapped host memory is far
+# cheaper than a stream synchronisation, and most verdicts arrive within these.
+_VERDICT_POLLS = 2000
 
 
 def _torch_module() -> Any | None:
@@ -81,8 +83,7 @@ class CudaSumMinTree(SumMinTree):
             self._status = cp.full(1, -1, dtype=cp.int64)
             self._flags = cp.zeros(1, dtype=cp.int32)  # 1: the batch was sorted into _keys
             self._ticket = cp.zeros(1, dtype=cp.uint32)  # blocks of the levels kernel done
-            # Check kernel: first bad position, bits of the largest value, unsorted, ticket.
-            self._scratch = cp.asarray(np.array([np.iinfo(np.int64).max, 0, 0, 0], np.int64))
+            self._scratch = cp.asarray(np.array(list(SCRATCH_INIT.values()), np.int64))
             self._keys = cp.zeros(1, dtype=cp.uint64)  # sorted keys of a large unsorted batch
             # The check kernel writes the status word straight into this pinned, device-mapped
             # host memory (same address on both sides), so reading it needs no copy launch.
@@ -325,13 +326,13 @@ class CudaSumMinTree(SumMinTree):
         word = self._status_host
         for _ in range(_VERDICT_POLLS):
             value = int(word[0])
-            if value >> 32 == seq:
-                return (value & 0xFFFFFFFF) - 1
+            if value >> VERDICT_SEQ_SHIFT == seq:
+                return (value & _VERDICT_POSITION_MASK) - 1
         self._cp.cuda.runtime.streamSynchronize(stream)
         value = int(word[0])
-        if value >> 32 != seq:
+        if value >> VERDICT_SEQ_SHIFT != seq:
             raise RuntimeError(f"update {seq} of the CUDA tree finished without a verdict")
-        return (value & 0xFFFFFFFF) - 1
+        return (value & _VERDICT_POSITION_MASK) - 1
 
     def fill_range(self, start: int, count: int) -> None:
         count = self._prepare_count(count)

@@ -3,16 +3,26 @@
 ``kernels/segment_tree.cu`` is compiled with the geometry of :func:`tree_kernel_defines` (the one
 copy of those numbers) and launched by :class:`~agents.replay.segment_tree.CudaSumMinTree`
 through :class:`~gpu_trading_env.gpu.device.KernelLauncher` with the parameters of
-``TREE_KERNEL_PARAMS``, which ``tests/test_kernels_compile.py`` checks against the source.
+``TREE_KERNEL_PARAMS``, which ``tests/test_kernel_interface.py`` checks against the source.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_trading_env.gpu.device import F64, I32, I64, PTR, U32, KernelParams
+import numpy as np
 
-__all__ = ["KERNEL_FILE", "TREE_KERNEL_PARAMS", "tree_kernel_defines"]
+from gpu_trading_env.gpu.device import F64, I32, I64, PTR, U32, KernelParams
+from gpu_trading_env.gpu.philox import philox_stream_defines
+
+__all__ = [
+    "KERNEL_FILE",
+    "SCRATCH_INIT",
+    "TREE_KERNEL_PARAMS",
+    "VERDICT_SEQ_SHIFT",
+    "WEIGHTS_KERNEL_PARAMS",
+    "tree_kernel_defines",
+]
 
 KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "segment_tree.cu"
 CHECK_THREADS = 1024  # entries per block of the check kernel (one per thread)
@@ -22,19 +32,31 @@ SMEM_KEYS = 4096  # the largest batch updated in one launch (keys sorted in shar
 UPDATE_THREADS = 256  # block size (and chunk) of seg_tree_update_*
 GROUP = 4  # levels between stored levels
 WEIGHT_THREADS = 256
+# The check kernel's int64 scratch words (ST_SCRATCH_<NAME> is the index) and the value each
+# holds between updates (its last block restores them): the smallest bad position (INT64_MAX:
+# none), the bits of the largest leaf value (non-negative doubles order as ints), 1 when some
+# index is smaller than the one before it, and the count of blocks done.
+SCRATCH_INIT = {"bad": int(np.iinfo(np.int64).max), "vmax": 0, "unsorted": 0, "ticket": 0}
+# The verdict word the kernels publish to host-mapped memory: the update's sequence number in
+# the bits from VERDICT_SEQ_SHIFT up, the first bad position + 1 (0: accepted) below them.
+VERDICT_SEQ_SHIFT = 32
 
 
 def tree_kernel_defines() -> tuple[tuple[str, str], ...]:
     """The tree geometry ``segment_tree.cu`` is compiled with: the one copy of these numbers."""
+    scratch = tuple((f"ST_SCRATCH_{name.upper()}", str(k)) for k, name in enumerate(SCRATCH_INIT))
     return (
         ("ST_SMEM_KEYS", str(SMEM_KEYS)),
         ("ST_MAX_THREADS", str(max(CHECK_THREADS, MAX_CHUNK))),
         ("ST_GROUP", str(GROUP)),
         ("ST_UPDATE_THREADS", str(UPDATE_THREADS)),
+        ("ST_VERDICT_SEQ_SHIFT", str(VERDICT_SEQ_SHIFT)),
+        *scratch,
+        *philox_stream_defines(),
     )
 
 
-# The kernels' parameters, named and typed as in segment_tree.cu (tests/test_kernels_compile.py
+# The kernels' parameters, named and typed as in segment_tree.cu (tests/test_kernel_interface.py
 # compares them with the source). "in" and the weights are float or double per variant.
 _TREE = (("sum", PTR), ("mn", PTR))
 _INPUT = (("idx", PTR), ("in", PTR), ("n", I64))
@@ -112,3 +134,12 @@ TREE_KERNEL_PARAMS: dict[str, KernelParams] = {
         ("ticket", PTR),
     ),
 }
+# seg_tree_weights, launched through RawKernel (one variant, off the hot path).
+WEIGHTS_KERNEL_PARAMS: KernelParams = (
+    *_TREE,
+    ("pow2", I64),
+    ("idx", PTR),
+    ("n", I64),
+    ("beta", F64),
+    ("out_w", PTR),
+)

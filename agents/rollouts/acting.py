@@ -254,9 +254,9 @@ class NumpyGreedy:
 
     The trunk and advantage head only (:class:`GreedyActor`'s argument). Row ``j``'s products
     are the same BLAS calls whatever ``k`` is, so a network's actions do not depend on the
-    others beside it. On the 2-core CPU one network's one-row forward took about 40 us this
-    way against 180 us through torch (18 operator calls, each with torch's dispatch overhead);
-    a backtest asks for one per bar.
+    others beside it. Through torch, a one-row forward is 18 operator calls, each with torch's
+    dispatch overhead, several times this one's time (docs/PERFORMANCE.md); a backtest asks for
+    one per bar.
 
     Build it with :meth:`of`.
     """

@@ -60,6 +60,11 @@ RING_KERNEL_MAX_ENVS = 65_536
 RING_THREADS = 1024
 
 
+def ring_kernel_defines() -> tuple[tuple[str, str], ...]:
+    """``episode_ring.cu``'s block size (its ``__launch_bounds__``), as launched."""
+    return (("RING_THREADS", str(RING_THREADS)),)
+
+
 class EpisodeRing:
     """Returns and lengths of finished episodes, appended on the device without a host sync.
 
@@ -90,7 +95,9 @@ class EpisodeRing:
         cp = require_cupy("the episode ring's kernel")
         index = self.returns.device.index
         with cp.cuda.Device(index):
-            kernel = load_module(RING_KERNEL_FILE).get_function("ring_append")
+            kernel = load_module(RING_KERNEL_FILE, ring_kernel_defines()).get_function(
+                "ring_append"
+            )
             self._kernel = KernelLauncher(kernel, RING_KERNEL_PARAMS, index)
             # One launch over no env now (it writes last back unchanged): the module is loaded
             # here, not at a first append inside a graph capture.

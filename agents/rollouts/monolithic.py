@@ -17,12 +17,64 @@ import numpy as np
 import torch as th
 from torch import nn
 
+from agents.policies import DEFAULT_DUELING_ARCH
 from gpu_trading_env.core.constants import BLOCK
+from gpu_trading_env.core.kernel_interface import (
+    CURIOSITY_PARAMS,
+    MARKET_PARAMS,
+    PARAM_PARAMS,
+    KernelSignature,
+    state_params,
+)
 
 KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "monolithic_rollout.cu"
-MONO_LAYERS = (256, 256, 128, 128)  # trunk 1, trunk 2, value hidden, advantage hidden
+# Trunk 1, trunk 2, value hidden, advantage hidden: the policy's default dueling network, the
+# only one the kernel's fixed-size local arrays hold.
+MONO_LAYERS = (
+    *DEFAULT_DUELING_ARCH["shared"],
+    *DEFAULT_DUELING_ARCH["value"],
+    *DEFAULT_DUELING_ARCH["advantage"],
+)
+# Sizes of the per-thread observation and Q arrays (local memory: larger ones spill further).
 MONO_MAX_OBS = 128
 MONO_MAX_ACTIONS = 128
+
+
+# The kernel's parameters as MonolithicRollout.launch passes them (the outputs in the order of
+# its ``out`` dict); tests/test_kernel_interface.py compares them with the source.
+MONOLITHIC_KERNEL_PARAMS: KernelSignature = (
+    *state_params(),
+    *MARKET_PARAMS,
+    *PARAM_PARAMS,
+    *CURIOSITY_PARAMS,
+    ("online", "const float*"),
+    ("epsilon", "float"),
+    ("steps", "int"),
+    ("seed", "unsigned long long"),
+    ("round", "unsigned long long"),
+    ("obs_out", "float*"),
+    ("action_out", "long long*"),
+    ("reward_out", "float*"),
+    ("terminated_out", "bool*"),
+    ("truncated_out", "bool*"),
+    ("next_obs_out", "float*"),
+    ("episode_return_out", "float*"),
+    ("episode_length_out", "int*"),
+    ("n", "int"),
+)
+
+
+def monolithic_kernel_defines() -> tuple[tuple[str, str], ...]:
+    """The layer sizes and array bounds ``monolithic_rollout.cu`` is compiled with."""
+    if len(MONO_LAYERS) != 4:
+        raise ValueError(
+            f"the monolithic kernel holds a 2-layer trunk and 1-layer heads; the default dueling "
+            f"network is {DEFAULT_DUELING_ARCH}"
+        )
+    h1, h2, vh, ah = MONO_LAYERS
+    sizes = {"H1": h1, "H2": h2, "VH": vh, "AH": ah}
+    sizes |= {"MAX_OBS": MONO_MAX_OBS, "MAX_ACTIONS": MONO_MAX_ACTIONS}
+    return tuple((f"MONO_{k}", str(v)) for k, v in sizes.items())
 
 
 def flat_dueling_weights(q_net: nn.Module, obs_dim: int, n_actions: int) -> th.Tensor:
@@ -70,7 +122,7 @@ class MonolithicRollout:
             )
         # The module loads into the current device's context: the env's device, not device 0.
         with self.backend.device_scope():
-            module = self.backend.compile_module(KERNEL_FILE)
+            module = self.backend.compile_module(KERNEL_FILE, monolithic_kernel_defines())
             self.kernel = module.get_function("monolithic_rollout")
         self.seed = int(seed)
         self.round = 0
@@ -89,6 +141,8 @@ class MonolithicRollout:
             "terminated": th.empty((n, steps), dtype=th.bool, device=dev),
             "truncated": th.empty((n, steps), dtype=th.bool, device=dev),
             "next_obs": th.empty((n, steps, d), dtype=th.float32, device=dev),
+            "episode_return": th.empty((n, steps), dtype=th.float32, device=dev),
+            "episode_length": th.empty((n, steps), dtype=th.int32, device=dev),
         }
         online = flat_dueling_weights(self.model.q_net, d, self.n_actions).to(dev)
         with b.device_scope(), b.stream():
@@ -107,10 +161,32 @@ class MonolithicRollout:
         return out
 
     def collect(self, n_steps: int, callback: Any, learning_starts: int) -> tuple[int, int, bool]:
-        """One launch of ``n_steps`` steps, then ``n_steps`` buffer writes of N transitions."""
+        """One launch of ``n_steps`` steps, then ``n_steps`` buffer writes of N transitions.
+
+        Returns ``(steps collected, episodes that ended in them, continue)``; the newest ended
+        episodes go to the model's ``ep_info_buffer`` (``rollout/ep_rew_mean``), as the fused
+        rollout's do.
+        """
         model = self.model
         eps = 1.0 if model.num_timesteps < learning_starts else float(model.exploration_rate)
         out = self.launch(n_steps, eps)
+        collected, go_on = self._store(out, n_steps, callback)
+        done = out["terminated"][:, :collected] | out["truncated"][:, :collected]
+        buffer = model.ep_info_buffer
+        n_episodes, infos = finished_episodes(
+            done,
+            out["episode_return"][:, :collected],
+            out["episode_length"][:, :collected],
+            keep=None if buffer is None else buffer.maxlen,
+        )
+        if buffer is not None:
+            buffer.extend(infos)
+        return collected, n_episodes, go_on
+
+    def _store(self, out: dict[str, th.Tensor], n_steps: int, callback: Any) -> tuple[int, bool]:
+        """Write the launch's steps to the buffer one vector step at a time, with SB3's per-step
+        callbacks; returns ``(steps written, continue)``."""
+        model = self.model
         for t in range(n_steps):
             model.replay_buffer.add_tensors(
                 out["obs"][:, t],
@@ -123,7 +199,34 @@ class MonolithicRollout:
             model.num_timesteps += self.env.num_envs
             callback.update_locals({"self": model})
             if not callback.on_step():
-                return t + 1, 0, False
+                return t + 1, False
             model._update_current_progress_remaining(model.num_timesteps, model._total_timesteps)
             model._on_step()
-        return n_steps, 0, True
+        return n_steps, True
+
+
+def finished_episodes(
+    done: th.Tensor, returns: th.Tensor, lengths: th.Tensor, keep: int | None = None
+) -> tuple[int, list[dict[str, float]]]:
+    """The episodes that ended in a launch's outputs: ``(how many, the newest ones' entries)``.
+
+    :param done: bool ``[N, L]``, env-major as the kernel writes it: episode ended at step t.
+    :param returns: float ``[N, L]``, the ended episode's return where ``done`` (else 0).
+    :param lengths: int ``[N, L]``, its length in steps where ``done``.
+    :param keep: at most this many entries (the newest), e.g. ``ep_info_buffer.maxlen``;
+        None keeps all.
+    :return: the count of ended episodes and SB3 ``ep_info`` entries ``{"r": return,
+        "l": length}`` in the order they ended (step by step, env by env within a step).
+    """
+    if not (done.shape == returns.shape == lengths.shape and done.dim() == 2):
+        raise ValueError(
+            f"done, returns and lengths must be [N, L] of one shape, got {tuple(done.shape)}, "
+            f"{tuple(returns.shape)} and {tuple(lengths.shape)}"
+        )
+    ended = th.nonzero(done.t().reshape(-1)).reshape(-1)  # step-major order
+    count = int(ended.numel())
+    if keep is not None:
+        ended = ended[max(0, count - max(int(keep), 0)) :]
+    r = returns.t().reshape(-1)[ended].tolist()
+    ln = lengths.t().reshape(-1)[ended].tolist()
+    return count, [{"r": float(a), "l": int(b)} for a, b in zip(r, ln, strict=True)]

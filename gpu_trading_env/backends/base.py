@@ -22,7 +22,7 @@ from gpu_trading_env.core.config import (
     resolve_max_positions,
     step_scalars,
 )
-from gpu_trading_env.core.constants import N_CATEGORIES
+from gpu_trading_env.core.constants import N_CATEGORIES, N_PORTFOLIO_FEATURES
 from gpu_trading_env.core.state import (
     EnvState,
     StepOutputs,
@@ -176,7 +176,7 @@ class Backend:
         self.config = config
         self.num_envs = int(num_envs)
         self.n_features = int(data.n_features)
-        self.obs_dim = self.n_features + 3
+        self.obs_dim = self.n_features + N_PORTFOLIO_FEATURES
         if config.curiosity_state_dims > self.obs_dim:
             raise ValueError(
                 f"EnvConfig.curiosity_state_dims = {config.curiosity_state_dims} is invalid: "

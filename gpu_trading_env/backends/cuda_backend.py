@@ -23,10 +23,9 @@ from gpu_trading_env.backends.base import (
 )
 from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
 from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
+from gpu_trading_env.core.kernel_interface import ENV_KERNEL_PARAMS, launcher_kind
 from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs, output_layout
 from gpu_trading_env.gpu.device import (
-    I32,
-    PTR,
     KernelLauncher,
     current_stream,
     load_module,
@@ -59,11 +58,11 @@ def launch_block(num_envs: int, sm_count: int) -> int:
 
 @dataclass(frozen=True)
 class KernelArgs:
-    """The argument groups of the env kernels, in the order ``trading_env.cuh`` declares them.
+    """The argument groups of the env kernels, in the order of ``core/kernel_interface.py``.
 
     Other kernels that step the env in place (``#include "trading_env.cuh"``) pass these groups
     in this order: ``ENV_STATE_ARGS`` (``state``), ``MARKET_ARGS`` (``market``), ``PARAM_ARGS``
-    (``params``) and ``CURIOSITY_ARGS`` (``curiosity``). The arrays are the backend's own, so
+    (``params``) and ``CURIOSITY_ARGS`` (``curiosity``), the parameter lists generated there. The arrays are the backend's own, so
     a kernel that writes the state advances the env.
     """
 
@@ -167,10 +166,13 @@ class CudaBackend(Backend):
         """Context manager that makes this backend's GPU the current CuPy device."""
         return self._device
 
-    def compile_module(self, source: Path) -> Any:
+    def compile_module(self, source: Path, defines: tuple[tuple[str, str], ...] = ()) -> Any:
         """Compile a kernel file that includes ``trading_env.cuh`` as this backend's kernels are:
-        same generated #defines, same options (no FMA contraction), same include folders."""
-        return load_module(Path(source), kernel_defines(), KERNEL_OPTIONS, (KERNEL_DIR,))
+        same generated #defines (then the caller's ``defines``), same options (no FMA
+        contraction), same include folders."""
+        return load_module(
+            Path(source), kernel_defines() + tuple(defines), KERNEL_OPTIONS, (KERNEL_DIR,)
+        )
 
     def restart_error_countdown(self) -> None:
         """Count ``error_check_interval`` steps from now before the next host read of the error
@@ -261,10 +263,14 @@ class CudaBackend(Backend):
             *self._curiosity_args(),
         )
         if self._launcher is None:
-            kinds = [I32 if isinstance(v, np.int32) else PTR for v in head]
-            params = tuple((f"a{k}", t) for k, t in enumerate(kinds))
-            params += (("actions", PTR),) + tuple((f, PTR) for f in OUTPUT_FIELDS)
-            params += (("error", PTR), ("n", I32))
+            signature = ENV_KERNEL_PARAMS["trading_step"]
+            # head, actions, the outputs, error and n: what _launch_step passes.
+            if len(head) + 1 + len(OUTPUT_FIELDS) + 2 != len(signature):
+                raise RuntimeError(
+                    f"trading_step takes {len(signature)} arguments but the backend packs "
+                    f"{len(head) + len(OUTPUT_FIELDS) + 3} (see core/kernel_interface.py)"
+                )
+            params = tuple((name, launcher_kind(ctype)) for name, ctype in signature)
             self._launcher = KernelLauncher(self._k_step, params, self.device_index)
         self._head = tuple(int(v) if isinstance(v, np.int32) else _address(v) for v in head)
         self._tail = (_address(self._error), int(self._n))

@@ -97,6 +97,19 @@ class NumpyBackend(Backend):
         self._target = self.params.exposure[None, :] * self.params.max_position[:, None]
         self._n_inst = int(self.params.max_position.shape[0])
 
+    @property
+    def unit_targets(self) -> np.ndarray:
+        """float64 [I, A]: the position action ``a`` targets on instrument ``k`` with
+        ``sizing="units"`` (``exposure[a] * max_position[k]``)."""
+        return self._target
+
+    @property
+    def penalised_table(self) -> np.ndarray | None:
+        """bool [(W+1)^3]: whether a diversity ring of ``count`` entries holding ``h0`` shorts
+        and ``h1`` flats is penalised, at ``(count * (W+1) + h0) * (W+1) + h1``; None when the
+        window W is above ``PENALTY_TABLE_MAX_WINDOW`` (the entropy is computed instead)."""
+        return self._penalised
+
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
         mask = np.asarray(mask, dtype=bool)

@@ -55,12 +55,12 @@ class ScalarEnv:
         self.category = [int(c) for c in p.category]
         self.exposure = p.exposure.tolist()
         self.cost_rate = p.cost_rate.tolist()
-        self.target = backend._target[0].tolist()  # env 0 trades instrument 0
+        self.target = backend.unit_targets[0].tolist()  # env 0 trades instrument 0
         self.hi = int(backend.state.hi[0])
         self.window = p.diversity_window
         self.ring = [0] * self.window
         self.hist = [0, 0, 0]
-        penalised = backend._penalised
+        penalised = backend.penalised_table
         self.penalised = penalised.tolist() if penalised is not None else None
         self.n_features = backend.n_features
         # The parameters read first in every step, unpacked at once.

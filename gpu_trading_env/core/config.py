@@ -24,6 +24,8 @@ from gpu_trading_env.core.constants import (
     MODE_SAME_STEP,
     kernel_constant_defines,
 )
+from gpu_trading_env.core.kernel_interface import interface_defines
+from gpu_trading_env.gpu.philox import philox_stream_defines
 
 FILL_MODES = ("close", "next_open")
 SIZING_MODES = ("units", "equity")
@@ -227,12 +229,11 @@ class EnvConfig:
         return dataclasses.replace(self, **changes)
 
     def decode_action(self, action: int) -> tuple[int, int, int]:
-        """``(exposure_index, order_type, k)`` of an action: a = e*(O*K) + o*K + k."""
+        """``(exposure_index, order_type, k)`` of an action (see :func:`action_parts`)."""
         if not (0 <= int(action) < self.n_actions):
             raise ValueError(f"action = {action!r} is invalid: allowed is 0..{self.n_actions - 1}")
-        k = self.sub_actions
-        o = len(self.order_cost_bps)
-        return int(action) // (o * k), (int(action) // k) % o, int(action) % k
+        e, o, k = action_parts(int(action), len(self.order_cost_bps), self.sub_actions)
+        return int(e), int(o), int(k)
 
     def encode_action(self, exposure_index: int, order_type: int = 0, k: int = 0) -> int:
         """Inverse of :meth:`decode_action`."""
@@ -245,7 +246,16 @@ class EnvConfig:
             raise ValueError(f"order_type = {order_type} is invalid: allowed is 0..{o - 1}")
         if not 0 <= k < self.sub_actions:
             raise ValueError(f"k = {k} is invalid: allowed is 0..{self.sub_actions - 1}")
-        return (exposure_index * o + order_type) * self.sub_actions + k
+        return (exposure_index * o + order_type) * self.sub_actions + k  # action_parts inverted
+
+
+def action_parts(action: Any, n_order_types: int, sub_actions: int) -> tuple[Any, Any, Any]:
+    """``(exposure_index, order_type, k)`` of actions laid out as
+    ``a = (exposure_index * n_order_types + order_type) * sub_actions + k``: the one copy of the
+    layout (``encode_action`` inverts it). ``action`` is an int or an int array."""
+    rest, k = divmod(action, sub_actions)
+    exposure_index, order_type = divmod(rest, n_order_types)
+    return exposure_index, order_type, k
 
 
 def config_field_names() -> list[str]:
@@ -315,11 +325,6 @@ def _positive_finite(name: str, value: Any) -> None:
         _fail(name, value, "a finite number > 0")
 
 
-def _nonnegative_finite(name: str, value: Any) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-        _fail(name, value, "a finite number >= 0")
-
-
 def _int_range(name: str, value: Any, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or not lo <= value <= hi:
         _fail(name, value, f"an integer in [{lo}, {hi}]")
@@ -340,11 +345,10 @@ class ActionTable:
 
 
 def action_table(config: EnvConfig) -> ActionTable:
-    """Expand the action layout a = e*(O*K) + o*K + k into lookup arrays."""
-    n_o, n_k = len(config.order_cost_bps), config.sub_actions
-    a = np.arange(config.n_actions)
-    e_idx = a // (n_o * n_k)
-    o_idx = (a // n_k) % n_o
+    """Expand the action layout (:func:`action_parts`) into lookup arrays."""
+    e_idx, o_idx, _ = action_parts(
+        np.arange(config.n_actions), len(config.order_cost_bps), config.sub_actions
+    )
     exposure = np.asarray(config.exposure_levels, dtype=np.float64)[e_idx]
     cost_rate = np.asarray(config.order_cost_bps, dtype=np.float64)[o_idx] / 10_000.0
     category = np.where(
@@ -469,5 +473,11 @@ def kernel_param_defines() -> tuple[tuple[str, str], ...]:
 
 
 def kernel_defines() -> tuple[tuple[str, str], ...]:
-    """Every ``#define`` the env kernels are compiled with: parameter slots and shared constants."""
-    return kernel_param_defines() + kernel_constant_defines()
+    """Every ``#define`` the env kernels are compiled with: parameter slots, shared constants,
+    Philox stream ids and the generated parameter lists (see ``kernel_interface.py``)."""
+    return (
+        kernel_param_defines()
+        + kernel_constant_defines()
+        + philox_stream_defines()
+        + interface_defines()
+    )

@@ -2,7 +2,7 @@
 
 The kernels do not spell these values out; :func:`kernel_constant_defines` gives them as ``#define``
 lines when NVRTC compiles a module (as it does for the parameter slots of ``config.py``), and
-``tests/test_kernel_constants.py`` fails if a kernel file defines one of these names itself.
+``tests/test_kernels_compile.py`` fails if a kernel file defines one of these names itself.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ N_CATEGORIES = 3
 # Reward component columns (StepOutputs.components).
 COMPONENT_NAMES = ("pnl", "barrier", "risk", "diversity", "curiosity")
 N_COMPONENTS = len(COMPONENT_NAMES)
+# Observation values after the market features: portfolio value, position, spread.
+PORTFOLIO_FEATURE_NAMES = ("value", "position", "spread")
+N_PORTFOLIO_FEATURES = len(PORTFOLIO_FEATURE_NAMES)
 # Negative slope of the LeakyReLU in the curiosity forward model (and the agents' networks).
 LEAKY_RELU_SLOPE = 0.01
 # Largest curiosity hidden width the kernel's per-thread array holds.
@@ -47,9 +50,11 @@ def kernel_constant_defines() -> tuple[tuple[str, str], ...]:
         "MODE_DISABLED": MODE_DISABLED,
         "N_CATEGORIES": N_CATEGORIES,
         "N_COMPONENTS": N_COMPONENTS,
+        "N_PORTFOLIO_FEATURES": N_PORTFOLIO_FEATURES,
         "CURIOSITY_MAX_HIDDEN": CURIOSITY_MAX_HIDDEN,
         "BLOCK": BLOCK,
     }
+    ints |= {f"COMPONENT_{name.upper()}": k for k, name in enumerate(COMPONENT_NAMES)}
     defs = [(k, f"({v})") for k, v in ints.items()]
     defs.append(("LEAKY_RELU_SLOPE", f"{LEAKY_RELU_SLOPE!r}f"))
     return tuple(defs)

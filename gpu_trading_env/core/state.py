@@ -197,7 +197,7 @@ def allocate_outputs(xp: Any, num_envs: int, obs_dim: int) -> StepOutputs:
     block = xp.zeros(nbytes, dtype=xp.uint8)
     out = outputs_from_block(block, layout)
     # An attribute outside the dataclass fields: fields(StepOutputs) stays the kernel's list.
-    out._block = (block, layout)  # type: ignore[attr-defined]
+    out._block = (block, layout)  # type: ignore[attr-defined]  # noqa: SLF001 (this module's)
     return out
 
 

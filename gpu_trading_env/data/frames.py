@@ -17,8 +17,18 @@ from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_fe
 from gpu_trading_env.data.timestamps import DataError, day_month_format, refuse_mixed_zones
 from gpu_trading_env.data.validation import OHLCV, Where, check_finite, validate_bars
 
-TIMESTAMP_CANDIDATES = ("timestamp", "datetime", "date", "time")
-INSTRUMENT_CANDIDATES = ("instrument", "symbol", "ticker")
+# The one set of column names of bar tables (files and DataFrames), matched in any letter case:
+# timestamps, then the instrument of a long-format table, then the OHLCV fields (OHLCV).
+TIMESTAMP_CANDIDATES = (
+    "timestamp",
+    "datetime",
+    "date",
+    "time",
+    "date_time",
+    "time (utc)",
+    "gmt time",
+)
+INSTRUMENT_CANDIDATES = ("instrument", "symbol", "ticker", "asset", "pair")
 
 
 def arrays_from_dataframe(

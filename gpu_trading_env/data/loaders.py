@@ -1,6 +1,8 @@
 """Bars from the files people have: CSV or Parquet exports of brokers, exchanges and Yahoo.
 
-``load_bars`` reads one or several files into one ``MarketData``:
+``load_bars`` is the one reader of bar files: ``MarketData.from_csv`` / ``from_parquet``,
+``make_vec(data=path)`` (``TradingVectorEnv(data=path)``) and the command line all read files
+through it, with one set of column rules. It reads one or several files into one ``MarketData``:
 
 - the timestamps come from a column or index named like time or date, in any letter case
   (``Date``, ``Time``, ``timestamp``, ``Open time``, ``Gmt time``), or the one ``time_column``;
@@ -27,15 +29,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_trading_env.data.frames import check_separator
+from gpu_trading_env.data.frames import (
+    INSTRUMENT_CANDIDATES,
+    TIMESTAMP_CANDIDATES,
+    check_separator,
+)
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.data.timestamps import DataError, parse_timestamps
+from gpu_trading_env.data.validation import OHLCV
 
 __all__ = ["DataError", "load_bars"]
-
-_TIME_NAMES = ("timestamp", "datetime", "date", "time", "date_time", "time (utc)", "gmt time")
-_SYMBOL_NAMES = ("instrument", "symbol", "ticker", "asset", "pair")
-_FIELDS = ("open", "high", "low", "close", "volume")
 
 
 def load_bars(
@@ -47,6 +50,11 @@ def load_bars(
     symbol_column: str | None = None,
     columns: Mapping[str, str] | None = None,
     fill_volume: float | None = None,
+    features: str | Sequence[str] = "builtin",
+    min_bars: int = 2,
+    name: str | None = None,
+    read_csv_kwargs: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> MarketData:
     """One ``MarketData`` from one or several CSV / Parquet files of OHLCV bars.
 
@@ -59,27 +67,42 @@ def load_bars(
     :param columns: ``{field: column}`` for fields named otherwise in the file.
     :param fill_volume: the volume of bars whose volume is missing (empty, NaN, N/A), e.g. 0 for
         FX or index files that leave it out on some bars; None (the default) refuses them.
+    :param features: ``"builtin"`` or a list of the file's columns to use as the features (see
+        ``MarketData.from_dataframe``).
+    :param min_bars: rows each instrument must keep after the feature warm-up.
+    :param name: the instrument of a single file without a symbol column (default: its stem).
+    :param read_csv_kwargs: extra ``pandas.read_csv`` keywords for CSV files, e.g.
+        ``{"sep": ";", "decimal": ","}``.
+    :param metadata: extra entries for ``MarketData.metadata``.
     :raises DataError: on anything the file does not say clearly; the message names the fix.
     """
     files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     if not files:
         raise DataError("no data file given")
+    if name is not None and len(files) > 1:
+        raise DataError(
+            f"name = {name!r} is invalid with {len(files)} files: allowed is one file (several "
+            "are named after their files or their symbol columns)"
+        )
+    feature_columns = None if isinstance(features, str) else [str(c) for c in features]
     if timestamp_unit is not None and timestamp_unit not in ("s", "ms", "us", "ns"):
         raise DataError(f"timestamp unit {timestamp_unit!r} is invalid: allowed is s, ms, us, ns")
     mapping = {k.lower(): v for k, v in (columns or {}).items()}
-    bad_fields = sorted(set(mapping) - set(_FIELDS))
+    bad_fields = sorted(set(mapping) - set(OHLCV))
     if bad_fields:
-        raise DataError(f"column mapping names {bad_fields}: allowed fields are {list(_FIELDS)}")
+        raise DataError(f"column mapping names {bad_fields}: allowed fields are {list(OHLCV)}")
     if fill_volume is not None and not (np.isfinite(fill_volume) and fill_volume >= 0):
         raise DataError(f"fill_volume = {fill_volume!r} is invalid: allowed is a number >= 0")
     frames = []
     for path in files:
-        df = _read(path)
+        df = _read(path, read_csv_kwargs)
         frame = _normalise(
             df, path, date_format, timestamp_unit, time_column, symbol_column, mapping, fill_volume
         )
+        for column in feature_columns or ():
+            frame[column] = _numbers(df[_feature_column(df, path, column)], path, column)
         if "instrument" not in frame.columns:
-            frame.insert(0, "instrument", path.stem)
+            frame.insert(0, "instrument", path.stem if name is None else str(name))
         frames.append((path, frame))
     seen: dict[str, Path] = {}
     for path, frame in frames:
@@ -97,7 +120,9 @@ def load_bars(
             df,
             timestamp_column="timestamp",
             instrument_column="instrument",
-            metadata={"source": "file", "paths": [str(p) for p in files]},
+            features=features,
+            min_bars=min_bars,
+            metadata={"source": "file", "paths": [str(p) for p in files], **(metadata or {})},
         )
     except ValueError as exc:
         # from_dataframe counts rows of the combined table from 0; a file's line is row + 2.
@@ -105,7 +130,20 @@ def load_bars(
     return data
 
 
-def _read(path: Path) -> pd.DataFrame:
+def _feature_column(df: pd.DataFrame, path: Path, column: str) -> Any:
+    """The file's column of feature ``column`` (exact name first, then any letter case)."""
+    if column in df.columns:
+        return column
+    hits = [c for c in df.columns if str(c).strip().lower() == column.strip().lower()]
+    if len(hits) != 1:
+        what = "no" if not hits else f"an ambiguous ({hits})"
+        raise DataError(
+            f"{path}: {what} feature column {column!r}; the file has {list(map(str, df.columns))}"
+        )
+    return hits[0]
+
+
+def _read(path: Path, read_csv_kwargs: Mapping[str, Any] | None = None) -> pd.DataFrame:
     if not path.exists():
         raise DataError(f"{path}: no such file")
     if path.is_dir():
@@ -113,6 +151,8 @@ def _read(path: Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     try:
         if suffix in (".parquet", ".pq"):
+            if read_csv_kwargs:
+                raise DataError(f"{path}: read_csv_kwargs apply to CSV files, not Parquet")
             try:
                 import pyarrow  # noqa: F401
             except ImportError:
@@ -120,11 +160,13 @@ def _read(path: Path) -> pd.DataFrame:
                     f"{path}: reading Parquet needs pyarrow (pip install 'gpu-trading-env[parquet]')"
                 ) from None
             df = pd.read_parquet(path)
+            if isinstance(df.index, pd.DatetimeIndex) and df.index.name is None:
+                df.index.name = "timestamp"  # a stored index holds the timestamps
             if not isinstance(df.index, pd.RangeIndex):
                 df = df.reset_index()
             return df
         if suffix in (".csv", ".txt") or path.name.lower().endswith(".csv.gz"):
-            df = pd.read_csv(path)
+            df = pd.read_csv(path, **(read_csv_kwargs or {}))
             check_separator(df, str(path))
             return df
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -148,7 +190,9 @@ def _normalise(
     if not isinstance(df.index, pd.RangeIndex):
         df = df.reset_index()
     lower = {str(c).strip().lower(): c for c in df.columns}
-    time_col = _pick(df, lower, path, time_column, _TIME_NAMES, "timestamp", "--time-column")
+    time_col = _pick(
+        df, lower, path, time_column, TIMESTAMP_CANDIDATES, "timestamp", "--time-column"
+    )
     if time_col is None:
         guess = [c for c in df.columns if re.search(r"time|date", str(c), re.IGNORECASE)]
         if len(guess) == 1:
@@ -161,14 +205,16 @@ def _normalise(
     out = pd.DataFrame(
         {"timestamp": parse_timestamps(df[time_col], date_format, unit, f"{path}", time_col)}
     )
-    sym_col = _pick(df, lower, path, symbol_column, _SYMBOL_NAMES, "symbol", "--symbol-column")
+    sym_col = _pick(
+        df, lower, path, symbol_column, INSTRUMENT_CANDIDATES, "symbol", "--symbol-column"
+    )
     if sym_col is not None:
         sym = df[sym_col]
         if sym.isna().any():
             i = int(np.argmax(sym.isna().to_numpy()))
             raise DataError(f"{path}, line {i + 2}, column {sym_col!r}: no instrument name")
         out["instrument"] = sym.astype(str).to_numpy()
-    for field in _FIELDS:
+    for field in OHLCV:
         name = mapping.get(field)
         if name is not None:
             if name not in df.columns:

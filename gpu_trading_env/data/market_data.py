@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_trading_env.data.features import WARMUP_BARS
-from gpu_trading_env.data.frames import arrays_from_dataframe, check_separator
+from gpu_trading_env.data.frames import arrays_from_dataframe
 from gpu_trading_env.data.splits import (
     MIN_PIECE_BARS,
     slice_ranges,
@@ -33,7 +33,6 @@ from gpu_trading_env.data.splits import (
     walk_forward_ranges,
 )
 from gpu_trading_env.data.synthetic import gbm, planted_signal, regime_switching
-from gpu_trading_env.data.timestamps import DataError
 from gpu_trading_env.data.validation import OHLCV, checked_arrays
 
 __all__ = ["MarketData"]
@@ -217,38 +216,36 @@ class MarketData:
 
     @classmethod
     def from_csv(
-        cls, path: str | Path, *, read_csv_kwargs: dict[str, Any] | None = None, **kwargs: Any
+        cls,
+        path: str | Path,
+        *,
+        read_csv_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> MarketData:
-        """Read a CSV with ``pandas.read_csv(path, **read_csv_kwargs)``, then ``from_dataframe``.
+        """Read a CSV file of bars with the one reader of bar files,
+        :func:`gpu_trading_env.data.loaders.load_bars` (its column rules: the command line and
+        ``make_vec(data=path)`` read files the same way).
 
-        The timestamp column is found by name (see ``from_dataframe``); a single instrument is
-        named after the file's stem unless ``name=`` is given.
+        :param read_csv_kwargs: extra ``pandas.read_csv`` keywords, e.g. ``{"sep": ";"}``.
+        :param kwargs: ``from_dataframe``'s ``timestamp_column``, ``instrument_column``,
+            ``columns`` (a rename map ``{file column: field}``), ``features``, ``min_bars``,
+            ``name`` (default: the file's stem) and ``metadata``; or ``load_bars``' own
+            keywords (``date_format``, ``timestamp_unit``, ``fill_volume``).
         """
-        df = pd.read_csv(path, **(read_csv_kwargs or {}))
-        check_separator(df, str(path))
-        if len(df) == 0:
-            raise DataError(f"{path}: has a header but no rows")
-        kwargs.setdefault("name", Path(path).stem)
-        meta = {"source": "csv", "path": str(path), **(kwargs.pop("metadata", None) or {})}
-        return cls.from_dataframe(df, metadata=meta, **kwargs)
+        return _read_bar_file(path, "csv", read_csv_kwargs=read_csv_kwargs, **kwargs)
 
     @classmethod
     def from_parquet(cls, path: str | Path, **kwargs: Any) -> MarketData:
-        """Read a Parquet file (needs pyarrow: ``pip install gpu-trading-env[parquet]``).
-
-        A stored ``DatetimeIndex`` or a timestamp column both work; keywords go to
-        ``from_dataframe``.
-        """
+        """Read a Parquet file of bars (needs pyarrow: ``pip install gpu-trading-env[parquet]``)
+        with the reader and keywords of :meth:`from_csv`; a stored ``DatetimeIndex`` or a
+        timestamp column both work."""
         try:
             import pyarrow  # noqa: F401
         except ImportError as exc:
             raise ImportError(
                 "reading Parquet needs pyarrow: pip install gpu-trading-env[parquet]"
             ) from exc
-        df = pd.read_parquet(path, engine="pyarrow")
-        kwargs.setdefault("name", Path(path).stem)
-        meta = {"source": "parquet", "path": str(path), **(kwargs.pop("metadata", None) or {})}
-        return cls.from_dataframe(df, metadata=meta, **kwargs)
+        return _read_bar_file(path, "parquet", **kwargs)
 
     def to_dataframe(self) -> pd.DataFrame:
         """All rows as a DataFrame: ``DatetimeIndex`` named timestamp, then columns ``instrument``,
@@ -350,7 +347,8 @@ class MarketData:
             metadata=self.metadata,
         )
 
-    def _local(self, k: int) -> slice:
+    def instrument_rows(self, k: int) -> slice:
+        """The rows of instrument ``k`` (an index) in the concatenated arrays."""
         return slice(int(self.instrument_offsets[k]), int(self.instrument_offsets[k + 1]))
 
     def instrument(self, key: int | str) -> MarketData:
@@ -413,3 +411,25 @@ class MarketData:
             (self._take(train), self._take(test))
             for train, test in walk_forward_ranges(self, n_folds, train_bars, test_bars, expanding)
         ]
+
+
+# from_dataframe's names of the options load_bars also takes.
+_RENAMED_OPTIONS = {"timestamp_column": "time_column", "instrument_column": "symbol_column"}
+
+
+def _read_bar_file(path: str | Path, kind: str, **kwargs: Any) -> MarketData:
+    """``from_csv`` / ``from_parquet``: ``load_bars`` with ``from_dataframe``'s option names."""
+    from gpu_trading_env.data.loaders import load_bars
+
+    options = {_RENAMED_OPTIONS.get(k, k): v for k, v in kwargs.items()}
+    rename = options.pop("columns", None) or {}
+    fields = {}
+    for column, field in rename.items():
+        if str(field).strip().lower() not in OHLCV:
+            raise ValueError(
+                f"columns = {{{column!r}: {field!r}}} is invalid for a file: allowed targets are "
+                f"{list(OHLCV)} (other columns are read by their own names, e.g. features=[...])"
+            )
+        fields[str(field).strip().lower()] = column
+    meta = {"source": kind, "path": str(path), **(options.pop("metadata", None) or {})}
+    return load_bars(path, columns=fields, metadata=meta, **options)

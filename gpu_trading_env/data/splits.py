@@ -54,7 +54,7 @@ def split_ranges(
             when = when.tz_convert("UTC").tz_localize(None)
         t64 = np.datetime64(when.as_unit("ns").to_datetime64(), "ns")
         cuts = [
-            int(np.searchsorted(data.timestamps[data._local(k)], t64, side="left"))
+            int(np.searchsorted(data.timestamps[data.instrument_rows(k)], t64, side="left"))
             for k in range(data.n_instruments)
         ]
     before, after = [], []

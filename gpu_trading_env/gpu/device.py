@@ -100,7 +100,7 @@ def _raw_stream_getter() -> Any | None:
         return None
     if not torch.cuda.is_available():
         return None
-    fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # noqa: SLF001 (see above)
     if fast is not None:
         return fast
     return lambda device_index: torch.cuda.current_stream(device_index).cuda_stream

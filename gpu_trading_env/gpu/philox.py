@@ -19,6 +19,17 @@ _SHIFT32 = np.uint64(32)
 # Counter word 3 names the purpose of a draw, so streams for different uses never overlap.
 STREAM_START_BAR = 0x5354  # "ST": episode start bars in the env
 STREAM_PER_SAMPLE = 0x5052  # "PR": stratified draws of the prioritized replay buffer
+STREAM_EXPLORE = 0x4558  # "EX": epsilon-greedy draws of the monolithic rollout kernel
+
+
+def philox_stream_defines() -> tuple[tuple[str, str], ...]:
+    """``PHILOX_STREAM_*`` for kernels that include ``philox.cuh``: the stream ids above."""
+    streams = {
+        "START_BAR": STREAM_START_BAR,
+        "PER_SAMPLE": STREAM_PER_SAMPLE,
+        "EXPLORE": STREAM_EXPLORE,
+    }
+    return tuple((f"PHILOX_STREAM_{k}", f"{v:#x}u") for k, v in streams.items())
 
 
 def _word_pair(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -180,15 +180,12 @@ __device__ __forceinline__ void st_recompute(double* __restrict__ sum, double* _
 __device__ __forceinline__ void st_publish_verdict(long long* status_host, unsigned int seq,
                                                    long long first_bad) {
     const unsigned long long low = first_bad == ST_NONE ? 0ull : (unsigned long long)first_bad + 1;
-    *(volatile unsigned long long*)status_host = ((unsigned long long)seq << 32) | low;
+    *(volatile unsigned long long*)status_host = ((unsigned long long)seq << ST_VERDICT_SEQ_SHIFT) | low;
     __threadfence_system();
 }
 
-// Scratch words of the check kernel, reset by its last block for the next update.
-#define ST_SCRATCH_BAD 0       // smallest bad position (INT64_MAX: none)
-#define ST_SCRATCH_VMAX 1      // bits of the largest leaf value (non-negative doubles order as ints)
-#define ST_SCRATCH_UNSORTED 2  // 1: some index is smaller than the one before it
-#define ST_SCRATCH_TICKET 3    // blocks done
+// Scratch words of the check kernel, reset by its last block for the next update: indices
+// ST_SCRATCH_BAD / VMAX / UNSORTED / TICKET, generated from SCRATCH_INIT in tree_kernels.py.
 
 // Entry k of a batch: false when it is refused (index outside [0, n_valid), input not finite
 // and >= 0, or leaf value not finite); else its leaf value in v.

@@ -1,8 +1,8 @@
 // The fused rollout's acting forward in bfloat16 (agents/rollouts/acting.py, GreedyActor): the
 // layers' weights and biases and the step's observations cast to bfloat16 in one launch. Under
-// autocast every product cast its weight, its bias and its input separately, nine launches of
-// about 1 us per vector step, and the unaligned widths (54 features, 3 actions) took cuBLAS's
-// slower align2 kernels.
+// autocast every product cast its weight, its bias and its input separately, nine launches per
+// vector step, and the unaligned widths (54 features, 3 actions) took cuBLAS's slower align2
+// kernels (figures in docs/PERFORMANCE.md).
 //
 // Each job copies a float32 row-major matrix [rows, cols] into a bfloat16 one whose rows are
 // `stride` elements apart (stride >= cols). The columns and rows beyond the source are never

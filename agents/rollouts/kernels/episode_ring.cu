@@ -1,7 +1,7 @@
 // The fused rollout's episode ring (agents/rollouts/fused.py, EpisodeRing.append) in one launch.
 // The torch path is a dozen launches (a cumulative sum over the done mask, slots, two scatters
-// whose unfinished envs all write one sink slot, the counter), about 20 us of a vector step's
-// graph at a few thousand envs.
+// whose unfinished envs all write one sink slot, the counter), a visible part of a vector step's
+// graph at a few thousand envs (figures in docs/PERFORMANCE.md).
 //
 // One block. Thread t counts the finished envs of its chunk of consecutive envs, a block-wide
 // exclusive scan gives each thread the number finished before its chunk, and the thread writes
@@ -10,7 +10,7 @@
 // When more than `size` envs finish in one step, only the newest `size` are written: two
 // threads writing one slot would leave either value.
 
-extern "C" __global__ void __launch_bounds__(1024) ring_append(
+extern "C" __global__ void __launch_bounds__(RING_THREADS) ring_append(
     const bool* __restrict__ done, const float* __restrict__ returns,
     const int* __restrict__ lengths, long long n, long long size,
     float* __restrict__ ring_returns, int* __restrict__ ring_lengths, long long* __restrict__ last) {

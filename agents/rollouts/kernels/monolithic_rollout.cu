@@ -5,13 +5,9 @@
 // long-only barrier, restarting at the same bar) are not reproduced.
 #include "trading_env.cuh"
 
-#define MONO_H1 256
-#define MONO_H2 256
-#define MONO_VH 128
-#define MONO_AH 128
-#define MONO_MAX_OBS 128
-#define MONO_MAX_ACTIONS 128
-#define PHILOX_STREAM_EXPLORE 0x4558u
+// The layer sizes MONO_H1, MONO_H2 (trunk), MONO_VH, MONO_AH (value and advantage hidden) and the
+// local array bounds MONO_MAX_OBS, MONO_MAX_ACTIONS come from agents/rollouts/monolithic.py
+// (monolithic_kernel_defines), PHILOX_STREAM_EXPLORE from gpu_trading_env/gpu/philox.py.
 
 // Flat weight layout ([out, in] row-major, as torch nn.Linear), in this order:
 // shared1 W[H1,D] b[H1], shared2 W[H2,H1] b[H2], value1 W[VH,H2] b[VH], value2 W[1,VH] b[1],
@@ -53,7 +49,7 @@ __device__ void mono_observe(const EnvStateView& s, const MarketView& m, const P
     long long bar = s.bar[i];
     float vf, qf;
     portfolio_features(p, s.cash[i], s.position[i], m.close_px[bar], &vf, &qf);
-    int d = m.n_features + 3;
+    int d = m.n_features + N_PORTFOLIO_FEATURES;
     for (int j = 0; j < d; ++j) x[j] = obs_element(m, p, bar, vf, qf, j);
 }
 
@@ -64,7 +60,8 @@ extern "C" __global__ void monolithic_rollout(
     float epsilon, int steps, unsigned long long seed, unsigned long long round,
     float* __restrict__ obs_out, long long* __restrict__ action_out, float* __restrict__ reward_out,
     bool* __restrict__ terminated_out, bool* __restrict__ truncated_out,
-    float* __restrict__ next_obs_out, int n)
+    float* __restrict__ next_obs_out, float* __restrict__ episode_return_out,
+    int* __restrict__ episode_length_out, int n)
 {
     ENV_STATE_VIEW(s);
     MARKET_VIEW(m);
@@ -72,7 +69,7 @@ extern "C" __global__ void monolithic_rollout(
     CURIOSITY_VIEW(cur);
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    int d = m.n_features + 3;
+    int d = m.n_features + N_PORTFOLIO_FEATURES;
     int a_n = (int)p.pi[PI_N_ACTIONS];
     float x[MONO_MAX_OBS], q[MONO_MAX_ACTIONS];
     for (int t = 0; t < steps; ++t) {
@@ -97,6 +94,10 @@ extern "C" __global__ void monolithic_rollout(
         reward_out[out] = (float)o.reward;
         terminated_out[out] = o.terminated;
         truncated_out[out] = o.truncated;
-        if (o.terminated || o.truncated) env_reset(s, p, i, -1, n);
+        // The ended episode's return and length (0 elsewhere), as trading_step reports them.
+        bool ended = o.terminated || o.truncated;
+        episode_return_out[out] = ended ? (float)s.episode_return[i] : 0.0f;
+        episode_length_out[out] = ended ? s.step_in_episode[i] : 0;
+        if (ended) env_reset(s, p, i, -1, n);
     }
 }

@@ -1,6 +1,7 @@
 // Device functions of the trading env step, shared by trading_step.cu and the fused rollout.
 //
-// The arithmetic mirrors gpu_trading_env/backends/numpy_backend.py operation for operation, in float64 for
+// The arithmetic mirrors the reference step (gpu_trading_env/core/reference_step.py, which the NumPy
+// backend matches bit for bit) operation for operation, in float64 for
 // money, and the module is compiled with --fmad=false: without fused multiply-add every float64
 // result is the correctly rounded IEEE value, as NumPy computes it, so positions and cash agree
 // bit for bit between the backends (a floor() at a boundary would otherwise flip).
@@ -11,73 +12,20 @@
 #include "philox.cuh"
 
 // State codes, category and component counts, BLOCK and LEAKY_RELU_SLOPE come from
-// gpu_trading_env/core/constants.py, prepended as #defines like the parameter slots.
+// gpu_trading_env/core/constants.py, the Philox stream ids from gpu_trading_env/gpu/philox.py,
+// prepended as #defines like the parameter slots.
 
-// Struct-of-arrays env state: field order and dtypes as gpu_trading_env/core/state.py EnvState.
-struct EnvStateView {
-    long long* bar;
-    int* step_in_episode;
-    const long long* lo;
-    const long long* hi;
-    double* cash;
-    double* position;
-    double* costs;
-    double* entry_price;
-    long long* entry_bar;
-    signed char* barrier_status;
-    unsigned char* div_ring;  // [window, n]
-    int* div_cursor;
-    int* div_count;
-    int* div_hist;  // [N_CATEGORIES, n]
-    const unsigned long long* seed;
-    unsigned long long* episode_count;
-    unsigned char* done_flag;
-    double* episode_return;
-};
-
-// Kernel parameter lists that the host fills in STATE_FIELDS order (CuPy passes pointers and
-// scalars, not structs), and the statements that gather them into the views above.
-#define ENV_STATE_ARGS \
-    long long* st_bar, int* st_step_in_episode, const long long* st_lo, const long long* st_hi, \
-    double* st_cash, double* st_position, double* st_costs, double* st_entry_price, \
-    long long* st_entry_bar, signed char* st_barrier_status, unsigned char* st_div_ring, \
-    int* st_div_cursor, int* st_div_count, int* st_div_hist, const unsigned long long* st_seed, \
-    unsigned long long* st_episode_count, unsigned char* st_done_flag, double* st_episode_return
-#define ENV_STATE_VIEW(s) \
-    EnvStateView s = {st_bar, st_step_in_episode, st_lo, st_hi, st_cash, st_position, st_costs, \
-                      st_entry_price, st_entry_bar, st_barrier_status, st_div_ring, st_div_cursor, \
-                      st_div_count, st_div_hist, st_seed, st_episode_count, st_done_flag, \
-                      st_episode_return}
-#define MARKET_ARGS const float* mk_features, const double* mk_open, const double* mk_close, int mk_n_features
-#define MARKET_VIEW(m) MarketView m = {mk_features, mk_open, mk_close, mk_n_features}
-#define PARAM_ARGS const double* pr_pf, const long long* pr_pi, const double* pr_exposure, \
-    const double* pr_rate, const unsigned char* pr_cat
-#define PARAM_VIEW(p) ParamView p = {pr_pf, pr_pi, pr_exposure, pr_rate, pr_cat}
-#define CURIOSITY_ARGS const float* cu_w1, const float* cu_b1, const float* cu_w2, const float* cu_b2, int cu_on
-#define CURIOSITY_VIEW(c) CuriosityView c = {cu_w1, cu_b1, cu_w2, cu_b2, cu_on}
-
-struct MarketView {
-    const float* features;  // [T, F]
-    const double* open_px;  // [T]
-    const double* close_px; // [T]
-    int n_features;
-};
-
-struct ParamView {
-    const double* pf;             // PF_* slots
-    const long long* pi;          // PI_* slots
-    const double* act_exposure;   // [A]
-    const double* act_rate;       // [A]
-    const unsigned char* act_cat; // [A]
-};
-
-struct CuriosityView {
-    const float* w1; const float* b1; const float* w2; const float* b2;
-    int on;
-};
+// The env state, market, parameter and curiosity structs, and the kernel parameter lists that
+// gather them (CuPy passes pointers and scalars, not structs): *_MEMBERS, *_ARGS and *_VIEW are
+// generated from the Python description (gpu_trading_env/core/kernel_interface.py: EnvState's
+// fields and dtypes, MARKET_PARAMS, PARAM_PARAMS, CURIOSITY_PARAMS) and prepended as #defines.
+struct EnvStateView { ENV_STATE_MEMBERS };  // [N] each; div_ring [window, N], div_hist [N_CATEGORIES, N]
+struct MarketView { MARKET_MEMBERS };       // features [T, F], open_px and close_px [T]
+struct ParamView { PARAM_MEMBERS };         // PF_* slots, PI_* slots, per-action tables [A]
+struct CuriosityView { CURIOSITY_MEMBERS };
 
 // Start a new episode for env i at `start_index` bars past the instrument's first bar, or at a
-// Philox-drawn bar when start_index < 0 (see draw_start_bars in numpy_backend.py).
+// Philox-drawn bar when start_index < 0 (see draw_start_bars in core/reference_step.py).
 __device__ __forceinline__ void env_reset(const EnvStateView& s, const ParamView& p, int i, long long start_index, int n) {
     long long lo = s.lo[i], hi = s.hi[i];
     long long start;
@@ -102,9 +50,7 @@ __device__ __forceinline__ void env_reset(const EnvStateView& s, const ParamView
     s.barrier_status[i] = BARRIER_NONE;
     s.div_cursor[i] = 0;
     s.div_count[i] = 0;
-    s.div_hist[i] = 0;
-    s.div_hist[n + i] = 0;
-    s.div_hist[2 * n + i] = 0;
+    for (int c = 0; c < N_CATEGORIES; ++c) s.div_hist[(long long)c * n + i] = 0;
     s.done_flag[i] = RUNNING;
     s.episode_return[i] = 0.0;
 }
@@ -127,7 +73,7 @@ __device__ __forceinline__ float obs_element(const MarketView& m, const ParamVie
     return (float)p.pf[PF_SPREAD];
 }
 
-// ICM forward-model bonus (float32): see curiosity_bonus in numpy_backend.py.
+// ICM forward-model bonus (float32): see curiosity_bonus in core/reference_step.py.
 __device__ float curiosity_bonus(const CuriosityView& c, const MarketView& m, const ParamView& p,
                                  long long bar0, float v0, float q0, long long bar1, float v1, float q1, int cat) {
     int d = (int)p.pi[PI_CURIOSITY_STATE_DIMS];
@@ -163,7 +109,7 @@ struct Transition {
     bool terminated, truncated;
 };
 
-// Advance env i by one bar with action a (valid). Mirrors NumpyBackend._transition.
+// Advance env i by one bar with action a (valid). Mirrors _transition in core/reference_step.py.
 __device__ Transition env_transition(const EnvStateView& s, const MarketView& m, const ParamView& p,
                                      const CuriosityView& cur, int i, long long a, int n) {
     Transition o;

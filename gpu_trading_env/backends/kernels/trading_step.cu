@@ -20,7 +20,7 @@ struct ObsRow {
 #define OBS_ROWS 8
 __device__ __forceinline__ void store_obs_block(const MarketView& m, const ParamView& p, const ObsRow* rows,
                                                 const int* dest, long long first, int count, float* obs) {
-    int d = m.n_features + 3;
+    int d = m.n_features + N_PORTFOLIO_FEATURES;
     int lane = threadIdx.x & 31;
     int n_warps = blockDim.x >> 5;
     for (int r0 = threadIdx.x >> 5; r0 < count; r0 += OBS_ROWS * n_warps) {
@@ -58,12 +58,7 @@ __device__ __forceinline__ void load_row(const EnvStateView& s, const MarketView
 
 extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
     ENV_STATE_ARGS, MARKET_ARGS, PARAM_ARGS, CURIOSITY_ARGS,
-    const long long* __restrict__ actions,
-    float* __restrict__ obs, float* __restrict__ reward, bool* __restrict__ terminated,
-    bool* __restrict__ truncated, bool* __restrict__ done_out, float* __restrict__ components, float* __restrict__ final_obs,
-    double* __restrict__ portfolio_value, double* __restrict__ position_out,
-    signed char* __restrict__ barrier_label, float* __restrict__ episode_return,
-    int* __restrict__ episode_length, long long* __restrict__ error, int n)
+    const long long* __restrict__ actions, STEP_OUTPUT_ARGS, long long* __restrict__ error, int n)
 {
     ENV_STATE_VIEW(s);
     MARKET_VIEW(m);
@@ -100,31 +95,31 @@ extern "C" __global__ void __launch_bounds__(BLOCK) trading_step(
             for (int c = 0; c < N_COMPONENTS; ++c) components[(long long)i * N_COMPONENTS + c] = 0.0f;
             terminated[i] = keep_flags && flag == WAIT_TERMINATED;
             truncated[i] = keep_flags && flag == WAIT_TRUNCATED;
-            done_out[i] = keep_flags;
+            done[i] = keep_flags;
             portfolio_value[i] = s.cash[i] + s.position[i] * m.close_px[s.bar[i]];
-            position_out[i] = s.position[i];
+            position[i] = s.position[i];
             barrier_label[i] = LABEL_NONE;
             episode_return[i] = 0.0f;
             episode_length[i] = 0;
         } else {
             Transition o = env_transition(s, m, p, cur, i, a, n);
-            bool done = o.terminated || o.truncated;
+            bool ended = o.terminated || o.truncated;
             reward[i] = (float)o.reward;
             float* comp = components + (long long)i * N_COMPONENTS;
-            comp[0] = (float)o.pnl;
-            comp[1] = (float)o.barrier;
-            comp[2] = (float)o.risk;
-            comp[3] = (float)o.diversity;
-            comp[4] = (float)o.curiosity;
+            comp[COMPONENT_PNL] = (float)o.pnl;
+            comp[COMPONENT_BARRIER] = (float)o.barrier;
+            comp[COMPONENT_RISK] = (float)o.risk;
+            comp[COMPONENT_DIVERSITY] = (float)o.diversity;
+            comp[COMPONENT_CURIOSITY] = (float)o.curiosity;
             terminated[i] = o.terminated;
             truncated[i] = o.truncated;
-            done_out[i] = done;
+            done[i] = ended;
             portfolio_value[i] = o.value1;
-            position_out[i] = o.position1;
+            position[i] = o.position1;
             barrier_label[i] = (signed char)o.label;
-            episode_return[i] = done ? (float)s.episode_return[i] : 0.0f;
-            episode_length[i] = done ? s.step_in_episode[i] : 0;
-            if (done) {
+            episode_return[i] = ended ? (float)s.episode_return[i] : 0.0f;
+            episode_length[i] = ended ? s.step_in_episode[i] : 0;
+            if (ended) {
                 if (mode == MODE_SAME_STEP) {
                     // Slot order varies between runs; each row's destination (env i) does not.
                     int slot = atomicAdd(&n_final, 1);

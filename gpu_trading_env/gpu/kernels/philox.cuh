@@ -1,4 +1,4 @@
-// Philox4x32-10 (Salmon et al., SC'11): the counter-based RNG shared with gpu_trading_env/philox.py.
+// Philox4x32-10 (Salmon et al., SC'11): the counter-based RNG shared with gpu_trading_env/gpu/philox.py.
 // A draw is a pure function of (counter, key): no generator state lives in device memory.
 #pragma once
 
@@ -7,9 +7,8 @@
 #define PHILOX_W0 0x9E3779B9u
 #define PHILOX_W1 0xBB67AE85u
 
-// Keep in step with STREAM_* in philox.py.
-#define PHILOX_STREAM_START_BAR 0x5354u
-#define PHILOX_STREAM_PER_SAMPLE 0x5052u
+// The stream ids (counter word 3) PHILOX_STREAM_* are generated from STREAM_* in philox.py
+// (philox_stream_defines) and prepended as #defines by every module that includes this file.
 
 struct philox_out { unsigned int x0, x1, x2, x3; };
 
