@@ -36,7 +36,7 @@ def _sync() -> None:
 
 
 # Train-step variants: GpuDQN keyword arguments; "compile_update" sets
-# agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True),
+# agents.algorithm.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True),
 # "paired_forward" PAIRED_FORWARD (online and target net on o' as one chain; default False).
 VARIANTS: dict[str, dict[str, Any]] = {
     "compiled, bf16 (default)": {},
@@ -53,11 +53,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def _variant(name: str) -> dict[str, Any]:
     """GpuDQN keyword arguments of a variant (after setting what is not one)."""
-    import agents.captured_step
+    import agents.algorithm.captured_step
 
     kw = dict(VARIANTS[name])
-    agents.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", True))
-    agents.captured_step.PAIRED_FORWARD = bool(kw.pop("paired_forward", False))
+    agents.algorithm.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", True))
+    agents.algorithm.captured_step.PAIRED_FORWARD = bool(kw.pop("paired_forward", False))
     return kw
 
 
@@ -156,7 +156,7 @@ _GPU_DQN_OVERRIDES: dict[str, Any] = {}
 
 def _patched_gpu_dqn() -> Any:
     import agents
-    from agents.gpu_dqn import GpuDQN
+    from agents.algorithm.gpu_dqn import GpuDQN
 
     class Patched(GpuDQN):
         def __init__(self, *a: Any, **kw: Any) -> None:
@@ -171,7 +171,7 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
     from agents.cli import main as cli_main
 
     original = _patched_gpu_dqn()
-    import agents.walkforward as wf
+    import agents.pipelines.walkforward as wf
 
     timers = {"dump_logs": 0.0, "backtest": 0.0}
 

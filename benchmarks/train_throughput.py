@@ -7,7 +7,7 @@ One run, side by side, same network (the dueling 256-256 / 128 heads policy) thr
 2. ``GpuDQN.learn``: the fused path, the same model through ``SB3VecEnv`` (host round trips),
    and SB3's own ``DQN`` on the NumPy env on the CPU; env-steps/s and gradient-steps/s;
 3. time of one train step (sample + forward/backward + priority update) at 1% and 100% fill,
-   eager and captured (one CUDA graph replay, ``agents.captured_step``);
+   eager and captured (one CUDA graph replay, ``agents.algorithm.captured_step``);
 4. with ``--profile DIR``: torch profiler tables (per-kernel GPU time and launch counts) of
    the eager and the captured train step.
 
@@ -29,9 +29,9 @@ from run_info import commit
 
 import gpu_trading_env  # noqa: F401
 from agents import GpuDQN
-from agents.policies import DuelingDQNPolicy
+from agents.algorithm.policies import DuelingDQNPolicy
+from gpu_runtime.device import cuda_available
 from gpu_trading_env import MarketData, TradingVectorEnv
-from gpu_trading_env.gpu.device import cuda_available
 
 
 def _sync() -> None:

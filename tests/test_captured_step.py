@@ -13,7 +13,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
-from agents.captured_step import (
+from agents.algorithm.captured_step import (
     CapturedTrainStep,
     CompiledOrEager,
     captured_train_unsupported,
@@ -68,7 +68,7 @@ def test_each_compiled_part_has_its_own_code_object() -> None:
 
 
 def test_auto_precision_is_bf16_from_ampere(monkeypatch) -> None:
-    from agents.captured_step import resolve_precision
+    from agents.algorithm.captured_step import resolve_precision
 
     monkeypatch.setattr(th.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert resolve_precision("auto", "cuda") == "bf16"
@@ -162,9 +162,9 @@ def test_captured_step_matches_eager(double_q: bool, compile_update: bool, monke
     """50 steps; before each, the captured model takes the eager one's state, so both sample
     the same batch from the same weights; after each, parameters, target and priorities agree.
     ``compile_update``: clipping and a foreach Adam compiled with the loss."""
-    import agents.captured_step
+    import agents.algorithm.captured_step
 
-    monkeypatch.setattr(agents.captured_step, "COMPILE_UPDATE", compile_update)
+    monkeypatch.setattr(agents.algorithm.captured_step, "COMPILE_UPDATE", compile_update)
     prev = th.backends.cuda.matmul.allow_tf32
     th.backends.cuda.matmul.allow_tf32 = False
     try:

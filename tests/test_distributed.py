@@ -1,4 +1,4 @@
-"""Data-parallel GpuDQN (agents.distributed) with two gloo processes on the CPU.
+"""Data-parallel GpuDQN (agents.algorithm.distributed) with two gloo processes on the CPU.
 
 - ``train`` on fixed batches: after every gradient step the two ranks hold the same parameters
   bit for bit, and they follow a single process fed the union of the two ranks' batches;

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import CuriosityModel, DuelingDQNPolicy, GpuDQN, PrioritizedReplayBuffer
-from agents.policies import DuelingQNetwork
+from agents.algorithm.policies import DuelingQNetwork
 from gpu_trading_env import TradingVectorEnv
 from gpu_trading_env.core.config import action_table
 from gpu_trading_env.wrappers import SB3VecEnv
@@ -180,7 +180,7 @@ def test_double_dqn_target_on_hand_built_batch() -> None:
 
 
 def test_weighted_td_loss_on_hand_built_batch() -> None:
-    from agents.dqn_loss import weighted_td_loss
+    from agents.algorithm.dqn_loss import weighted_td_loss
 
     q = th.tensor([[1.0], [0.0], [2.0]], requires_grad=True)
     target = th.tensor([[1.5], [3.0], [2.0]])
@@ -272,7 +272,7 @@ def test_paired_q_values_are_the_two_forwards(arch) -> None:
     """Online and target network in one chain of batched products: each network's Q-values."""
     from stable_baselines3.common.torch_layers import FlattenExtractor
 
-    from agents.policies import pairable, paired_q_values
+    from agents.algorithm.policies import pairable, paired_q_values
 
     space = gym.spaces.Box(-1.0, 1.0, (54,), np.float32)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agents.replay.tree_kernels import tree_kernel_defines
+from gpu_runtime.device import F64, I32, I64, INCLUDE_DIR, PTR, U32
 from gpu_trading_env.core.config import kernel_defines
-from gpu_trading_env.gpu.device import F64, I32, I64, INCLUDE_DIR, PTR, U32
 
 NVCC = shutil.which("nvcc")
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,10 +1,10 @@
 """The import rules of the package layout (docs/ARCHITECTURE.md), checked on the source with ast.
 
 - ``gpu_trading_env`` never imports ``agents``;
-- the GPU layer ``gpu_trading_env.gpu`` imports neither package (only itself);
+- the GPU layer ``gpu_runtime`` imports neither package (only itself);
 - inside ``gpu_trading_env``, a layer imports only the layers below it;
 - no module reads a private attribute (``obj._name``) that only another package defines;
-- ``agents.dqn_loss`` imports neither package, and the parts ``MarketData`` is built from
+- ``agents.algorithm.dqn_loss`` imports neither package, and the parts ``MarketData`` is built from
   (``data.validation``, ``data.frames``, ``data.splits``) never import it at run time.
 """
 
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gpu_trading_env", "agents")
+PACKAGES = ("gpu_runtime", "gpu_trading_env", "agents")
 MODULES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 
 # Layers of gpu_trading_env, lowest first; a module may import its own layer and those below.
 ENV_LAYERS = {
-    "gpu_trading_env.gpu": 0,
+    "gpu_runtime": 0,  # a package of its own, below both
     "gpu_trading_env.data": 1,
     "gpu_trading_env.core": 1,
     "gpu_trading_env.backends": 2,
@@ -60,14 +60,14 @@ def layer(name: str) -> int | None:
 
 
 def package(name: str) -> str:
-    if name.startswith("gpu_trading_env.gpu"):
+    if name.startswith("gpu_runtime"):
         return "gpu"
     return name.split(".")[0]
 
 
 def test_modules_found():
     names = {module_name(p) for p in MODULES}
-    assert {"gpu_trading_env.gpu.device", "agents.gpu_dqn", "gpu_trading_env.vector_env"} <= names
+    assert {"gpu_runtime.device", "agents.algorithm.gpu_dqn", "gpu_trading_env.vector_env"} <= names
 
 
 @pytest.mark.parametrize("path", MODULES, ids=module_name)
@@ -80,9 +80,11 @@ def test_imports_follow_the_layers(path: Path):
             continue
         if me.startswith("gpu_trading_env") and root == "agents":
             bad.append((line, target, "the env never imports agents"))
-        elif package(me) == "gpu" and package(target) != "gpu" and target != "gpu_trading_env":
+        elif package(me) == "gpu" and package(target) != "gpu":
             bad.append((line, target, "the GPU layer imports neither package"))
-        elif me.startswith("gpu_trading_env") and target.startswith("gpu_trading_env."):
+        elif me.startswith("gpu_trading_env") and target.startswith(
+            ("gpu_trading_env.", "gpu_runtime")
+        ):
             mine, theirs = layer(me), layer(target)
             # A name imported from a package __init__ resolves to a submodule or an object;
             # only submodules in a known layer are compared.
@@ -110,11 +112,13 @@ def runtime_imports(path: Path) -> list[str]:
 
 
 def test_the_loss_takes_q_values_only():
-    """``agents.dqn_loss`` serves every gradient-step path: it imports neither package."""
+    """``agents.algorithm.dqn_loss`` serves every gradient-step path: it imports neither package."""
     bad = [
-        m for m in runtime_imports(ROOT / "agents" / "dqn_loss.py") if m.split(".")[0] in PACKAGES
+        m
+        for m in runtime_imports(ROOT / "agents" / "algorithm" / "dqn_loss.py")
+        if m.split(".")[0] in PACKAGES
     ]
-    assert not bad, f"agents.dqn_loss imports {bad}"
+    assert not bad, f"agents.algorithm.dqn_loss imports {bad}"
 
 
 @pytest.mark.parametrize("part", ["validation", "frames", "splits"])
@@ -154,3 +158,20 @@ def test_no_private_attribute_of_another_package(path: Path):
         ):
             bad.append(f"line {node.lineno}: .{node.attr}")
     assert not bad, f"{module_name(path)} reads private attributes of another package: {bad}"
+
+
+def test_the_old_gpu_package_name_warns_and_names_the_same_modules(monkeypatch):
+    """Release 0.1.0's examples import ``gpu_trading_env.gpu.device``: it still resolves, to
+    :mod:`gpu_runtime`'s own module objects, with a DeprecationWarning naming the new package."""
+    import importlib
+    import sys
+
+    import gpu_runtime.device
+    import gpu_runtime.philox
+
+    for name in ("gpu_trading_env.gpu", "gpu_trading_env.gpu.device", "gpu_trading_env.gpu.philox"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.warns(DeprecationWarning, match="gpu_runtime"):
+        old = importlib.import_module("gpu_trading_env.gpu.device")
+    assert old is gpu_runtime.device
+    assert importlib.import_module("gpu_trading_env.gpu.philox") is gpu_runtime.philox

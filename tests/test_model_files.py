@@ -1,5 +1,5 @@
 """Weights-only model and replay-buffer files: exact round trips, checksums, clear errors about
-files, and no code run by loading a crafted file (agents.model_files, agents.safe_archive)."""
+files, and no code run by loading a crafted file (agents.files.model_files, agents.files.safe_archive)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from stable_baselines3.common.save_util import save_to_pkl
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
-from agents.safe_archive import ArchiveError, PickleRefusedError
+from agents.files.safe_archive import ArchiveError, PickleRefusedError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]

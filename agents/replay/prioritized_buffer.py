@@ -25,7 +25,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from agents.replay.segment_tree import SumMinTree, make_tree
 from agents.replay.step_store import CudaStepStore, inputs_fit, storage_fits
-from gpu_trading_env.gpu.device import require_cupy
+from gpu_runtime.device import require_cupy
 
 __all__ = [
     "PrioritizedReplayBuffer",
@@ -40,7 +40,7 @@ class LinearBetaSchedule:
 
     A module-level class rather than a closure so that a buffer holding it can be saved: the
     weights-only format writes it as JSON (``GpuDQN.save_replay_buffer``,
-    ``CheckpointCallback(save_replay_buffer=True)``; :data:`agents.safe_archive.PLAIN_CLASSES`),
+    ``CheckpointCallback(save_replay_buffer=True)``; :data:`agents.files.safe_archive.PLAIN_CLASSES`),
     and it pickles.
 
     :param beta0: beta at the start of training (progress remaining 1), in [0, 1].

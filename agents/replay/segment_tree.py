@@ -29,7 +29,7 @@ from agents.replay.tree_kernels import (
     WEIGHT_THREADS,
     tree_kernel_defines,
 )
-from gpu_trading_env.gpu.device import KernelLauncher, current_stream, load_module, require_cupy
+from gpu_runtime.device import KernelLauncher, current_stream, load_module, require_cupy
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 

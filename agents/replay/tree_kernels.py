@@ -2,7 +2,7 @@
 
 ``kernels/segment_tree.cu`` is compiled with the geometry of :func:`tree_kernel_defines` (the one
 copy of those numbers) and launched by :class:`~agents.replay.segment_tree.CudaSumMinTree`
-through :class:`~gpu_trading_env.gpu.device.KernelLauncher` with the parameters of
+through :class:`~gpu_runtime.device.KernelLauncher` with the parameters of
 ``TREE_KERNEL_PARAMS``, which ``tests/test_kernels_compile.py`` checks against the source.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_trading_env.gpu.device import F64, I32, I64, PTR, U32, KernelParams
+from gpu_runtime.device import F64, I32, I64, PTR, U32, KernelParams
 
 __all__ = ["KERNEL_FILE", "TREE_KERNEL_PARAMS", "tree_kernel_defines"]
 

@@ -1,7 +1,7 @@
 """The fused rollout's greedy action: ``argmax_a Q(s, a)`` for every env, in as few launches as
 the network allows.
 
-For a :class:`~agents.policies.DuelingQNetwork`, ``Q(s, .) = V(s) + A(s, .) - mean A(s, .)``
+For a :class:`~agents.algorithm.policies.DuelingQNetwork`, ``Q(s, .) = V(s) + A(s, .) - mean A(s, .)``
 differs from the advantage ``A(s, .)`` by one constant per state, so the greedy action is the
 argmax of the advantage head: acting runs the shared trunk and the advantage head only, with no
 value head, no merged head weights and no mean. Rounding can only make two actions tie in one
@@ -17,7 +17,7 @@ runs on the float32 parameters, without copies.
 Other Q-networks act through their own forward: ``q_net(obs).argmax(dim=1)``.
 
 :class:`NumpyGreedy` is the same chain in NumPy, for one observation per network: the
-backtests' policy (:func:`agents.walkforward.greedy_batch_policy`), where torch's per-call
+backtests' policy (:func:`agents.pipelines.walkforward.greedy_batch_policy`), where torch's per-call
 overhead was most of a one-row forward.
 """
 
@@ -32,8 +32,8 @@ import numpy as np
 import torch as th
 from torch import nn
 
-from agents.policies import DuelingQNetwork, aligned_width, run_chain
-from gpu_trading_env.gpu.device import (
+from agents.algorithm.policies import DuelingQNetwork, aligned_width, run_chain
+from gpu_runtime.device import (
     I64,
     PTR,
     KernelLauncher,

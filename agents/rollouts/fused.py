@@ -28,7 +28,7 @@ import numpy as np
 import torch as th
 
 from agents.rollouts.acting import ACT_PRECISIONS, GreedyActor
-from gpu_trading_env.gpu.device import (
+from gpu_runtime.device import (
     I64,
     PTR,
     KernelLauncher,

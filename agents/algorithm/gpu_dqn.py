@@ -8,9 +8,9 @@ Gymnasium env works too. On a CUDA trading env ``collect_rollouts`` hands the st
 own loop runs through the adapter.
 
 This module holds the algorithm: its options, acting, the rollout and train-step dispatch, and
-the eager gradient step. The rest lives beside it: the target and loss in ``agents.dqn_loss``,
-the captured gradient step in ``agents.captured_step``, curiosity rounds in
-``agents.curiosity_training``, env wrapping and atomic saves in ``agents.sb3_integration``.
+the eager gradient step. The rest lives beside it: the target and loss in ``agents.algorithm.dqn_loss``,
+the captured gradient step in ``agents.algorithm.captured_step``, curiosity rounds in
+``agents.algorithm.curiosity_training``, env wrapping and atomic saves in ``agents.algorithm.sb3_integration``.
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ from stable_baselines3.common.type_aliases import (
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from agents.curiosity import CuriosityModel, check_positive_ints
-from agents.curiosity_training import CuriosityTraining, curiosity_layout
-from agents.distributed import DataParallel, DataParallelMixin
-from agents.dqn_loss import td_target, weighted_td_loss
-from agents.hyperparameters import check_dqn_hyperparameters, check_finite_observation
-from agents.model_files import WeightsOnlyFiles
-from agents.policies import DuelingDQNPolicy
+from agents.algorithm.curiosity import CuriosityModel, check_positive_ints
+from agents.algorithm.curiosity_training import CuriosityTraining, curiosity_layout
+from agents.algorithm.distributed import DataParallel, DataParallelMixin
+from agents.algorithm.dqn_loss import td_target, weighted_td_loss
+from agents.algorithm.hyperparameters import check_dqn_hyperparameters, check_finite_observation
+from agents.algorithm.policies import DuelingDQNPolicy
+from agents.algorithm.sb3_integration import find_trading_env, make_eval_env, wrap_env
+from agents.files.model_files import WeightsOnlyFiles
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
-from agents.sb3_integration import find_trading_env, make_eval_env, wrap_env
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -107,17 +107,17 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
       with ``fused_rollout=True``, ``collect_rollouts`` runs ``agents.rollouts.fused.FusedRollout``.
     - On a CUDA device with the prioritized buffer and Adam (``captured_train=True``), each
       gradient step of :meth:`train` is one CUDA graph replay
-      (:class:`~agents.captured_step.CapturedTrainStep`); elsewhere the eager loop runs.
+      (:class:`~agents.algorithm.captured_step.CapturedTrainStep`); elsewhere the eager loop runs.
     - ``distributed=True``: data-parallel over the ranks of a ``torch.distributed`` process
       group (initialised by the caller, as for DDP; ``torchrun`` sets it up), one rank per
       GPU, each with its own env shard and replay buffer; gradients are averaged every step,
       counters count the env-steps of all ranks, only rank 0 logs and saves
-      (:mod:`agents.distributed`, docs/SCALING.md).
+      (:mod:`agents.algorithm.distributed`, docs/SCALING.md).
 
     - Files: :meth:`save` / :meth:`load` and the replay-buffer pair write and read a
-      weights-only format (tensors and JSON with checksums, :mod:`agents.model_files`); SB3's
+      weights-only format (tensors and JSON with checksums, :mod:`agents.files.model_files`); SB3's
       pickle-based files load only with ``allow_pickle=True``. :meth:`save_checkpoint` /
-      :meth:`load_checkpoint` resume a run exactly (:mod:`agents.checkpoint`).
+      :meth:`load_checkpoint` resume a run exactly (:mod:`agents.files.checkpoint`).
 
     Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
     ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
@@ -133,7 +133,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
     :param curiosity_learning_rate: Adam learning rate of the curiosity model.
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
     :param captured_train: Run the gradient steps as CUDA graph replays where that applies
-        (see :func:`~agents.captured_step.captured_train_unsupported`); ``False``: always eager.
+        (see :func:`~agents.algorithm.captured_step.captured_train_unsupported`); ``False``: always eager.
     :param train_precision: Matrix products of the captured step: ``"bf16"`` (bfloat16
         autocast of the forwards; target and loss in float32), ``"tf32"`` (tensor cores),
         ``"fp32"`` (exact float32, as the eager path under torch's defaults) or ``"auto"`` (the
@@ -456,7 +456,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
 
                 self._fused_rollout = MonolithicRollout(self, seed=self.seed or 0)
             else:
-                from agents.captured_step import resolve_precision
+                from agents.algorithm.captured_step import resolve_precision
                 from agents.rollouts.fused import FusedRollout
 
                 cuda = self.device.type == "cuda"
@@ -517,7 +517,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         Logs ``train/loss``, ``train/mean_td_error``, ``train/per_beta`` (prioritized buffer)
         and ``train/curiosity_loss`` (curiosity rounds). The statistics reach the host once per
         call, not once per gradient step; on the captured path
-        (:class:`~agents.captured_step.CapturedTrainStep`) once every 64 calls.
+        (:class:`~agents.algorithm.captured_step.CapturedTrainStep`) once every 64 calls.
         """
         self.set_training_mode(True)
         step = self._captured_train_step()
@@ -578,13 +578,13 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         return cached[2], cached[3]
 
     def _captured_train_step(self) -> Any:
-        """The :class:`~agents.captured_step.CapturedTrainStep` when it applies, else None."""
+        """The :class:`~agents.algorithm.captured_step.CapturedTrainStep` when it applies, else None."""
         if not self.captured_train:
             return None
         step = self._captured_step
         if step is not None and step.is_current():
             return step
-        from agents.captured_step import (
+        from agents.algorithm.captured_step import (
             CapturedTrainStep,
             captured_train_unsupported,
             resolve_precision,
@@ -711,7 +711,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         params = super().get_parameters()
         step = self._captured_step
         if step is not None and self.policy.optimizer is step.optimizer:
-            from agents.captured_step import plain_optimizer_state
+            from agents.algorithm.captured_step import plain_optimizer_state
 
             params["policy.optimizer"] = plain_optimizer_state(
                 params["policy.optimizer"], step.plain_flags
@@ -719,7 +719,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         return params
 
     # ------------------------------------------------------------------ saving
-    # save, save_replay_buffer and their load counterparts: WeightsOnlyFiles (agents.model_files).
+    # save, save_replay_buffer and their load counterparts: WeightsOnlyFiles (agents.files.model_files).
     def load_replay_buffer(
         self,
         path: str | pathlib.Path | io.BufferedIOBase,
@@ -759,15 +759,15 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         return model
 
     def save_checkpoint(self, path: str | pathlib.Path) -> pathlib.Path:
-        """Write a checkpoint into the folder ``path`` (:mod:`agents.checkpoint`): model, replay
+        """Write a checkpoint into the folder ``path`` (:mod:`agents.files.checkpoint`): model, replay
         buffer, env state and every random generator, from which :meth:`load_checkpoint` and
         ``learn(model.remaining_timesteps, reset_num_timesteps=False)`` continue this run as if
         it had not stopped. Call it between ``learn`` calls, or use
-        :class:`~agents.checkpoint.CheckpointEvery` during one.
+        :class:`~agents.files.checkpoint.CheckpointEvery` during one.
 
         :return: The folder.
         """
-        from agents.checkpoint import save_checkpoint
+        from agents.files.checkpoint import save_checkpoint
 
         return save_checkpoint(self, path)
 
@@ -780,11 +780,11 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         **kwargs: Any,
     ) -> SelfGpuDQN:
         """The model of a checkpoint written by :meth:`save_checkpoint` or
-        :class:`~agents.checkpoint.CheckpointEvery` (``path``: its folder, or the folder of a
+        :class:`~agents.files.checkpoint.CheckpointEvery` (``path``: its folder, or the folder of a
         run's checkpoints: the newest complete one), with its replay buffer; the env's state goes
         into ``env`` (same settings and number of envs) and the process's random generators
-        are set as they were (:func:`agents.checkpoint.load_checkpoint`)."""
-        from agents.checkpoint import load_checkpoint
+        are set as they were (:func:`agents.files.checkpoint.load_checkpoint`)."""
+        from agents.files.checkpoint import load_checkpoint
 
         return load_checkpoint(cls, path, env=env, device=device, **kwargs)
 

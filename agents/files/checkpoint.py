@@ -40,7 +40,8 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecMonitor
 
-from agents.safe_archive import (
+from agents.algorithm.sb3_integration import find_trading_env
+from agents.files.safe_archive import (
     ARRAYS,
     ArchiveError,
     decode,
@@ -50,10 +51,9 @@ from agents.safe_archive import (
     tensors_to_bytes,
     write_archive,
 )
-from agents.sb3_integration import find_trading_env
+from gpu_runtime.device import to_numpy
 from gpu_trading_env.atomic_file import atomic_write
 from gpu_trading_env.core.state import STATE_FIELDS
-from gpu_trading_env.gpu.device import to_numpy
 
 __all__ = ["CheckpointEvery", "checkpoint_extra", "load_checkpoint", "save_checkpoint"]
 
@@ -198,7 +198,7 @@ def _as_tuples(value: Any) -> Any:
 def save_checkpoint(model: Any, folder: str | pathlib.Path, extra: Any = None) -> pathlib.Path:
     """Write a checkpoint of ``model`` into ``folder`` (created; its checkpoint files replaced).
 
-    :param extra: Anything :func:`agents.safe_archive.encode` holds (numbers, strings, lists,
+    :param extra: Anything :func:`agents.files.safe_archive.encode` holds (numbers, strings, lists,
         dicts, tensors, arrays), read back with :func:`checkpoint_extra`: e.g. a callback's state.
     :return: ``folder``.
     """

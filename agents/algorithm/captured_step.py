@@ -18,7 +18,7 @@ The whole step, in order::
     sums   += (loss, mean |y - q|)
 
 This is :meth:`GpuDQN.train`'s eager loop, step for step, with the same target and loss
-(:mod:`agents.dqn_loss`). With ``compile=True`` (the default) the gathers, forwards, target and
+(:mod:`agents.algorithm.dqn_loss`). With ``compile=True`` (the default) the gathers, forwards, target and
 loss run through ``torch.compile``, which fuses the elementwise work and reductions around the
 matrix products into a few generated kernels (forward and backward); the step's GPU time fell
 from 0.56 to 0.35 ms at batch 4,096 on an H200 (docs/PERFORMANCE.md). The learning rate and
@@ -55,8 +55,8 @@ from typing import Any
 import torch as th
 from gymnasium import spaces
 
-from agents.dqn_loss import td_target, weighted_td_loss
-from agents.policies import pairable, paired_q_values
+from agents.algorithm.dqn_loss import td_target, weighted_td_loss
+from agents.algorithm.policies import pairable, paired_q_values
 
 __all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
 
@@ -76,7 +76,7 @@ def resolve_precision(precision: str, device: th.device | str) -> str:
 # Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one):
 # 0.365 -> 0.339 ms per step at batch 4,096 on an H200 (docs/PERFORMANCE.md).
 COMPILE_UPDATE = True
-# The double-DQN target's two forwards on o' as one (agents.policies.paired_q_values). Off:
+# The double-DQN target's two forwards on o' as one (agents.algorithm.policies.paired_q_values). Off:
 # measured slower on an H200 at batch 4,096 (0.320 against 0.301 ms per step; the weights
 # stacked every step cost more than the launches saved).
 PAIRED_FORWARD = False

@@ -6,7 +6,7 @@
 - :func:`find_trading_env`: the raw :class:`~gpu_trading_env.TradingVectorEnv` under SB3's
   wrappers and the adapter, which the fused rollout and the curiosity weights talk to.
 
-Saving and loading are in :mod:`agents.model_files`.
+Saving and loading are in :mod:`agents.files.model_files`.
 """
 
 from __future__ import annotations

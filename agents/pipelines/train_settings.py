@@ -27,7 +27,7 @@ class TrainSettings:
     curiosity: bool = False
     train_precision: str = "auto"  # the captured GPU train step's matrix products
     # Keep the network only where it beats the best parameter-free policy on validation
-    # (agents.baseline_policies); False keeps the best snapshot whatever it earned.
+    # (agents.pipelines.baseline_policies); False keeps the best snapshot whatever it earned.
     fallback: bool = True
     # Dueling network: trunk [w, w], value and advantage heads [w / 2]; 0: no hidden layers.
     net_width: int = 256
