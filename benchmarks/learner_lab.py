@@ -91,7 +91,7 @@ def bench_steps(data: MarketData, names: list[str], reps: int = 300) -> list[dic
                 model.train(gradient_steps=1, batch_size=4096)
             _sync()
             ms_train = (time.perf_counter() - t0) / reps * 1e3
-            step = model._captured_step
+            step = model.captured_train_step
             ms_replay = None
             if step is not None and step.graph is not None:
                 times = []

@@ -261,10 +261,10 @@ def bench_train_step(
             model.train(gradient_steps=1, batch_size=batch_size)
         _sync()
         t_end = time.perf_counter()
-        path = f"captured, {precision}" if model._captured_step is not None else "eager, fp32"
+        path = f"captured, {precision}" if model.captured_train_step is not None else "eager, fp32"
         extra = {}
-        if model._captured_step is not None and model._captured_step.graph is not None:
-            graph = model._captured_step.graph  # replays alone: the step's GPU time
+        if model.captured_train_step is not None and model.captured_train_step.graph is not None:
+            graph = model.captured_train_step.graph  # replays alone: the step's GPU time
             t1 = time.perf_counter()
             for _ in range(reps):
                 graph.replay()

@@ -415,7 +415,7 @@ def test_single_gym_env_with_curiosity() -> None:
 
 def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> None:
     model = make_model(env=make_env(2))
-    assert not model._uses_fused_rollout(model.env)
+    assert not model.uses_fused_rollout(model.env)
     calls = []
 
     class FakeRollout:
@@ -432,7 +432,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
     monkeypatch.setitem(
         sys.modules, "agents.rollouts.fused", SimpleNamespace(FusedRollout=FakeRollout)
     )
-    assert model._uses_fused_rollout(model.env)
+    assert model.uses_fused_rollout(model.env)
     callback = SimpleNamespace(
         on_rollout_start=lambda: calls.append("start"), on_rollout_end=lambda: calls.append("end")
     )
@@ -447,7 +447,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
     assert calls == [("init", model), "start", ("collect", 4, 7), "end"]
     assert model._episode_num == 3
     model.fused_rollout = False
-    assert not model._uses_fused_rollout(model.env)
+    assert not model.uses_fused_rollout(model.env)
 
 
 @pytest.mark.gpu
@@ -465,15 +465,15 @@ def test_fused_rollout_learns_on_cuda(tmp_path) -> None:
         device="cuda",
         seed=0,
     )
-    assert model._uses_fused_rollout(model.env)
+    assert model.uses_fused_rollout(model.env)
     model.learn(80_000)
     assert model._n_updates > 0 and len(model.ep_info_buffer) > 0
     assert math.isfinite(model.logger.name_to_value["train/loss"])
     assert env.unwrapped.backend.curiosity is not None
     # train_precision "auto": bf16 products (and acting) on a GPU of compute capability 8.0+.
     native_bf16 = th.cuda.get_device_capability()[0] >= 8
-    assert model._fused_rollout.act_precision == ("bf16" if native_bf16 else "tf32")
-    assert model._captured_step.precision == ("bf16" if native_bf16 else "tf32")
+    assert model.rollout.act_precision == ("bf16" if native_bf16 else "tf32")
+    assert model.captured_train_step.precision == ("bf16" if native_bf16 else "tf32")
 
     path = tmp_path / "fused.zip"
     model.save(path)

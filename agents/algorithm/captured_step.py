@@ -2,103 +2,72 @@
 
 On a CUDA device, with a :class:`~agents.PrioritizedReplayBuffer` (CUDA tree) and SB3's Adam, one
 gradient step is recorded once in a CUDA graph and replayed; nothing in it waits for the host.
-The whole step, in order::
+:meth:`CapturedTrainStep.train` is SB3's ``DQN.train`` with prioritized replay, step for step::
 
     idx, w  = tree.sample_into(B, calls, beta)      # counter and beta read from device scalars
-    o, o', a, r, done = the stored fields at idx    # done: terminations only
+    o, a, o', done, r = storage.gather(idx)         # done: terminations only
     q       = q_net(o)[a]                           # the one forward with a backward
     q_next  = q_net_target(o')                      # no gradient
     a'      = argmax q_net(o')  (double_q)          # no gradient; else max over q_next
     y       = r + (1 - done) * gamma * q_next[a']
-    loss    = mean(w * smooth_l1(q, y))             # torch.compile'd, with its backward
+    loss    = mean(w * smooth_l1(q, y))
     backward; [all-reduce of the flat gradients: distributed only]
-    clip_grad_norm_(max_grad_norm); Adam(fused, capturable, lr from a device scalar)
+    clip_grad_norm_(max_grad_norm); Adam step       # capturable, lr from a device scalar
     tree.update(idx, |y - q|)                       # validated on the device
     error   = max(error, tree status)               # first rejected position, or -1
     sums   += (loss, mean |y - q|)
 
-This is :meth:`GpuDQN.train`'s eager loop, step for step, with the same target and loss
-(:mod:`agents.algorithm.dqn_loss`). With ``compile=True`` (the default) the gathers, forwards, target and
-loss run through ``torch.compile``, which fuses the elementwise work and reductions around the
-matrix products into a few generated kernels (forward and backward); the step's GPU time fell
-from 0.56 to 0.35 ms at batch 4,096 on an H200 (docs/PERFORMANCE.md). The learning rate and
-beta enter as
-device scalars filled before a replay when their host values change, so one graph serves the
-whole run; the target network is updated by SB3's ``_on_step`` schedule, between train calls,
-as on the eager path. Loss, mean TD error and the error flag reach the host every
-``stats_interval`` train calls (and at the end of ``learn``): a rejected priority update (a NaN or
-negative TD error) raises there, naming the first bad position.
+The target and loss are :mod:`agents.algorithm.dqn_loss`'s, as on the eager path, and the gather
+is :class:`~agents.replay.batch.FlatStorage`'s, as in the buffer's ``sample``. What differs is
+around the maths, so that one graph serves the whole run:
 
-Matrix products run in ``precision``: ``"bf16"`` (the three forwards under bfloat16 autocast;
-target, loss and TD errors stay float32), ``"tf32"`` (tensor cores, as the fused rollout acts)
-or ``"fp32"`` (exact float32, what the eager path does under torch's defaults); the choice is
-fixed when the step is captured. ``GpuDQN``'s default, ``"auto"`` (:func:`resolve_precision`),
-is bf16 where the GPU computes it natively: it measured faster (0.26 against 0.30 ms per step
-at batch 4,096 on an H200) and the quickstart's agent learned as well with it
-(docs/PERFORMANCE.md).
+- the learning rate and beta enter as device scalars, filled before a replay when their host
+  values change; the Adam is a capturable copy of SB3's (:mod:`agents.algorithm.capturable_adam`);
+- loss, mean TD error and the error flag reach the host every ``stats_interval`` train calls
+  (and at the end of ``learn``): a rejected priority update (a NaN or negative TD error)
+  raises there, naming the first bad position;
+- with ``compile=True`` (the default) the gathers, forwards, target and loss run through
+  ``torch.compile`` (:mod:`agents.algorithm.compiled_or_eager`), which fuses the elementwise work
+  and reductions around the matrix products into a few generated kernels, forward and backward;
+  with ``compile_update`` gradient clipping and a foreach Adam too (the fused Adam it cannot
+  compile). docs/PERFORMANCE.md has the step's times;
+- the warm-up, capture and fallback are :class:`~gpu_runtime.cuda_graph.GraphRunner`'s: the
+  first ``warmup_steps`` gradient steps run the same code without a graph, on a side stream
+  (cuBLAS workspaces, Adam state and compiled kernels must exist before the capture).
 
-The first ``warmup_steps`` gradient steps run the same code without a graph (on a side stream,
-as capture requires: cuBLAS workspaces, Adam state); the next one is captured and replayed.
-
-The optimizer is replaced by an equivalent ``torch.optim.Adam(fused=True, capturable=True)``
-with the same state (its ``lr`` a device tensor); :func:`plain_optimizer_state` turns its state
-dict back into the plain Adam's for saving.
+Matrix products run in ``precision`` (:mod:`gpu_runtime.precision`): ``"bf16"`` (the three
+forwards under bfloat16 autocast; target, loss and TD errors stay float32), ``"tf32"`` or
+``"fp32"`` (exact float32, what the eager path does under torch's defaults); the choice is
+fixed when the step is captured. The target network is updated by SB3's ``_on_step`` schedule,
+between train calls, as on the eager path.
 """
 
 from __future__ import annotations
 
-import contextlib
-import types
-import warnings
 from typing import Any
 
 import torch as th
 from gymnasium import spaces
 
+from agents.algorithm.capturable_adam import capturable_adam
+from agents.algorithm.compiled_or_eager import CompiledOrEager
 from agents.algorithm.dqn_loss import td_target, weighted_td_loss
 from agents.algorithm.policies import pairable, paired_q_values
+from agents.replay.batch import FlatStorage
+from gpu_runtime.cuda_graph import GraphRunner
+from gpu_runtime.precision import Precision, check_precision, tf32_matmuls
 
-__all__ = ["CapturedTrainStep", "captured_train_unsupported", "plain_optimizer_state"]
-
-PRECISIONS = ("tf32", "fp32", "bf16")
-
-
-def resolve_precision(precision: str, device: th.device | str) -> str:
-    """``precision``, with ``"auto"`` made ``"bf16"`` on a GPU that computes bfloat16 natively
-    (compute capability 8.0 or later: A100, H100, H200, RTX 30xx and later) and ``"tf32"``
-    elsewhere (before Ampere, tf32 products are plain float32 ones)."""
-    if precision != "auto":
-        return precision
-    major, _ = th.cuda.get_device_capability(th.device(device))
-    return "bf16" if major >= 8 else "tf32"
-
+__all__ = ["CapturedTrainStep", "captured_train_unsupported"]
 
 # Compile gradient clipping and Adam with the loss (a foreach Adam then, not the fused one):
-# 0.365 -> 0.339 ms per step at batch 4,096 on an H200 (docs/PERFORMANCE.md).
+# fewer launches per step (docs/PERFORMANCE.md).
 COMPILE_UPDATE = True
-# The double-DQN target's two forwards on o' as one (agents.algorithm.policies.paired_q_values). Off:
-# measured slower on an H200 at batch 4,096 (0.320 against 0.301 ms per step; the weights
-# stacked every step cost more than the launches saved).
+# The double-DQN target's two forwards on o' as one (agents.algorithm.policies.paired_q_values).
+# Off: stacking the weights every step cost more than the launches saved (docs/PERFORMANCE.md).
 PAIRED_FORWARD = False
 STATS_INTERVAL = 64  # train calls between host reads of the statistics and the error flag
 WARMUP_STEPS = 2  # gradient steps run without a graph before the capture
 RECOMPILE_RETRIES = 2  # captures abandoned for a recompile, each followed by one more warm-up step
-
-
-def _no_recompile() -> Any:
-    """``torch.compiler.set_stance("fail_on_recompile")`` where the torch version has it."""
-    set_stance = getattr(th.compiler, "set_stance", None)
-    if set_stance is None:
-        return contextlib.nullcontext()
-    return set_stance("fail_on_recompile")
-
-
-def _is_recompile_error(err: BaseException) -> bool:
-    return "fail_on_recompile" in str(err) or "Detected recompile" in str(err)
-
-
-# Adam hyperparameters carried over to the capturable optimizer (where the torch version has them).
-_ADAM_KEYS = ("betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
 
 
 def captured_train_unsupported(model: Any) -> str | None:
@@ -119,7 +88,7 @@ def captured_train_unsupported(model: Any) -> str | None:
         return "the observation space is not a Box"
     if not isinstance(model.action_space, spaces.Discrete):
         return "the action space is not Discrete"
-    if model._vec_normalize_env is not None:
+    if model.get_vec_normalize_env() is not None:
         return "the env is wrapped in VecNormalize (its normalisation runs on the host)"
     optimizer = model.policy.optimizer
     if type(optimizer) is not th.optim.Adam or len(optimizer.param_groups) != 1:
@@ -127,108 +96,6 @@ def captured_train_unsupported(model: Any) -> str | None:
     if getattr(model, "n_steps", 1) != 1:
         return "n-step returns are not captured"
     return None
-
-
-def _with_own_code(fn: Any) -> Any:
-    """``fn`` (a function or a bound method) with a copy of its code object.
-
-    Dynamo keys its cache of compiled code, and the limit of 8 recompilations, on the code
-    object. Every train step compiles the same ``_loss`` method guarded on its own model, so
-    the ninth model in a process (a sweep, a test session, a benchmark) hit the limit and ran
-    its loss eagerly inside the graph, silently (in one benchmark run, ``GpuDQN.learn`` of the
-    ninth model at 5.5e6 env-steps/s where the same settings gave 7.6e6 before).
-    """
-    func = getattr(fn, "__func__", fn)
-    copy = types.FunctionType(
-        func.__code__.replace(),
-        func.__globals__,
-        func.__name__,
-        func.__defaults__,
-        func.__closure__,
-    )
-    copy.__kwdefaults__ = func.__kwdefaults__
-    copy.__qualname__ = func.__qualname__
-    owner = getattr(fn, "__self__", None)
-    return types.MethodType(copy, owner) if owner is not None else copy
-
-
-class CompiledOrEager:
-    """``fn`` through ``torch.compile``, compiled at its first call; when that call fails (no
-    Triton, an unsupported torch), a warning and ``fn`` itself from then on: same math, eager.
-
-    :param fn: the function.
-    :param what: its name in the warning.
-    """
-
-    def __init__(self, fn: Any, what: str) -> None:
-        self.fn = _with_own_code(fn)
-        self.what = what
-        self.failed = False
-        self._call: Any = None
-
-    def __call__(self, *args: Any) -> Any:
-        if self._call is None:
-            self._call = th.compile(self.fn, dynamic=False)
-            try:
-                return self._call(*args)
-            except Exception as err:
-                warnings.warn(
-                    f"torch.compile of the train step's {self.what} failed, running it eagerly: "
-                    f"{err}",
-                    stacklevel=5,
-                )
-                self._call = self.fn
-                self.failed = True
-        return self._call(*args)
-
-
-def _capturable_adam(optimizer: th.optim.Adam, lr: th.Tensor, fused: bool = True) -> th.optim.Adam:
-    """An Adam with ``optimizer``'s parameters, hyperparameters and state; capturable, fused
-    (or foreach), its learning rate read from the device scalar ``lr``."""
-    (group,) = optimizer.param_groups
-    kwargs = {k: group[k] for k in _ADAM_KEYS if k in group}
-    if fused:
-        kwargs["fused"] = True
-    else:
-        kwargs["foreach"] = True
-    new = th.optim.Adam(group["params"], lr=lr, capturable=True, **kwargs)
-    for p in group["params"]:
-        state = optimizer.state.get(p)
-        if state:
-            new.state[p] = {
-                k: (v.to(device=p.device, dtype=th.float32) if k == "step" else v)
-                for k, v in state.items()
-            }
-    return new
-
-
-def plain_optimizer_state(state_dict: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
-    """The state dict of the capturable Adam as the plain Adam it replaced would give it.
-
-    ``lr`` becomes a float, ``fused``/``capturable``/``foreach`` take the values in ``flags``
-    (the replaced optimizer's), and when that one kept ``step`` on the host (not capturable, not
-    fused), each ``step`` becomes a CPU float32 scalar. The live optimizer is not modified.
-
-    :param state_dict: ``optimizer.state_dict()`` of the capturable Adam.
-    :param flags: ``{"fused": ..., "capturable": ..., "foreach": ...}`` of the plain Adam.
-    :return: A new state dict (tensors not converted are shared with the input).
-    """
-    groups = []
-    for group in state_dict["param_groups"]:
-        group = dict(group)
-        lr = group["lr"]
-        group["lr"] = float(lr.item()) if isinstance(lr, th.Tensor) else float(lr)
-        group.update(flags)
-        groups.append(group)
-    host_step = not (flags.get("capturable") or flags.get("fused"))
-    state = {}
-    for key, entry in state_dict["state"].items():
-        entry = dict(entry)
-        step = entry.get("step")
-        if host_step and isinstance(step, th.Tensor):
-            entry["step"] = th.tensor(float(step.item()), dtype=th.float32)
-        state[key] = entry
-    return {"state": state, "param_groups": groups}
 
 
 class CapturedTrainStep:
@@ -253,7 +120,7 @@ class CapturedTrainStep:
         model: Any,
         warmup_steps: int = WARMUP_STEPS,
         stats_interval: int = STATS_INTERVAL,
-        precision: str = "bf16",
+        precision: Precision = "bf16",
         plain_flags: dict[str, Any] | None = None,
         compile: bool = True,
         compile_update: bool | None = None,
@@ -263,11 +130,7 @@ class CapturedTrainStep:
         reason = captured_train_unsupported(model)
         if reason is not None:
             raise ValueError(f"the captured train step does not apply: {reason}")
-        if precision not in PRECISIONS:
-            raise ValueError(
-                f"precision = {precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
-            )
-        self.precision = precision
+        self.precision = check_precision("precision", precision)
         self.compile = bool(compile)
         self.compile_update = bool(self.compile and compile_update)
         # Online and target network on o' as one chain of batched products (double DQN).
@@ -287,38 +150,42 @@ class CapturedTrainStep:
         }
         self.lr = th.zeros((), dtype=th.float32, device=dev)
         # torch.compile turns the foreach Adam into generated kernels; the fused one it cannot.
-        self.optimizer = _capturable_adam(old, self.lr, fused=not self.compile_update)
+        self.optimizer = capturable_adam(old, self.lr, fused=not self.compile_update)
         model.policy.optimizer = self.optimizer
         self.params = list(self.optimizer.param_groups[0]["params"])
         self.beta = th.zeros((), dtype=th.float64, device=dev)
         self.calls = th.zeros((), dtype=th.int64, device=dev)
         self.error = th.full((1,), -1, dtype=th.int64, device=dev)
         self.sums = th.zeros(2, dtype=th.float32, device=dev)
-        self._status = th.from_dlpack(self.tree._status)  # int64 [1]: -1 or first bad position
+        self._status = self.tree.status_tensor()  # int64 [1]: -1 or first bad position
         self._lr_host: float | None = None
         self._beta_host: float | None = None
         self._calls_host: int | None = None
-        self.warmup_steps = int(warmup_steps)
         self.stats_interval = int(stats_interval)
-        self.graph: th.cuda.CUDAGraph | None = None
-        self._side_stream: th.cuda.Stream | None = None
-        self.graph_failed = False
-        self._recompile_retries = 0
+        self.runner = GraphRunner(
+            "the train step",
+            "running it without a graph",
+            warmup_steps,
+            recompile_retries=RECOMPILE_RETRIES,
+            device=dev,
+        )
         self.batch_size = 0
-        self._warm = 0
         self._unread_steps = 0
         self._calls_since_read = 0
         self._stats_read = False
         self.last_loss = float("nan")
         self.last_td = float("nan")
-        buf = self.buffer
-        flat = buf.buffer_size * buf.n_envs
-        self._obs = buf.observations.reshape(flat, *buf.obs_shape)
-        self._next_obs = buf.next_observations.reshape(flat, *buf.obs_shape)
-        self._actions = buf.actions.reshape(flat, buf.action_dim)
-        self._rewards = buf.rewards.reshape(flat)
-        self._dones = buf.dones.reshape(flat)
-        self._timeouts = buf.timeouts.reshape(flat) if buf.handle_timeout_termination else None
+        self.storage = FlatStorage(self.buffer)
+
+    @property
+    def graph(self) -> th.cuda.CUDAGraph | None:
+        """The captured gradient step (``None`` before the capture, or after a failed one)."""
+        return self.runner.graph
+
+    @property
+    def graph_failed(self) -> bool:
+        """Whether the capture failed: every gradient step then runs without a graph."""
+        return self.runner.failed
 
     def is_current(self) -> bool:
         """Whether the model still trains with what this step captured (optimizer, buffer)."""
@@ -336,31 +203,20 @@ class CapturedTrainStep:
         self.batch_size = b
         self.idx = th.zeros(b, dtype=th.int64, device=dev)
         self.weights = th.zeros(b, dtype=th.float32, device=dev)
-        self.graph = None
-        self._warm = 0
+        self.runner.release()  # recorded with the old batch's tensors
 
     # ------------------------------------------------------------------ the step
     def _body(self) -> None:
         """One gradient step in the step's precision (the GEMMs are chosen when captured)."""
-        previous = th.backends.cuda.matmul.allow_tf32
-        th.backends.cuda.matmul.allow_tf32 = self.precision != "fp32"
-        try:
+        with tf32_matmuls(self.precision != "fp32"):
             self._step()
-        finally:
-            th.backends.cuda.matmul.allow_tf32 = previous
 
     def _loss(self, idx: th.Tensor, weights: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
         """``(loss, |td|)`` of the sampled rows ``idx`` with IS weights ``weights``: the gathers,
         the forwards, the double-DQN target and the weighted loss (what ``compile`` fuses)."""
         m = self.model
-        obs = self._obs.index_select(0, idx)
-        next_obs = self._next_obs.index_select(0, idx)
-        actions = self._actions.index_select(0, idx).long()
-        rewards = self._rewards.index_select(0, idx).reshape(-1, 1)
-        dones = self._dones.index_select(0, idx)
-        if self._timeouts is not None:
-            dones = dones * (1.0 - self._timeouts.index_select(0, idx))
-        dones = dones.reshape(-1, 1)
+        obs, actions, next_obs, dones, rewards = self.storage.gather(idx)
+        actions = actions.long()
         with th.autocast("cuda", dtype=th.bfloat16, enabled=self.precision == "bf16"):
             q_all = m.q_net(obs)
             with th.no_grad():  # no backward through the next-state forwards
@@ -428,62 +284,25 @@ class CapturedTrainStep:
         self.sums[0].add_(loss.detach())
         self.sums[1].add_(td.mean())
 
-    def _run_uncaptured(self) -> None:
-        dev = self.device
-        # One side stream for every uncaptured step: the autograd engine keeps each parameter's
-        # gradient accumulator on the stream it first ran on, and a new stream per step made
-        # it warn of a mismatch that can break the capture.
-        side = self._side_stream
-        if side is None:
-            side = self._side_stream = th.cuda.Stream(device=dev)
-        side.wait_stream(th.cuda.current_stream(dev))
-        with th.cuda.stream(side):
-            self._body()
-        th.cuda.current_stream(dev).wait_stream(side)
-
-    def _capture(self) -> None:
+    def _record(self) -> th.cuda.CUDAGraph:
+        """Capture one gradient step (the runner's ``record``)."""
         graph = th.cuda.CUDAGraph()
         self.optimizer.zero_grad(set_to_none=True)
-        seq = self.tree._update_seq
-        try:
-            # A compiled part whose guards fail here would recompile inside the capture, and
-            # building guards may read a device scalar (the optimizer's repr formats its lr
-            # tensor): cudaErrorStreamCaptureUnsupported. Under this stance it raises first,
-            # before any CUDA call, and the step recompiles in one more uncaptured step.
-            with _no_recompile(), th.cuda.graph(graph):
-                self._body()
-        except RuntimeError as err:  # a torch/CuPy combination that cannot capture
-            self.tree._update_seq = seq
-            if _is_recompile_error(err) and self._recompile_retries < RECOMPILE_RETRIES:
-                self._recompile_retries += 1
-                self._warm = self.warmup_steps - 1
-                return
-            warnings.warn(
-                f"CUDA graph capture of the train step failed, running it without a graph: {err}",
-                stacklevel=3,
-            )
-            self.graph_failed = True
-            return
-        self.graph = graph
+        # A capture that fails never ran its tree update: the tree's numbering goes back.
+        with self.tree.updates_forgotten_on_error(), th.cuda.graph(graph):
+            self._body()
+        return graph
 
     def release_graph(self) -> None:
         """Drop the captured graph (and its memory pool); the next gradient step captures anew
         after the warm-up steps."""
-        self.graph = None
-        self._warm = 0
+        self.runner.release()
 
-    def _one_step(self) -> None:
-        if self.graph is not None:
-            self.graph.replay()
-        elif self.graph_failed or self._warm < self.warmup_steps:
-            self._warm += 1
-            self._run_uncaptured()
+    def _gradient_step(self) -> None:
+        if self.runner.ready(self._record):
+            self.runner.replay()
         else:
-            self._capture()
-            if self.graph is not None:
-                self.graph.replay()
-            else:
-                self._run_uncaptured()
+            self.runner.run_eager_on_side_stream(self._body)
 
     # ------------------------------------------------------------------ the call
     def train(self, gradient_steps: int, batch_size: int) -> None:
@@ -511,7 +330,7 @@ class CapturedTrainStep:
         if tree.sample_calls != self._calls_host:  # sampled elsewhere (curiosity, user code)
             self.calls.fill_(tree.sample_calls)
         for _ in range(gradient_steps):
-            self._one_step()
+            self._gradient_step()
             tree.sample_calls += 1
         self._calls_host = tree.sample_calls
         self._unread_steps += gradient_steps

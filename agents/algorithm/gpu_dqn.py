@@ -51,6 +51,7 @@ from agents.algorithm.sb3_integration import find_trading_env, make_eval_env, wr
 from agents.files.model_files import WeightsOnlyFiles
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
+from gpu_runtime.precision import PrecisionSetting, check_precision, resolve_precision
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -199,7 +200,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         fused_rollout: bool = True,
         rollout_kernel: str = "fused",
         captured_train: bool = True,
-        train_precision: str = "auto",
+        train_precision: PrecisionSetting = "auto",
         compile_train: bool = True,
         distributed: bool = False,
         process_group: Any = None,
@@ -286,12 +287,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             )
         self.rollout_kernel = rollout_kernel
         self.captured_train = bool(captured_train)
-        if train_precision not in ("auto", "bf16", "tf32", "fp32"):
-            raise ValueError(
-                f"train_precision = {train_precision!r} is invalid: allowed is 'auto', 'bf16', "
-                "'tf32' or 'fp32'"
-            )
-        self.train_precision = train_precision
+        self.train_precision = check_precision("train_precision", train_precision, allow_auto=True)
         if not isinstance(compile_train, bool):
             raise TypeError(
                 f"compile_train = {compile_train!r} is invalid: allowed is True or False"
@@ -333,7 +329,10 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         self._fused_rollout = None
         self._restore_curiosity_weights()
 
-    def _uses_fused_rollout(self, env: VecEnv) -> bool:
+    def uses_fused_rollout(self, env: VecEnv) -> bool:
+        """Whether :meth:`collect_rollouts` on ``env`` runs the device rollout (:attr:`rollout`)
+        rather than SB3's loop: a CUDA trading env under nothing but the adapter, with
+        ``fused_rollout=True`` and a buffer that takes device tensors."""
         te = self.trading_env
         return (
             self.fused_rollout
@@ -434,7 +433,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         between the callback's ``on_rollout_start`` and ``on_rollout_end`` as SB3's loop does;
         episodes it reports are added to ``_episode_num`` unless it counted them itself.
         """
-        if not self._uses_fused_rollout(env):
+        if not self.uses_fused_rollout(env):
             return super().collect_rollouts(
                 env,
                 callback,
@@ -456,7 +455,6 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
 
                 self._fused_rollout = MonolithicRollout(self, seed=self.seed or 0)
             else:
-                from agents.algorithm.captured_step import resolve_precision
                 from agents.rollouts.fused import FusedRollout
 
                 cuda = self.device.type == "cuda"
@@ -567,6 +565,35 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         self.exploration_rate = self.exploration_schedule(self._current_progress_remaining)
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
+    def after_rollout_step(self) -> None:
+        """SB3's bookkeeping after one vector step of ``collect_rollouts``, once the callback
+        has run: the progress remaining (from ``num_timesteps``), then :meth:`_on_step` (target
+        network, exploration rate). The rollouts of :mod:`agents.rollouts` step outside SB3's
+        loop and call it."""
+        self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
+        self._on_step()
+
+    @property
+    def captured_train_step(self) -> Any:
+        """The :class:`~agents.algorithm.captured_step.CapturedTrainStep` that ran the last
+        :meth:`train` call (its ``graph``, ``graph_failed``, ``precision``, ``read_stats()``),
+        or ``None`` while training runs eagerly."""
+        return self._captured_step
+
+    @property
+    def rollout(self) -> Any:
+        """The device rollout that collects on a CUDA trading env
+        (:class:`~agents.rollouts.fused.FusedRollout` or
+        :class:`~agents.rollouts.monolithic.MonolithicRollout`), or ``None`` before the first
+        such collection and on SB3's own loop."""
+        return self._fused_rollout
+
+    @rollout.setter
+    def rollout(self, rollout: Any) -> None:
+        """Collect through ``rollout`` (one built with other settings, say) from the next
+        :meth:`collect_rollouts` on; ``None``: build the default one again."""
+        self._fused_rollout = rollout
+
     def _target_pairs(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
         """The online and target networks' parameter lists, walked once per pair of networks:
         the module walk of ``parameters()`` took longer on the host than a vector step on the
@@ -584,11 +611,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         step = self._captured_step
         if step is not None and step.is_current():
             return step
-        from agents.algorithm.captured_step import (
-            CapturedTrainStep,
-            captured_train_unsupported,
-            resolve_precision,
-        )
+        from agents.algorithm.captured_step import CapturedTrainStep, captured_train_unsupported
 
         # A step replaced while its Adam is in use (a new buffer) saves as the same plain Adam.
         reuse = step is not None and step.optimizer is self.policy.optimizer
@@ -711,7 +734,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         params = super().get_parameters()
         step = self._captured_step
         if step is not None and self.policy.optimizer is step.optimizer:
-            from agents.algorithm.captured_step import plain_optimizer_state
+            from agents.algorithm.capturable_adam import plain_optimizer_state
 
             params["policy.optimizer"] = plain_optimizer_state(
                 params["policy.optimizer"], step.plain_flags

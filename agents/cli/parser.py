@@ -19,6 +19,7 @@ from agents.cli.train import (
 from agents.cli.walkforward import cmd_walkforward
 from agents.cli.zoo import cmd_zoo
 from agents.pipelines.train_settings import TrainSettings
+from gpu_runtime.precision import PRECISION_SETTINGS
 
 DESCRIPTION = (
     "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, "
@@ -185,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         g.add_argument(
             "--train-precision",
-            choices=["auto", "bf16", "tf32", "fp32"],
+            choices=list(PRECISION_SETTINGS),
             default="auto",
             help="matrix products of the GPU train step; auto: bf16 on GPUs that compute it "
             "natively (compute capability 8.0+), else tf32 (default: auto; ignored on the CPU)",

@@ -23,6 +23,7 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
+from agents.replay.batch import FlatStorage
 from agents.replay.segment_tree import SumMinTree, make_tree
 from agents.replay.step_store import CudaStepStore, inputs_fit, storage_fits
 from gpu_runtime.device import require_cupy
@@ -441,23 +442,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _gather(
         self, idx: th.Tensor, weights: th.Tensor, env: VecNormalize | None
     ) -> PrioritizedReplayBufferSamples:
-        flat = self.buffer_size * self.n_envs
-        obs = self.observations.reshape(flat, *self.obs_shape)[idx]
-        next_obs = self.next_observations.reshape(flat, *self.obs_shape)[idx]
-        actions = self.actions.reshape(flat, self.action_dim)[idx]
-        dones = self.dones.reshape(flat)[idx]
-        if self.handle_timeout_termination:
-            dones = dones * (1.0 - self.timeouts.reshape(flat)[idx])
-        rewards = self.rewards.reshape(flat)[idx].reshape(-1, 1)
+        batch = FlatStorage(self).gather(idx)
+        obs, next_obs, rewards = batch.observations, batch.next_observations, batch.rewards
         if env is not None:
             obs = self.to_torch(self._normalize_obs(obs.cpu().numpy(), env))
             next_obs = self.to_torch(self._normalize_obs(next_obs.cpu().numpy(), env))
             rewards = self.to_torch(self._normalize_reward(rewards.cpu().numpy(), env))
         return PrioritizedReplayBufferSamples(
             observations=obs,
-            actions=actions,
+            actions=batch.actions,
             next_observations=next_obs,
-            dones=dones.reshape(-1, 1),
+            dones=batch.dones,
             rewards=rewards,
             weights=weights,
             indices=idx,
