@@ -473,6 +473,11 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
         self._on_step()
 
+    def queue_rollout_generator_state(self, state: th.Tensor | None) -> None:
+        """The state the device rollout's exploration generator starts from when it is next
+        built (a resumed checkpoint's stream); ``None``: a fresh seed, as usual."""
+        self._pending_rollout_generator = state
+
     @property
     def captured_train_step(self) -> Any:
         """The :class:`~agents.algorithm.captured_step.CapturedTrainStep` that ran the last
