@@ -197,48 +197,55 @@ class CapturedTrainStep:
             and self.buffer.tree is self.tree
         )
 
-    def _prepare(self, batch_size: int) -> None:
-        b = int(batch_size)
-        dev = self.device
-        self.batch_size = b
-        self.idx = th.zeros(b, dtype=th.int64, device=dev)
-        self.weights = th.zeros(b, dtype=th.float32, device=dev)
-        self.runner.release()  # recorded with the old batch's tensors
+    # -- the call: SB3's DQN.train -----------------------------------------------------------------
+    def train(self, gradient_steps: int, batch_size: int) -> None:
+        """``gradient_steps`` captured gradient steps; logs what :meth:`GpuDQN.train` logs.
 
-    # ------------------------------------------------------------------ the step
+        ``train/loss`` and ``train/mean_td_error`` are the means over the gradient steps up to
+        the latest host read (every ``stats_interval`` calls).
+        """
+        m = self.model
+        if int(batch_size) != self.batch_size:
+            self._prepare(batch_size)
+        progress = float(m.progress_remaining)
+        lr = float(m.lr_schedule(progress))
+        m.logger.record("train/learning_rate", lr)
+        if lr != self._lr_host:
+            self.lr.fill_(lr)
+            self._lr_host = lr
+        buf = self.buffer
+        buf.set_progress(min(1.0, max(0.0, progress)))
+        beta = buf.beta
+        if beta != self._beta_host:
+            self.beta.fill_(beta)
+            self._beta_host = beta
+        tree = self.tree
+        if tree.sample_calls != self._calls_host:  # sampled elsewhere (curiosity, user code)
+            self.calls.fill_(tree.sample_calls)
+        for _ in range(gradient_steps):
+            self._gradient_step()
+            tree.sample_calls += 1
+        self._calls_host = tree.sample_calls
+        self._unread_steps += gradient_steps
+        self._calls_since_read += 1
+        if not self._stats_read or self._calls_since_read >= self.stats_interval:
+            self.read_stats()
+        if self._stats_read:
+            m.logger.record("train/loss", self.last_loss)
+            m.logger.record("train/mean_td_error", self.last_td)
+        m.logger.record("train/per_beta", beta)
+
+    def _gradient_step(self) -> None:
+        if self.runner.ready(self._record):
+            self.runner.replay()
+        else:
+            self.runner.run_eager_on_side_stream(self._body)
+
+    # -- one gradient step (what the graph records) ------------------------------------------------
     def _body(self) -> None:
         """One gradient step in the step's precision (the GEMMs are chosen when captured)."""
         with tf32_matmuls(self.precision != "fp32"):
             self._step()
-
-    def _loss(self, idx: th.Tensor, weights: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
-        """``(loss, |td|)`` of the sampled rows ``idx`` with IS weights ``weights``: the gathers,
-        the forwards, the double-DQN target and the weighted loss (what ``compile`` fuses)."""
-        m = self.model
-        obs, actions, next_obs, dones, rewards = self.storage.gather(idx)
-        actions = actions.long()
-        with th.autocast("cuda", dtype=th.bfloat16, enabled=self.precision == "bf16"):
-            q_all = m.q_net(obs)
-            with th.no_grad():  # no backward through the next-state forwards
-                if m.double_q and self.paired:
-                    q_next_online, q_next_target = paired_q_values(
-                        m.q_net, m.q_net_target, next_obs
-                    )
-                else:
-                    q_next_online = m.q_net(next_obs) if m.double_q else None
-                    q_next_target = m.q_net_target(next_obs)
-        # Target, loss and TD errors in float32 whatever the products ran in.
-        q = th.gather(q_all.float(), 1, actions)
-        q_next_target = q_next_target.float()
-        if q_next_online is not None:
-            q_next_online = q_next_online.float()
-        target = td_target(rewards, dones, m.gamma, q_next_target, q_next_online)
-        return weighted_td_loss(q, target, weights)
-
-    def _update(self) -> None:
-        """Gradient clipping and the Adam step."""
-        th.nn.utils.clip_grad_norm_(self.params, self.model.max_grad_norm)
-        self.optimizer.step()
 
     def _step(self) -> None:
         """One gradient step: what the graph records (and what the warm-up steps run)."""
@@ -284,64 +291,36 @@ class CapturedTrainStep:
         self.sums[0].add_(loss.detach())
         self.sums[1].add_(td.mean())
 
-    def _record(self) -> th.cuda.CUDAGraph:
-        """Capture one gradient step (the runner's ``record``)."""
-        graph = th.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=True)
-        # A capture that fails never ran its tree update: the tree's numbering goes back.
-        with self.tree.updates_forgotten_on_error(), th.cuda.graph(graph):
-            self._body()
-        return graph
-
-    def release_graph(self) -> None:
-        """Drop the captured graph (and its memory pool); the next gradient step captures anew
-        after the warm-up steps."""
-        self.runner.release()
-
-    def _gradient_step(self) -> None:
-        if self.runner.ready(self._record):
-            self.runner.replay()
-        else:
-            self.runner.run_eager_on_side_stream(self._body)
-
-    # ------------------------------------------------------------------ the call
-    def train(self, gradient_steps: int, batch_size: int) -> None:
-        """``gradient_steps`` captured gradient steps; logs what :meth:`GpuDQN.train` logs.
-
-        ``train/loss`` and ``train/mean_td_error`` are the means over the gradient steps up to
-        the latest host read (every ``stats_interval`` calls).
-        """
+    def _loss(self, idx: th.Tensor, weights: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """``(loss, |td|)`` of the sampled rows ``idx`` with IS weights ``weights``: the gathers,
+        the forwards, the double-DQN target and the weighted loss (what ``compile`` fuses)."""
         m = self.model
-        if int(batch_size) != self.batch_size:
-            self._prepare(batch_size)
-        progress = float(m._current_progress_remaining)
-        lr = float(m.lr_schedule(progress))
-        m.logger.record("train/learning_rate", lr)
-        if lr != self._lr_host:
-            self.lr.fill_(lr)
-            self._lr_host = lr
-        buf = self.buffer
-        buf.set_progress(min(1.0, max(0.0, progress)))
-        beta = buf.beta
-        if beta != self._beta_host:
-            self.beta.fill_(beta)
-            self._beta_host = beta
-        tree = self.tree
-        if tree.sample_calls != self._calls_host:  # sampled elsewhere (curiosity, user code)
-            self.calls.fill_(tree.sample_calls)
-        for _ in range(gradient_steps):
-            self._gradient_step()
-            tree.sample_calls += 1
-        self._calls_host = tree.sample_calls
-        self._unread_steps += gradient_steps
-        self._calls_since_read += 1
-        if not self._stats_read or self._calls_since_read >= self.stats_interval:
-            self.read_stats()
-        if self._stats_read:
-            m.logger.record("train/loss", self.last_loss)
-            m.logger.record("train/mean_td_error", self.last_td)
-        m.logger.record("train/per_beta", beta)
+        obs, actions, next_obs, dones, rewards = self.storage.gather(idx)
+        actions = actions.long()
+        with th.autocast("cuda", dtype=th.bfloat16, enabled=self.precision == "bf16"):
+            q_all = m.q_net(obs)
+            with th.no_grad():  # no backward through the next-state forwards
+                if m.double_q and self.paired:
+                    q_next_online, q_next_target = paired_q_values(
+                        m.q_net, m.q_net_target, next_obs
+                    )
+                else:
+                    q_next_online = m.q_net(next_obs) if m.double_q else None
+                    q_next_target = m.q_net_target(next_obs)
+        # Target, loss and TD errors in float32 whatever the products ran in.
+        q = th.gather(q_all.float(), 1, actions)
+        q_next_target = q_next_target.float()
+        if q_next_online is not None:
+            q_next_online = q_next_online.float()
+        target = td_target(rewards, dones, m.gamma, q_next_target, q_next_online)
+        return weighted_td_loss(q, target, weights)
 
+    def _update(self) -> None:
+        """Gradient clipping and the Adam step."""
+        th.nn.utils.clip_grad_norm_(self.params, self.model.max_grad_norm)
+        self.optimizer.step()
+
+    # -- statistics --------------------------------------------------------------------------------
     def read_stats(self) -> None:
         """Bring the statistics and the error flag to the host (one sync); raise on an error.
 
@@ -367,3 +346,26 @@ class CapturedTrainStep:
                 "priority update of that batch was rejected and its priorities are unchanged "
                 "(a diverging loss: lower the learning rate or scale the rewards)"
             )
+
+    # -- the graph ---------------------------------------------------------------------------------
+    def _prepare(self, batch_size: int) -> None:
+        b = int(batch_size)
+        dev = self.device
+        self.batch_size = b
+        self.idx = th.zeros(b, dtype=th.int64, device=dev)
+        self.weights = th.zeros(b, dtype=th.float32, device=dev)
+        self.runner.release()  # recorded with the old batch's tensors
+
+    def _record(self) -> th.cuda.CUDAGraph:
+        """Capture one gradient step (the runner's ``record``)."""
+        graph = th.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        # A capture that fails never ran its tree update: the tree's numbering goes back.
+        with self.tree.updates_forgotten_on_error(), th.cuda.graph(graph):
+            self._body()
+        return graph
+
+    def release_graph(self) -> None:
+        """Drop the captured graph (and its memory pool); the next gradient step captures anew
+        after the warm-up steps."""
+        self.runner.release()

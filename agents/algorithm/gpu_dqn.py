@@ -473,6 +473,12 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
         self._on_step()
 
+    @property
+    def progress_remaining(self) -> float:
+        """SB3's training progress remaining: 1 at the start of ``learn``, 0 at its end (the
+        schedules of the learning rate, exploration and beta read it)."""
+        return float(self._current_progress_remaining)
+
     def queue_rollout_generator_state(self, state: th.Tensor | None) -> None:
         """The state the device rollout's exploration generator starts from when it is next
         built (a resumed checkpoint's stream); ``None``: a fresh seed, as usual."""
