@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
     "PrioritizedReplayBuffer": "agents.replay.prioritized_buffer",
-    "CuriosityModel": "agents.curiosity",
-    "GpuDQN": "agents.gpu_dqn",
-    "DuelingDQNPolicy": "agents.policies",
-    "PrioritizedDQN": "agents.sb3_per",
-    "CheckpointEvery": "agents.checkpoint",
+    "CuriosityModel": "agents.algorithm.curiosity",
+    "GpuDQN": "agents.algorithm.gpu_dqn",
+    "DuelingDQNPolicy": "agents.algorithm.policies",
+    "PrioritizedDQN": "agents.algorithm.sb3_per",
+    "CheckpointEvery": "agents.files.checkpoint",
 }
 
 __all__ = [
@@ -36,12 +36,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from agents.checkpoint import CheckpointEvery
-    from agents.curiosity import CuriosityModel
-    from agents.gpu_dqn import GpuDQN
-    from agents.policies import DuelingDQNPolicy
+    from agents.algorithm.curiosity import CuriosityModel
+    from agents.algorithm.gpu_dqn import GpuDQN
+    from agents.algorithm.policies import DuelingDQNPolicy
+    from agents.algorithm.sb3_per import PrioritizedDQN
+    from agents.files.checkpoint import CheckpointEvery
     from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
-    from agents.sb3_per import PrioritizedDQN
 
 
 def __getattr__(name: str) -> Any:

@@ -99,12 +99,12 @@ def worker(rank, variant, init, deadline):
 
         model.learn(120 * 512 * 2, callback=Cb())
         th.cuda.synchronize()
-        s = model._captured_step
+        s = model.captured_train_step
         log(
             rank,
             variant,
             f"learn done graph={getattr(s, 'graph', None) is not None} "
-            f"rollout_graph={getattr(model._fused_rollout, '_graph', None) is not None} "
+            f"rollout_graph={getattr(model.rollout, 'captured', False)} "
             f"spread={model.data_parallel.parameter_spread(model)}",
         )
         model.release_cuda_graphs()  # a graph holding an all-reduce hangs the destroy

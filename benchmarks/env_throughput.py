@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout
 from run_info import commit  # noqa: E402
 
 import gpu_trading_env  # noqa: E402, F401
+from gpu_runtime.device import cuda_available  # noqa: E402
 from gpu_trading_env import MarketData  # noqa: E402
-from gpu_trading_env.gpu.device import cuda_available  # noqa: E402
 from gpu_trading_env.throughput import (  # noqa: E402
     bench_cuda,
     bench_numpy,

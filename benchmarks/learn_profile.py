@@ -31,6 +31,7 @@ import torch as th
 from torch.profiler import ProfilerActivity, profile
 from train_throughput import _model
 
+from gpu_runtime.precision import PRECISIONS
 from gpu_trading_env import MarketData, TradingVectorEnv
 
 NUM_ENVS = 4096
@@ -101,7 +102,7 @@ def timeline(label: str, fn: Callable[[], None], n: int, rows: int, trace: str |
 def _loops(model: Any) -> dict[str, Callable[[int], None]]:
     """``k`` iterations of each way of stepping: the rollout step alone, the train step alone,
     both in a bare loop, and ``learn`` (epsilon as the model has it now)."""
-    rollout = model._fused_rollout
+    rollout = model.rollout
     eps = float(model.exploration_rate)
     step = model._captured_train_step()
     b = model.batch_size
@@ -183,10 +184,10 @@ def host_view(model: Any, n: int, rows: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--iterations", type=int, default=1500)
-    p.add_argument("--precision", choices=["tf32", "fp32", "bf16"], default="bf16")
+    p.add_argument("--precision", choices=list(PRECISIONS), default="bf16")
     p.add_argument(
         "--act-precision",
-        choices=["tf32", "fp32", "bf16"],
+        choices=list(PRECISIONS),
         default=None,
         help="the fused rollout's acting forward (default: the rollout's own default)",
     )
@@ -199,7 +200,7 @@ def main() -> None:
     if args.act_precision is not None:
         from agents.rollouts.fused import FusedRollout
 
-        model._fused_rollout = FusedRollout(model, seed=0, act_precision=args.act_precision)
+        model.rollout = FusedRollout(model, seed=0, act_precision=args.act_precision)
     model.learn(total_timesteps=NUM_ENVS * 200)  # compile, capture, allocate
     th.cuda.synchronize()
     n = args.iterations

@@ -36,7 +36,7 @@ def _sync() -> None:
 
 
 # Train-step variants: GpuDQN keyword arguments; "compile_update" sets
-# agents.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True).
+# agents.algorithm.captured_step.COMPILE_UPDATE (clip and Adam compiled with the loss; default True).
 VARIANTS: dict[str, dict[str, Any]] = {
     "compiled, bf16 (default)": {},
     "compiled, tf32": {"train_precision": "tf32"},
@@ -50,10 +50,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def _variant(name: str) -> dict[str, Any]:
     """GpuDQN keyword arguments of a variant (after setting what is not one)."""
-    import agents.captured_step
+    import agents.algorithm.captured_step
 
     kw = dict(VARIANTS[name])
-    agents.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", True))
+    agents.algorithm.captured_step.COMPILE_UPDATE = bool(kw.pop("compile_update", True))
     return kw
 
 
@@ -87,7 +87,7 @@ def bench_steps(data: MarketData, names: list[str], reps: int = 300) -> list[dic
                 model.train(gradient_steps=1, batch_size=4096)
             _sync()
             ms_train = (time.perf_counter() - t0) / reps * 1e3
-            step = model._captured_step
+            step = model.captured_train_step
             ms_replay = None
             if step is not None and step.graph is not None:
                 times = []
@@ -152,7 +152,7 @@ _GPU_DQN_OVERRIDES: dict[str, Any] = {}
 
 def _patched_gpu_dqn() -> Any:
     import agents
-    from agents.gpu_dqn import GpuDQN
+    from agents.algorithm.gpu_dqn import GpuDQN
 
     class Patched(GpuDQN):
         def __init__(self, *a: Any, **kw: Any) -> None:
@@ -167,7 +167,7 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
     from agents.cli import main as cli_main
 
     original = _patched_gpu_dqn()
-    import agents.walkforward as wf
+    import agents.pipelines.walkforward as wf
 
     timers = {"dump_logs": 0.0, "backtest": 0.0}
 

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from run_info import commit  # noqa: E402
 
 from agents.replay.segment_tree import CudaSumMinTree, NumpySumMinTree  # noqa: E402
-from gpu_trading_env.gpu.device import cupy_or_none  # noqa: E402
+from gpu_runtime.device import cupy_or_none  # noqa: E402
 
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 

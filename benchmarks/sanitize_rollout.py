@@ -79,10 +79,10 @@ model = GpuDQN(
     device=args.device,
 )
 model.learn(N * 12)
-fused = model._fused_rollout
-if fused is None or fused._graph is None:
+fused = model.rollout
+if fused is None or not fused.captured:
     raise AssertionError("fused rollout: the CUDA graph path did not run")
-step = model._captured_step
+step = model.captured_train_step
 if step is None or step.graph is None or step.graph_failed:
     raise AssertionError("train step: the CUDA graph path did not run")
 buf = model.replay_buffer

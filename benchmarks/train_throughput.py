@@ -7,7 +7,7 @@ One run, side by side, same network (the dueling 256-256 / 128 heads policy) thr
 2. ``GpuDQN.learn``: the fused path, the same model through ``SB3VecEnv`` (host round trips),
    and SB3's own ``DQN`` on the NumPy env on the CPU; env-steps/s and gradient-steps/s;
 3. time of one train step (sample + forward/backward + priority update) at 1% and 100% fill,
-   eager and captured (one CUDA graph replay, ``agents.captured_step``);
+   eager and captured (one CUDA graph replay, ``agents.algorithm.captured_step``);
 4. with ``--profile DIR``: torch profiler tables (per-kernel GPU time and launch counts) of
    the eager and the captured train step.
 
@@ -29,9 +29,9 @@ from run_info import commit
 
 import gpu_trading_env  # noqa: F401
 from agents import GpuDQN
-from agents.policies import DuelingDQNPolicy
+from agents.algorithm.policies import DuelingDQNPolicy
+from gpu_runtime.device import cuda_available
 from gpu_trading_env import MarketData, TradingVectorEnv
-from gpu_trading_env.gpu.device import cuda_available
 
 
 def _sync() -> None:
@@ -261,10 +261,10 @@ def bench_train_step(
             model.train(gradient_steps=1, batch_size=batch_size)
         _sync()
         t_end = time.perf_counter()
-        path = f"captured, {precision}" if model._captured_step is not None else "eager, fp32"
+        path = f"captured, {precision}" if model.captured_train_step is not None else "eager, fp32"
         extra = {}
-        if model._captured_step is not None and model._captured_step.graph is not None:
-            graph = model._captured_step.graph  # replays alone: the step's GPU time
+        if model.captured_train_step is not None and model.captured_train_step.graph is not None:
+            graph = model.captured_train_step.graph  # replays alone: the step's GPU time
             t1 = time.perf_counter()
             for _ in range(reps):
                 graph.replay()

@@ -8,8 +8,8 @@ import gymnasium as gym
 
 import gpu_trading_env  # noqa: F401
 from agents import GpuDQN
+from gpu_runtime.device import cuda_available
 from gpu_trading_env import MarketData
-from gpu_trading_env.gpu.device import cuda_available
 
 gpu = cuda_available()
 train, test = MarketData.default().split(0.8)

@@ -22,8 +22,8 @@ import torch.distributed as dist
 
 import gpu_trading_env  # noqa: F401
 from agents import GpuDQN
+from gpu_runtime.device import cuda_available
 from gpu_trading_env import MarketData
-from gpu_trading_env.gpu.device import cuda_available
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--device", default="auto", help="auto, cuda or cpu")

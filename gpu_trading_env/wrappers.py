@@ -34,8 +34,8 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from gpu_runtime.device import to_numpy
 from gpu_trading_env.env import TradingEnv
-from gpu_trading_env.gpu.device import to_numpy
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 __all__ = ["SB3VecEnv", "env_or_build", "switch_to_same_step"]

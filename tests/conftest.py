@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from gpu_trading_env.gpu.device import cuda_available, cupy_or_none
+from gpu_runtime.device import cuda_available, cupy_or_none
 
 
 def pytest_configure(config):

@@ -15,7 +15,7 @@ import torch as th
 from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
-from agents.policies import DuelingQNetwork, aligned_width, run_chain
+from agents.algorithm.policies import DuelingQNetwork, aligned_width, run_chain
 from agents.rollouts.acting import GreedyActor
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (54,), np.float32)
@@ -247,7 +247,7 @@ def test_numpy_greedy_rows_do_not_depend_on_their_neighbours() -> None:
 
 
 def test_backtest_policies_match_torch() -> None:
-    from agents.walkforward import greedy_batch_policy, greedy_policy
+    from agents.pipelines.walkforward import greedy_batch_policy, greedy_policy
 
     class Model:
         q_net = _net()

@@ -13,12 +13,9 @@ from stable_baselines3.common.buffers import ReplayBuffer
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
-from agents.captured_step import (
-    CapturedTrainStep,
-    CompiledOrEager,
-    captured_train_unsupported,
-    plain_optimizer_state,
-)
+from agents.algorithm.capturable_adam import plain_optimizer_state
+from agents.algorithm.captured_step import CapturedTrainStep, captured_train_unsupported
+from agents.algorithm.compiled_or_eager import CompiledOrEager
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -44,7 +41,7 @@ def test_cpu_model_trains_eagerly() -> None:
     model = _model("cpu")
     assert captured_train_unsupported(model) == "the model is on cpu, not a CUDA device"
     model.learn(400)
-    assert model._captured_step is None and model._n_updates > 0
+    assert model.captured_train_step is None and model._n_updates > 0
     assert math.isfinite(model.logger.name_to_value["train/loss"])
 
 
@@ -68,7 +65,7 @@ def test_each_compiled_part_has_its_own_code_object() -> None:
 
 
 def test_auto_precision_is_bf16_from_ampere(monkeypatch) -> None:
-    from agents.captured_step import resolve_precision
+    from gpu_runtime.precision import resolve_precision
 
     monkeypatch.setattr(th.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert resolve_precision("auto", "cuda") == "bf16"
@@ -162,9 +159,9 @@ def test_captured_step_matches_eager(double_q: bool, compile_update: bool, monke
     """50 steps; before each, the captured model takes the eager one's state, so both sample
     the same batch from the same weights; after each, parameters, target and priorities agree.
     ``compile_update``: clipping and a foreach Adam compiled with the loss."""
-    import agents.captured_step
+    import agents.algorithm.captured_step
 
-    monkeypatch.setattr(agents.captured_step, "COMPILE_UPDATE", compile_update)
+    monkeypatch.setattr(agents.algorithm.captured_step, "COMPILE_UPDATE", compile_update)
     prev = th.backends.cuda.matmul.allow_tf32
     th.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -196,8 +193,8 @@ def test_captured_step_matches_eager(double_q: bool, compile_update: bool, monke
             )
     finally:
         th.backends.cuda.matmul.allow_tf32 = prev
-    step = captured._captured_step
-    assert eager._captured_step is None and step is not None and step.graph is not None
+    step = captured.captured_train_step
+    assert eager.captured_train_step is None and step is not None and step.graph is not None
     assert step.compile_update == compile_update
     assert captured.replay_buffer.tree.sample_calls == eager.replay_buffer.tree.sample_calls == 50
     # The target follows SB3's schedule (every 5th step, the 50th included).
@@ -215,7 +212,7 @@ def test_captured_step_flags_a_rejected_update_at_the_read() -> None:
     model = _model("cuda")
     _fill(model, 100)
     _train_steps(model, 5)
-    step = model._captured_step
+    step = model.captured_train_step
     assert step.graph is not None
     model.replay_buffer.rewards.fill_(float("nan"))
     before = model.replay_buffer.tree.leaves().copy()
@@ -230,7 +227,7 @@ def test_captured_step_flags_a_rejected_update_at_the_read() -> None:
 def test_captured_learn_logs_saves_and_loads(tmp_path) -> None:
     model = _model("cuda", num_envs=256, batch_size=512, buffer_size=100_000)
     model.learn(256 * 200)
-    step = model._captured_step
+    step = model.captured_train_step
     assert step is not None and step.graph is not None
     assert math.isfinite(model.logger.name_to_value["train/loss"])
     assert model.policy.optimizer is step.optimizer
@@ -242,4 +239,4 @@ def test_captured_learn_logs_saves_and_loads(tmp_path) -> None:
     for a, b in zip(model.q_net.parameters(), loaded.q_net.parameters(), strict=True):
         assert th.equal(a, b)
     loaded.learn(256 * 20, reset_num_timesteps=False)  # a new capture on the loaded model
-    assert loaded._captured_step is not None and loaded._captured_step.graph is not None
+    assert loaded.captured_train_step is not None and loaded.captured_train_step.graph is not None

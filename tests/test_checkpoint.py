@@ -263,7 +263,7 @@ def test_fused_rollout_graph_on_the_last_device() -> None:
         # "CUDA graph capture failed", the train step's "CUDA graph capture of the train step").
         warnings.filterwarnings("error", message="CUDA graph capture")
         model.learn(256 * 40)  # about 10 train calls: two warm-up steps, then the capture
-    assert model._fused_rollout is not None and model._fused_rollout._graph is not None
-    step = model._captured_step
+    assert model.rollout is not None and model.rollout.captured
+    step = model.captured_train_step
     assert step is not None and step.graph is not None and not step.graph_failed
     assert th.isfinite(model.replay_buffer.rewards[: model.replay_buffer.size()]).all()

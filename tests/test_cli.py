@@ -252,7 +252,7 @@ def test_greedy_policy_matches_predict() -> None:
 
     import gpu_trading_env  # noqa: F401
     from agents import GpuDQN
-    from agents.walkforward import greedy_policy
+    from agents.pipelines.walkforward import greedy_policy
     from gpu_trading_env import MarketData
 
     env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu", data=MarketData.default())
@@ -353,7 +353,7 @@ def test_progress_lines_for_output_that_is_not_a_terminal():
     line at the end."""
     import io
 
-    from agents.progress import ProgressLines
+    from agents.pipelines.progress import ProgressLines
 
     now = [0.0]
     stream = io.StringIO()

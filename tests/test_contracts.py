@@ -47,8 +47,8 @@ def test_device_buffer_protocol_decides_the_fused_path(monkeypatch):
     assert isinstance(model.replay_buffer, PrioritizedReplayBuffer)
     assert isinstance(model.replay_buffer, DeviceReplayBuffer)
     monkeypatch.setattr(model.trading_env, "device", "cuda:0")
-    assert model._uses_fused_rollout(model.env)
+    assert model.uses_fused_rollout(model.env)
     plain = ReplayBuffer(100, model.observation_space, model.action_space, n_envs=2)
     assert not isinstance(plain, DeviceReplayBuffer)
     monkeypatch.setattr(model, "replay_buffer", plain)
-    assert not model._uses_fused_rollout(model.env)  # SB3's loop: the buffer takes no tensors
+    assert not model.uses_fused_rollout(model.env)  # SB3's loop: the buffer takes no tensors

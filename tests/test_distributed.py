@@ -1,4 +1,4 @@
-"""Data-parallel GpuDQN (agents.distributed) with two gloo processes on the CPU.
+"""Data-parallel GpuDQN (agents.algorithm.distributed) with two gloo processes on the CPU.
 
 - ``train`` on fixed batches: after every gradient step the two ranks hold the same parameters
   bit for bit, and they follow a single process fed the union of the two ranks' batches;
@@ -313,12 +313,12 @@ def test_nccl_all_reduce_is_captured_in_the_train_step_graph() -> None:
     try:
         model = _fused_model("cuda", distributed=True)
         model.learn(100 * 512)
-        step = model._captured_step
+        step = model.captured_train_step
         assert step is not None and step.graph is not None and not step.graph_failed
         assert model.data_parallel.flat_gradients.is_cuda
         assert model._n_updates > 50 and model.data_parallel.parameter_spread(model) == 0.0
         model.release_cuda_graphs()
-        assert step.graph is None and model._fused_rollout._graph is None
+        assert step.graph is None and not model.rollout.captured
         model.learn(20 * 512, reset_num_timesteps=False)  # captures again
         assert step.graph is not None
         model.release_cuda_graphs()
@@ -339,12 +339,12 @@ def _gpu_worker(rank: int, init_method: str, out: str) -> None:
         model = _fused_model(f"cuda:{rank}", distributed=True)
         check = _CheckEveryStep()
         model.learn(200 * 512 * WORLD, callback=check)
-        step = model._captured_step
+        step = model.captured_train_step
         result = {
             "spreads": check.spreads,
             "num_timesteps": int(model.num_timesteps),
             "captured": step is not None and step.graph is not None and not step.graph_failed,
-            "fused": model._fused_rollout is not None,
+            "fused": model.rollout is not None,
         }
         if rank == 0:
             th.save(result, Path(out) / "gpu.pt")

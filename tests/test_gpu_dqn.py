@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import CuriosityModel, DuelingDQNPolicy, GpuDQN, PrioritizedReplayBuffer
-from agents.policies import DuelingQNetwork
+from agents.algorithm.policies import DuelingQNetwork
 from gpu_trading_env import TradingVectorEnv
 from gpu_trading_env.core.config import action_table
 from gpu_trading_env.wrappers import SB3VecEnv
@@ -180,7 +180,7 @@ def test_double_dqn_target_on_hand_built_batch() -> None:
 
 
 def test_weighted_td_loss_on_hand_built_batch() -> None:
-    from agents.dqn_loss import weighted_td_loss
+    from agents.algorithm.dqn_loss import weighted_td_loss
 
     q = th.tensor([[1.0], [0.0], [2.0]], requires_grad=True)
     target = th.tensor([[1.5], [3.0], [2.0]])
@@ -387,7 +387,7 @@ def test_single_gym_env_with_curiosity() -> None:
 
 def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> None:
     model = make_model(env=make_env(2))
-    assert not model._uses_fused_rollout(model.env)
+    assert not model.uses_fused_rollout(model.env)
     calls = []
 
     class FakeRollout:
@@ -404,7 +404,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
     monkeypatch.setitem(
         sys.modules, "agents.rollouts.fused", SimpleNamespace(FusedRollout=FakeRollout)
     )
-    assert model._uses_fused_rollout(model.env)
+    assert model.uses_fused_rollout(model.env)
     callback = SimpleNamespace(
         on_rollout_start=lambda: calls.append("start"), on_rollout_end=lambda: calls.append("end")
     )
@@ -419,7 +419,7 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
     assert calls == [("init", model), "start", ("collect", 4, 7), "end"]
     assert model._episode_num == 3
     model.fused_rollout = False
-    assert not model._uses_fused_rollout(model.env)
+    assert not model.uses_fused_rollout(model.env)
 
 
 @pytest.mark.gpu
@@ -437,15 +437,15 @@ def test_fused_rollout_trains_with_finite_loss_and_saves_on_cuda(tmp_path) -> No
         device="cuda",
         seed=0,
     )
-    assert model._uses_fused_rollout(model.env)
+    assert model.uses_fused_rollout(model.env)
     model.learn(80_000)
     assert model._n_updates > 0 and len(model.ep_info_buffer) > 0
     assert math.isfinite(model.logger.name_to_value["train/loss"])
     assert env.unwrapped.backend.curiosity is not None
     # train_precision "auto": bf16 products (and acting) on a GPU of compute capability 8.0+.
     native_bf16 = th.cuda.get_device_capability()[0] >= 8
-    assert model._fused_rollout.act_precision == ("bf16" if native_bf16 else "tf32")
-    assert model._captured_step.precision == ("bf16" if native_bf16 else "tf32")
+    assert model.rollout.act_precision == ("bf16" if native_bf16 else "tf32")
+    assert model.captured_train_step.precision == ("bf16" if native_bf16 else "tf32")
 
     path = tmp_path / "fused.zip"
     model.save(path)

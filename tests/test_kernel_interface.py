@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from gpu_trading_env.gpu.device import _ARG_FORMATS
 
 from agents.replay.step_store import STORE_KERNEL_FILE, STORE_KERNEL_PARAMS
 from agents.replay.tree_kernels import KERNEL_FILE as TREE_KERNEL_FILE
@@ -23,7 +24,6 @@ from agents.rollouts.monolithic import MONOLITHIC_KERNEL_PARAMS
 from gpu_trading_env.backends.cuda_backend import KERNEL_FILE as ENV_KERNEL_FILE
 from gpu_trading_env.core.config import kernel_defines
 from gpu_trading_env.core.kernel_interface import ENV_KERNEL_PARAMS, launcher_kind
-from gpu_trading_env.gpu.device import _ARG_FORMATS
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for pkg in ("gpu_trading_env", "agents") for p in (ROOT / pkg).rglob("*.cu"))

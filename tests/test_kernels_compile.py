@@ -18,12 +18,12 @@ import pytest
 from agents.replay.tree_kernels import tree_kernel_defines
 from agents.rollouts.fused import ring_kernel_defines
 from agents.rollouts.monolithic import monolithic_kernel_defines
+from gpu_runtime.device import INCLUDE_DIR
 from gpu_trading_env.core.config import kernel_defines
-from gpu_trading_env.gpu.device import INCLUDE_DIR
 
 NVCC = shutil.which("nvcc")
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gpu_trading_env", "agents")
+PACKAGES = ("gpu_runtime", "gpu_trading_env", "agents")
 SOURCES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.cu"))
 KERNEL_FILES = sorted(
     p for pkg in PACKAGES for ext in ("*.cu", "*.cuh") for p in (ROOT / pkg).rglob(ext)

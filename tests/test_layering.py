@@ -3,7 +3,7 @@
 
 The layers of both packages, the env never importing the agents and the parts of ``MarketData``
 never importing it back are import-linter contracts; reads of another object's private members
-are ruff's SLF001. What is left here: ``agents.dqn_loss`` serves every gradient-step path and
+are ruff's SLF001. What is left here: ``agents.algorithm.dqn_loss`` serves every gradient-step path and
 imports neither package.
 """
 
@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("gpu_trading_env", "agents")
+PACKAGES = ("gpu_runtime", "gpu_trading_env", "agents")
 
 
 def runtime_imports(path: Path) -> list[str]:
@@ -35,8 +35,10 @@ def runtime_imports(path: Path) -> list[str]:
 
 
 def test_the_loss_takes_q_values_only():
-    """``agents.dqn_loss`` serves every gradient-step path: it imports neither package."""
+    """``agents.algorithm.dqn_loss`` serves every gradient-step path: it imports neither package."""
     bad = [
-        m for m in runtime_imports(ROOT / "agents" / "dqn_loss.py") if m.split(".")[0] in PACKAGES
+        m
+        for m in runtime_imports(ROOT / "agents" / "algorithm" / "dqn_loss.py")
+        if m.split(".")[0] in PACKAGES
     ]
-    assert not bad, f"agents.dqn_loss imports {bad}"
+    assert not bad, f"agents.algorithm.dqn_loss imports {bad}"

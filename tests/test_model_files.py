@@ -1,5 +1,5 @@
 """Weights-only model and replay-buffer files: exact round trips, checksums, clear errors about
-files, and no code run by loading a crafted file (agents.model_files, agents.safe_archive)."""
+files, and no code run by loading a crafted file (agents.files.model_files, agents.files.safe_archive)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from stable_baselines3.common.save_util import save_to_pkl
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
-from agents.safe_archive import ArchiveError, PickleRefusedError
+from agents.files.safe_archive import ArchiveError, PickleRefusedError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,3 +371,24 @@ def test_a_forged_class_name_is_refused(trained: GpuDQN, tmp_path) -> None:
             zf.writestr(name, content)
     with pytest.raises(ArchiveError, match="policy_class.*CSVOutputFormat.*not one the archive"):
         GpuDQN.load(tmp_path / "m.zip", device="cpu")
+
+
+def test_files_written_before_the_agents_rooms_still_load(trained: GpuDQN, tmp_path) -> None:
+    """A file of the flat ``agents/`` layout names ``agents.policies:DuelingDQNPolicy``; it
+    loads as the class now in ``agents.algorithm.policies``."""
+    trained.save(tmp_path / "m.zip")
+    with zipfile.ZipFile(tmp_path / "m.zip") as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    manifest = json.loads(members["manifest.json"])
+    assert manifest["data"]["policy_class"] == {
+        "__class__": "agents.algorithm.policies:DuelingDQNPolicy"
+    }
+    manifest["data"]["policy_class"] = {"__class__": "agents.policies:DuelingDQNPolicy"}
+    members["manifest.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(tmp_path / "m.zip", "w") as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    loaded = GpuDQN.load(tmp_path / "m.zip", device="cpu")
+    assert loaded.policy_class is type(trained.policy)
+    for name, value in trained.policy.state_dict().items():
+        assert th.equal(loaded.policy.state_dict()[name], value), name

@@ -1,5 +1,5 @@
 """Resume = one run: N steps, a checkpoint, fresh objects, N more steps equal 2N steps in one
-process (agents.checkpoint, GpuDQN.save_checkpoint / load_checkpoint, CheckpointEvery)."""
+process (agents.files.checkpoint, GpuDQN.save_checkpoint / load_checkpoint, CheckpointEvery)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch as th
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import CheckpointEvery, GpuDQN
-from agents.checkpoint import checkpoint_extra, resolve_checkpoint
-from agents.safe_archive import ArchiveError
+from agents.files.checkpoint import checkpoint_extra, resolve_checkpoint
+from agents.files.safe_archive import ArchiveError
+from gpu_runtime.device import to_numpy
 from gpu_trading_env.core.state import STATE_FIELDS
-from gpu_trading_env.gpu.device import to_numpy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

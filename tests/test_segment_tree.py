@@ -402,7 +402,7 @@ def test_numpy_descent_is_the_specifications_rule(capacity):
 def test_philox_known_answers_scalar_and_broadcast(words, expected):
     """Random123's Philox4x32-10 known-answer vectors (the draws the sample stratifies), as
     scalars and broadcast over a batch with per-element and scalar keys alike."""
-    from gpu_trading_env.gpu.philox import philox4x32
+    from gpu_runtime.philox import philox4x32
 
     assert tuple(int(x) for x in philox4x32(*words)) == expected
     c = [np.full(3, w, dtype=np.uint32) for w in words]

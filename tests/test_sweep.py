@@ -1,4 +1,4 @@
-"""``gpu-trading-env sweep`` and :mod:`agents.sweep`: grid x seeds, the launcher, the report."""
+"""``gpu-trading-env sweep`` and :mod:`agents.pipelines.sweep`: grid x seeds, the launcher, the report."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agents import sweep
 from agents.cli import main
+from agents.pipelines import sweep
 
 
 def test_plan_covers_the_grid_times_the_seeds(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_bad_sweep_options_fail_before_anything_runs(argv, message, tmp_path, ca
 
 
 def test_gpu_devices_are_refused_without_a_gpu(tmp_path, capsys) -> None:
-    from gpu_trading_env.gpu.device import cuda_available
+    from gpu_runtime.device import cuda_available
 
     if cuda_available():
         pytest.skip("this machine has a GPU")

@@ -15,8 +15,8 @@ from gymnasium.vector import AutoresetMode
 from hand_market import hand_market
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+from gpu_runtime.device import cuda_available
 from gpu_trading_env import EnvConfig, TradingEnv, TradingVectorEnv
-from gpu_trading_env.gpu.device import cuda_available
 
 N_BARS = 60
 EP_LEN = 5

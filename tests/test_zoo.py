@@ -11,14 +11,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agents.baseline_policies import (
+from agents.pipelines.baseline_policies import (
     BASELINE_EXPOSURE,
     baseline_action,
     choose_baseline,
     network_beats_baseline,
     set_constant_policy,
 )
-from agents.zoo import MARKETS_BY_NAME, SMALL, market_data, reference_exposures, run_one
+from agents.pipelines.zoo import MARKETS_BY_NAME, SMALL, market_data, reference_exposures, run_one
 from gpu_trading_env import EnvConfig, MarketData
 from gpu_trading_env.data.synthetic import (
     planted_conviction_exposure,

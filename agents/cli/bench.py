@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpu_trading_env.gpu.device import cuda_available
+from gpu_runtime.device import cuda_available
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from gpu_runtime.device import cuda_available
 from gpu_trading_env.core.config import EnvConfig
-from gpu_trading_env.gpu.device import cuda_available
 
 PROG = "gpu-trading-env"
 DEBUG_HELP = "show the traceback of an error"

@@ -18,7 +18,8 @@ from agents.cli.train import (
 )
 from agents.cli.walkforward import cmd_walkforward
 from agents.cli.zoo import cmd_zoo
-from agents.train_settings import TrainSettings
+from agents.pipelines.train_settings import TrainSettings
+from gpu_runtime.precision import PRECISION_SETTINGS
 
 DESCRIPTION = (
     "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, "
@@ -192,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         g.add_argument(
             "--train-precision",
-            choices=["auto", "bf16", "tf32", "fp32"],
+            choices=list(PRECISION_SETTINGS),
             default="auto",
             help="matrix products of the GPU train step; auto: bf16 on GPUs that compute it "
             "natively (compute capability 8.0+), else tf32 (default: auto; ignored on the CPU)",
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="keep the network even where it does not beat the best parameter-free policy "
             "(flat, hold long or hold short) on the validation window (default: that policy is "
-            "kept then; agents/baseline_policies.py)",
+            "kept then; agents/pipelines/baseline_policies.py)",
         )
         g.add_argument(
             "--net-width",
@@ -370,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     z = sub.add_parser(
         "zoo",
-        help="train's defaults on seeded markets with known best rules (agents/zoo.py), a report",
+        help="train's defaults on seeded markets with known best rules (agents/pipelines/zoo.py), a report",
         formatter_class=fmt,
     )
     z.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)

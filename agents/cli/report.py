@@ -155,7 +155,7 @@ def report_notes(
 
 def kept_policy_note(learning: dict[str, Any]) -> str:
     """What the model acts as, in words: the network snapshot, or the baseline that the
-    snapshot did not beat on the validation window (agents/baseline_policies.py)."""
+    snapshot did not beat on the validation window (agents/pipelines/baseline_policies.py)."""
     gate = learning["gate"]
     flat = gate.get(
         "network_minus_flat_validation_sharpe", gate["network_minus_baseline_validation_sharpe"]
@@ -226,7 +226,7 @@ def single_report(
     ]
     curves = {}
     if rule is not None:
-        from agents.walkforward import RULE_EXPOSURE
+        from agents.pipelines.walkforward import RULE_EXPOSURE
 
         metrics["known_rule"] = {"strategy": rule.strategy.to_dict(), "exposure": RULE_EXPOSURE}
         rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", rule.strategy.to_dict()))

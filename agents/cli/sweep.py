@@ -3,7 +3,7 @@
     gpu-trading-env sweep --grid learning-rate=1e-4,3e-4 --seeds 0 1 2 -- --timesteps 8000000
 
 Every run's command line is parsed and checked as ``train`` would check it before the first run
-starts, so a bad value fails at once with the setting named. See :mod:`agents.sweep`.
+starts, so a bad value fails at once with the setting named. See :mod:`agents.pipelines.sweep`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from agents.cli.options import UsageError
 from agents.cli.run_folder import claim_out
 from agents.cli.run_progress import RunProgress
-from gpu_trading_env.gpu.device import cupy_or_none
+from gpu_runtime.device import cupy_or_none
 
 # Options the sweep sets for each run itself.
 SWEEP_OWNED = {
@@ -86,7 +86,7 @@ def check_runs(runs: list[Any], common: list[str], devices: list[str]) -> None:
     naming the run's setting on the first that fails."""
     from agents.cli.options import validate
     from agents.cli.parser import build_parser
-    from agents.sweep import setting_label, train_command
+    from agents.pipelines.sweep import setting_label, train_command
 
     parser = build_parser()
     for run in runs:
@@ -109,7 +109,7 @@ def check_runs(runs: list[Any], common: list[str], devices: list[str]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from agents.sweep import aggregate, plan_runs, run_sweep, summary_table, write_report
+    from agents.pipelines.sweep import aggregate, plan_runs, run_sweep, summary_table, write_report
 
     grid = parse_grid(args.grid)
     devices = resolve_devices(args.devices)
@@ -141,7 +141,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     progress = RunProgress(len(runs), "sweep", bar=not args.no_progress)
 
     def on_done(result: Any) -> None:
-        from agents.sweep import setting_label
+        from agents.pipelines.sweep import setting_label
 
         label = f"{setting_label(result.run.setting)}, seed {result.run.seed}"
         if result.metrics is not None:

@@ -48,7 +48,7 @@ WARN_ABOVE_SECONDS = 3600.0
 def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) -> Any:
     """``TrainSettings`` from the training options; budgets not given are the device's defaults
     (``timesteps_cpu`` env steps on the CPU)."""
-    from agents.walkforward import TrainSettings
+    from agents.pipelines.walkforward import TrainSettings
 
     defaults = GPU_DEFAULTS if device != "cpu" else CPU_DEFAULTS
     threads = args.torch_threads or (CPU_TORCH_THREADS if device == "cpu" else None)
@@ -60,7 +60,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
     rate = TRAIN_RATE["cpu" if device == "cpu" else "gpu"]
     seconds = timesteps / rate
     if seconds > WARN_ABOVE_SECONDS:
-        from agents.progress import format_seconds
+        from agents.pipelines.progress import format_seconds
 
         print(
             f"warning: --timesteps {timesteps:,} on {device}: expect about "
@@ -93,8 +93,8 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
 def resume_folder(given: str) -> Path:
     """The checkpoint ``--resume`` names: in a train folder's ``checkpoints``, a checkpoints
     folder (the newest complete one) or one checkpoint."""
-    from agents.checkpoint import resolve_checkpoint
-    from agents.safe_archive import ArchiveError
+    from agents.files.checkpoint import resolve_checkpoint
+    from agents.files.safe_archive import ArchiveError
 
     base = Path(given)
     folder = base / "checkpoints" if (base / "checkpoints").is_dir() else base
@@ -105,7 +105,7 @@ def resume_folder(given: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agents.walkforward import known_rule, train_selected
+    from agents.pipelines.walkforward import known_rule, train_selected
 
     data = load_data(args)
     used = data if args.instrument is None else data.instrument(args.instrument)

@@ -15,7 +15,7 @@ from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
 
 
 def cmd_walkforward(args: argparse.Namespace) -> int:
-    from agents.walkforward import walk_forward
+    from agents.pipelines.walkforward import walk_forward
     from gpu_trading_env.reports.report import (
         plot_curves,
         plot_folds,
@@ -133,7 +133,7 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     rows += [(f"GpuDQN seed {s}", m) for s, m in agg["seeds"].items()]
     rows += [("buy and hold", agg["buy_and_hold"]), ("random policy", agg["random"])]
     if "rule" in agg:
-        from agents.walkforward import RULE_EXPOSURE
+        from agents.pipelines.walkforward import RULE_EXPOSURE
 
         rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", agg["rule"]))
     notes = report_notes(data, per_year, args, args.config) + [

@@ -3,7 +3,7 @@
     gpu-trading-env zoo --device cuda                  # 8 markets x 5 seeds, a report
     gpu-trading-env zoo --small --markets builtin gbm_flat --seeds 0   # the CPU check of CI
 
-See :mod:`agents.zoo` for the markets, their references and the targets.
+See :mod:`agents.pipelines.zoo` for the markets, their references and the targets.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from agents.cli.run_progress import RunProgress
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     from agents.cli.sweep import resolve_devices
-    from agents.zoo import (
+    from agents.pipelines.zoo import (
         MARKETS_BY_NAME,
         SMALL,
         ZooBudget,

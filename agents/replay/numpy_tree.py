@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from agents.replay.sum_min_tree import SumMinTree
-from gpu_trading_env.gpu.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
+from gpu_runtime.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
 
 # Tree levels of at most this many nodes (or 4x the batch) are recomputed whole on a write:
 # below a few thousand nodes one contiguous pass costs less than gathering the touched ones.

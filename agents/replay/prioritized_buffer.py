@@ -23,9 +23,11 @@ from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
+from agents.replay.batch import FlatStorage
 from agents.replay.segment_tree import SumMinTree, make_tree
-from agents.replay.step_store import CudaStepStore, inputs_fit, storage_fits
-from gpu_trading_env.gpu.device import require_cupy
+from agents.replay.step_store import CudaStepStore, storage_fits
+from agents.replay.step_writes import StepWrites
+from gpu_runtime.device import require_cupy
 
 __all__ = [
     "PrioritizedReplayBuffer",
@@ -40,7 +42,7 @@ class LinearBetaSchedule:
 
     A module-level class rather than a closure so that a buffer holding it can be saved: the
     weights-only format writes it as JSON (``GpuDQN.save_replay_buffer``,
-    ``CheckpointCallback(save_replay_buffer=True)``; :data:`agents.safe_archive.PLAIN_CLASSES`),
+    ``CheckpointCallback(save_replay_buffer=True)``; :data:`agents.files.safe_archive.PLAIN_CLASSES`),
     and it pickles.
 
     :param beta0: beta at the start of training (progress remaining 1), in [0, 1].
@@ -94,7 +96,7 @@ def _torch_dtype(dtype: Any) -> th.dtype:
 STALE_PRIORITY_SAMPLES = 100
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
+class PrioritizedReplayBuffer(StepWrites, ReplayBuffer):
     """Proportional prioritized replay with a sum tree and a min tree on the buffer's device.
 
     Priorities are ``p_i = (|td_i| + epsilon)**alpha``; sampling probability
@@ -240,157 +242,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"beta schedule returned {b!r}; beta must be in [0, 1]")
         return b
 
-    # -- adding ---------------------------------------------------------------------------------
-    def _advance(self) -> None:
-        self.tree.fill_range(self.pos * self.n_envs, self.n_envs)
-        self.advance_position()
-
-    def advance_position(self) -> None:
-        """Move the write position by one step on the host only: after :meth:`add_tensors_at`
-        (whose graph wrote the slot and filled its priorities on the device)."""
-        self.pos += 1
-        if self.pos == self.buffer_size:
-            self.full = True
-            self.pos = 0
-
-    def add(
-        self,
-        obs: np.ndarray,
-        next_obs: np.ndarray,
-        action: np.ndarray,
-        reward: np.ndarray,
-        done: np.ndarray,
-        infos: list[dict[str, Any]],
-    ) -> None:
-        """Store one step of ``n_envs`` transitions (SB3's NumPy path).
-
-        :param obs: [n_envs, *obs_shape].
-        :param next_obs: [n_envs, *obs_shape].
-        :param action: [n_envs, action_dim] (or anything reshapeable to it).
-        :param reward: [n_envs].
-        :param done: [n_envs], terminated or truncated.
-        :param infos: ``n_envs`` dicts; ``TimeLimit.truncated`` marks time-limit truncations.
-        """
-        e = self.n_envs
-        dev = self.device
-        self.observations[self.pos] = th.as_tensor(
-            np.asarray(obs).reshape((e, *self.obs_shape)), device=dev
-        )
-        self.next_observations[self.pos] = th.as_tensor(
-            np.asarray(next_obs).reshape((e, *self.obs_shape)), device=dev
-        )
-        self.actions[self.pos] = th.as_tensor(
-            np.asarray(action).reshape((e, self.action_dim)), device=dev
-        )
-        self.rewards[self.pos] = th.as_tensor(
-            np.asarray(reward, dtype=np.float32).reshape(e), device=dev
-        )
-        self.dones[self.pos] = th.as_tensor(
-            np.asarray(done, dtype=np.float32).reshape(e), device=dev
-        )
-        if self.handle_timeout_termination:
-            timeouts = np.array(
-                [info.get("TimeLimit.truncated", False) for info in infos], dtype=np.float32
-            )
-            self.timeouts[self.pos] = th.as_tensor(timeouts, device=dev)
-        self._advance()
-
-    def add_tensors(
-        self,
-        obs: th.Tensor,
-        next_obs: th.Tensor,
-        action: th.Tensor,
-        reward: th.Tensor,
-        terminated: th.Tensor,
-        truncated: th.Tensor,
-    ) -> None:
-        """Store one step of ``n_envs`` transitions given as tensors on the buffer's device.
-
-        The fused path: device-to-device copies and one tree kernel, no host sync.
-        ``dones = terminated | truncated`` and ``timeouts = truncated & ~terminated`` (as SB3's
-        ``TimeLimit.truncated``), so the sampled ``dones`` are the terminations.
-
-        :param obs: [n_envs, *obs_shape].
-        :param next_obs: [n_envs, *obs_shape], the true next observation (before any reset).
-        :param action: [n_envs] or [n_envs, action_dim].
-        :param reward: [n_envs].
-        :param terminated: [n_envs], bool or 0/1.
-        :param truncated: [n_envs], bool or 0/1.
-        """
-        fields = self._step_fields(obs, next_obs, action, reward, terminated, truncated)
-        for name, value in fields.items():
-            getattr(self, name)[self.pos].copy_(value)
-        self._advance()
-
-    def _step_fields(
-        self,
-        obs: th.Tensor,
-        next_obs: th.Tensor,
-        action: th.Tensor,
-        reward: th.Tensor,
-        terminated: th.Tensor,
-        truncated: th.Tensor,
-    ) -> dict[str, th.Tensor]:
-        """The storage fields of one step, each ``[n_envs, ...]`` in its storage's dtype."""
-        e = self.n_envs
-        term = terminated.reshape(e).bool()
-        trunc = truncated.reshape(e).bool()
-        fields = {
-            "observations": obs.reshape((e, *self.obs_shape)),
-            "next_observations": next_obs.reshape((e, *self.obs_shape)),
-            "actions": action.reshape((e, self.action_dim)),
-            "rewards": reward.reshape(e),
-            "dones": term | trunc,
-        }
-        if self.handle_timeout_termination:
-            fields["timeouts"] = trunc & ~term
-        return {k: v.to(getattr(self, k).dtype) for k, v in fields.items()}
-
-    def add_tensors_at(
-        self,
-        slot: th.Tensor,
-        obs: th.Tensor,
-        next_obs: th.Tensor,
-        action: th.Tensor,
-        reward: th.Tensor,
-        terminated: th.Tensor,
-        truncated: th.Tensor,
-    ) -> None:
-        """:meth:`add_tensors` at the step ``slot`` read on the device, then ``slot`` advanced
-        (modulo ``buffer_size``); the host's ``pos`` does not move (:meth:`advance_position`).
-
-        Nothing here reads host state that changes between steps, so a CUDA graph records it
-        once and each replay stores the next step (the fused rollout's graph does). CUDA only.
-
-        :param slot: int64 [1] on the buffer's device, the step to write (``pos`` before it).
-            The other arguments are those of :meth:`add_tensors`.
-        """
-        e = self.n_envs
-        inputs = {
-            "obs": obs,
-            "next_obs": next_obs,
-            "action": action,
-            "reward": reward,
-            "terminated": terminated,
-            "truncated": truncated,
-        }
-        store = getattr(self, "_step_store", None)  # absent in buffers pickled before it
-        if (
-            store is not None
-            and slot.device == self.observations.device
-            and inputs_fit(self, inputs)
-        ):
-            start = store(slot, inputs)  # one launch for every field (the loop below is a dozen)
-        else:
-            for name, value in self._step_fields(**inputs).items():
-                getattr(self, name).index_copy_(0, slot, value.unsqueeze(0))
-            start = getattr(self, "_fill_start", None)
-            if start is None or start.device != slot.device:
-                start = self._fill_start = th.zeros(1, dtype=th.int64, device=slot.device)
-            th.mul(slot, e, out=start)
-        self.tree.fill_range_at(start.data_ptr(), e)
-        slot.add_(1).remainder_(self.buffer_size)
-
     def reset(self) -> None:
         """Empty the buffer (storage is kept, priorities are cleared)."""
         super().reset()
@@ -441,23 +292,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _gather(
         self, idx: th.Tensor, weights: th.Tensor, env: VecNormalize | None
     ) -> PrioritizedReplayBufferSamples:
-        flat = self.buffer_size * self.n_envs
-        obs = self.observations.reshape(flat, *self.obs_shape)[idx]
-        next_obs = self.next_observations.reshape(flat, *self.obs_shape)[idx]
-        actions = self.actions.reshape(flat, self.action_dim)[idx]
-        dones = self.dones.reshape(flat)[idx]
-        if self.handle_timeout_termination:
-            dones = dones * (1.0 - self.timeouts.reshape(flat)[idx])
-        rewards = self.rewards.reshape(flat)[idx].reshape(-1, 1)
+        batch = FlatStorage(self).gather(idx)
+        obs, next_obs, rewards = batch.observations, batch.next_observations, batch.rewards
         if env is not None:
             obs = self.to_torch(self._normalize_obs(obs.cpu().numpy(), env))
             next_obs = self.to_torch(self._normalize_obs(next_obs.cpu().numpy(), env))
             rewards = self.to_torch(self._normalize_reward(rewards.cpu().numpy(), env))
         return PrioritizedReplayBufferSamples(
             observations=obs,
-            actions=actions,
+            actions=batch.actions,
             next_observations=next_obs,
-            dones=dones.reshape(-1, 1),
+            dones=batch.dones,
             rewards=rewards,
             weights=weights,
             indices=idx,
@@ -522,5 +367,6 @@ class BetaAnnealingCallback(BaseCallback):
     def _on_step(self) -> bool:
         buffer = getattr(self.model, "replay_buffer", None)
         if isinstance(buffer, PrioritizedReplayBuffer):
-            buffer.set_progress(min(1.0, max(0.0, self.model._current_progress_remaining)))
+            progress = self.model._current_progress_remaining  # noqa: SLF001 (SB3 has no getter)
+            buffer.set_progress(min(1.0, max(0.0, progress)))
         return True

@@ -9,7 +9,9 @@ sampled indices for the same seed and the same stored values.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,7 +33,7 @@ from agents.replay.tree_kernels import (
     WEIGHT_THREADS,
     tree_kernel_defines,
 )
-from gpu_trading_env.gpu.device import KernelLauncher, current_stream, load_module, require_cupy
+from gpu_runtime.device import KernelLauncher, current_stream, load_module, require_cupy
 
 __all__ = ["SumMinTree", "NumpySumMinTree", "CudaSumMinTree", "make_tree"]
 
@@ -314,6 +316,26 @@ class CudaSumMinTree(SumMinTree):
                         epsilon,
                         transform,
                     )
+
+    def status_tensor(self) -> Any:
+        """The verdict of the latest :meth:`update` on the device, as a torch view (no copy):
+        int64 [1], -1 when the update was accepted, else the first rejected position.
+
+        An update with ``check=False`` reports nowhere else: a caller that never waits (a
+        captured train step) folds this word into a flag of its own after each update."""
+        return self.to_torch(self._status)
+
+    @contextlib.contextmanager
+    def updates_forgotten_on_error(self) -> Iterator[None]:
+        """Updates issued in the block do not count when it raises: the update numbering, which
+        the kernels echo with their verdict, goes back to what it was (a failed graph capture,
+        whose kernels never ran)."""
+        seq = self._update_seq
+        try:
+            yield
+        except BaseException:
+            self._update_seq = seq
+            raise
 
     def _wait_verdict(self, seq: int, stream: int) -> int:
         """First bad position of update ``seq`` (-1: accepted), as soon as the GPU knows it.

@@ -2,7 +2,7 @@
 <agents.replay.prioritized_buffer.PrioritizedReplayBuffer.add_tensors_at>`: one kernel that writes
 every field of one vector step at a slot read on the device.
 
-``kernels/store_step.cu`` is launched through :class:`~gpu_trading_env.gpu.device.KernelLauncher`
+``kernels/store_step.cu`` is launched through :class:`~gpu_runtime.device.KernelLauncher`
 with the parameters of ``STORE_KERNEL_PARAMS`` (``tests/test_kernels_compile.py`` checks them
 against the source). It applies to the storage dtypes of a float32 observation space and a
 ``Discrete`` action space; :func:`storage_fits` and :func:`inputs_fit` say when, and the buffer
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch as th
 
-from gpu_trading_env.gpu.device import (
+from gpu_runtime.device import (
     I64,
     PTR,
     KernelLauncher,

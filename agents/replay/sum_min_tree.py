@@ -63,7 +63,7 @@ class SumMinTree:
 
     backend = "abstract"
     # Whether sample_into exists and update never waits for the host, so that a CUDA graph can
-    # record both (agents.captured_step).
+    # record both (agents.algorithm.captured_step).
     capturable = False
 
     def __init__(self, capacity: int, seed: int = 0) -> None:
@@ -83,7 +83,7 @@ class SumMinTree:
         """(k0, k1, c1, c2) for the next sample call; advances the call counter."""
         calls = self.sample_calls & _MASK64
         self.sample_calls += 1
-        # The same words as gpu_trading_env.gpu.philox.split_u64, in plain ints (no NumPy overhead).
+        # The same words as gpu_runtime.philox.split_u64, in plain ints (no NumPy overhead).
         return self.seed & 0xFFFFFFFF, self.seed >> 32, calls & 0xFFFFFFFF, calls >> 32
 
     @staticmethod

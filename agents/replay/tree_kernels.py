@@ -2,7 +2,7 @@
 
 ``kernels/segment_tree.cu`` is compiled with the geometry of :func:`tree_kernel_defines` (the one
 copy of those numbers) and launched by :class:`~agents.replay.segment_tree.CudaSumMinTree`
-through :class:`~gpu_trading_env.gpu.device.KernelLauncher` with the parameters of
+through :class:`~gpu_runtime.device.KernelLauncher` with the parameters of
 ``TREE_KERNEL_PARAMS``, which ``tests/test_kernel_interface.py`` checks against the source.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_trading_env.gpu.device import F64, I32, I64, PTR, U32, KernelParams
-from gpu_trading_env.gpu.philox import philox_stream_defines
+from gpu_runtime.device import F64, I32, I64, PTR, U32, KernelParams
+from gpu_runtime.philox import philox_stream_defines
 
 __all__ = [
     "KERNEL_FILE",

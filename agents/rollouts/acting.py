@@ -1,7 +1,7 @@
 """The fused rollout's greedy action: ``argmax_a Q(s, a)`` for every env, in as few launches as
 the network allows.
 
-For a :class:`~agents.policies.DuelingQNetwork`, ``Q(s, .) = V(s) + A(s, .) - mean A(s, .)``
+For a :class:`~agents.algorithm.policies.DuelingQNetwork`, ``Q(s, .) = V(s) + A(s, .) - mean A(s, .)``
 differs from the advantage ``A(s, .)`` by one constant per state, so the greedy action is the
 argmax of the advantage head: acting runs the shared trunk and the advantage head only, with no
 value head, no merged head weights and no mean. Rounding can only make two actions tie in one
@@ -17,14 +17,13 @@ runs on the float32 parameters, without copies.
 Other Q-networks act through their own forward: ``q_net(obs).argmax(dim=1)``.
 
 :class:`NumpyGreedy` is the same chain in NumPy, for one observation per network: the
-backtests' policy (:func:`agents.walkforward.greedy_batch_policy`), where torch's per-call
+backtests' policy (:func:`agents.pipelines.walkforward.greedy_batch_policy`), where torch's per-call
 overhead was most of a one-row forward.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,8 @@ import numpy as np
 import torch as th
 from torch import nn
 
-from agents.policies import DuelingQNetwork, aligned_width, run_chain
-from gpu_trading_env.gpu.device import (
+from agents.algorithm.policies import DuelingQNetwork, aligned_width, run_chain
+from gpu_runtime.device import (
     I64,
     PTR,
     KernelLauncher,
@@ -42,10 +41,9 @@ from gpu_trading_env.gpu.device import (
     current_stream,
     load_module,
 )
+from gpu_runtime.precision import Precision, check_precision, tf32_matmuls
 
-__all__ = ["ACT_PRECISIONS", "GreedyActor", "NumpyGreedy"]
-
-ACT_PRECISIONS = ("tf32", "fp32", "bf16")
+__all__ = ["GreedyActor", "NumpyGreedy"]
 
 CAST_KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "bf16_cast.cu"
 CAST_KERNEL_PARAMS: KernelParams = (
@@ -79,11 +77,8 @@ class GreedyActor:
     when the actor was built: :meth:`serves` tells whether that is still the network's.
     """
 
-    def __init__(self, q_net: nn.Module, precision: str) -> None:
-        if precision not in ACT_PRECISIONS:
-            raise ValueError(
-                f"precision = {precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
-            )
+    def __init__(self, q_net: nn.Module, precision: Precision) -> None:
+        check_precision("precision", precision)
         self.q_net = q_net
         self.precision = precision
         self.chain = _greedy_chain(q_net)
@@ -191,7 +186,7 @@ class GreedyActor:
 
     def _float_chain(self, obs: th.Tensor) -> th.Tensor:
         features = self.q_net.extract_features(obs, self.q_net.features_extractor)
-        with _tf32(self.precision != "fp32"):
+        with tf32_matmuls(self.precision != "fp32"):
             if self.precision == "bf16":  # bf16 without the kernel: autocast
                 with th.autocast(features.device.type, dtype=th.bfloat16):
                     return run_chain(self.chain, features).argmax(dim=1)
@@ -201,20 +196,8 @@ class GreedyActor:
         if self.precision == "bf16":
             with th.autocast(obs.device.type, dtype=th.bfloat16):
                 return self.q_net(obs).argmax(dim=1)
-        with _tf32(self.precision == "tf32"):
+        with tf32_matmuls(self.precision == "tf32"):
             return self.q_net(obs).argmax(dim=1)
-
-
-@contextlib.contextmanager
-def _tf32(allow: bool) -> Iterator[None]:
-    """``torch.backends.cuda.matmul.allow_tf32`` set for a block, restored after it: the
-    acting forward's precision must not leak into the training step's."""
-    previous = th.backends.cuda.matmul.allow_tf32
-    th.backends.cuda.matmul.allow_tf32 = allow
-    try:
-        yield
-    finally:
-        th.backends.cuda.matmul.allow_tf32 = previous
 
 
 def _storage(chain: list[tuple[th.Tensor, th.Tensor] | nn.Module]) -> list[int]:

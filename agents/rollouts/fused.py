@@ -19,16 +19,15 @@ The whole algorithm of one step, in order (see :meth:`FusedRollout.step`)::
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch as th
 
-from agents.rollouts.acting import ACT_PRECISIONS, GreedyActor
-from gpu_trading_env.gpu.device import (
+from agents.rollouts.acting import GreedyActor
+from gpu_runtime.cuda_graph import GraphRunner
+from gpu_runtime.device import (
     I64,
     PTR,
     KernelLauncher,
@@ -38,6 +37,7 @@ from gpu_trading_env.gpu.device import (
     load_module,
     require_cupy,
 )
+from gpu_runtime.precision import Precision, check_precision
 
 STATS_RING = 4096
 
@@ -187,7 +187,7 @@ class FusedRollout:
         model: Any,
         seed: int | None = None,
         stats_interval: int = 64,
-        act_precision: str = "tf32",
+        act_precision: Precision = "tf32",
         cuda_graph: bool = True,
     ) -> None:
         env = model.trading_env
@@ -214,18 +214,16 @@ class FusedRollout:
         self.generator = th.Generator(device=self.device)
         self.generator.manual_seed(int(seed if seed is not None else np.random.randint(2**31 - 1)))  # noqa: NPY002
         self.stats_interval = int(stats_interval)
-        if act_precision not in ACT_PRECISIONS:
-            raise ValueError(
-                f"act_precision = {act_precision!r} is invalid: allowed is 'tf32', 'fp32' or 'bf16'"
-            )
-        self.act_precision = act_precision
+        self.act_precision: Precision = check_precision("act_precision", act_precision)
         self._actor: GreedyActor | None = None
         self.ring = EpisodeRing(self.device)
         self.obs: th.Tensor = env.observe()
         self._steps = 0
         self.cuda_graph = bool(cuda_graph)
-        self._graph: dict[str, Any] | None = None
-        self._eager_steps = 0
+        # Two eager steps make every buffer view before the capture; they stay made when the
+        # graph is dropped, so a new capture needs no new warm-up.
+        self.runner = GraphRunner("the rollout step", "stepping eagerly", warmup_steps=2)
+        self._static: dict[str, Any] | None = None  # the graph's input and output tensors
 
     def _draw(
         self,
@@ -261,8 +259,20 @@ class FusedRollout:
             actor = self._actor = GreedyActor(self.model.q_net, self.act_precision)
         return actor(obs)
 
-    def _capture(self) -> None:
-        """Record act + env step + episode ring of one step in a CUDA graph.
+    @property
+    def captured(self) -> bool:
+        """Whether greedy steps replay a captured graph now."""
+        return self.runner.graph is not None
+
+    @property
+    def stores_in_graph(self) -> bool:
+        """Whether the captured graph writes the replay buffer too (``add_tensors_at``), so
+        nothing runs between replays but host counters."""
+        return self.captured and self._static is not None and "slot" in self._static
+
+    def _record(self) -> th.cuda.CUDAGraph:
+        """Record act + env step + episode ring of one step in a CUDA graph (the runner's
+        ``record``).
 
         The graph reads the observation from a static buffer and writes the step's results to
         static buffers; the random draws (same generator, same order as :meth:`act`) are part
@@ -277,9 +287,9 @@ class FusedRollout:
         cuda:1's legacy stream during a global capture: cudaErrorStreamCaptureInvalidated.
         """
         with th.cuda.device(self.device):
-            self._capture_on_device()
+            return self._record_on_device()
 
-    def _capture_on_device(self) -> None:
+    def _record_on_device(self) -> th.cuda.CUDAGraph:
         n, dev = self.num_envs, self.device
         g = {
             "obs": self.obs.clone(),
@@ -330,15 +340,17 @@ class FusedRollout:
                 info["_episode_return"], info["episode_return"], info["episode_length"]
             )
         g["out"] = (reward, terminated, truncated)
-        g["graph"] = graph
-        self._graph = g
+        self._static = g
+        return graph
 
     def release_graph(self) -> None:
         """Drop the captured step graph; the next greedy step captures a new one."""
-        self._graph = None
+        self.runner.release(warm_up_again=False)
+        self._static = None
 
     def _graph_step(self, epsilon: float) -> None:
-        g = self._graph
+        g = self._static
+        assert g is not None
         if self.obs is not g["obs"]:
             g["obs"].copy_(self.obs)
         if epsilon != g.get("eps_host"):
@@ -351,7 +363,7 @@ class FusedRollout:
         if not g["draws_inside"]:
             self._draw(self.num_envs, out_actions=g["rand"], out_coins=g["coin"])
         with th.cuda.device(self.device):  # replay on the env device's current stream
-            g["graph"].replay()
+            self.runner.replay()
         if stored:
             buffer.advance_position()
             g["slot_host"] = buffer.pos
@@ -369,20 +381,14 @@ class FusedRollout:
         steps replay a captured graph (returns None then); otherwise returns (rewards, done).
         """
         if self.cuda_graph and not random_only:
-            if self._graph is not None and self._graph["buffer"] is not self.model.replay_buffer:
-                self._graph = None  # recorded with another buffer's storage: capture anew
-            if self._graph is None and self._eager_steps >= 2:
-                try:
-                    self._capture()
-                except RuntimeError as err:  # a torch/CuPy combination that cannot capture
-                    warnings.warn(
-                        f"CUDA graph capture failed, stepping eagerly: {err}", stacklevel=2
-                    )
-                    self.cuda_graph = False
-            if self._graph is not None:
+            if self._static is not None and self._static["buffer"] is not self.model.replay_buffer:
+                self.release_graph()  # recorded with another buffer's storage: capture anew
+            if self.runner.ready(self._record):
                 self._graph_step(epsilon)
                 return None
-        self._eager_steps += 1
+        return self.runner.run_eager(lambda: self._eager_step(epsilon, random_only))
+
+    def _eager_step(self, epsilon: float, random_only: bool) -> tuple[th.Tensor, th.Tensor]:
         obs = self.obs
         action = self.act(obs, epsilon, random_only)
         new_obs, reward, terminated, truncated, info = self.env.step(action)
@@ -408,7 +414,6 @@ class FusedRollout:
         n_steps: int,
         callback: Any,
         learning_starts: int,
-        on_step: Callable[[], None] | None = None,
     ) -> tuple[int, int, bool]:
         """Run ``n_steps`` vector steps, advancing ``num_timesteps`` and the callbacks as SB3 does.
 
@@ -425,11 +430,7 @@ class FusedRollout:
             callback.update_locals({"self": model, "num_collected_steps": self._steps})
             if not callback.on_step():
                 return k + 1, n_episodes, False
-            model._update_current_progress_remaining(model.num_timesteps, model._total_timesteps)
-            if on_step is not None:
-                on_step()
-            else:
-                model._on_step()
+            model.after_rollout_step()
             if self._steps % self.stats_interval == 0:
                 n_episodes += self.drain_episode_stats()
         return n_steps, n_episodes, True

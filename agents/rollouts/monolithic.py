@@ -200,8 +200,7 @@ class MonolithicRollout:
             callback.update_locals({"self": model})
             if not callback.on_step():
                 return t + 1, False
-            model._update_current_progress_remaining(model.num_timesteps, model._total_timesteps)
-            model._on_step()
+            model.after_rollout_step()
         return n_steps, True
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_runtime.device import to_numpy
 from gpu_trading_env.core.config import (
     AUTORESET_CODES,
     EnvConfig,
@@ -31,7 +32,6 @@ from gpu_trading_env.core.state import (
     instrument_bounds,
     output_layout,
 )
-from gpu_trading_env.gpu.device import to_numpy
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from gpu_runtime.device import (
+    KernelLauncher,
+    current_stream,
+    load_module,
+    require_cupy,
+)
 from gpu_trading_env.backends.base import (
     Backend,
     CuriosityWeights,
@@ -25,12 +31,6 @@ from gpu_trading_env.core.config import FLOAT_PARAMS, INT_PARAMS, kernel_defines
 from gpu_trading_env.core.constants import BLOCK, CURIOSITY_MAX_HIDDEN, N_CATEGORIES
 from gpu_trading_env.core.kernel_interface import ENV_KERNEL_PARAMS, launcher_kind
 from gpu_trading_env.core.state import OUTPUT_FIELDS, STATE_FIELDS, StepOutputs, output_layout
-from gpu_trading_env.gpu.device import (
-    KernelLauncher,
-    current_stream,
-    load_module,
-    require_cupy,
-)
 
 
 def _address(arr: Any) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_runtime.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 from gpu_trading_env.core.constants import (
     BARRIER_ARMED,
     BARRIER_FIRED,
@@ -37,7 +38,6 @@ from gpu_trading_env.core.constants import (
     WAIT_TRUNCATED,
 )
 from gpu_trading_env.core.state import EnvState, StepOutputs, allocate_outputs
-from gpu_trading_env.gpu.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 
 
 @dataclass(frozen=True)

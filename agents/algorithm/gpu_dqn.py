@@ -8,22 +8,17 @@ Gymnasium env works too. On a CUDA trading env ``collect_rollouts`` hands the st
 own loop runs through the adapter.
 
 This module holds the algorithm: its options, acting, the rollout and train-step dispatch, and
-the eager gradient step. The rest lives beside it: the target and loss in ``agents.dqn_loss``,
-the captured gradient step in ``agents.captured_step``, curiosity rounds in
-``agents.curiosity_training``, env wrapping and atomic saves in ``agents.sb3_integration``.
+the eager gradient step. The rest lives beside it: the target and loss in ``agents.algorithm.dqn_loss``,
+the captured gradient step in ``agents.algorithm.captured_step``, curiosity rounds in
+``agents.algorithm.curiosity_training``, env wrapping and atomic saves in ``agents.algorithm.sb3_integration``.
 """
 
 from __future__ import annotations
 
-import io
-import pathlib
-import warnings
-from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer
@@ -41,16 +36,25 @@ from stable_baselines3.common.type_aliases import (
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.dqn.policies import DQNPolicy
 
-from agents.curiosity import CuriosityModel, check_positive_ints
-from agents.curiosity_training import CuriosityTraining, curiosity_layout
-from agents.distributed import DataParallel, DataParallelMixin
-from agents.dqn_loss import td_target, weighted_td_loss
-from agents.hyperparameters import check_dqn_hyperparameters, check_finite_observation
-from agents.model_files import WeightsOnlyFiles
-from agents.policies import DuelingDQNPolicy
+from agents.algorithm.curiosity import CuriosityModel, check_positive_ints
+from agents.algorithm.curiosity_training import CuriosityTraining, curiosity_layout
+from agents.algorithm.distributed import DataParallel, DataParallelMixin
+from agents.algorithm.dqn_loss import td_target, weighted_td_loss
+from agents.algorithm.exploration import PerEnvEpsilonGreedy
+from agents.algorithm.gpu_dqn_files import GpuDQNFiles
+from agents.algorithm.hyperparameters import (
+    ROLLOUT_KERNELS,
+    check_choice,
+    check_dqn_hyperparameters,
+    check_flag,
+    replay_buffer_arguments,
+)
+from agents.algorithm.policies import DuelingDQNPolicy
+from agents.algorithm.sb3_integration import find_trading_env, make_eval_env, wrap_env
+from agents.algorithm.target_update import TargetNetworkUpdate
 from agents.replay.device_buffer import DeviceReplayBuffer
-from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
-from agents.sb3_integration import find_trading_env, make_eval_env, wrap_env
+from agents.rollouts.selection import build_rollout
+from gpu_runtime.precision import PrecisionSetting, check_precision, resolve_precision
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -58,28 +62,12 @@ __all__ = ["GpuDQN"]
 
 SelfGpuDQN = TypeVar("SelfGpuDQN", bound="GpuDQN")
 
-PER_DEFAULTS: dict[str, float] = {"alpha": 0.6, "beta": 0.4, "epsilon": 1e-6}
-
 # Modules whose forward depends on training mode.
-MODE_DEPENDENT = (th.nn.modules.dropout._DropoutNd, th.nn.modules.batchnorm._NormBase)
+# torch names no public base class of the dropout and normalisation layers.
+MODE_DEPENDENT = (th.nn.modules.dropout._DropoutNd, th.nn.modules.batchnorm._NormBase)  # noqa: SLF001
 
 
-def _polyak(online: Sequence[th.Tensor], target: Sequence[th.Tensor], tau: float) -> None:
-    """SB3's ``polyak_update`` (``target = target * (1 - tau) + tau * online``, in place, the
-    same two roundings), as two multi-tensor operations; ``tau == 1`` (a hard update) as one
-    multi-tensor copy, the same values for a finite target."""
-    if len(online) != len(target):
-        raise ValueError(f"{len(online)} online tensors and {len(target)} target tensors differ")
-    if not target:
-        return
-    if tau == 1.0:
-        th._foreach_copy_(target, online)
-    else:
-        th._foreach_mul_(target, 1 - tau)
-        th._foreach_add_(target, online, alpha=tau)
-
-
-class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
+class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
     """Deep Q-Network with prioritized replay, double-DQN targets and a dueling policy.
 
     Differences from SB3's ``DQN`` (all other arguments and behaviour are SB3's):
@@ -107,17 +95,17 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
       with ``fused_rollout=True``, ``collect_rollouts`` runs ``agents.rollouts.fused.FusedRollout``.
     - On a CUDA device with the prioritized buffer and Adam (``captured_train=True``), each
       gradient step of :meth:`train` is one CUDA graph replay
-      (:class:`~agents.captured_step.CapturedTrainStep`); elsewhere the eager loop runs.
+      (:class:`~agents.algorithm.captured_step.CapturedTrainStep`); elsewhere the eager loop runs.
     - ``distributed=True``: data-parallel over the ranks of a ``torch.distributed`` process
       group (initialised by the caller, as for DDP; ``torchrun`` sets it up), one rank per
       GPU, each with its own env shard and replay buffer; gradients are averaged every step,
       counters count the env-steps of all ranks, only rank 0 logs and saves
-      (:mod:`agents.distributed`, docs/SCALING.md).
+      (:mod:`agents.algorithm.distributed`, docs/SCALING.md).
 
     - Files: :meth:`save` / :meth:`load` and the replay-buffer pair write and read a
-      weights-only format (tensors and JSON with checksums, :mod:`agents.model_files`); SB3's
+      weights-only format (tensors and JSON with checksums, :mod:`agents.files.model_files`); SB3's
       pickle-based files load only with ``allow_pickle=True``. :meth:`save_checkpoint` /
-      :meth:`load_checkpoint` resume a run exactly (:mod:`agents.checkpoint`).
+      :meth:`load_checkpoint` resume a run exactly (:mod:`agents.files.checkpoint`).
 
     Policies: ``"MlpPolicy"`` (SB3's), ``"CnnPolicy"``, ``"MultiInputPolicy"`` and
     ``"DuelingPolicy"`` (:class:`~agents.DuelingDQNPolicy`, the recommended one).
@@ -140,7 +128,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
     :param curiosity_learning_rate: Adam learning rate of the curiosity model.
     :param fused_rollout: Use the fused GPU rollout when the env allows it.
     :param captured_train: Run the gradient steps as CUDA graph replays where that applies
-        (see :func:`~agents.captured_step.captured_train_unsupported`); ``False``: always eager.
+        (see :func:`~agents.algorithm.captured_step.captured_train_unsupported`); ``False``: always eager.
     :param train_precision: Matrix products of the captured step: ``"bf16"`` (bfloat16
         autocast of the forwards; target and loss in float32), ``"tf32"`` (tensor cores),
         ``"fp32"`` (exact float32, as the eager path under torch's defaults) or ``"auto"`` (the
@@ -208,31 +196,15 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         fused_rollout: bool = True,
         rollout_kernel: str = "fused",
         captured_train: bool = True,
-        train_precision: str = "auto",
+        train_precision: PrecisionSetting = "auto",
         compile_train: bool = True,
         distributed: bool = False,
         process_group: Any = None,
         _init_setup_model: bool = True,
     ) -> None:
-        if replay_buffer_class is None:
-            replay_buffer_class = PrioritizedReplayBuffer
-        replay_buffer_kwargs = dict(replay_buffer_kwargs or {})
-        if issubclass(replay_buffer_class, PrioritizedReplayBuffer):
-            for key, value in PER_DEFAULTS.items():
-                replay_buffer_kwargs.setdefault(key, value)
-        if n_steps != 1 and issubclass(replay_buffer_class, PrioritizedReplayBuffer):
-            # SB3 would warn and train on one-step returns: refuse rather than drop the value.
-            raise ValueError(
-                f"n_steps = {n_steps!r} is invalid with PrioritizedReplayBuffer, which stores "
-                "one-step transitions: allowed is 1"
-            )
-        if replay_buffer_kwargs.get("handle_timeout_termination", True) is False:
-            warnings.warn(
-                "replay_buffer_kwargs['handle_timeout_termination'] = False: time-limit "
-                "truncations will be treated as terminal and the TD target will stop "
-                "bootstrapping at them",
-                stacklevel=2,
-            )
+        replay_buffer_class, replay_buffer_kwargs = replay_buffer_arguments(
+            replay_buffer_class, replay_buffer_kwargs, n_steps
+        )
         check_dqn_hyperparameters(
             learning_rate=learning_rate,
             gamma=gamma,
@@ -291,26 +263,12 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         self.curiosity_gradient_steps = curiosity_gradient_steps
         self.curiosity_learning_rate = curiosity_learning_rate
         self.fused_rollout = bool(fused_rollout)
-        if rollout_kernel not in ("fused", "monolithic"):
-            raise ValueError(
-                f"rollout_kernel = {rollout_kernel!r} is invalid: allowed is 'fused' or 'monolithic'"
-            )
-        self.rollout_kernel = rollout_kernel
+        self.rollout_kernel = check_choice("rollout_kernel", rollout_kernel, ROLLOUT_KERNELS)
         self.captured_train = bool(captured_train)
-        if train_precision not in ("auto", "bf16", "tf32", "fp32"):
-            raise ValueError(
-                f"train_precision = {train_precision!r} is invalid: allowed is 'auto', 'bf16', "
-                "'tf32' or 'fp32'"
-            )
-        self.train_precision = train_precision
-        if not isinstance(compile_train, bool):
-            raise TypeError(
-                f"compile_train = {compile_train!r} is invalid: allowed is True or False"
-            )
-        self.compile_train = compile_train
+        self.train_precision = check_precision("train_precision", train_precision, allow_auto=True)
+        self.compile_train = check_flag("compile_train", compile_train)
         self._mode_free: tuple[Any, bool] = (None, False)  # (policy, no mode-dependent module)
-        # (q_net, q_net_target, their parameter lists): see _target_pairs.
-        self._target_lists: tuple[Any, ...] = (None, None, [], [])
+        self._target_update = TargetNetworkUpdate()
         self._captured_step: Any = None
         self._captured_unsupported: tuple | None = None
         self._fused_rollout: Any = None
@@ -344,7 +302,10 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         self._fused_rollout = None
         self._restore_curiosity_weights()
 
-    def _uses_fused_rollout(self, env: VecEnv) -> bool:
+    def uses_fused_rollout(self, env: VecEnv) -> bool:
+        """Whether :meth:`collect_rollouts` on ``env`` runs the device rollout (:attr:`rollout`)
+        rather than SB3's loop: a CUDA trading env under nothing but the adapter, with
+        ``fused_rollout=True`` and a buffer that takes device tensors."""
         te = self.trading_env
         return (
             self.fused_rollout
@@ -374,60 +335,6 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             )
             self._curiosity = CuriosityTraining(self, self._curiosity_categories)
 
-    # ------------------------------------------------------------------ acting
-    def _random_actions(self, n: int) -> np.ndarray:
-        space = self.action_space
-        assert isinstance(space, spaces.Discrete)
-        return (int(space.start) + space.np_random.integers(int(space.n), size=n)).astype(np.int64)
-
-    def predict(
-        self,
-        observation: np.ndarray | dict[str, np.ndarray],
-        state: tuple[np.ndarray, ...] | None = None,
-        episode_start: np.ndarray | None = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        """Epsilon-greedy actions with an independent coin per env.
-
-        :param observation: ``[N, *obs_shape]`` (or one observation).
-        :param state: Unused (no recurrent policies).
-        :param episode_start: Unused.
-        :param deterministic: Greedy actions only.
-        :return: ``(actions [N] int64, state)``.
-        :raises ValueError: on a NaN or infinite observation value (the network's argmax of NaN
-            Q-values is action 0, an answer that looks valid).
-        """
-        check_finite_observation(observation)
-        if deterministic or self.exploration_rate <= 0.0:
-            return self.policy.predict(observation, state, episode_start, deterministic=True)
-        if not self.policy.is_vectorized_observation(observation) or isinstance(observation, dict):
-            return super().predict(observation, state, episode_start, deterministic)
-        n = np.asarray(observation).shape[0]
-        # The action space's generator is the one SB3 seeds (``set_random_seed``).
-        explore = self.action_space.np_random.random(n) < self.exploration_rate
-        if explore.all():
-            return self._random_actions(n), state
-        actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
-        actions = np.array(actions, dtype=np.int64, copy=True).reshape(n)
-        k = int(explore.sum())
-        if k:
-            actions[explore] = self._random_actions(k)
-        return actions, state
-
-    def _sample_action(
-        self,
-        learning_starts: int,
-        action_noise: ActionNoise | None = None,
-        n_envs: int = 1,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Uniform actions during warm-up, then :meth:`predict`; ``(env action, buffer action)``."""
-        if self.num_timesteps < learning_starts:
-            action = self._random_actions(n_envs)
-        else:
-            assert self._last_obs is not None, "self._last_obs was not set"
-            action, _ = self.predict(self._last_obs, deterministic=False)  # type: ignore[arg-type]
-        return action, action
-
     def collect_rollouts(
         self,
         env: VecEnv,
@@ -445,7 +352,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         between the callback's ``on_rollout_start`` and ``on_rollout_end`` as SB3's loop does;
         episodes it reports are added to ``_episode_num`` unless it counted them itself.
         """
-        if not self._uses_fused_rollout(env):
+        if not self.uses_fused_rollout(env):
             return super().collect_rollouts(
                 env,
                 callback,
@@ -461,18 +368,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
                 "allowed is 'step'"
             )
         if self._fused_rollout is None:
-            # Imported here so the CPU path never loads CuPy or compiles kernels.
-            if self.rollout_kernel == "monolithic":
-                from agents.rollouts.monolithic import MonolithicRollout
-
-                self._fused_rollout = MonolithicRollout(self, seed=self.seed or 0)
-            else:
-                from agents.captured_step import resolve_precision
-                from agents.rollouts.fused import FusedRollout
-
-                cuda = self.device.type == "cuda"
-                bf16 = cuda and resolve_precision(self.train_precision, self.device) == "bf16"
-                self._fused_rollout = FusedRollout(self, act_precision="bf16" if bf16 else "tf32")
+            self._fused_rollout = build_rollout(self, self.rollout_kernel, self.train_precision)
             pending = self._pending_rollout_generator  # a resumed checkpoint's exploration stream
             generator = getattr(self._fused_rollout, "generator", None)
             if pending is not None and isinstance(generator, th.Generator):
@@ -532,7 +428,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         Logs ``train/loss``, ``train/mean_td_error``, ``train/per_beta`` (prioritized buffer)
         and ``train/curiosity_loss`` (curiosity rounds). The statistics reach the host once per
         call, not once per gradient step; on the captured path
-        (:class:`~agents.captured_step.CapturedTrainStep`) once every 64 calls.
+        (:class:`~agents.algorithm.captured_step.CapturedTrainStep`) once every 64 calls.
         """
         self.set_training_mode(True)
         step = self._captured_train_step()
@@ -575,35 +471,64 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         if self.data_parallel is not None:
             env_steps *= self.data_parallel.world_size
         if self._n_calls % max(self.target_update_interval // env_steps, 1) == 0:
-            online, target = self._target_pairs()
-            with th.no_grad():
-                _polyak(online, target, self.tau)
-                _polyak(self.batch_norm_stats, self.batch_norm_stats_target, 1.0)
+            self._target_update(
+                self.q_net,
+                self.q_net_target,
+                self.tau,
+                self.batch_norm_stats,
+                self.batch_norm_stats_target,
+            )
         self.exploration_rate = self.exploration_schedule(self._current_progress_remaining)
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
-    def _target_pairs(self) -> tuple[list[th.Tensor], list[th.Tensor]]:
-        """The online and target networks' parameter lists, walked once per pair of networks:
-        the module walk of ``parameters()`` took longer on the host than a vector step on the
-        GPU where the target is updated every few steps."""
-        cached = self._target_lists
-        if cached[0] is not self.q_net or cached[1] is not self.q_net_target:
-            online, target = list(self.q_net.parameters()), list(self.q_net_target.parameters())
-            cached = self._target_lists = (self.q_net, self.q_net_target, online, target)
-        return cached[2], cached[3]
+    def after_rollout_step(self) -> None:
+        """SB3's bookkeeping after one vector step of ``collect_rollouts``, once the callback
+        has run: the progress remaining (from ``num_timesteps``), then :meth:`_on_step` (target
+        network, exploration rate). The rollouts of :mod:`agents.rollouts` step outside SB3's
+        loop and call it."""
+        self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
+        self._on_step()
+
+    @property
+    def progress_remaining(self) -> float:
+        """SB3's training progress remaining: 1 at the start of ``learn``, 0 at its end (the
+        schedules of the learning rate, exploration and beta read it)."""
+        return float(self._current_progress_remaining)
+
+    def queue_rollout_generator_state(self, state: th.Tensor | None) -> None:
+        """The state the device rollout's exploration generator starts from when it is next
+        built (a resumed checkpoint's stream); ``None``: a fresh seed, as usual."""
+        self._pending_rollout_generator = state
+
+    @property
+    def captured_train_step(self) -> Any:
+        """The :class:`~agents.algorithm.captured_step.CapturedTrainStep` that ran the last
+        :meth:`train` call (its ``graph``, ``graph_failed``, ``precision``, ``read_stats()``),
+        or ``None`` while training runs eagerly."""
+        return self._captured_step
+
+    @property
+    def rollout(self) -> Any:
+        """The device rollout that collects on a CUDA trading env
+        (:class:`~agents.rollouts.fused.FusedRollout` or
+        :class:`~agents.rollouts.monolithic.MonolithicRollout`), or ``None`` before the first
+        such collection and on SB3's own loop."""
+        return self._fused_rollout
+
+    @rollout.setter
+    def rollout(self, rollout: Any) -> None:
+        """Collect through ``rollout`` (one built with other settings, say) from the next
+        :meth:`collect_rollouts` on; ``None``: build the default one again."""
+        self._fused_rollout = rollout
 
     def _captured_train_step(self) -> Any:
-        """The :class:`~agents.captured_step.CapturedTrainStep` when it applies, else None."""
+        """The :class:`~agents.algorithm.captured_step.CapturedTrainStep` when it applies, else None."""
         if not self.captured_train:
             return None
         step = self._captured_step
         if step is not None and step.is_current():
             return step
-        from agents.captured_step import (
-            CapturedTrainStep,
-            captured_train_unsupported,
-            resolve_precision,
-        )
+        from agents.algorithm.captured_step import CapturedTrainStep, captured_train_unsupported
 
         # A step replaced while its Adam is in use (a new buffer) saves as the same plain Adam.
         reuse = step is not None and step.optimizer is self.policy.optimizer
@@ -720,111 +645,3 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             release()
         if self.device.type == "cuda":
             th.cuda.synchronize(self.device)
-
-    def get_parameters(self) -> dict[str, dict]:
-        """SB3's parameters; the captured step's Adam is saved as the plain Adam it replaced."""
-        params = super().get_parameters()
-        step = self._captured_step
-        if step is not None and self.policy.optimizer is step.optimizer:
-            from agents.captured_step import plain_optimizer_state
-
-            params["policy.optimizer"] = plain_optimizer_state(
-                params["policy.optimizer"], step.plain_flags
-            )
-        return params
-
-    # ------------------------------------------------------------------ saving
-    # save, save_replay_buffer and their load counterparts: WeightsOnlyFiles (agents.model_files).
-    def load_replay_buffer(
-        self,
-        path: str | pathlib.Path | io.BufferedIOBase,
-        truncate_last_traj: bool = True,
-        allow_pickle: bool = False,
-    ) -> None:
-        """:meth:`WeightsOnlyFiles.load_replay_buffer`; then the saved curiosity weights go back
-        into the env."""
-        super().load_replay_buffer(path, truncate_last_traj, allow_pickle=allow_pickle)
-        self._restore_curiosity_weights()
-
-    @classmethod
-    def load(  # type: ignore[override]
-        cls: type[SelfGpuDQN],
-        path: str | pathlib.Path | io.BufferedIOBase,
-        env: GymEnv | GymVectorEnv | None = None,
-        device: th.device | str = "auto",
-        custom_objects: dict[str, Any] | None = None,
-        print_system_info: bool = False,
-        force_reset: bool = True,
-        allow_pickle: bool = False,
-        **kwargs: Any,
-    ) -> SelfGpuDQN:
-        """:meth:`WeightsOnlyFiles.load`; with ``env`` given, the saved curiosity weights go back
-        into it."""
-        model = super().load(
-            path,
-            env=env,
-            device=device,
-            custom_objects=custom_objects,
-            print_system_info=print_system_info,
-            force_reset=force_reset,
-            allow_pickle=allow_pickle,
-            **kwargs,
-        )
-        model._restore_curiosity_weights()
-        return model
-
-    def save_checkpoint(self, path: str | pathlib.Path) -> pathlib.Path:
-        """Write a checkpoint into the folder ``path`` (:mod:`agents.checkpoint`): model, replay
-        buffer, env state and every random generator, from which :meth:`load_checkpoint` and
-        ``learn(model.remaining_timesteps, reset_num_timesteps=False)`` continue this run as if
-        it had not stopped. Call it between ``learn`` calls, or use
-        :class:`~agents.checkpoint.CheckpointEvery` during one.
-
-        :return: The folder.
-        """
-        from agents.checkpoint import save_checkpoint
-
-        return save_checkpoint(self, path)
-
-    @classmethod
-    def load_checkpoint(
-        cls: type[SelfGpuDQN],
-        path: str | pathlib.Path,
-        env: GymEnv | GymVectorEnv | None = None,
-        device: th.device | str = "auto",
-        **kwargs: Any,
-    ) -> SelfGpuDQN:
-        """The model of a checkpoint written by :meth:`save_checkpoint` or
-        :class:`~agents.checkpoint.CheckpointEvery` (``path``: its folder, or the folder of a
-        run's checkpoints: the newest complete one), with its replay buffer; the env's state goes
-        into ``env`` (same settings and number of envs) and the process's random generators
-        are set as they were (:func:`agents.checkpoint.load_checkpoint`)."""
-        from agents.checkpoint import load_checkpoint
-
-        return load_checkpoint(cls, path, env=env, device=device, **kwargs)
-
-    @property
-    def remaining_timesteps(self) -> int:
-        """Env steps left of the last ``learn``'s ``total_timesteps`` (0 when it finished):
-        ``learn(model.remaining_timesteps, reset_num_timesteps=False)`` finishes a resumed run."""
-        return max(int(self._total_timesteps) - int(self.num_timesteps), 0)
-
-    def _excluded_save_params(self) -> list[str]:
-        return [
-            *super()._excluded_save_params(),
-            "trading_env",
-            "curiosity_model",
-            "_curiosity",
-            "_fused_rollout",
-            "_captured_step",
-            "_captured_unsupported",
-            "_mode_free",
-            "_target_lists",
-            "_pending_rollout_generator",
-        ]
-
-    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        state_dicts, variables = super()._get_torch_save_params()
-        if self.curiosity_model is not None:
-            state_dicts = [*state_dicts, "curiosity_model", "curiosity_model.optimizer"]
-        return state_dicts, variables

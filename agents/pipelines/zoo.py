@@ -201,7 +201,7 @@ def run_one(
     :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
     """
     from agents.cli.train import CPU_DEFAULTS, train_settings
-    from agents.walkforward import train_selected
+    from agents.pipelines.walkforward import train_selected
     from gpu_trading_env.reports.backtest import backtest, exposure_policy
     from gpu_trading_env.reports.metrics import bars_per_year, sharpe_difference_interval
 

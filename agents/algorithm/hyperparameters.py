@@ -1,4 +1,5 @@
-"""The checks of GpuDQN's numeric hyperparameters, in one place, before anything is built.
+"""The checks of GpuDQN's options, in one place: numbers before anything is built, choices and
+the prioritized buffer's arguments.
 
 SB3 accepted ``gamma=2.0``, ``tau=5.0`` and ``exploration_final_eps=-1``, failed late (inside
 ``learn``) on ``gamma=nan``, and met ``train_freq=0`` with a bare ``AssertionError``.
@@ -7,12 +8,75 @@ SB3 accepted ``gamma=2.0``, ``tau=5.0`` and ``exploration_final_eps=-1``, failed
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from stable_baselines3.common.buffers import ReplayBuffer
 
-__all__ = ["check_dqn_hyperparameters", "check_finite_observation"]
+from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
+
+__all__ = [
+    "PER_DEFAULTS",
+    "ROLLOUT_KERNELS",
+    "check_choice",
+    "check_dqn_hyperparameters",
+    "check_finite_observation",
+    "check_flag",
+    "replay_buffer_arguments",
+]
+
+PER_DEFAULTS: dict[str, float] = {"alpha": 0.6, "beta": 0.4, "epsilon": 1e-6}
+ROLLOUT_KERNELS = ("fused", "monolithic")
+
+
+def replay_buffer_arguments(
+    replay_buffer_class: type[ReplayBuffer] | None,
+    replay_buffer_kwargs: dict[str, Any] | None,
+    n_steps: int,
+) -> tuple[type[ReplayBuffer], dict[str, Any]]:
+    """GpuDQN's buffer class and arguments: :class:`~agents.PrioritizedReplayBuffer` by default,
+    with :data:`PER_DEFAULTS` where not given.
+
+    :raises ValueError: for ``n_steps != 1`` with the prioritized buffer (SB3 would warn and
+        train on one-step returns: refused rather than the value dropped).
+    :warns UserWarning: for ``handle_timeout_termination=False`` (truncations become terminal).
+    """
+    if replay_buffer_class is None:
+        replay_buffer_class = PrioritizedReplayBuffer
+    kwargs = dict(replay_buffer_kwargs or {})
+    if issubclass(replay_buffer_class, PrioritizedReplayBuffer):
+        for key, value in PER_DEFAULTS.items():
+            kwargs.setdefault(key, value)
+    if n_steps != 1 and issubclass(replay_buffer_class, PrioritizedReplayBuffer):
+        raise ValueError(
+            f"n_steps = {n_steps!r} is invalid with PrioritizedReplayBuffer, which stores "
+            "one-step transitions: allowed is 1"
+        )
+    if kwargs.get("handle_timeout_termination", True) is False:
+        warnings.warn(
+            "replay_buffer_kwargs['handle_timeout_termination'] = False: time-limit "
+            "truncations will be treated as terminal and the TD target will stop "
+            "bootstrapping at them",
+            stacklevel=3,
+        )
+    return replay_buffer_class, kwargs
+
+
+def check_choice(field: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """``value`` when it is one of ``allowed``; else a ValueError naming the field."""
+    if not isinstance(value, str) or value not in allowed:
+        names = ", ".join(repr(a) for a in allowed[:-1]) + f" or {allowed[-1]!r}"
+        raise ValueError(f"{field} = {value!r} is invalid: allowed is {names}")
+    return value
+
+
+def check_flag(field: str, value: Any) -> bool:
+    """``value`` when it is a bool; else a TypeError naming the field."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{field} = {value!r} is invalid: allowed is True or False")
+    return value
 
 
 def _is_int(x: Any) -> bool:

@@ -40,7 +40,7 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnvWrapper, VecMonitor
 
-from agents.safe_archive import (
+from agents.files.safe_archive import (
     ARRAYS,
     ArchiveError,
     decode,
@@ -50,10 +50,9 @@ from agents.safe_archive import (
     tensors_to_bytes,
     write_archive,
 )
-from agents.sb3_integration import find_trading_env
+from gpu_runtime.device import to_numpy
 from gpu_trading_env.atomic_file import atomic_write
 from gpu_trading_env.core.state import STATE_FIELDS
-from gpu_trading_env.gpu.device import to_numpy
 
 __all__ = ["CheckpointEvery", "checkpoint_extra", "load_checkpoint", "save_checkpoint"]
 
@@ -100,7 +99,7 @@ def run_state(model: Any) -> dict[str, Any]:
         "env": None,
         "monitor": None,
     }
-    generator = getattr(model._fused_rollout, "generator", None)
+    generator = getattr(model.rollout, "generator", None)
     if isinstance(generator, th.Generator):
         state["rollout_generator"] = generator.get_state()
     for venv in _vec_envs(model.env):
@@ -111,7 +110,7 @@ def run_state(model: Any) -> dict[str, Any]:
                 "episode_count": int(venv.episode_count),
             }
             break
-    trading = find_trading_env(model.env)
+    trading = model.trading_env
     if trading is not None:
         backend = trading.backend
         state["env"] = {
@@ -136,7 +135,7 @@ def _set_bit_generator(owner: Any, saved: Any, what: str) -> None:
 def restore_run_state(model: Any, state: dict[str, Any], where: str) -> None:
     """Put ``state`` (from :func:`run_state`) back into ``model``, its env and this process."""
     saved_env = state["env"]
-    trading = find_trading_env(model.env)
+    trading = model.trading_env
     if saved_env is not None and trading is not None:
         if int(saved_env["num_envs"]) != int(trading.num_envs):
             raise ArchiveError(
@@ -184,7 +183,7 @@ def restore_run_state(model: Any, state: dict[str, Any], where: str) -> None:
             th.cuda.set_rng_state(rng, index)
     _set_bit_generator(model.action_space, state["action_space"], f"{where}: action space")
     _set_bit_generator(model.observation_space, state["observation_space"], f"{where}: obs space")
-    model._pending_rollout_generator = state["rollout_generator"]
+    model.queue_rollout_generator_state(state["rollout_generator"])
 
 
 def _as_tuples(value: Any) -> Any:
@@ -198,7 +197,7 @@ def _as_tuples(value: Any) -> Any:
 def save_checkpoint(model: Any, folder: str | pathlib.Path, extra: Any = None) -> pathlib.Path:
     """Write a checkpoint of ``model`` into ``folder`` (created; its checkpoint files replaced).
 
-    :param extra: Anything :func:`agents.safe_archive.encode` holds (numbers, strings, lists,
+    :param extra: Anything :func:`agents.files.safe_archive.encode` holds (numbers, strings, lists,
         dicts, tensors, arrays), read back with :func:`checkpoint_extra`: e.g. a callback's state.
     :return: ``folder``.
     """

@@ -74,6 +74,31 @@ CLASS_MODULE_PREFIXES = (
     "torch.optim",
 )
 
+# Where modules of the project went when agents/ was sorted into rooms: files written before
+# name a class by its old module (``agents.policies:DuelingDQNPolicy``) and still load.
+MOVED_MODULES = {
+    **{
+        f"agents.{m}": f"agents.algorithm.{m}"
+        for m in (
+            "captured_step",
+            "curiosity",
+            "curiosity_training",
+            "distributed",
+            "dqn_loss",
+            "gpu_dqn",
+            "hyperparameters",
+            "policies",
+            "sb3_integration",
+            "sb3_per",
+        )
+    },
+    **{
+        f"agents.{m}": f"agents.pipelines.{m}"
+        for m in ("baseline_policies", "progress", "sweep", "train_settings", "walkforward", "zoo")
+    },
+    **{f"agents.{m}": f"agents.files.{m}" for m in ("checkpoint", "model_files", "safe_archive")},
+}
+
 # What a class named in an archive must derive from: a file then chooses among networks,
 # optimizers and buffers, whose construction only allocates (a policy_class that writes files
 # on construction, say, cannot be smuggled in).
@@ -177,6 +202,7 @@ def _import_class(name: str, bases: tuple[type, ...] | None = None) -> type:
     ``bases`` is None, only a subclass of ``bases`` (default :data:`CLASS_BASES`)."""
     allowed_modules = CLASS_MODULE_PREFIXES
     module_name, _, qualname = name.partition(":")
+    module_name = MOVED_MODULES.get(module_name, module_name)
     if not qualname or not any(
         module_name == p.rstrip(".") or module_name.startswith(p) for p in allowed_modules
     ):

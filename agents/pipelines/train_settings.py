@@ -30,7 +30,7 @@ class TrainSettings:
     curiosity: bool = False
     train_precision: str = "auto"  # the captured GPU train step's matrix products
     # Keep the network only where it beats the best parameter-free policy on validation
-    # (agents.baseline_policies); False keeps the best snapshot whatever it earned.
+    # (agents.pipelines.baseline_policies); False keeps the best snapshot whatever it earned.
     fallback: bool = True
     # Dueling network: trunk [w, w], value and advantage heads [w / 2]; 0: no hidden layers. 64
     # fitted the zoo's edges out of sample where 256 fitted the training bars' noise
@@ -41,7 +41,7 @@ class TrainSettings:
     # docs/PERFORMANCE.md, "Figures behind choices in the code").
     weight_decay: float = 0.1
     # Factor on the rewards in the TD target (GpuDQN's reward_scale); None: one over the standard
-    # deviation of the training bars' returns (agents.walkforward.auto_reward_scale), so that a
+    # deviation of the training bars' returns (agents.pipelines.walkforward.auto_reward_scale), so that a
     # bar's reward at full exposure is of order 1 whatever the market's volatility.
     reward_scale: float | None = None
     verbose: int = 0

@@ -2,7 +2,7 @@
 
 Both take Q-values, not networks, so each caller runs its forward passes as it likes:
 :meth:`GpuDQN.train <agents.GpuDQN.train>`'s eager loop runs the online net on ``o`` and on
-``o'`` separately; :class:`~agents.captured_step.CapturedTrainStep` runs it once on ``[o; o']``.
+``o'`` separately; :class:`~agents.algorithm.captured_step.CapturedTrainStep` runs it once on ``[o; o']``.
 """
 
 from __future__ import annotations

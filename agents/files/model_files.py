@@ -1,6 +1,6 @@
 """The files of :class:`~agents.GpuDQN`: models and replay buffers in the weights-only format.
 
-A model file (``model.zip``) is an :mod:`agents.safe_archive` archive of kind ``"model"``:
+A model file (``model.zip``) is an :mod:`agents.files.safe_archive` archive of kind ``"model"``:
 ``manifest.json`` holds the class, every saved attribute as JSON (hyperparameters, spaces,
 schedules, counters such as ``num_timesteps``) and the list of attributes that could not be
 written (a ``lambda`` learning rate, a class from outside the project); ``params.pt`` the state
@@ -11,7 +11,7 @@ A replay-buffer file is an archive of kind ``"replay-buffer"``: the buffer's cla
 as JSON; its storage, its sum and min trees and its Philox counter as tensors and numbers.
 
 Stable-Baselines3's pickle-based files load only with ``allow_pickle=True``
-(:class:`~agents.safe_archive.PickleRefusedError` otherwise).
+(:class:`~agents.files.safe_archive.PickleRefusedError` otherwise).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.save_util import recursive_getattr, recursive_setattr
 from stable_baselines3.common.utils import check_for_correct_spaces, get_device
 
-from agents.safe_archive import (
+from agents.files.safe_archive import (
     ARRAYS,
     ArchiveError,
     UnencodableValue,
@@ -86,7 +86,7 @@ def _writable_path(path: Any, suffix: str) -> Any:
 
 
 def _readable(path: Any, suffix: str) -> pathlib.Path | IO[bytes]:
-    """The file to read: a path (see :func:`~agents.safe_archive.resolve_existing`), or a
+    """The file to read: a path (see :func:`~agents.files.safe_archive.resolve_existing`), or a
     binary file object (read into memory when it cannot seek)."""
     if isinstance(path, str | os.PathLike):
         return resolve_existing(path, suffix)
@@ -107,10 +107,10 @@ def model_payload(
     """``(attributes, state dicts, torch variables)`` that SB3's ``save`` would write, with its
     rules for ``exclude`` / ``include`` (``BaseAlgorithm.save``)."""
     data = model.__dict__.copy()
-    excluded = set(exclude or []).union(model._excluded_save_params())
+    excluded = set(exclude or []).union(model._excluded_save_params())  # noqa: SLF001 (SB3's hook)
     if include is not None:
         excluded = excluded.difference(include)
-    state_dict_names, torch_variable_names = model._get_torch_save_params()
+    state_dict_names, torch_variable_names = model._get_torch_save_params()  # noqa: SLF001
     for name in state_dict_names + torch_variable_names:
         excluded.add(name.split(".")[0])
     for name in excluded:
@@ -278,7 +278,7 @@ def _tree_state(tree: Any) -> dict[str, Any]:
 
 def _restore_tree(buffer: Any, state: dict[str, Any], where: str) -> Any:
     """The buffer's tree (of its device's backend) holding ``state``."""
-    tree = buffer._make_tree(int(state["capacity"]), int(state["seed"]))
+    tree = buffer._make_tree(int(state["capacity"]), int(state["seed"]))  # noqa: SLF001
     n = 2 * tree.pow2
     for key in ("sum_tree", "min_tree"):
         if np.shape(state[key]) != (n,):
@@ -422,7 +422,7 @@ class WeightsOnlyFiles:
         exclude: Iterable[str] | None = None,
         include: Iterable[str] | None = None,
     ) -> None:
-        """Save the model in the weights-only format (:mod:`agents.model_files`), atomically: a
+        """Save the model in the weights-only format (:mod:`agents.files.model_files`), atomically: a
         save that fails leaves the old file intact.
 
         SB3's arguments and habits: a path without a suffix gets ``.zip``; ``exclude`` and
@@ -437,7 +437,7 @@ class WeightsOnlyFiles:
         save_model_file(self, path, exclude=exclude, include=include)
 
     def save_replay_buffer(self, path: str | os.PathLike[str] | io.BufferedIOBase) -> None:
-        """Save the replay buffer as arrays and JSON with checksums (:mod:`agents.model_files`),
+        """Save the replay buffer as arrays and JSON with checksums (:mod:`agents.files.model_files`),
         atomically; a path without a suffix gets ``.rb.zip``; a folder is refused."""
         assert self.replay_buffer is not None, "the replay buffer is not set up"
         save_replay_buffer_file(self.replay_buffer, path)
@@ -454,8 +454,8 @@ class WeightsOnlyFiles:
         :param allow_pickle: Also read a pickled buffer (SB3's format). Unpickling runs any code
             the file holds: only for files from a source you trust.
         :raises FileNotFoundError: naming ``path``.
-        :raises agents.safe_archive.PickleRefusedError: for a pickle without ``allow_pickle``.
-        :raises agents.safe_archive.ArchiveError: for a damaged file, or one saved with another
+        :raises agents.files.safe_archive.PickleRefusedError: for a pickle without ``allow_pickle``.
+        :raises agents.files.safe_archive.ArchiveError: for a damaged file, or one saved with another
             number of envs or other spaces than this model's, naming the file.
         """
         self.replay_buffer = load_replay_buffer_file(self, path, allow_pickle=allow_pickle)
@@ -481,9 +481,9 @@ class WeightsOnlyFiles:
 
         :param allow_pickle: Also read SB3's own zips, whose ``data`` member is a cloudpickle:
             unpickling runs any code the file holds, so only for files from a source you trust.
-            Without it such a file raises :class:`~agents.safe_archive.PickleRefusedError`.
+            Without it such a file raises :class:`~agents.files.safe_archive.PickleRefusedError`.
         :raises FileNotFoundError: naming ``path`` as given.
-        :raises agents.safe_archive.ArchiveError: for a damaged, truncated or empty file,
+        :raises agents.files.safe_archive.ArchiveError: for a damaged, truncated or empty file,
             naming it.
         """
         data, params, variables, sb3_zip = load_model_files(path, custom_objects, allow_pickle)

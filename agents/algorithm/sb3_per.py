@@ -16,8 +16,8 @@ import numpy as np
 import torch as th
 from stable_baselines3 import DQN
 
-from agents.dqn_loss import weighted_td_loss
-from agents.model_files import WeightsOnlyFiles
+from agents.algorithm.dqn_loss import weighted_td_loss
+from agents.files.model_files import WeightsOnlyFiles
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
 
 __all__ = ["PrioritizedDQN"]
@@ -28,14 +28,14 @@ class PrioritizedDQN(WeightsOnlyFiles, DQN):
 
     Per sampled batch of B transitions: the Huber loss of each transition ``[B, 1]`` is
     multiplied by its importance weight ``samples.weights`` ``[B, 1]`` before the mean
-    (:func:`agents.dqn_loss.weighted_td_loss`), and
+    (:func:`agents.algorithm.dqn_loss.weighted_td_loss`), and
     ``|target - Q(s, a)|`` ``[B]`` (float32, from the same forward pass) is written back with
     ``replay_buffer.update_priorities(samples.indices, td)``. The buffer's beta is annealed
     from its initial value to 1 over ``learn`` (``set_progress``). Targets are SB3's
     (``r + (1 - done) * discount * max_a Q_target(s', a)``, n-step discounts honoured).
 
     With any other replay buffer class it trains exactly as ``DQN``. Its files are weights-only
-    (:class:`~agents.model_files.WeightsOnlyFiles`): SB3's pickle-based zips and buffers load
+    (:class:`~agents.files.model_files.WeightsOnlyFiles`): SB3's pickle-based zips and buffers load
     only with ``allow_pickle=True``.
     """
 

@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from agents.baseline_policies import (
+from agents.pipelines.baseline_policies import (
     baseline_action,
     baseline_backtest,
     choose_baseline,
     network_beats_baseline,
     set_constant_policy,
 )
-from agents.train_settings import TrainSettings
+from agents.pipelines.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import (
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 # The known rule of the planted market is held at full exposure, as the zoo's reference is
-# (agents.zoo): without barriers and the risk penalty (the commands' env defaults) the agent can
+# (agents.pipelines.zoo): without barriers and the risk penalty (the commands' env defaults) the agent can
 # hold every exposure level at no penalty.
 RULE_EXPOSURE = 1.0
 
@@ -158,7 +158,7 @@ def train_selected(
 
     :param init_from: a policy ``state_dict`` to start from (warm start), or None.
     :param checkpoint_every: env steps between checkpoints written into ``checkpoint_dir``
-        (:class:`~agents.checkpoint.CheckpointEvery`; the validation snapshots and the learning
+        (:class:`~agents.files.checkpoint.CheckpointEvery`; the validation snapshots and the learning
         curve taken so far go with them), or None.
     :param resume_from: a checkpoint (folder) of a run with the same data, config, settings and
         seed, from which this run continues as if it had not stopped; ``ValueError`` naming
@@ -169,7 +169,7 @@ def train_selected(
         "timesteps"}``; ``model`` holds the kept policy: the snapshot best on validation, or,
         with ``settings.fallback``, the parameter-free baseline where that snapshot does not
         beat it on validation (``kept`` names which; ``gate`` holds the evidence, see
-        :mod:`agents.baseline_policies`). ``test`` is the kept policy's out-of-sample backtest,
+        :mod:`agents.pipelines.baseline_policies`). ``test`` is the kept policy's out-of-sample backtest,
         ``network_test`` the snapshot's.
     """
     import gymnasium as gym
@@ -206,7 +206,7 @@ def train_selected(
     run_id = _run_identity(fit, val, config, settings, seed)
     resumed: dict[str, Any] | None = None
     if resume_from is not None:
-        from agents.checkpoint import checkpoint_extra
+        from agents.files.checkpoint import checkpoint_extra
 
         resumed = checkpoint_extra(resume_from)
         _check_same_run(resumed, run_id, resume_from)
@@ -301,7 +301,7 @@ def train_selected(
         seconds_before = float(resumed["train_seconds"])
     callbacks: list[BaseCallback] = [cb]
     if checkpoint_every is not None:
-        from agents.checkpoint import CheckpointEvery
+        from agents.files.checkpoint import CheckpointEvery
 
         if checkpoint_dir is None:
             raise ValueError("checkpoint_every needs checkpoint_dir: the folder to write into")
@@ -319,7 +319,7 @@ def train_selected(
     # SB3's bar redraws a terminal line: piped or logged, it shows nothing until the end.
     bar = settings.progress_bar and sys.stdout.isatty()
     if settings.progress_bar and not bar:
-        from agents.progress import ProgressLines
+        from agents.pipelines.progress import ProgressLines
 
         callbacks.append(ProgressLines(steps))
     # SB3 dumps its logs every log_interval episodes; thousands of envs end episodes every

@@ -6,7 +6,7 @@
 - :func:`find_trading_env`: the raw :class:`~gpu_trading_env.TradingVectorEnv` under SB3's
   wrappers and the adapter, which the fused rollout and the curiosity weights talk to.
 
-Saving and loading are in :mod:`agents.model_files`.
+Saving and loading are in :mod:`agents.files.model_files`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def wrap_env(env: GymEnv | GymVectorEnv, verbose: int = 0, monitor_wrapper: bool
         if verbose >= 1:
             print("Wrapping the vector env in an SB3VecEnv.")
         env = SB3VecEnv(env)  # type: ignore[assignment]
-    return OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)  # type: ignore[arg-type]
+    return OffPolicyAlgorithm._wrap_env(env, verbose, monitor_wrapper)  # noqa: SLF001 (SB3's hook)  # type: ignore[arg-type]
 
 
 def make_eval_env(env: GymEnv | GymVectorEnv) -> VecEnv:

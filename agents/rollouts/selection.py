@@ -1,0 +1,33 @@
+"""Which device rollout a :class:`~agents.GpuDQN` collects with, built on first use.
+
+Imported by ``collect_rollouts`` only on a CUDA trading env, so the CPU path never loads CuPy
+nor compiles a kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpu_runtime.precision import PrecisionSetting, resolve_precision
+
+__all__ = ["build_rollout"]
+
+
+def build_rollout(model: Any, kernel: str, train_precision: PrecisionSetting) -> Any:
+    """The rollout for ``model``'s CUDA trading env.
+
+    :param kernel: ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`) or
+        ``"monolithic"`` (:class:`~agents.rollouts.monolithic.MonolithicRollout`, seeded with the
+        model's seed).
+    :param train_precision: the model's ``train_precision``: where it resolves to bf16 the fused
+        rollout acts in bf16 too, otherwise in tf32.
+    """
+    if kernel == "monolithic":
+        from agents.rollouts.monolithic import MonolithicRollout
+
+        return MonolithicRollout(model, seed=model.seed or 0)
+    from agents.rollouts.fused import FusedRollout
+
+    cuda = model.device.type == "cuda"
+    bf16 = cuda and resolve_precision(train_precision, model.device) == "bf16"
+    return FusedRollout(model, act_precision="bf16" if bf16 else "tf32")
