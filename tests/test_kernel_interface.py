@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-from gpu_trading_env.gpu.device import _ARG_FORMATS
 
 from agents.replay.step_store import STORE_KERNEL_FILE, STORE_KERNEL_PARAMS
 from agents.replay.tree_kernels import KERNEL_FILE as TREE_KERNEL_FILE
@@ -21,6 +20,7 @@ from agents.rollouts.acting import CAST_KERNEL_FILE, CAST_KERNEL_PARAMS
 from agents.rollouts.fused import RING_KERNEL_FILE, RING_KERNEL_PARAMS
 from agents.rollouts.monolithic import KERNEL_FILE as MONO_KERNEL_FILE
 from agents.rollouts.monolithic import MONOLITHIC_KERNEL_PARAMS
+from gpu_runtime.device import _ARG_FORMATS
 from gpu_trading_env.backends.cuda_backend import KERNEL_FILE as ENV_KERNEL_FILE
 from gpu_trading_env.core.config import kernel_defines
 from gpu_trading_env.core.kernel_interface import ENV_KERNEL_PARAMS, launcher_kind

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from gpu_runtime.philox import philox_stream_defines
 from gpu_trading_env.core.constants import (
     CATEGORY_FLAT,
     CATEGORY_LONG,
@@ -25,7 +26,6 @@ from gpu_trading_env.core.constants import (
     kernel_constant_defines,
 )
 from gpu_trading_env.core.kernel_interface import interface_defines
-from gpu_trading_env.gpu.philox import philox_stream_defines
 
 FILL_MODES = ("close", "next_open")
 SIZING_MODES = ("units", "equity")

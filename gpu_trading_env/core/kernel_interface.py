@@ -6,7 +6,7 @@ outputs (:class:`~gpu_trading_env.core.state.StepOutputs`) takes one pointer per
 order. Those lists, and the device structs that gather them, are generated here from the
 dataclasses' fields and the dtypes :func:`~gpu_trading_env.core.state.allocate_state` and
 :func:`~gpu_trading_env.core.state.output_layout` allocate, and reach the kernels as ``#define``
-lines prepended at compile time (see :func:`~gpu_trading_env.gpu.device.load_module`):
+lines prepended at compile time (see :func:`~gpu_runtime.device.load_module`):
 
 * ``ENV_STATE_MEMBERS`` / ``ENV_STATE_ARGS`` / ``ENV_STATE_VIEW(s)``: the state struct's members,
   the kernel parameters ``st_<field>`` and the statement that gathers them into the struct;
@@ -137,12 +137,12 @@ def _env_kernel_params() -> dict[str, KernelSignature]:
 ENV_KERNEL_PARAMS: dict[str, KernelSignature] = _env_kernel_params()
 """Each env kernel's parameters, in the order ``CudaBackend`` passes its arguments."""
 
-# KernelLauncher's parameter kinds (gpu_trading_env.gpu.device) of the C scalar types.
+# KernelLauncher's parameter kinds (gpu_runtime.device) of the C scalar types.
 _SCALAR_KINDS = {"long long": "i64", "int": "i32", "unsigned int": "u32", "double": "f64"}
 
 
 def launcher_kind(ctype: str) -> str:
-    """The :class:`~gpu_trading_env.gpu.device.KernelLauncher` kind of a C parameter type:
+    """The :class:`~gpu_runtime.device.KernelLauncher` kind of a C parameter type:
     ``"ptr"`` for any pointer, else the scalar's kind (ValueError for a type it cannot pass)."""
     if ctype.endswith("*"):
         return "ptr"
