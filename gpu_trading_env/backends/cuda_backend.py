@@ -181,6 +181,10 @@ class CudaBackend(Backend):
         """The CuPy view of torch's current stream on this device (see ``current_stream``)."""
         return current_stream(self.device_index)[0]
 
+    def stream_handle(self) -> int:
+        """The handle of torch's current stream on this device (what a step launches on)."""
+        return current_stream(self.device_index)[1]
+
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: Any, mask: Any) -> None:
         cp = self.xp
@@ -295,11 +299,10 @@ class CudaBackend(Backend):
         self._launch_step(actions, self._out_addresses[self._turn], True)
         return out
 
-    def step_into(
-        self, actions: Any, outputs: dict[str, Any], check: bool = True, trusted: bool = False
-    ) -> None:
-        """See :meth:`Backend.step_into`. ``trusted``: the arrays are known to have their
-        dtype, shape and device (the env allocated them), so only their addresses are read."""
+    def bind_outputs(self, outputs: dict[str, Any], trusted: bool = False) -> tuple[int, ...]:
+        """The device addresses of ``outputs``' arrays in the kernel's order, after checking
+        their dtype, shape, device and layout (host metadata only) unless ``trusted``. A missing
+        ``final_obs`` points at a spare buffer, which only SAME_STEP steps would write."""
         addresses = []
         for f in OUTPUT_FIELDS:
             if f not in outputs and f == "final_obs":
@@ -308,7 +311,10 @@ class CudaBackend(Backend):
                 addresses.append(_address(outputs[f]))
             else:
                 addresses.append(self._checked_address(f, outputs[f]))
-        self._launch_step(actions, tuple(addresses), check)
+        return tuple(addresses)
+
+    def step_bound(self, actions: Any, bound: tuple[int, ...], check: bool = True) -> None:
+        self._launch_step(actions, bound, check)
 
     def _checked_address(self, name: str, arr: Any) -> int:
         """Device address of output ``name``, after checking its dtype, shape, device and
