@@ -312,11 +312,12 @@ class TradingVectorEnv(VectorEnv):
             else:
                 # The step writes straight into a block that nothing outside the pool refers
                 # to (a reused one or a new one): the caller owns it, and no copy is made.
-                out, reused = self._pool.acquire(self.backend.stream_handle())
+                stream = self.backend.stream_handle()
+                out, reused = self._pool.acquire(stream)
                 views = out.views
                 if reused and "final_obs" in views:  # the step writes only the rows that ended
                     self._zero(views["final_obs"])
-                self.backend.step_bound(acts, out.bound)
+                self.backend.step_bound(acts, out.bound, stream=stream)
             return (
                 views["obs"],
                 views["reward"],

@@ -265,8 +265,11 @@ class Backend:
         """
         raise NotImplementedError
 
-    def step_bound(self, actions: Any, bound: Any, check: bool = True) -> None:
-        """:meth:`step_into` into the arrays of ``bound`` (from :meth:`bind_outputs`)."""
+    def step_bound(
+        self, actions: Any, bound: Any, check: bool = True, stream: int | None = None
+    ) -> None:
+        """:meth:`step_into` into the arrays of ``bound`` (from :meth:`bind_outputs`);
+        ``stream``: :meth:`stream_handle`'s value, when the caller has read it already."""
         raise NotImplementedError
 
     def stream_handle(self) -> int | None:

@@ -192,7 +192,9 @@ class NumpyBackend(Backend):
             arrays["final_obs"] = self._outputs[0].final_obs
         return StepOutputs(**arrays)
 
-    def step_bound(self, actions: np.ndarray, bound: StepOutputs, check: bool = True) -> None:
+    def step_bound(
+        self, actions: np.ndarray, bound: StepOutputs, check: bool = True, stream: None = None
+    ) -> None:
         self.step(actions, bound)
 
     def step(self, actions: np.ndarray, out: StepOutputs | None = None) -> StepOutputs:
