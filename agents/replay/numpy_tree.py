@@ -126,7 +126,7 @@ class NumpySumMinTree(SumMinTree):
         self._check_lengths(idx.size, x.size, name)
         if idx.size == 0:
             return
-        if not np.issubdtype(idx.dtype, np.integer):
+        if idx.dtype.kind not in "iu":  # np.issubdtype(dtype, np.integer), without its cost
             raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
         idx = idx.astype(np.int64, copy=False)
         n_ok = self._prepare_n_valid(n_valid, self.capacity)
