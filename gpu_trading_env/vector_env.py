@@ -235,6 +235,8 @@ class TradingVectorEnv(VectorEnv):
                 "array_type = 'cupy' is invalid with device='cpu': allowed is 'numpy' or 'torch'"
             )
         self.array_type = array_type
+        # NumPy arrays of a GPU step: host copies, made anew every step.
+        self._host_copies = array_type == "numpy" and self.device != "cpu"
         self.copy_outputs = bool(copy_outputs)
         self.autoreset_mode: AutoresetMode = self.config.autoreset_mode
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
@@ -299,15 +301,15 @@ class TradingVectorEnv(VectorEnv):
         ``actions``: one integer per env (NumPy, torch or CuPy), shape ``(N,)`` or ``(N, 1)``;
         another shape and any float dtype raise ValueError (``check_action_layout``).
         """
-        self._check_open("step")
-        if self._needs_reset:
+        if self._needs_reset or self.closed:  # one test on the hot path
+            self._check_open("step")
             raise RuntimeError(
                 "step() called before reset(): call reset() first (after the env is built, or "
                 "after set_autoreset_mode() left envs waiting for their reset)"
             )
         acts = self.backend.prepare_actions(actions)
         if self.copy_outputs:
-            if self.array_type == "numpy" and self.device != "cpu":
+            if self._host_copies:
                 views = self._host_views(self.backend.step(acts))
             else:
                 # The step writes straight into a block that nothing outside the pool refers
@@ -329,7 +331,7 @@ class TradingVectorEnv(VectorEnv):
             out = self.backend.step(acts)
             views = self._output_views(out)
             info = self._infos.get(id(out))
-            if info is None or self.array_type == "numpy" and self.device != "cpu":
+            if info is None or self._host_copies:
                 info = self._infos[id(out)] = self._build_info(views)
             if self.autoreset_mode == AutoresetMode.DISABLED:
                 info = self._with_episode_mask(info, views)
