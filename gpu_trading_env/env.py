@@ -105,7 +105,8 @@ class TradingEnv(gym.Env):
         self._needs_reset = False
         # The scalar step's fast path (see step) is open until the episode ends or close().
         self._ready = self._scalar if self.render_mode is None else None
-        self._history = [(float(self._venv.backend.close[bar]), 1.0, 0.0)]
+        if self.render_mode is not None:  # what render() draws; nothing reads it otherwise
+            self._history = [(float(self._venv.backend.close[bar]), 1.0, 0.0)]
         return obs, {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:

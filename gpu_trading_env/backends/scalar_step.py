@@ -21,12 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.numpy_backend import START_CACHE, NumpyBackend
+from gpu_trading_env.backends.numpy_backend import NumpyBackend
 from gpu_trading_env.backends.numpy_step_parts import trade
 from gpu_trading_env.core.constants import BARRIER_ARMED, BARRIER_NONE
 from gpu_trading_env.core.reference_step import SCALAR_MATH, curiosity_bonus, reversal_trade
 
 _F32 = np.float32
+# Start bars drawn per Philox pass for the single env: one pass costs ~100 us of array calls
+# whatever its length up to a few thousand draws, and random actions end an episode every
+# ~15 steps, so the backend's own batch (numpy_backend.START_CACHE, 64) cost ~2 us a reset.
+SCALAR_START_DRAWS = 1024
 _F32_BYTES = struct.Struct("f")
 # Bound once: the step rounds to float32 inline (a function call costs as much as the rounding).
 _PACK_F32, _UNPACK_F32 = _F32_BYTES.pack, _F32_BYTES.unpack
@@ -110,13 +114,13 @@ class ScalarEnv:
         Only the scalars are reset: the backend's state arrays keep the seed and draw counter
         its own resets read, and are rewritten whole by its next reset.
         """
-        # The env's next start bars are drawn START_CACHE at a time, by the backend's own
-        # function; the backend's draw counter advances by one per episode, as in its reset.
+        # The env's next start bars are drawn SCALAR_START_DRAWS at a time, by the backend's
+        # own function; the backend's draw counter advances by one per episode, as in its reset.
         counter = self.backend.state.episode_count
         k = int(counter[0])
         offset = k - self._draws_base
         if not 0 <= offset < len(self._draws):
-            self._draws = self.backend.start_bars(0, START_CACHE).tolist()
+            self._draws = self.backend.start_bars(0, SCALAR_START_DRAWS).tolist()
             self._draws_base, offset = k, 0
         counter[0] = k + 1
         self.bar = self._draws[offset]
