@@ -47,8 +47,9 @@ class OutputSet:
 
     ``views``: ``{field: array}`` in the env's array type. ``bound``: the backend's handle for
     ``step_bound``. ``watched``: the objects whose reference counts show an observer.
-    ``storage``: the torch storage's ``_cdata`` whose use count is watched too (None: not
-    torch). ``stream``: the CUDA stream handle the set was last written on (None on the CPU).
+    ``storage``: the torch storage's ``_cdata`` whose use count (``use_count(storage)``, from
+    :func:`storage_use_count`) is watched too (None: not torch). ``stream``: the CUDA stream
+    handle the set was last written on (None on the CPU).
     """
 
     views: dict[str, Any]
@@ -56,10 +57,8 @@ class OutputSet:
     watched: tuple[Any, ...]
     storage: int | None
     stream: int | None
+    use_count: Callable[[int], int] | None = None
     baseline: tuple[int, ...] = ()
-
-
-_USE_COUNT = storage_use_count()
 
 
 def observers(s: OutputSet) -> tuple[int, ...]:
@@ -67,7 +66,7 @@ def observers(s: OutputSet) -> tuple[int, ...]:
     ``s.baseline`` exactly when nothing outside the pool refers to the set."""
     counts = tuple(map(sys.getrefcount, s.watched))
     if s.storage is not None:
-        counts += (_USE_COUNT(s.storage),)
+        counts += (s.use_count(s.storage),)
     return counts
 
 

@@ -161,9 +161,11 @@ class TradingVectorEnv(VectorEnv):
         array_type: ``"numpy"`` (default on cpu), ``"torch"`` (default on cuda) or ``"cupy"``.
         copy_outputs: True (default): every array ``reset`` and ``step`` return (observations,
             rewards, flags, infos, ``final_obs``) is the caller's; no later call writes to it.
-            The step writes into one block allocated for it (torch's caching allocator on
-            the GPU, on torch's current stream): one allocation, no copy, no host sync; with
-            ``array_type="numpy"`` on a GPU, one device-to-host copy. False: the zero-copy
+            The step writes straight into an output block that nothing outside the env refers
+            to: one of a few kept blocks once the arrays (and anything derived from them:
+            slices, exports, the info dict) of the step it last served are dropped, else a new
+            one (see ``output_pool.py``); no copy, no host sync; with ``array_type="numpy"`` on
+            a GPU, one device-to-host copy. False: the zero-copy
             double buffer: a step's arrays are overwritten two steps later, so copy what you
             keep longer (the fused rollout of ``agents`` does). :meth:`step_into` writes into
             arrays you allocated once (:meth:`make_outputs`), which a CUDA graph can capture.
@@ -437,12 +439,12 @@ class TradingVectorEnv(VectorEnv):
         block, views = self._fresh_outputs()
         bound = self.backend.bind_outputs(views, trusted=True)
         watched = (*views.values(), block)
-        storage = None
+        storage = use_count = None
         if self.array_type == "torch":
-            storage = block.untyped_storage()._cdata
+            storage, use_count = block.untyped_storage()._cdata, storage_use_count()
         elif self.device != "cpu":
             watched += (block.data.mem,)  # every CuPy array over the allocation refers to it
-        return OutputSet(views, bound, watched, storage, stream)
+        return OutputSet(views, bound, watched, storage, stream, use_count)
 
     def _addresses(self, arrays: tuple[Any, ...]) -> tuple[int, ...]:
         """Data addresses of torch tensors (which ``set_`` or ``.data =`` can move); a NumPy or
