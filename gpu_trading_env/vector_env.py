@@ -378,7 +378,6 @@ class TradingVectorEnv(VectorEnv):
         ):
             # Arrays not checked before (or moved): check them once, keep them referenced so
             # that their ids cannot be reused by other objects while cached.
-            cache = None
             missing = sorted(set(OUTPUT_FIELDS) - set(outputs))
             if missing:
                 raise ValueError(
