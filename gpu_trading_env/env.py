@@ -59,6 +59,7 @@ class TradingEnv(gym.Env):
         self._needs_reset = True
         self._history: list[tuple[float, float, float]] = []
         self._scalar = None
+        self._ready = None
         if self._venv.device == "cpu":
             from gpu_trading_env.backends.scalar_step import ScalarEnv
 
@@ -102,12 +103,28 @@ class TradingEnv(gym.Env):
                 self._scalar.load()
             bar = int(self._venv.backend.state.bar[0])
         self._needs_reset = False
-        self._history = [(float(self._venv.backend.close[bar]), 1.0, 0.0)]
+        # The scalar step's fast path (see step) is open until the episode ends or close().
+        self._ready = self._scalar if self.render_mode is None else None
+        if self.render_mode is not None:  # what render() draws; nothing reads it otherwise
+            self._history = [(float(self._venv.backend.close[bar]), 1.0, 0.0)]
         return obs, {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        self._check_open("step")
-        if self._needs_reset:
+        s = self._ready
+        if s is not None and type(action) is int and 0 <= action < self._n_actions:
+            # The hot path: open, reset, no frame history, a valid int action.
+            result = s.step(action)
+            if result[2] or result[3]:
+                self._needs_reset = True
+                self._ready = None
+            return result
+        return self._checked_step(action)
+
+    def _checked_step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """:meth:`step` with every check (the env may be closed or need a reset, the action may
+        be of any type), and the render history."""
+        if self._needs_reset or self._venv.closed:
+            self._check_open("step")
             raise RuntimeError(
                 "step() called before reset() or after the episode ended: call reset() first"
             )
@@ -118,6 +135,8 @@ class TradingEnv(gym.Env):
         s = self._scalar
         result = s.step(a) if s is not None else self._vector_step(a)
         self._needs_reset = result[2] or result[3]
+        if self._needs_reset:
+            self._ready = None
         if self.render_mode is not None:
             bar = s.bar if s is not None else int(self._venv.backend.state.bar[0])
             info = result[4]
@@ -171,6 +190,7 @@ class TradingEnv(gym.Env):
 
     def close(self) -> None:
         """Close the inner vector env too: ``reset`` and ``step`` raise afterwards."""
+        self._ready = None
         self._venv.close()
         super().close()
 

@@ -31,6 +31,7 @@ from gpu_trading_env.core.state import (
     outputs_block,
 )
 from gpu_trading_env.library_callers import warn_if_skrl_steps_next_step
+from gpu_trading_env.output_pool import OutputPool, OutputSet, storage_use_count
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 RESET_OPTIONS = ("start_index", "reset_mask")
@@ -157,9 +158,11 @@ class TradingVectorEnv(VectorEnv):
         array_type: ``"numpy"`` (default on cpu), ``"torch"`` (default on cuda) or ``"cupy"``.
         copy_outputs: True (default): every array ``reset`` and ``step`` return (observations,
             rewards, flags, infos, ``final_obs``) is the caller's; no later call writes to it.
-            The step writes into one block allocated for it (torch's caching allocator on
-            the GPU, on torch's current stream): one allocation, no copy, no host sync; with
-            ``array_type="numpy"`` on a GPU, one device-to-host copy. False: the zero-copy
+            The step writes straight into an output block that nothing outside the env refers
+            to: one of a few kept blocks once the arrays (and anything derived from them:
+            slices, exports, the info dict) of the step it last served are dropped, else a new
+            one (see ``output_pool.py``); no copy, no host sync; with ``array_type="numpy"`` on
+            a GPU, one device-to-host copy. False: the zero-copy
             double buffer: a step's arrays are overwritten two steps later, so copy what you
             keep longer (the fused rollout of ``agents`` does). :meth:`step_into` writes into
             arrays you allocated once (:meth:`make_outputs`), which a CUDA graph can capture.
@@ -231,6 +234,8 @@ class TradingVectorEnv(VectorEnv):
                 "array_type = 'cupy' is invalid with device='cpu': allowed is 'numpy' or 'torch'"
             )
         self.array_type = array_type
+        # NumPy arrays of a GPU step: host copies, made anew every step.
+        self._host_copies = array_type == "numpy" and self.device != "cpu"
         self.copy_outputs = bool(copy_outputs)
         self.autoreset_mode: AutoresetMode = self.config.autoreset_mode
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
@@ -245,6 +250,13 @@ class TradingVectorEnv(VectorEnv):
         self._needs_reset = True
         self._views: dict[int, dict[str, Any]] = {}
         self._infos: dict[int, dict[str, Any]] = {}
+        # Owned outputs: reused blocks (see output_pool.py); torch needs the storage use count.
+        self._pool = OutputPool(
+            self._build_output_set,
+            reuse=self.array_type != "torch" or storage_use_count() is not None,
+        )
+        # step_into: the arrays last checked, their addresses, and the backend's bound handle.
+        self._into_cache: tuple[tuple[Any, ...], tuple[int, ...], Any] | None = None
 
     # ------------------------------------------------------------------ Gymnasium API
     def reset(
@@ -288,27 +300,37 @@ class TradingVectorEnv(VectorEnv):
         ``actions``: one integer per env (NumPy, torch or CuPy), shape ``(N,)`` or ``(N, 1)``;
         another shape and any float dtype raise ValueError (``check_action_layout``).
         """
-        self._check_open("step")
-        if self._needs_reset:
+        if self._needs_reset or self.closed:  # one test on the hot path
+            self._check_open("step")
             raise RuntimeError(
                 "step() called before reset(): call reset() first (after the env is built, or "
                 "after set_autoreset_mode() left envs waiting for their reset)"
             )
         acts = self.backend.prepare_actions(actions)
         if self.copy_outputs:
-            if self.array_type == "numpy" and self.device != "cpu":
+            if self._host_copies:
                 views = self._host_views(self.backend.step(acts))
             else:
-                # The step writes straight into storage allocated for this step alone: the
-                # caller owns it, and no copy is made.
-                views = self._fresh_outputs()
-                self.backend.step_into(acts, views, trusted=True)
-            info = self._build_info(views)
+                # The step writes straight into a block that nothing outside the pool refers
+                # to (a reused one or a new one): the caller owns it, and no copy is made.
+                stream = self.backend.stream_handle()
+                out, reused = self._pool.acquire(stream)
+                views = out.views
+                if reused and "final_obs" in views:  # the step writes only the rows that ended
+                    self._zero(views["final_obs"])
+                self.backend.step_bound(acts, out.bound, stream=stream)
+            return (
+                views["obs"],
+                views["reward"],
+                views["terminated"],
+                views["truncated"],
+                self._build_info(views),
+            )
         else:
             out = self.backend.step(acts)
             views = self._output_views(out)
             info = self._infos.get(id(out))
-            if info is None or self.array_type == "numpy" and self.device != "cpu":
+            if info is None or self._host_copies:
                 info = self._infos[id(out)] = self._build_info(views)
             if self.autoreset_mode == AutoresetMode.DISABLED:
                 info = self._with_episode_mask(info, views)
@@ -327,7 +349,7 @@ class TradingVectorEnv(VectorEnv):
                 "make_outputs() is invalid with array_type='numpy' on a CUDA device: the step "
                 "writes device memory; allowed are array_type='torch' or 'cupy'"
             )
-        return self._fresh_outputs(final_obs=True, zero=True)
+        return self._fresh_outputs(final_obs=True, zero=True)[1]
 
     def step_into(self, actions: Any, outputs: dict[str, Any]) -> None:
         """One step that writes its outputs into ``outputs`` (from :meth:`make_outputs`) and
@@ -343,12 +365,24 @@ class TradingVectorEnv(VectorEnv):
         self._check_open("step_into")
         if self._needs_reset:
             raise RuntimeError("step_into() called before reset(): call reset() first")
-        missing = sorted(set(OUTPUT_FIELDS) - set(outputs))
-        if missing:
-            raise ValueError(
-                f"outputs without {missing} are invalid: allowed is a dict from make_outputs()"
-            )
-        self.backend.step_into(self.backend.prepare_actions(actions), outputs, check=False)
+        acts = self.backend.prepare_actions(actions)
+        arrays = tuple(map(outputs.get, OUTPUT_FIELDS))
+        cache = self._into_cache
+        if (
+            cache is None
+            or any(a is not b for a, b in zip(arrays, cache[0], strict=True))
+            or self._addresses(arrays) != cache[1]
+        ):
+            # Arrays not checked before (or moved): check them once, keep them referenced so
+            # that their ids cannot be reused by other objects while cached.
+            missing = sorted(set(OUTPUT_FIELDS) - set(outputs))
+            if missing:
+                raise ValueError(
+                    f"outputs without {missing} are invalid: allowed is a dict from make_outputs()"
+                )
+            bound = self.backend.bind_outputs(outputs)
+            cache = self._into_cache = (arrays, self._addresses(arrays), bound)
+        self.backend.step_bound(acts, cache[2], check=False)
 
     def check_errors(self) -> None:
         """Raise ValueError for an invalid action that a CUDA step recorded on the device and has
@@ -356,8 +390,11 @@ class TradingVectorEnv(VectorEnv):
         self._check_open("check_errors")
         self.backend.check_errors()
 
-    def _fresh_outputs(self, final_obs: bool | None = None, zero: bool = False) -> dict[str, Any]:
-        """Output arrays of one new block: NumPy or torch on the CPU, torch or CuPy on a GPU.
+    def _fresh_outputs(
+        self, final_obs: bool | None = None, zero: bool = False
+    ) -> tuple[Any, dict[str, Any]]:
+        """``(block, {field: view})``: the output arrays of one new block, NumPy or torch on the
+        CPU, torch or CuPy on a GPU.
 
         ``final_obs`` (default: in SAME_STEP mode only) is zeroed, as the step writes only the
         rows that ended; ``zero`` zeroes the whole block.
@@ -365,31 +402,51 @@ class TradingVectorEnv(VectorEnv):
         if final_obs is None:
             final_obs = self.autoreset_mode == AutoresetMode.SAME_STEP
         layout, nbytes = output_layout(self.num_envs, self.backend.obs_dim, final_obs)
-        if self.device == "cpu":
-            views = block_views(
-                np.zeros(nbytes, np.uint8) if zero else np.empty(nbytes, np.uint8), layout
-            )
-            if final_obs:
-                views["final_obs"].fill(0.0)
-            if self.array_type == "torch":
-                import torch
-
-                views = {k: torch.from_numpy(v) for k, v in views.items()}
-            return views
         if self.array_type == "torch":
             import torch
 
             make = torch.zeros if zero else torch.empty
-            views = block_views(make(nbytes, dtype=torch.uint8, device=self.device), layout)
-            if final_obs and not zero:
-                views["final_obs"].zero_()
-            return views
-        cp = self.backend.xp
-        with self.backend.device_scope(), self.backend.stream():
-            views = block_views((cp.zeros if zero else cp.empty)(nbytes, dtype=cp.uint8), layout)
-            if final_obs and not zero:
-                views["final_obs"].fill(0)
-        return views
+            block = make(nbytes, dtype=torch.uint8, device=self.device)
+            views = block_views(block, layout)
+        elif self.device == "cpu":
+            block = np.zeros(nbytes, np.uint8) if zero else np.empty(nbytes, np.uint8)
+            views = block_views(block, layout)
+        else:
+            cp = self.backend.xp
+            with self.backend.device_scope(), self.backend.stream():
+                block = (cp.zeros if zero else cp.empty)(nbytes, dtype=cp.uint8)
+                views = block_views(block, layout)
+        if final_obs and not zero:
+            self._zero(views["final_obs"])
+        return block, views
+
+    def _zero(self, arr: Any) -> None:
+        """Zero ``arr`` (NumPy, torch, or CuPy on the backend's device and stream)."""
+        if hasattr(arr, "zero_"):
+            arr.zero_()
+        elif isinstance(arr, np.ndarray):
+            arr.fill(0)
+        else:
+            with self.backend.device_scope(), self.backend.stream():
+                arr.fill(0)
+
+    def _build_output_set(self, stream: int | None) -> OutputSet:
+        """A new owned output set for the pool (see output_pool.py)."""
+        block, views = self._fresh_outputs()
+        bound = self.backend.bind_outputs(views, trusted=True)
+        watched = (*views.values(), block)
+        storage = use_count = None
+        if self.array_type == "torch":
+            storage, use_count = block.untyped_storage()._cdata, storage_use_count()
+        elif self.device != "cpu":
+            watched += (block.data.mem,)  # every CuPy array over the allocation refers to it
+        return OutputSet(views, bound, watched, storage, stream, use_count)
+
+    def _addresses(self, arrays: tuple[Any, ...]) -> tuple[int, ...]:
+        """Data addresses of torch tensors (which ``set_`` or ``.data =`` can move); a NumPy or
+        CuPy array's memory is fixed for its life (a NumPy ``resize`` refuses while the cache
+        refers to it), so those need no address read."""
+        return tuple(a.data_ptr() for a in arrays if hasattr(a, "data_ptr"))
 
     def _build_info(self, views: dict[str, Any]) -> dict[str, Any]:
         """The info dict of one set of output arrays."""
@@ -430,6 +487,8 @@ class TradingVectorEnv(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         self._views.clear()
         self._infos.clear()
+        self._pool.clear()
+        self._into_cache = None
 
     def set_autoreset_mode(self, mode: AutoresetMode | str) -> None:
         """Switch the autoreset mode (used by adapters that need one, such as ``SB3VecEnv``).
@@ -447,6 +506,7 @@ class TradingVectorEnv(VectorEnv):
         self.autoreset_mode = mode
         self.metadata["autoreset_mode"] = mode
         self._infos.clear()
+        self._pool.clear()  # the owned outputs' layout has final_obs in SAME_STEP mode only
         waiting = bool((self.backend.state.done_flag != 0).any())
         self._needs_reset = self._needs_reset or waiting
 

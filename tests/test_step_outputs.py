@@ -117,6 +117,35 @@ def test_step_into_rejects_bad_outputs_and_leaves_state() -> None:
     assert set(out) == set(OUTPUT_FIELDS)
 
 
+def test_step_into_checks_the_same_outputs_once() -> None:
+    """The arrays of the last checked call are not checked again; another array, or a torch
+    tensor whose memory moved (``set_``), is checked and written where it now lies."""
+    import torch
+
+    env = _env("cpu", "next_step", array_type="torch")
+    ref = _env("cpu", "next_step", array_type="torch")
+    env.reset(seed=4)
+    ref.reset(seed=4)
+    binds = []
+    bind = env.backend.bind_outputs
+    env.backend.bind_outputs = lambda o, trusted=False: binds.append(1) or bind(o, trusted)
+    out = env.make_outputs()
+    plan = _actions(env.single_action_space.n, N, 6)
+    for acts in plan[:3]:
+        env.step_into(acts, out)
+        ref_reward = ref.step(acts)[1]
+        np.testing.assert_array_equal(out["reward"].numpy(), ref_reward.numpy())
+    assert len(binds) == 1
+    out["reward"].set_(torch.zeros(N, dtype=torch.float32))  # same object, new memory
+    env.step_into(plan[3], out)
+    assert len(binds) == 2
+    np.testing.assert_array_equal(out["reward"].numpy(), ref.step(plan[3])[1].numpy())
+    with pytest.raises(ValueError, match=r"outputs\['obs'\] = Tensor is invalid"):
+        env.step_into(plan[4], {**out, "obs": out["obs"].double()})
+    with pytest.raises(ValueError, match=r"outputs without \['reward'\]"):
+        env.step_into(plan[4], {k: v for k, v in out.items() if k != "reward"})
+
+
 # ------------------------------------------------------------------ GPU tier
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", MODES)

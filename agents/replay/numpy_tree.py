@@ -13,6 +13,11 @@ from gpu_runtime.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
 # Tree levels of at most this many nodes (or 4x the batch) are recomputed whole on a write:
 # below a few thousand nodes one contiguous pass costs less than gathering the touched ones.
 DENSE_LEVEL_NODES = 2048
+# Stratified draws computed per Philox pass: the draws of the next DRAW_CACHE // batch sample
+# calls at once. A batch of 256 otherwise pays the ~80 array calls of ten Philox rounds on
+# every sample; the draws are a pure function of (seed, call counter, j), so computing them
+# ahead changes nothing.
+DRAW_CACHE = 16384
 
 
 def _is_weights(leaf: np.ndarray, min_value: float, beta: float) -> np.ndarray:
@@ -39,6 +44,38 @@ class NumpySumMinTree(SumMinTree):
         # Row n of a pair view holds node n's children (2n, 2n+1): one gather per level.
         self._sum_pairs = self.sum_tree.reshape(-1, 2)
         self._min_pairs = self.min_tree.reshape(-1, 2)
+        # Per level, top down from the leaves' parents: (level size, then the views a whole-level
+        # recompute reads and writes), made once rather than on every write.
+        self._levels = []
+        level = self.pow2
+        while level > 1:
+            level >>= 1
+            rows = slice(level, 2 * level)
+            sp, mp = self._sum_pairs[rows], self._min_pairs[rows]
+            views = (sp[:, 0], sp[:, 1], self.sum_tree[rows], mp[:, 0], mp[:, 1])
+            self._levels.append((level, (*views, self.min_tree[rows])))
+        # (seed, batch, first call, unit draws [calls, batch]): see _unit_draws.
+        self._draws: tuple[int, int, int, np.ndarray] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Capacity, seed, call counter and both trees: the views over the trees (pair rows,
+        per-level views) are rebuilt by :meth:`__setstate__`, since a pickled view comes back
+        as a copy that no longer aliases its tree."""
+        return {
+            "capacity": self.capacity,
+            "seed": self.seed,
+            "sample_calls": self.sample_calls,
+            "sum_tree": self.sum_tree,
+            "min_tree": self.min_tree,
+            "max_value": self.max_value,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["capacity"], seed=state["seed"])
+        self.sum_tree[:] = state["sum_tree"]
+        self.min_tree[:] = state["min_tree"]
+        self.max_value[:] = state["max_value"]
+        self.sample_calls = int(state["sample_calls"])
 
     def reset(self) -> None:
         self.sum_tree[:] = 0.0
@@ -58,21 +95,20 @@ class NumpySumMinTree(SumMinTree):
         nodes = leaf_idx + self.pow2
         self.sum_tree[nodes] = vals
         self.min_tree[nodes] = np.where(vals > 0.0, vals, np.inf)
+        sum_tree, min_tree = self.sum_tree, self.min_tree
         sum_pairs, min_pairs = self._sum_pairs, self._min_pairs
         dense = max(DENSE_LEVEL_NODES, 4 * nodes.size)
-        level = self.pow2  # nodes of a level: [level, 2 * level); the leaves' is pow2
-        while level > 1 and level // 2 > dense:
-            level >>= 1
-            nodes = nodes >> 1
-            pair = sum_pairs.take(nodes, axis=0)
-            self.sum_tree[nodes] = pair[:, 0] + pair[:, 1]
-            pair = min_pairs.take(nodes, axis=0)
-            self.min_tree[nodes] = np.minimum(pair[:, 0], pair[:, 1])
-        while level > 1:  # node n's children are row n of the pair views
-            level >>= 1
-            rows = slice(level, 2 * level)
-            np.add(sum_pairs[rows, 0], sum_pairs[rows, 1], out=self.sum_tree[rows])
-            np.minimum(min_pairs[rows, 0], min_pairs[rows, 1], out=self.min_tree[rows])
+        add, minimum = np.add, np.minimum
+        for level, (s0, s1, s_out, m0, m1, m_out) in self._levels:
+            if level > dense:  # node n's children are row n of the pair views
+                nodes = nodes >> 1
+                pair = sum_pairs.take(nodes, axis=0)
+                sum_tree[nodes] = add(pair[:, 0], pair[:, 1])
+                pair = min_pairs.take(nodes, axis=0)
+                min_tree[nodes] = minimum(pair[:, 0], pair[:, 1])
+            else:  # the whole level, through views made once
+                add(s0, s1, out=s_out)
+                minimum(m0, m1, out=m_out)
 
     def update(
         self,
@@ -90,7 +126,7 @@ class NumpySumMinTree(SumMinTree):
         self._check_lengths(idx.size, x.size, name)
         if idx.size == 0:
             return
-        if not np.issubdtype(idx.dtype, np.integer):
+        if idx.dtype.kind not in "iu":  # np.issubdtype(dtype, np.integer), without its cost
             raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
         idx = idx.astype(np.int64, copy=False)
         n_ok = self._prepare_n_valid(n_valid, self.capacity)
@@ -118,7 +154,7 @@ class NumpySumMinTree(SumMinTree):
             )
         self.max_value[0] = max(self.max_value[0], float(v_max))
         if idx.size > 1:
-            step = np.diff(idx)
+            step = idx[1:] - idx[:-1]  # np.diff's arithmetic without its Python wrapper
             if step.min() >= 0:
                 # Non-decreasing (as sample() returns them): the last of each run of equal
                 # indices is the last occurrence.
@@ -139,6 +175,10 @@ class NumpySumMinTree(SumMinTree):
         self._write(idx, np.full(count, self.max_value[0]))
 
     def _descend(self, u: np.ndarray) -> np.ndarray:
+        """Leaf nodes of the draws ``u`` (float64 [B], >= 0); see :meth:`_descend_leaves`."""
+        return self._descend_leaves(u)[0]
+
+    def _descend_leaves(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Leaf nodes of the draws ``u`` (float64 [B], >= 0), by the specification's descent.
 
         The rule "left when the left sum is non-zero and ``u < left``, or the right sum is
@@ -148,13 +188,16 @@ class NumpySumMinTree(SumMinTree):
         where ``u >= left`` and the right sum is zero, and that step enters a subtree whose
         leaves are all 0; every other path ends on a non-zero leaf. So the draws that end on a
         zero leaf (rounding at the end of the filled range) are descended again by the full
-        rule, and all draws end where the specification puts them.
+        rule, and all draws end where the specification puts them. Returns the leaf nodes and
+        their values.
         """
         node = self._descend_rows(u.copy(), full_rule=False)
-        zero = (self.sum_tree.take(node) == 0.0).nonzero()[0]
+        leaf = self.sum_tree.take(node)
+        zero = (leaf == 0.0).nonzero()[0]
         if zero.size:
             node[zero] = self._descend_rows(u[zero], full_rule=True)
-        return node
+            leaf[zero] = self.sum_tree.take(node[zero])
+        return node, leaf
 
     def _descend_rows(self, u: np.ndarray, full_rule: bool) -> np.ndarray:
         """The descent of ``u`` (overwritten); ``full_rule=False`` drops the zero-right clause."""
@@ -177,13 +220,29 @@ class NumpySumMinTree(SumMinTree):
         if not total > 0.0:
             raise ValueError("cannot sample from a tree whose values are all 0 (empty buffer)")
         b = int(batch_size)
-        k0, k1, c1, c2 = self._philox_words()
-        j = np.arange(b, dtype=np.int64)
-        r = philox4x32(j.astype(np.uint32), c1, c2, STREAM_PER_SAMPLE, k0, k1)
-        u = (j + uniform_float64(r[0], r[1])) / float(b) * total
-        node = self._descend(u)
-        w = _is_weights(self.sum_tree.take(node), self.min_tree[1], float(beta))
+        u = self._unit_draws(b) * total
+        node, leaf = self._descend_leaves(u)
+        w = _is_weights(leaf, self.min_tree[1], float(beta))
         return node - self.pow2, w.astype(weights_dtype, copy=False)
+
+    def _unit_draws(self, b: int) -> np.ndarray:
+        """float64 [b]: ``(j + uniform_j) / b`` for this sample call (advances the counter),
+        the stratified draws before scaling by the total; those of the next calls come from
+        the same Philox pass (see :data:`DRAW_CACHE`)."""
+        k0, k1, c1, c2 = self._philox_words()
+        call = c1 | (c2 << 32)
+        cached = self._draws
+        if cached is not None and cached[0] == self.seed and cached[1] == b:
+            row = call - cached[2]
+            if 0 <= row < cached[3].shape[0]:
+                return cached[3][row]
+        calls = np.uint64(call) + np.arange(max(1, DRAW_CACHE // b), dtype=np.uint64)
+        lo, hi = (calls & np.uint64(0xFFFFFFFF))[:, None], (calls >> np.uint64(32))[:, None]
+        j = np.arange(b, dtype=np.int64)
+        r = philox4x32(j.astype(np.uint32)[None, :], lo, hi, STREAM_PER_SAMPLE, k0, k1)
+        units = (j + uniform_float64(r[0], r[1])) / float(b)
+        self._draws = (self.seed, b, call, units)
+        return units[0]
 
     def weights(self, indices: Any, beta: float) -> np.ndarray:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)

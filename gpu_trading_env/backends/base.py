@@ -254,7 +254,28 @@ class Backend:
         must not contain one); see :meth:`check_errors`. ``trusted``: the caller allocated the
         arrays with the right dtypes and shapes (a backend may then skip checking them).
         """
+        self.step_bound(actions, self.bind_outputs(outputs, trusted), check)
+
+    def bind_outputs(self, outputs: dict[str, Any], trusted: bool = False) -> Any:
+        """Check ``outputs`` (as :meth:`step_into` takes them; skipped when ``trusted``) once
+        and return what :meth:`step_bound` writes into: the per-step work of ``step_into``
+        without the per-call checks, for callers that step into the same arrays many times.
+
+        The handle keeps ``outputs``' arrays alive; it is valid while they keep their memory.
+        """
         raise NotImplementedError
+
+    def step_bound(
+        self, actions: Any, bound: Any, check: bool = True, stream: int | None = None
+    ) -> None:
+        """:meth:`step_into` into the arrays of ``bound`` (from :meth:`bind_outputs`);
+        ``stream``: :meth:`stream_handle`'s value, when the caller has read it already."""
+        raise NotImplementedError
+
+    def stream_handle(self) -> int | None:
+        """The handle of the stream a step would run on now (None on the CPU): output memory
+        written on one stream is reused only on that stream."""
+        return None
 
     def check_errors(self) -> None:
         """Raise ValueError for an invalid action the backend recorded but has not raised yet.

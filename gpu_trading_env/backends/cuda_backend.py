@@ -140,6 +140,7 @@ class CudaBackend(Backend):
         layout, _ = output_layout(self.num_envs, self.obs_dim)
         self._output_specs = {name: (dtype, shape) for name, dtype, shape, _ in layout}
         self._launcher: KernelLauncher | None = None
+        self._get_device = cp.cuda.runtime.getDevice
         self._build_step_args()
 
     # ---------------------------------------------------------------- launch helpers
@@ -182,6 +183,10 @@ class CudaBackend(Backend):
     def stream(self) -> Any:
         """The CuPy view of torch's current stream on this device (see ``current_stream``)."""
         return current_stream(self.device_index)[0]
+
+    def stream_handle(self) -> int:
+        """The handle of torch's current stream on this device (what a step launches on)."""
+        return current_stream(self.device_index)[1]
 
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: Any, mask: Any) -> None:
@@ -274,19 +279,27 @@ class CudaBackend(Backend):
             self._launcher = KernelLauncher(self._k_step, params, self.device_index)
         self._head = tuple(int(v) if isinstance(v, np.int32) else _address(v) for v in head)
         self._tail = (_address(self._error), int(self._n))
+        # Per output set: its OUTPUT_FIELDS addresses and the constant tail, what a step adds
+        # after the actions (bind_outputs returns the same shape).
         self._out_addresses = [
-            tuple(_address(getattr(out, f)) for f in OUTPUT_FIELDS) for out in self._outputs
+            (*(_address(getattr(out, f)) for f in OUTPUT_FIELDS), *self._tail)
+            for out in self._outputs
         ]
         # Where a step that is given no final_obs points the kernel: the first buffer's, which
         # only SAME_STEP steps write (and those are always given one).
         self._spare_final_obs = _address(self._outputs[0].final_obs)
 
-    def _launch_step(self, actions: Any, outputs: tuple[int, ...], check: bool) -> None:
-        """One trading_step launch on torch's current stream: actions (a torch tensor or CuPy
-        array, int64 [N]) and the addresses of the OUTPUT_FIELDS arrays."""
-        stream = current_stream(self.device_index)[1]
-        args = (*self._head, _address(actions), *outputs, *self._tail)
-        if self._cp.cuda.runtime.getDevice() == self.device_index:
+    def _launch_step(
+        self, actions: Any, rest: tuple[int, ...], check: bool, stream: int | None = None
+    ) -> None:
+        """One trading_step launch on torch's current stream (``stream``: its handle, when the
+        caller has read it already): actions (a torch tensor or CuPy array, int64 [N]), then
+        ``rest``, the addresses of the OUTPUT_FIELDS arrays and the constant tail (what
+        :meth:`bind_outputs` returns)."""
+        if stream is None:
+            stream = current_stream(self.device_index)[1]
+        args = (*self._head, _address(actions), *rest)
+        if self._get_device() == self.device_index:
             self._launcher(self._grid[0], self._block[0], stream, *args)
         else:
             with self._device:
@@ -301,11 +314,10 @@ class CudaBackend(Backend):
         self._launch_step(actions, self._out_addresses[self._turn], True)
         return out
 
-    def step_into(
-        self, actions: Any, outputs: dict[str, Any], check: bool = True, trusted: bool = False
-    ) -> None:
-        """See :meth:`Backend.step_into`. ``trusted``: the arrays are known to have their
-        dtype, shape and device (the env allocated them), so only their addresses are read."""
+    def bind_outputs(self, outputs: dict[str, Any], trusted: bool = False) -> tuple[int, ...]:
+        """The device addresses of ``outputs``' arrays in the kernel's order, after checking
+        their dtype, shape, device and layout (host metadata only) unless ``trusted``. A missing
+        ``final_obs`` points at a spare buffer, which only SAME_STEP steps would write."""
         addresses = []
         for f in OUTPUT_FIELDS:
             if f not in outputs and f == "final_obs":
@@ -314,7 +326,12 @@ class CudaBackend(Backend):
                 addresses.append(_address(outputs[f]))
             else:
                 addresses.append(self._checked_address(f, outputs[f]))
-        self._launch_step(actions, tuple(addresses), check)
+        return (*addresses, *self._tail)
+
+    def step_bound(
+        self, actions: Any, bound: tuple[int, ...], check: bool = True, stream: int | None = None
+    ) -> None:
+        self._launch_step(actions, bound, check, stream)
 
     def _checked_address(self, name: str, arr: Any) -> int:
         """Device address of output ``name``, after checking its dtype, shape, device and

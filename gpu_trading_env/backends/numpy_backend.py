@@ -195,21 +195,20 @@ class NumpyBackend(Backend):
             )
         return a.astype(np.int64, copy=False)
 
-    def step_into(
-        self,
-        actions: np.ndarray,
-        outputs: dict[str, Any],
-        check: bool = True,
-        trusted: bool = False,
-    ) -> None:
+    def bind_outputs(self, outputs: dict[str, Any], trusted: bool = False) -> StepOutputs:
+        """The arrays of ``outputs`` as :class:`StepOutputs` of NumPy arrays (torch CPU tensors
+        as the arrays that share their memory), after checking them unless ``trusted``."""
         if not trusted:
             check_output_arrays(outputs, self.num_envs, self.obs_dim)
-        arrays = {  # torch CPU tensors as the NumPy arrays that share their memory
-            k: v if isinstance(v, np.ndarray) else v.numpy() for k, v in outputs.items()
-        }
+        arrays = {k: v if isinstance(v, np.ndarray) else v.numpy() for k, v in outputs.items()}
         if "final_obs" not in arrays:  # never written outside SAME_STEP: any array will do
             arrays["final_obs"] = self._outputs[0].final_obs
-        self.step(actions, StepOutputs(**arrays))
+        return StepOutputs(**arrays)
+
+    def step_bound(
+        self, actions: np.ndarray, bound: StepOutputs, check: bool = True, stream: None = None
+    ) -> None:
+        self.step(actions, bound)
 
     def step(self, actions: np.ndarray, out: StepOutputs | None = None) -> StepOutputs:
         """One step into ``out`` (default: the next zero-copy output set)."""

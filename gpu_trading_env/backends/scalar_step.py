@@ -21,18 +21,26 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.numpy_backend import START_CACHE, NumpyBackend
+from gpu_trading_env.backends.numpy_backend import NumpyBackend
 from gpu_trading_env.backends.numpy_step_parts import trade
 from gpu_trading_env.core.constants import BARRIER_ARMED, BARRIER_NONE
 from gpu_trading_env.core.reference_step import SCALAR_MATH, curiosity_bonus, reversal_trade
 
 _F32 = np.float32
+# Start bars drawn per Philox pass for the single env: one pass costs ~100 us of array calls
+# whatever its length up to a few thousand draws, and random actions end an episode every
+# ~15 steps, so the backend's own batch (numpy_backend.START_CACHE, 64) cost ~2 us a reset.
+SCALAR_START_DRAWS = 1024
 _F32_BYTES = struct.Struct("f")
+# Bound once: the step rounds to float32 inline (a function call costs as much as the rounding).
+_PACK_F32, _UNPACK_F32 = _F32_BYTES.pack, _F32_BYTES.unpack
+_array = np.array
+_F32_DTYPE = np.dtype(np.float32)
 
 
 def _round_f32(x: float) -> float:
     """``float(np.float32(x))`` (round to nearest float32), in a fifth of its time."""
-    return _F32_BYTES.unpack(_F32_BYTES.pack(x))[0]
+    return _UNPACK_F32(_PACK_F32(x))[0]
 
 
 class ScalarEnv:
@@ -63,7 +71,7 @@ class ScalarEnv:
         penalised = backend.penalised_table
         self.penalised = penalised.tolist() if penalised is not None else None
         self.n_features = backend.n_features
-        # The parameters read first in every step, unpacked at once.
+        # The parameters every step reads, unpacked at once (one attribute read, not twelve).
         self._consts = (
             p.initial_capital,
             bool(p.fill_next_open),
@@ -71,6 +79,10 @@ class ScalarEnv:
             bool(p.barriers),
             p.risk_penalty_scale,
             p.risk_threshold,
+            bool(p.sizing_equity),
+            p.diversity_penalty,
+            p.barrier_half_scale,
+            p.episode_length,
         )
         # One array per bar: a list lookup and a copy make an observation row.
         self.rows = list(backend.features)
@@ -102,13 +114,13 @@ class ScalarEnv:
         Only the scalars are reset: the backend's state arrays keep the seed and draw counter
         its own resets read, and are rewritten whole by its next reset.
         """
-        # The env's next start bars are drawn START_CACHE at a time, by the backend's own
-        # function; the backend's draw counter advances by one per episode, as in its reset.
+        # The env's next start bars are drawn SCALAR_START_DRAWS at a time, by the backend's
+        # own function; the backend's draw counter advances by one per episode, as in its reset.
         counter = self.backend.state.episode_count
         k = int(counter[0])
         offset = k - self._draws_base
         if not 0 <= offset < len(self._draws):
-            self._draws = self.backend.start_bars(0, START_CACHE).tolist()
+            self._draws = self.backend.start_bars(0, SCALAR_START_DRAWS).tolist()
             self._draws_base, offset = k, 0
         counter[0] = k + 1
         self.bar = self._draws[offset]
@@ -142,7 +154,18 @@ class ScalarEnv:
         """One step with a valid action ``a``; the single env's ``(obs, reward, terminated,
         truncated, info)``, reward and info values as the vector env's row 0 gives them."""
         p = self.p
-        c0, fill_next_open, reserve_frac, barriers, risk_scale, risk_threshold = self._consts
+        (
+            c0,
+            fill_next_open,
+            reserve_frac,
+            barriers,
+            risk_scale,
+            risk_threshold,
+            sizing_equity,
+            diversity_penalty,
+            barrier_half_scale,
+            episode_length,
+        ) = self._consts
         t = self.bar
         t1 = t + 1
         close = self.close
@@ -153,13 +176,15 @@ class ScalarEnv:
         cash0 = self.cash
         value0 = cash0 + pos0 * close_t
         # Risk (ENV_SPEC "Risk"): min(-(scale * excess), 0) as np.minimum rounds it.
-        risk = min(-(risk_scale * (abs(pos0 / (c0 / close_t)) - risk_threshold)), 0.0)
+        risk = -(risk_scale * (abs(pos0 / (c0 / close_t)) - risk_threshold))
+        if risk > 0.0:  # min(risk, 0.0) without the call: NaN and -0.0 pass through as in min
+            risk = 0.0
         curiosity_w = self.backend.curiosity
         obs0 = self._obs(t, value0, pos0, close_t, c0) if curiosity_w is not None else None
 
         # Trade (ENV_SPEC "Portfolio", "Position sizing").
         value_pre = cash0 + pos0 * fill if fill_next_open else value0
-        if p.sizing_equity:
+        if sizing_equity:
             target = self.exposure[a] * (p.leverage * max(value_pre, 0.0) / fill)
         else:
             target = self.target[a]
@@ -222,18 +247,19 @@ class ScalarEnv:
         hist[cat] += 1
         cursor += 1
         self.cursor = 0 if cursor == window else cursor
-        if self.penalised is not None:
-            penalised = self.penalised[(count * (window + 1) + hist[0]) * (window + 1) + hist[1]]
+        table = self.penalised
+        if table is not None:
+            penalised = table[(count * (window + 1) + hist[0]) * (window + 1) + hist[1]]
         else:  # windows too wide for the table: the backend's expression on one ring
             penalised = self.backend.penalised_rows(
                 np.array([count]), *(np.array([h]) for h in hist)
             )[0]
-        diversity = -p.diversity_penalty if penalised else 0.0
+        diversity = -diversity_penalty if penalised else 0.0
 
         # Mark to market and reward (ENV_SPEC "Reward"), summed in the spec's order.
         value1 = cash1 + pos1 * close_1
         pnl = (value1 - value0) / value0
-        barrier = pnl * (sign * p.barrier_half_scale)
+        barrier = pnl * (sign * barrier_half_scale)
         reward = pnl + barrier
         reward += risk
         reward += diversity
@@ -251,15 +277,15 @@ class ScalarEnv:
 
         steps = self.step_in_episode = self.step_in_episode + 1
         terminated = value1 <= 0.0 or closing
-        truncated = not terminated and (steps >= p.episode_length or t1 + 1 >= self.hi)
+        truncated = not terminated and (steps >= episode_length or t1 + 1 >= self.hi)
         self.bar = t1
         info: dict[str, Any] = {
-            "reward_components": np.array((pnl, barrier, risk, diversity, curiosity), _F32),
+            "reward_components": _array((pnl, barrier, risk, diversity, curiosity), _F32_DTYPE),
             "portfolio_value": value1,
             "position": pos1,
             "barrier_label": label,
         }
         if terminated or truncated:
-            info["episode_return"] = _round_f32(self.episode_return)
+            info["episode_return"] = _UNPACK_F32(_PACK_F32(self.episode_return))[0]
             info["episode_length"] = steps
-        return obs1, _round_f32(reward), terminated, truncated, info
+        return obs1, _UNPACK_F32(_PACK_F32(reward))[0], terminated, truncated, info

@@ -168,7 +168,9 @@ SCALAR_MATH = SimpleNamespace(
     abs=abs,
     minimum=min,
     maximum=max,
-    floor=lambda x: float(math.floor(x)),
+    # An int, not float(floor(x)): the floor of a float is exactly representable as one, so the
+    # products and the min() it enters give the same floats, without a call per reversal.
+    floor=math.floor,
     copysign=math.copysign,
 )
 
