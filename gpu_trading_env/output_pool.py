@@ -38,7 +38,8 @@ def storage_use_count() -> Callable[[int], int] | None:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency
         return None
-    return getattr(torch._C, "_storage_Use_Count", None)
+    # torch has no public count of a storage's users; without this one, no torch pooling.
+    return getattr(torch._C, "_storage_Use_Count", None)  # noqa: SLF001
 
 
 @dataclass(eq=False)

@@ -437,7 +437,8 @@ class TradingVectorEnv(VectorEnv):
         watched = (*views.values(), block)
         storage = use_count = None
         if self.array_type == "torch":
-            storage, use_count = block.untyped_storage()._cdata, storage_use_count()
+            storage = block.untyped_storage()._cdata  # noqa: SLF001 (what the count reads)
+            use_count = storage_use_count()
         elif self.device != "cpu":
             watched += (block.data.mem,)  # every CuPy array over the allocation refers to it
         return OutputSet(views, bound, watched, storage, stream, use_count)
