@@ -460,6 +460,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
                 "allowed is 'step'"
             )
         if self._fused_rollout is None:
+            pending = self._pending_rollout_generator  # a resumed checkpoint's exploration stream
             # Imported here so the CPU path never loads CuPy or compiles kernels.
             if self.rollout_kernel == "monolithic":
                 from agents.rollouts.monolithic import MonolithicRollout
@@ -471,8 +472,14 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
 
                 cuda = self.device.type == "cuda"
                 bf16 = cuda and resolve_precision(self.train_precision, self.device) == "bf16"
-                self._fused_rollout = FusedRollout(self, act_precision="bf16" if bf16 else "tf32")
-            pending = self._pending_rollout_generator  # a resumed checkpoint's exploration stream
+                # Resuming, the checkpoint's generator state replaces any seed: without one
+                # given, FusedRollout would draw its seed from NumPy's global generator, which
+                # the uninterrupted run drew from at its first rollout, not here.
+                self._fused_rollout = FusedRollout(
+                    self,
+                    seed=0 if pending is not None else None,
+                    act_precision="bf16" if bf16 else "tf32",
+                )
             generator = getattr(self._fused_rollout, "generator", None)
             if pending is not None and isinstance(generator, th.Generator):
                 generator.set_state(pending)

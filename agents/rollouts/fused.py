@@ -287,6 +287,7 @@ class FusedRollout:
         if store_at is not None and not getattr(buffer.tree, "capturable", False):
             store_at = None
         g["buffer"] = buffer
+        g["step_args_version"] = self.env.backend.step_args_version
         if store_at is not None:
             g["slot"] = th.full((1,), int(buffer.pos), dtype=th.int64, device=dev)
         else:  # the step's observation, kept for add_tensors after the replay
@@ -362,8 +363,15 @@ class FusedRollout:
         steps replay a captured graph (returns None then); otherwise returns (rewards, done).
         """
         if self.cuda_graph and not random_only:
-            if self._graph is not None and self._graph["buffer"] is not self.model.replay_buffer:
-                self._graph = None  # recorded with another buffer's storage: capture anew
+            if self._graph is not None and (
+                self._graph["buffer"] is not self.model.replay_buffer
+                # The step launch's arguments changed since the capture (the curiosity bonus
+                # turned on or off): the graph would replay the old ones. A run that captured
+                # before its first curiosity round never got the bonus in its rewards, and one
+                # resumed from a checkpoint (bonus on at capture) differed from it.
+                or self._graph["step_args_version"] != self.env.backend.step_args_version
+            ):
+                self._graph = None  # recorded with stale storage or arguments: capture anew
             if self._graph is None and self._eager_steps >= 2:
                 try:
                     self._capture()
