@@ -9,7 +9,8 @@ A checkpoint is a folder of four files, each written atomically:
 - ``run_state.zip``: what lives outside the model: the state of the trading env (every
   :class:`~gpu_trading_env.core.state.EnvState` array, its seeds and start-bar counters
   included), SB3's episode monitor, and every random generator (Python's, NumPy's global one,
-  torch's CPU and CUDA ones, the action and observation spaces', the fused rollout's);
+  torch's CPU and CUDA ones, the action and observation spaces', the fused rollout's, the
+  monolithic rollout's counter);
 - ``checkpoint.json``, written last: the SHA-256 of the three others. A folder without it, or
   whose files do not match it, is an unfinished checkpoint and is refused (or skipped, when
   :func:`load_checkpoint` picks the latest of a run's checkpoints).
@@ -97,6 +98,8 @@ def run_state(model: Any) -> dict[str, Any]:
         "action_space": _space_rng(model.action_space),
         "observation_space": _space_rng(model.observation_space),
         "rollout_generator": None,
+        # The monolithic rollout's exploration Philox counter (its launches so far).
+        "rollout_round": getattr(model._fused_rollout, "round", None),
         "env": None,
         "monitor": None,
     }
@@ -185,6 +188,7 @@ def restore_run_state(model: Any, state: dict[str, Any], where: str) -> None:
     _set_bit_generator(model.action_space, state["action_space"], f"{where}: action space")
     _set_bit_generator(model.observation_space, state["observation_space"], f"{where}: obs space")
     model._pending_rollout_generator = state["rollout_generator"]
+    model._pending_rollout_round = state.get("rollout_round")  # absent from older checkpoints
 
 
 def _as_tuples(value: Any) -> Any:

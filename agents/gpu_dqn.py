@@ -315,6 +315,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
         self._fused_rollout: Any = None
         self._train_calls = 0
         self._pending_rollout_generator: th.Tensor | None = None
+        self._pending_rollout_round: int | None = None
         self.trading_env: TradingVectorEnv | None = find_trading_env(self.env)
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
@@ -483,7 +484,11 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             generator = getattr(self._fused_rollout, "generator", None)
             if pending is not None and isinstance(generator, th.Generator):
                 generator.set_state(pending)
-            self._pending_rollout_generator = None
+            # The monolithic kernel keys its exploration draws by launch: a resumed one that
+            # started from round 0 again would repeat the run's first coins.
+            if self._pending_rollout_round is not None and hasattr(self._fused_rollout, "round"):
+                self._fused_rollout.round = int(self._pending_rollout_round)
+            self._pending_rollout_generator = self._pending_rollout_round = None
         episodes_before = self._episode_num
         callback.on_rollout_start()
         steps, n_episodes, continue_training = self._fused_rollout.collect(
@@ -827,6 +832,7 @@ class GpuDQN(WeightsOnlyFiles, DataParallelMixin, DQN):
             "_mode_free",
             "_target_lists",
             "_pending_rollout_generator",
+            "_pending_rollout_round",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

@@ -226,6 +226,16 @@ def test_checkpoint_and_resume_equal_one_run_on_cuda(tmp_path) -> None:
 
 
 @pytest.mark.gpu
+def test_checkpoint_and_resume_of_the_monolithic_rollout_on_cuda(tmp_path) -> None:
+    """The monolithic kernel keys its exploration draws by launch: the count is resumed."""
+    reference, resumed, _, _ = _run_and_resume(
+        tmp_path, "cuda", total=400, every=200, rollout_kernel="monolithic"
+    )
+    assert resumed._fused_rollout.round == reference._fused_rollout.round == 400 // 4 // 2
+    _compare(reference, resumed, exact=False)
+
+
+@pytest.mark.gpu
 def test_checkpoint_and_resume_without_curiosity_on_cuda(tmp_path) -> None:
     reference, resumed, _, _ = _run_and_resume(
         tmp_path, "cuda", total=400, every=200, curiosity=False
