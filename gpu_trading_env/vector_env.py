@@ -337,7 +337,8 @@ class TradingVectorEnv(VectorEnv):
         returns nothing: what a user's CUDA graph captures.
 
         On CUDA it is one kernel launch on torch's current stream: no allocation, no host sync,
-        no Python state that a graph replay would leave stale. Pass actions as a contiguous
+        no Python state that a graph replay would leave stale but the curiosity bonus's on/off
+        flag (see :meth:`set_curiosity_weights`). Pass actions as a contiguous
         int64 tensor on the env's device (other dtypes are converted, which allocates). An
         invalid action is recorded on the device, not raised here: :meth:`check_errors` (or the
         next ``reset``) raises it. ``final_obs`` is written in SAME_STEP mode only, on the rows
@@ -495,11 +496,16 @@ class TradingVectorEnv(VectorEnv):
         return COMPONENT_NAMES
 
     def set_curiosity_weights(self, w1: Any, b1: Any, w2: Any, b2: Any) -> None:
-        """Install the curiosity forward model ([out, in] layout, as torch ``nn.Linear``)."""
+        """Install the curiosity forward model ([out, in] layout, as torch ``nn.Linear``).
+
+        Turning the bonus on changes an argument of the CUDA step launch: a CUDA graph that
+        captured a step before must be captured again (new weights while the bonus is on are
+        copied in place, and a graph sees them).
+        """
         self.backend.set_curiosity_weights(CuriosityWeights(w1, b1, w2, b2))
 
     def clear_curiosity_weights(self) -> None:
-        """Turn the curiosity bonus off."""
+        """Turn the curiosity bonus off (a CUDA graph of a step captured before keeps it on)."""
         self.backend.set_curiosity_weights(None)
 
     def observe(self) -> Any:
