@@ -361,6 +361,8 @@ class FusedRollout:
 
         With ``cuda_graph=True``, once two eager steps have made every buffer view, greedy
         steps replay a captured graph (returns None then); otherwise returns (rewards, done).
+        The graph is captured again for another replay buffer, and when the env's step launch
+        arguments changed (``step_args_version``: the curiosity bonus turned on or off).
         """
         if self.cuda_graph and not random_only:
             if self._graph is not None and (
