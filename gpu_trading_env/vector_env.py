@@ -25,6 +25,7 @@ from gpu_trading_env.core.config import EnvConfig, config_field_names, parse_aut
 from gpu_trading_env.core.constants import COMPONENT_NAMES
 from gpu_trading_env.core.state import (
     OUTPUT_FIELDS,
+    STATE_FIELDS,
     StepOutputs,
     block_views,
     output_layout,
@@ -356,7 +357,8 @@ class TradingVectorEnv(VectorEnv):
         returns nothing: what a user's CUDA graph captures.
 
         On CUDA it is one kernel launch on torch's current stream: no allocation, no host sync,
-        no Python state that a graph replay would leave stale. Pass actions as a contiguous
+        no Python state that a graph replay would leave stale but the curiosity bonus's on/off
+        flag (see :meth:`set_curiosity_weights`). Pass actions as a contiguous
         int64 tensor on the env's device (other dtypes are converted, which allocates). An
         invalid action is recorded on the device, not raised here: :meth:`check_errors` (or the
         next ``reset``) raises it. ``final_obs`` is written in SAME_STEP mode only, on the rows
@@ -383,6 +385,33 @@ class TradingVectorEnv(VectorEnv):
             bound = self.backend.bind_outputs(outputs)
             cache = self._into_cache = (arrays, self._addresses(arrays), bound)
         self.backend.step_bound(acts, cache[2], check=False)
+
+    def checkpoint_flags(self) -> dict[str, bool]:
+        """``{"seeded", "needs_reset"}``: the env's bookkeeping beyond its state arrays
+        (``backend.state``), which a checkpoint saves beside them."""
+        return {"seeded": bool(self._seeded), "needs_reset": bool(self._needs_reset)}
+
+    def restore_checkpoint(
+        self, arrays: dict[str, np.ndarray], seeded: bool, needs_reset: bool
+    ) -> None:
+        """Put a checkpoint's env state back: every ``STATE_FIELDS`` array of ``arrays`` into
+        the backend's state (same shape and dtype, else ValueError naming the field), and the
+        flags of :meth:`checkpoint_flags`. The envs carry on from there, with no reset."""
+        self._check_open("restore_checkpoint")
+        state = self.backend.state
+        for name in STATE_FIELDS:
+            target = getattr(state, name)
+            value = np.asarray(arrays[name])
+            if tuple(value.shape) != tuple(target.shape) or value.dtype != np.dtype(target.dtype):
+                raise ValueError(
+                    f"env state {name} has shape {value.shape} and dtype {value.dtype}; the env "
+                    f"has {tuple(target.shape)} {target.dtype} (other settings?)"
+                )
+        for name in STATE_FIELDS:
+            getattr(state, name)[...] = self.backend.xp.asarray(np.asarray(arrays[name]))
+        self.backend.state_restored()
+        self._seeded = bool(seeded)
+        self._needs_reset = bool(needs_reset)
 
     def check_errors(self) -> None:
         """Raise ValueError for an invalid action that a CUDA step recorded on the device and has
@@ -553,11 +582,16 @@ class TradingVectorEnv(VectorEnv):
         return COMPONENT_NAMES
 
     def set_curiosity_weights(self, w1: Any, b1: Any, w2: Any, b2: Any) -> None:
-        """Install the curiosity forward model ([out, in] layout, as torch ``nn.Linear``)."""
+        """Install the curiosity forward model ([out, in] layout, as torch ``nn.Linear``).
+
+        Turning the bonus on changes an argument of the CUDA step launch: a CUDA graph that
+        captured a step before must be captured again (new weights while the bonus is on are
+        copied in place, and a graph sees them).
+        """
         self.backend.set_curiosity_weights(CuriosityWeights(w1, b1, w2, b2))
 
     def clear_curiosity_weights(self) -> None:
-        """Turn the curiosity bonus off."""
+        """Turn the curiosity bonus off (a CUDA graph of a step captured before keeps it on)."""
         self.backend.set_curiosity_weights(None)
 
     def observe(self) -> Any:

@@ -95,3 +95,46 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
     # Priorities: both trees gave every new transition the running max priority.
     assert a.tree.total() == pytest.approx(b.tree.total(), rel=1e-12)
     np.testing.assert_array_equal(a.tree.leaves(), b.tree.leaves())
+
+
+def test_graph_steps_follow_the_curiosity_bonus_turned_on_and_off():
+    """Installing curiosity weights (or clearing them) after the step graph was captured
+    changes the rewards of the graph replays as it changes those of eager steps: the graph is
+    captured again (the bonus's on/off flag is a by-value launch argument)."""
+    import torch as th
+
+    from agents.rollouts.fused import FusedRollout
+    from gpu_trading_env.core.constants import N_CATEGORIES
+
+    data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=4)
+    kw = dict(num_envs=256, device="cuda", data=data, episode_length=30)
+    rollouts = []
+    for cuda_graph in (True, False):
+        env = TradingVectorEnv(**kw, autoreset_mode="same_step")
+        env.reset(seed=7)
+        rollouts.append(FusedRollout(_model(env), seed=3, cuda_graph=cuda_graph))
+    graphed, eager = rollouts
+    eager.model.q_net.load_state_dict(graphed.model.q_net.state_dict())
+    d, h = graphed.env.config.curiosity_state_dims, graphed.env.config.curiosity_hidden
+    gen = th.Generator().manual_seed(0)
+    shapes = ((h, d + N_CATEGORIES), (h,), (d, h), (d,))
+    weights = [th.randn(s, generator=gen).cuda() for s in shapes]
+    captured_at = []
+    capture = graphed._capture
+    graphed._capture = lambda: (captured_at.append(k), capture())[1]
+    for k in range(40):
+        for ro in rollouts:
+            if k == 10:
+                ro.env.set_curiosity_weights(*weights)
+            elif k == 25:
+                ro.env.clear_curiosity_weights()
+            ro.step(EPSILON)
+        if k == 20:  # new weights while the bonus stays on: copied in place, no capture
+            graphed.env.set_curiosity_weights(*weights)
+            eager.env.set_curiosity_weights(*weights)
+    assert graphed._graph is not None and eager._graph is None
+    assert captured_at == [2, 10, 25]
+    a, b = graphed.model.replay_buffer, eager.model.replay_buffer
+    for name in ("observations", "actions", "rewards", "dones"):
+        x, y = getattr(a, name).cpu().numpy(), getattr(b, name).cpu().numpy()
+        np.testing.assert_array_equal(x, y, err_msg=name)

@@ -391,9 +391,10 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
     calls = []
 
     class FakeRollout:
-        def __init__(self, m: GpuDQN, act_precision: str) -> None:
+        def __init__(self, m: GpuDQN, seed: int | None, act_precision: str) -> None:
             calls.append(("init", m))
             assert act_precision == "tf32"  # the model is on the CPU: no bf16 acting
+            assert seed is None  # not resuming: the rollout seeds its generator itself
 
         def collect(self, n_steps: int, callback, learning_starts: int):
             calls.append(("collect", n_steps, learning_starts))

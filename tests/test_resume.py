@@ -92,7 +92,13 @@ def _compare(a: GpuDQN, b: GpuDQN, exact: bool) -> None:
         elif not np.array_equal(x, y):
             diffs.append(f"env state {field}: {int((x != y).sum())} of {x.size} differ")
     for name in ("policy", "curiosity_model"):
-        sa, sb = getattr(a, name).state_dict(), getattr(b, name).state_dict()
+        ma, mb = getattr(a, name), getattr(b, name)
+        if ma is None and mb is None:  # a run without curiosity
+            continue
+        if ma is None or mb is None:
+            diffs.append(f"{name}: {type(ma).__name__} vs {type(mb).__name__}")
+            continue
+        sa, sb = ma.state_dict(), mb.state_dict()
         for key in sa:
             same(sa[key], sb[key], f"{name}.{key}")
     oa, ob = a.policy.optimizer.state_dict()["state"], b.policy.optimizer.state_dict()["state"]
@@ -103,9 +109,23 @@ def _compare(a: GpuDQN, b: GpuDQN, exact: bool) -> None:
     assert not diffs, f"{len(diffs)} parts differ:\n" + "\n".join(diffs)
 
 
-def _run_and_resume(tmp_path, device: str, total: int, every: int) -> tuple[GpuDQN, GpuDQN]:
-    reference = make_model(make_env(device), device)
+def process_generators() -> tuple[bytes, ...]:
+    """Python's and NumPy's global generators and torch's CPU one, as bytes."""
+    return (
+        repr(random.getstate()).encode(),
+        np.random.get_state()[1].tobytes(),  # noqa: NPY002
+        th.get_rng_state().numpy().tobytes(),
+    )
+
+
+def _run_and_resume(
+    tmp_path, device: str, total: int, every: int, **kwargs
+) -> tuple[GpuDQN, GpuDQN, tuple[bytes, ...], tuple[bytes, ...]]:
+    """The run through, the run resumed at ``every``, and the process's generators (see
+    :func:`process_generators`) after each."""
+    reference = make_model(make_env(device), device, **kwargs)
     reference.learn(total, callback=CheckpointEvery(every, tmp_path / "ck", keep=1))
+    generators = process_generators()
     # Only the checkpoint at `every` steps: the run is cut there.
     (folder,) = sorted((tmp_path / "ck").iterdir())
     assert folder.name == f"step-{every:012d}"
@@ -114,14 +134,15 @@ def _run_and_resume(tmp_path, device: str, total: int, every: int) -> tuple[GpuD
     resumed = GpuDQN.load_checkpoint(tmp_path / "ck", env=make_env(device), device=device)
     assert resumed.num_timesteps == every and resumed.remaining_timesteps == total - every
     resumed.learn(resumed.remaining_timesteps, reset_num_timesteps=False)
-    return reference, resumed
+    return reference, resumed, generators, process_generators()
 
 
 def test_checkpoint_and_resume_equal_one_run_bit_for_bit_on_cpu(tmp_path) -> None:
-    reference, resumed = _run_and_resume(tmp_path, "cpu", total=400, every=200)
+    reference, resumed, gen_a, gen_b = _run_and_resume(tmp_path, "cpu", total=400, every=200)
     assert reference.replay_buffer.full  # the buffer wrapped around
     assert reference._train_calls >= 3 * reference.curiosity_train_freq
     _compare(reference, resumed, exact=True)
+    assert gen_a == gen_b  # the process's generators went on as in the run through
     # The env steps on identically after both runs: same observations and rewards.
     actions = np.random.default_rng(5).integers(0, 45, size=(3, 4))
     for act in actions:
@@ -129,6 +150,15 @@ def test_checkpoint_and_resume_equal_one_run_bit_for_bit_on_cpu(tmp_path) -> Non
         out_b = resumed.trading_env.step(act)
         np.testing.assert_array_equal(out_a[0], out_b[0])
         np.testing.assert_array_equal(out_a[1], out_b[1])
+
+
+def test_checkpoint_and_resume_without_curiosity_on_cpu(tmp_path) -> None:
+    reference, resumed, gen_a, gen_b = _run_and_resume(
+        tmp_path, "cpu", total=400, every=200, curiosity=False
+    )
+    assert reference.curiosity_model is None and resumed.curiosity_model is None
+    _compare(reference, resumed, exact=True)
+    assert gen_a == gen_b
 
 
 def test_resume_without_the_env_state_would_differ(tmp_path) -> None:
@@ -184,8 +214,33 @@ def test_save_checkpoint_and_an_env_of_another_size(tmp_path) -> None:
 
 @pytest.mark.gpu
 def test_checkpoint_and_resume_equal_one_run_on_cuda(tmp_path) -> None:
-    """The CUDA twin (fused rollout, captured train step): equal to float tolerance."""
-    reference, resumed = _run_and_resume(tmp_path, "cuda", total=400, every=200)
+    """The CUDA twin (fused rollout, captured train step): equal to float tolerance.
+
+    The rollout's step graph is captured before the first curiosity round in the run through
+    and after it (bonus on) in the resumed run: both must step with the bonus once it is on.
+    The resumed rollout must not draw its seed from NumPy's global generator either.
+    """
+    reference, resumed, gen_a, gen_b = _run_and_resume(tmp_path, "cuda", total=400, every=200)
+    _compare(reference, resumed, exact=False)
+    assert gen_a[:2] == gen_b[:2]  # Python's and NumPy's global generators
+
+
+@pytest.mark.gpu
+def test_checkpoint_and_resume_of_the_monolithic_rollout_on_cuda(tmp_path) -> None:
+    """The monolithic kernel keys its exploration draws by launch: the count is resumed."""
+    reference, resumed, _, _ = _run_and_resume(
+        tmp_path, "cuda", total=400, every=200, rollout_kernel="monolithic"
+    )
+    assert resumed._fused_rollout.round == reference._fused_rollout.round == 400 // 4 // 2
+    _compare(reference, resumed, exact=False)
+
+
+@pytest.mark.gpu
+def test_checkpoint_and_resume_without_curiosity_on_cuda(tmp_path) -> None:
+    reference, resumed, _, _ = _run_and_resume(
+        tmp_path, "cuda", total=400, every=200, curiosity=False
+    )
+    assert reference.curiosity_model is None
     _compare(reference, resumed, exact=False)
 
 

@@ -274,6 +274,7 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         self._fused_rollout: Any = None
         self._train_calls = 0
         self._pending_rollout_generator: th.Tensor | None = None
+        self._pending_rollout_round: int | None = None
         self.trading_env: TradingVectorEnv | None = find_trading_env(self.env)
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
@@ -368,12 +369,24 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
                 "allowed is 'step'"
             )
         if self._fused_rollout is None:
-            self._fused_rollout = build_rollout(self, self.rollout_kernel, self.train_precision)
             pending = self._pending_rollout_generator  # a resumed checkpoint's exploration stream
+            # Resuming, the checkpoint's generator state replaces any seed: without one given,
+            # FusedRollout would draw its seed from NumPy's global generator, which the
+            # uninterrupted run drew from at its first rollout, not here.
+            self._fused_rollout = build_rollout(
+                self,
+                self.rollout_kernel,
+                self.train_precision,
+                seed=0 if pending is not None else None,
+            )
             generator = getattr(self._fused_rollout, "generator", None)
             if pending is not None and isinstance(generator, th.Generator):
                 generator.set_state(pending)
-            self._pending_rollout_generator = None
+            # The monolithic kernel keys its exploration draws by launch: a resumed one that
+            # started from round 0 again would repeat the run's first coins.
+            if self._pending_rollout_round is not None and hasattr(self._fused_rollout, "round"):
+                self._fused_rollout.round = int(self._pending_rollout_round)
+            self._pending_rollout_generator = self._pending_rollout_round = None
         episodes_before = self._episode_num
         callback.on_rollout_start()
         steps, n_episodes, continue_training = self._fused_rollout.collect(
@@ -495,10 +508,14 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         schedules of the learning rate, exploration and beta read it)."""
         return float(self._current_progress_remaining)
 
-    def queue_rollout_generator_state(self, state: th.Tensor | None) -> None:
+    def queue_rollout_generator_state(
+        self, state: th.Tensor | None, launch_round: int | None = None
+    ) -> None:
         """The state the device rollout's exploration generator starts from when it is next
-        built (a resumed checkpoint's stream); ``None``: a fresh seed, as usual."""
+        built (a resumed checkpoint's stream); ``None``: a fresh seed, as usual.
+        ``launch_round``: the monolithic rollout's launch count, which keys its draws."""
         self._pending_rollout_generator = state
+        self._pending_rollout_round = launch_round
 
     @property
     def captured_train_step(self) -> Any:

@@ -134,6 +134,7 @@ class GpuDQNFiles(WeightsOnlyFiles):
             "_mode_free",
             "_target_update",
             "_pending_rollout_generator",
+            "_pending_rollout_round",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

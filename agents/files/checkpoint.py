@@ -9,7 +9,8 @@ A checkpoint is a folder of four files, each written atomically:
 - ``run_state.zip``: what lives outside the model: the state of the trading env (every
   :class:`~gpu_trading_env.core.state.EnvState` array, its seeds and start-bar counters
   included), SB3's episode monitor, and every random generator (Python's, NumPy's global one,
-  torch's CPU and CUDA ones, the action and observation spaces', the fused rollout's);
+  torch's CPU and CUDA ones, the action and observation spaces', the fused rollout's, the
+  monolithic rollout's counter);
 - ``checkpoint.json``, written last: the SHA-256 of the three others. A folder without it, or
   whose files do not match it, is an unfinished checkpoint and is refused (or skipped, when
   :func:`load_checkpoint` picks the latest of a run's checkpoints).
@@ -96,6 +97,8 @@ def run_state(model: Any) -> dict[str, Any]:
         "action_space": _space_rng(model.action_space),
         "observation_space": _space_rng(model.observation_space),
         "rollout_generator": None,
+        # The monolithic rollout's exploration Philox counter (its launches so far).
+        "rollout_round": getattr(model.rollout, "round", None),
         "env": None,
         "monitor": None,
     }
@@ -116,8 +119,7 @@ def run_state(model: Any) -> dict[str, Any]:
         state["env"] = {
             "num_envs": int(trading.num_envs),
             "arrays": {f: np.array(to_numpy(getattr(backend.state, f))) for f in STATE_FIELDS},
-            "seeded": bool(trading._seeded),
-            "needs_reset": bool(trading._needs_reset),
+            **trading.checkpoint_flags(),
             "np_random": _space_rng(trading),
         }
     return state
@@ -142,25 +144,17 @@ def restore_run_state(model: Any, state: dict[str, Any], where: str) -> None:
                 f"{where} was saved with num_envs = {saved_env['num_envs']}; the env given has "
                 f"{trading.num_envs}: pass an env with {saved_env['num_envs']} envs"
             )
-        backend = trading.backend
-        for name in STATE_FIELDS:
-            target = getattr(backend.state, name)
-            value = np.asarray(saved_env["arrays"][name])
-            if tuple(value.shape) != tuple(target.shape) or value.dtype != np.dtype(target.dtype):
-                raise ArchiveError(
-                    f"{where}: env state {name} has shape {value.shape} and dtype {value.dtype}; "
-                    f"the env given has {tuple(target.shape)} {target.dtype} (other settings?)"
-                )
-            target[...] = backend.xp.asarray(value)
-        if hasattr(backend, "_cache_valid"):
-            backend._cache_valid = False  # start-bar draws cached for the old counters
-        trading._seeded = bool(saved_env["seeded"])
-        trading._needs_reset = bool(saved_env["needs_reset"])
+        try:
+            trading.restore_checkpoint(
+                saved_env["arrays"], saved_env["seeded"], saved_env["needs_reset"]
+            )
+        except ValueError as exc:
+            raise ArchiveError(f"{where}: {exc}") from None
         _set_bit_generator(trading, saved_env["np_random"], f"{where}: the env's np_random")
         for venv in _vec_envs(model.env):
             # SB3's set_random_seed on load queued seeds for a reset that resuming never does.
             if hasattr(venv, "_reset_seeds"):
-                venv._reset_seeds()
+                venv._reset_seeds()  # noqa: SLF001 (SB3's VecEnv has no public way)
     elif model.env is not None:
         warnings.warn(
             f"{where}: the env is not a TradingVectorEnv (or the checkpoint has no env state): "
@@ -168,7 +162,7 @@ def restore_run_state(model: Any, state: dict[str, Any], where: str) -> None:
             UserWarning,
             stacklevel=3,
         )
-        model._last_obs = None
+        model._last_obs = None  # noqa: SLF001 (SB3's; None makes learn reset the env)
     monitor = state["monitor"]
     for venv in _vec_envs(model.env):
         if isinstance(venv, VecMonitor) and monitor is not None:
@@ -183,7 +177,8 @@ def restore_run_state(model: Any, state: dict[str, Any], where: str) -> None:
             th.cuda.set_rng_state(rng, index)
     _set_bit_generator(model.action_space, state["action_space"], f"{where}: action space")
     _set_bit_generator(model.observation_space, state["observation_space"], f"{where}: obs space")
-    model.queue_rollout_generator_state(state["rollout_generator"])
+    # rollout_round is absent from checkpoints written before it was saved.
+    model.queue_rollout_generator_state(state["rollout_generator"], state.get("rollout_round"))
 
 
 def _as_tuples(value: Any) -> Any:

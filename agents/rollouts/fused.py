@@ -304,6 +304,7 @@ class FusedRollout:
         if store_at is not None and not getattr(buffer.tree, "capturable", False):
             store_at = None
         g["buffer"] = buffer
+        g["step_args_version"] = self.env.backend.step_args_version
         if store_at is not None:
             g["slot"] = th.full((1,), int(buffer.pos), dtype=th.int64, device=dev)
         else:  # the step's observation, kept for add_tensors after the replay
@@ -379,10 +380,20 @@ class FusedRollout:
 
         With ``cuda_graph=True``, once two eager steps have made every buffer view, greedy
         steps replay a captured graph (returns None then); otherwise returns (rewards, done).
+        The graph is captured again for another replay buffer, and when the env's step launch
+        arguments changed (``step_args_version``: the curiosity bonus turned on or off).
         """
         if self.cuda_graph and not random_only:
-            if self._static is not None and self._static["buffer"] is not self.model.replay_buffer:
-                self.release_graph()  # recorded with another buffer's storage: capture anew
+            g = self._static
+            if g is not None and (
+                g["buffer"] is not self.model.replay_buffer
+                # The step launch's arguments changed since the capture (the curiosity bonus
+                # turned on or off): the graph would replay the old ones. A run that captured
+                # before its first curiosity round never got the bonus in its rewards, and one
+                # resumed from a checkpoint (bonus on at capture) differed from it.
+                or g["step_args_version"] != self.env.backend.step_args_version
+            ):
+                self.release_graph()  # recorded with stale storage or arguments: capture anew
             if self.runner.ready(self._record):
                 self._graph_step(epsilon)
                 return None

@@ -13,7 +13,9 @@ from gpu_runtime.precision import PrecisionSetting, resolve_precision
 __all__ = ["build_rollout"]
 
 
-def build_rollout(model: Any, kernel: str, train_precision: PrecisionSetting) -> Any:
+def build_rollout(
+    model: Any, kernel: str, train_precision: PrecisionSetting, seed: int | None = None
+) -> Any:
     """The rollout for ``model``'s CUDA trading env.
 
     :param kernel: ``"fused"`` (:class:`~agents.rollouts.fused.FusedRollout`) or
@@ -21,6 +23,8 @@ def build_rollout(model: Any, kernel: str, train_precision: PrecisionSetting) ->
         model's seed).
     :param train_precision: the model's ``train_precision``: where it resolves to bf16 the fused
         rollout acts in bf16 too, otherwise in tf32.
+    :param seed: the fused rollout's exploration seed; ``None`` draws one from NumPy's global
+        generator (pass one when a checkpoint's generator state replaces it anyway).
     """
     if kernel == "monolithic":
         from agents.rollouts.monolithic import MonolithicRollout
@@ -30,4 +34,4 @@ def build_rollout(model: Any, kernel: str, train_precision: PrecisionSetting) ->
 
     cuda = model.device.type == "cuda"
     bf16 = cuda and resolve_precision(train_precision, model.device) == "bf16"
-    return FusedRollout(model, act_precision="bf16" if bf16 else "tf32")
+    return FusedRollout(model, seed=seed, act_precision="bf16" if bf16 else "tf32")

@@ -277,6 +277,10 @@ class Backend:
         written on one stream is reused only on that stream."""
         return None
 
+    def state_restored(self) -> None:
+        """Called after the state arrays were overwritten from outside (a checkpoint's): drop
+        anything derived from the old values. Nothing is, by default."""
+
     def check_errors(self) -> None:
         """Raise ValueError for an invalid action the backend recorded but has not raised yet.
 

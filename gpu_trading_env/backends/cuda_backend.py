@@ -76,7 +76,13 @@ class KernelArgs:
 
 
 class CudaBackend(Backend):
-    """Backend whose arrays are CuPy arrays on one CUDA device."""
+    """Backend whose arrays are CuPy arrays on one CUDA device.
+
+    ``step_args_version`` (int) changes whenever the by-value arguments of the step launch
+    change: turning the curiosity bonus on or off (``set_curiosity_weights``). A CUDA graph
+    that captured a step replays the arguments of its capture, so its owner captures again when
+    the version moved (new weights while the bonus stays on are copied in place: no change).
+    """
 
     device = "cuda"
     error_check_interval = 1024
@@ -141,6 +147,10 @@ class CudaBackend(Backend):
         self._output_specs = {name: (dtype, shape) for name, dtype, shape, _ in layout}
         self._launcher: KernelLauncher | None = None
         self._get_device = cp.cuda.runtime.getDevice
+        # Changes whenever the step launch's by-value arguments change (see _build_step_args).
+        self.step_args_version = 0
+        self._head: tuple[int, ...] = ()
+        self._tail: tuple[int, ...] = ()
         self._build_step_args()
 
     # ---------------------------------------------------------------- launch helpers
@@ -277,6 +287,7 @@ class CudaBackend(Backend):
                 )
             params = tuple((name, launcher_kind(ctype)) for name, ctype in signature)
             self._launcher = KernelLauncher(self._k_step, params, self.device_index)
+        before = self._head, self._tail
         self._head = tuple(int(v) if isinstance(v, np.int32) else _address(v) for v in head)
         self._tail = (_address(self._error), int(self._n))
         # Per output set: its OUTPUT_FIELDS addresses and the constant tail, what a step adds
@@ -285,6 +296,11 @@ class CudaBackend(Backend):
             (*(_address(getattr(out, f)) for f in OUTPUT_FIELDS), *self._tail)
             for out in self._outputs
         ]
+        if before != (self._head, self._tail):
+            # A CUDA graph holds a step launch's arguments as they were at its capture: the
+            # curiosity on/off flag above is one, so a graph captured before
+            # set_curiosity_weights turned the bonus on would replay steps without it.
+            self.step_args_version += 1
         # Where a step that is given no final_obs points the kernel: the first buffer's, which
         # only SAME_STEP steps write (and those are always given one).
         self._spare_final_obs = _address(self._outputs[0].final_obs)

@@ -117,6 +117,9 @@ class NumpyBackend(Backend):
         self.state.episode_count[mask] = 0
         self._cache_valid = False
 
+    def state_restored(self) -> None:
+        self._cache_valid = False  # start bars drawn ahead for the old counters
+
     def _draw_starts(self, envs: np.ndarray) -> np.ndarray:
         """Start bars of the next draw of ``envs`` (global indices); advances their counters."""
         s = self.state
