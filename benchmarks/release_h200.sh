@@ -33,7 +33,7 @@ timeout --foreground "${ENV_TIMEOUT:-90}" python3 benchmarks/env_throughput.py -
   --out "$OUT/env_modes.json" >"$LOGS/env_modes.log" 2>&1
 tail -16 "$LOGS/env_modes.log"
 timeout --foreground "${TRAIN_TIMEOUT:-150}" python3 benchmarks/train_throughput.py \
-  --learner-only --out "$OUT/train.json" >"$LOGS/train.log" 2>&1
+  --learner-only --defaults-only --out "$OUT/train.json" >"$LOGS/train.log" 2>&1
 tail -16 "$LOGS/train.log"
 timeout --foreground "${QUICKSTART_TIMEOUT:-90}" python3 benchmarks/quickstart_record.py \
   --device cuda --out "$OUT/quickstart_cuda.json" >"$LOGS/quickstart.log" 2>&1

@@ -323,6 +323,12 @@ def main() -> None:
         "--learner-only", action="store_true", help="skip the rollout and monolithic rows"
     )
     parser.add_argument("--profile", type=Path, default=None, help="write profiler tables here")
+    parser.add_argument(
+        "--defaults-only",
+        action="store_true",
+        help="the learner rows of GpuDQN's defaults alone (the captured bf16 train step and the "
+        "fused learn), beside SB3's DQN on the CPU: a release check that fits a short GPU call",
+    )
     args = parser.parse_args()
     data = MarketData.default()
     rows: list[dict] = []
@@ -344,12 +350,13 @@ def main() -> None:
         rows.append(bench_monolithic(data, 8192, 50))
         rows.append(bench_monolithic(data, 65536, 10))
     if gpu:
-        for captured, precision in (
+        variants = (
             (True, "bf16"),  # GpuDQN's default ("auto") from compute capability 8.0
             (True, "tf32"),
             (True, "fp32"),
             (False, "fp32"),
-        ):
+        )
+        for captured, precision in variants[:1] if args.defaults_only else variants:
             rows.extend(
                 bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda", captured, precision)
             )
@@ -364,6 +371,7 @@ def main() -> None:
                 buffer_size=2_000_000,
             )
         )
+    if gpu and not args.defaults_only:
         tf32_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
         rows.append(
             bench_learn(
