@@ -119,14 +119,15 @@ def _resume_point(ro: FusedRollout) -> dict[str, Any]:
 
 def install(tracer: Tracer) -> None:
     """Wrap FusedRollout.step and its graph capture (in this process only)."""
-    step, capture = FusedRollout.step, FusedRollout._capture_on_device
+    step, record = FusedRollout.step, FusedRollout._record_on_device
 
-    def traced_capture(self: FusedRollout) -> None:
-        capture(self)
+    def traced_capture(self: FusedRollout) -> th.cuda.CUDAGraph:
+        graph = record(self)
         if tracer.run is not None:
             tracer.captures.setdefault(tracer.run, []).append(
                 (int(self.model.num_timesteps), _curiosity_flag(self))
             )
+        return graph
 
     def traced_step(self: FusedRollout, epsilon: float, random_only: bool = False) -> Any:
         if not tracer.wanted(self):
@@ -148,11 +149,11 @@ def install(tracer: Tracer) -> None:
         rec["greedy"] = self._greedy(self.obs).clone()
         buffer = self.model.replay_buffer
         pos = int(buffer.pos)
-        graph_before = self._graph is not None
+        graph_before = self.captured
         result = step(self, epsilon, random_only)
         _sync(self)
         rec["path"] = "graph" if result is None else "eager"
-        rec["captured now"] = not graph_before and self._graph is not None
+        rec["captured now"] = not graph_before and self.captured
         rec["generator after"] = _digest(self.generator.get_state())
         rec["env curiosity flag"] = _curiosity_flag(self)
         rec["rows"] = {name: getattr(buffer, name)[pos].detach().clone() for name in ROWS}
@@ -163,7 +164,7 @@ def install(tracer: Tracer) -> None:
         return result
 
     FusedRollout.step = traced_step  # type: ignore[method-assign]
-    FusedRollout._capture_on_device = traced_capture  # type: ignore[method-assign]
+    FusedRollout._record_on_device = traced_capture  # type: ignore[method-assign]
 
 
 def _diff(a: Any, b: Any) -> str | None:
@@ -307,7 +308,7 @@ def main() -> int:
         if isinstance(ro, FusedRollout):
             kind = ro._actor.kind if ro._actor is not None else None
             print(f"rollout: act_precision {ro.act_precision}, actor {kind}, cuda_graph "
-                  f"{ro.cuda_graph}, draws in graph {(ro._graph or {}).get('draws_inside')}")  # fmt: skip
+                  f"{ro.cuda_graph}, draws in graph {(ro._static or {}).get('draws_inside')}")  # fmt: skip
         report(tracer)
         print(f"WHOLE RUN: {verdict}")
     except Exception:

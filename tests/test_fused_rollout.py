@@ -120,8 +120,8 @@ def test_graph_steps_follow_the_curiosity_bonus_turned_on_and_off():
     shapes = ((h, d + N_CATEGORIES), (h,), (d, h), (d,))
     weights = [th.randn(s, generator=gen).cuda() for s in shapes]
     captured_at = []
-    capture = graphed._capture
-    graphed._capture = lambda: (captured_at.append(k), capture())[1]
+    record = graphed._record  # what the rollout's GraphRunner calls to capture
+    graphed._record = lambda: (captured_at.append(k), record())[1]
     for k in range(40):
         for ro in rollouts:
             if k == 10:
@@ -132,7 +132,7 @@ def test_graph_steps_follow_the_curiosity_bonus_turned_on_and_off():
         if k == 20:  # new weights while the bonus stays on: copied in place, no capture
             graphed.env.set_curiosity_weights(*weights)
             eager.env.set_curiosity_weights(*weights)
-    assert graphed._graph is not None and eager._graph is None
+    assert graphed.captured and not eager.captured
     assert captured_at == [2, 10, 25]
     a, b = graphed.model.replay_buffer, eager.model.replay_buffer
     for name in ("observations", "actions", "rewards", "dones"):
