@@ -178,11 +178,7 @@ class KernelLauncher:
         self._launch = cp.cuda.driver.launchKernel
         self._function = int(kernel.kernel.ptr)
         self._device_index = int(device_index)
-        self._formats = [_ARG_FORMATS[c] for c in signature]
-        self._struct = struct.Struct("<" + "".join(self._formats))
-        # set_leading / launch_rest: the slots after the leading ones, and how to pack them.
-        self._rest_struct: struct.Struct | None = None
-        self._rest_offset = 0
+        self._struct = struct.Struct("<" + "".join(_ARG_FORMATS[c] for c in signature))
         self._buffer = ctypes.create_string_buffer(8 * max(1, len(signature)))
         base = ctypes.addressof(self._buffer)
         self._params = (ctypes.c_void_p * max(1, len(signature)))(
@@ -194,31 +190,6 @@ class KernelLauncher:
         """Launch ``grid`` blocks of ``block`` threads on the stream handle ``stream``; ``args``
         are the values of :attr:`params`, in order."""
         self._struct.pack_into(self._buffer, 0, *args)
-        self._rest_struct = None  # the leading slots now hold these args' values
-        self._driver_launch(grid, block, stream)
-
-    def set_leading(self, *args: Any) -> None:
-        """Pack the first ``len(args)`` parameters once; :meth:`launch_rest` then passes only
-        the others. A kernel whose leading arguments (state and parameter addresses) stay put
-        across launches packs six times fewer values per launch this way."""
-        import struct
-
-        k = len(args)
-        if k > len(self._formats):
-            raise ValueError(f"{k} leading arguments for a kernel of {len(self._formats)}")
-        struct.Struct("<" + "".join(self._formats[:k])).pack_into(self._buffer, 0, *args)
-        self._rest_struct = struct.Struct("<" + "".join(self._formats[k:]))
-        self._rest_offset = 8 * k
-
-    def launch_rest(self, grid: int, block: int, stream: int, *rest: Any) -> None:
-        """Launch as :meth:`__call__` with the leading arguments of the last
-        :meth:`set_leading` and ``rest``, the values of the parameters after them."""
-        if self._rest_struct is None:
-            raise RuntimeError("launch_rest() before set_leading() (or after a full call)")
-        self._rest_struct.pack_into(self._buffer, self._rest_offset, *rest)
-        self._driver_launch(grid, block, stream)
-
-    def _driver_launch(self, grid: int, block: int, stream: int) -> None:
         try:
             self._launch(self._function, grid, 1, 1, block, 1, 1, 0, stream, self._params_ptr, 0)
         except Exception as exc:
