@@ -167,7 +167,7 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
     from agents.cli import main as cli_main
 
     original = _patched_gpu_dqn()
-    import agents.pipelines.walkforward as wf
+    import agents.pipelines.model_selection as wf
 
     timers = {"dump_logs": 0.0, "backtest": 0.0}
 
@@ -181,7 +181,7 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
 
         return wrapper
 
-    wf.backtest = timed(wf.backtest, "backtest")
+    wf.backtest_batch = timed(wf.backtest_batch, "backtest")
     original.dump_logs = timed(original.dump_logs, "dump_logs")
     rows = []
     for cfg in configs:

@@ -87,7 +87,7 @@ class _Clock:
 
 
 def _settings(args: argparse.Namespace, world: int, total: int) -> dict[str, Any]:
-    """The train command's hyperparameters (agents.pipelines.walkforward.train_selected), per GPU."""
+    """The train command's hyperparameters (agents.pipelines.model_selection.train_selected), per GPU."""
     n = args.num_envs
     return dict(
         learning_rate=3e-4,
@@ -164,7 +164,7 @@ def _allreduce_times(args: argparse.Namespace, numel: int, device: str, world: i
 
 
 def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out_dir: str) -> None:
-    from agents.pipelines.walkforward import greedy_policy, known_rule
+    from agents.pipelines.backtest_policies import greedy_policy, known_rule
     from gpu_trading_env import MarketData
     from gpu_trading_env.core.config import EnvConfig
     from gpu_trading_env.reports.backtest import backtest

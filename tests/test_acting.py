@@ -247,7 +247,7 @@ def test_numpy_greedy_rows_do_not_depend_on_their_neighbours() -> None:
 
 
 def test_backtest_policies_match_torch() -> None:
-    from agents.pipelines.walkforward import greedy_batch_policy, greedy_policy
+    from agents.pipelines.backtest_policies import greedy_batch_policy, greedy_policy
 
     class Model:
         q_net = _net()

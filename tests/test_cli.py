@@ -252,7 +252,7 @@ def test_greedy_policy_matches_predict() -> None:
 
     import gpu_trading_env  # noqa: F401
     from agents import GpuDQN
-    from agents.pipelines.walkforward import greedy_policy
+    from agents.pipelines.backtest_policies import greedy_policy
     from gpu_trading_env import MarketData
 
     env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu", data=MarketData.default())

@@ -266,13 +266,13 @@ def test_an_interrupted_run_leaves_no_empty_folder(in_tmp, capsys, monkeypatch):
 
 
 def test_an_interrupted_training_run_leaves_no_empty_folder(in_tmp, capsys, monkeypatch):
-    import agents.pipelines.walkforward
+    import agents.pipelines.model_selection
 
     _csv(in_tmp / "t.csv")
 
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(agents.pipelines.walkforward, "train_selected", ctrl_c)
+    monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", ctrl_c)
     assert cli.main(_train(0)) == 130
     assert not (in_tmp / "runs").exists()

@@ -67,7 +67,7 @@ def backtest_report(
 def cmd_eval(args: argparse.Namespace) -> int:
     from agents import GpuDQN
     from agents.files.safe_archive import ArchiveError
-    from agents.pipelines.walkforward import greedy_policy, known_rule
+    from agents.pipelines.backtest_policies import greedy_policy, known_rule
 
     data, part, per_year = evaluated_instrument(args)
     try:
@@ -102,7 +102,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
-    from agents.pipelines.walkforward import has_known_rule
+    from agents.pipelines.backtest_policies import has_known_rule
     from gpu_trading_env.reports.backtest import exposure_policy
 
     data, part, per_year = evaluated_instrument(args)

@@ -226,7 +226,7 @@ def single_report(
     ]
     curves = {}
     if rule is not None:
-        from agents.pipelines.walkforward import RULE_EXPOSURE
+        from agents.pipelines.backtest_policies import RULE_EXPOSURE
 
         metrics["known_rule"] = {"strategy": rule.strategy.to_dict(), "exposure": RULE_EXPOSURE}
         rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", rule.strategy.to_dict()))

@@ -48,7 +48,7 @@ WARN_ABOVE_SECONDS = 3600.0
 def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) -> Any:
     """``TrainSettings`` from the training options; budgets not given are the device's defaults
     (``timesteps_cpu`` env steps on the CPU)."""
-    from agents.pipelines.walkforward import TrainSettings
+    from agents.pipelines.train_settings import TrainSettings
 
     defaults = GPU_DEFAULTS if device != "cpu" else CPU_DEFAULTS
     threads = args.torch_threads or (CPU_TORCH_THREADS if device == "cpu" else None)
@@ -105,7 +105,8 @@ def resume_folder(given: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agents.pipelines.walkforward import known_rule, train_selected
+    from agents.pipelines.backtest_policies import known_rule
+    from agents.pipelines.model_selection import train_selected
 
     data = load_data(args)
     used = data if args.instrument is None else data.instrument(args.instrument)

@@ -133,7 +133,7 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     rows += [(f"GpuDQN seed {s}", m) for s, m in agg["seeds"].items()]
     rows += [("buy and hold", agg["buy_and_hold"]), ("random policy", agg["random"])]
     if "rule" in agg:
-        from agents.pipelines.walkforward import RULE_EXPOSURE
+        from agents.pipelines.backtest_policies import RULE_EXPOSURE
 
         rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", agg["rule"]))
     notes = report_notes(data, per_year, args, args.config) + [

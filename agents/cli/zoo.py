@@ -20,16 +20,8 @@ from agents.cli.run_progress import RunProgress
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     from agents.cli.sweep import resolve_devices
-    from agents.pipelines.zoo import (
-        MARKETS_BY_NAME,
-        SMALL,
-        ZooBudget,
-        run_zoo,
-        summarize,
-        summary_table,
-        train_args,
-        write_report,
-    )
+    from agents.pipelines.zoo import MARKETS_BY_NAME, SMALL, ZooBudget, run_zoo, train_args
+    from agents.pipelines.zoo_report import summarize, summary_table, write_report
 
     markets = args.markets or list(MARKETS_BY_NAME)
     bad = [m for m in markets if m not in MARKETS_BY_NAME]

@@ -41,7 +41,7 @@ class TrainSettings:
     # docs/PERFORMANCE.md, "Figures behind choices in the code").
     weight_decay: float = 0.1
     # Factor on the rewards in the TD target (GpuDQN's reward_scale); None: one over the standard
-    # deviation of the training bars' returns (agents.pipelines.walkforward.auto_reward_scale), so that a
+    # deviation of the training bars' returns (agents.pipelines.model_selection.auto_reward_scale), so that a
     # bar's reward at full exposure is of order 1 whatever the market's volatility.
     reward_scale: float | None = None
     verbose: int = 0

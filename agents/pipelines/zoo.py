@@ -27,8 +27,6 @@ like ``sweep``'s.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import multiprocessing as mp
 import os
@@ -36,7 +34,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,9 +47,7 @@ __all__ = [
     "reference_exposures",
     "run_one",
     "run_zoo",
-    "summarize",
     "train_args",
-    "write_report",
 ]
 
 ZOO_BARS = 20_000  # bars after the feature warm-up, as the built-in market
@@ -201,7 +196,7 @@ def run_one(
     :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
     """
     from agents.cli.train import CPU_DEFAULTS, train_settings
-    from agents.pipelines.walkforward import train_selected
+    from agents.pipelines.model_selection import train_selected
     from gpu_trading_env.reports.backtest import backtest, exposure_policy
     from gpu_trading_env.reports.metrics import bars_per_year, sharpe_difference_interval
 
@@ -327,245 +322,3 @@ def run_zoo(
             if on_done is not None:
                 on_done(row)
     return [rows[j] for j in jobs]
-
-
-def _stats(values: list[float]) -> dict[str, float | None]:
-    v = [x for x in values if x is not None and math.isfinite(x)]
-    if not v:
-        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
-    return {
-        "mean": float(np.mean(v)),
-        "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-        "min": float(min(v)),
-        "max": float(max(v)),
-        "n": len(v),
-    }
-
-
-def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per market: means and spreads over seeds, and whether the target holds."""
-    out = []
-    for market in MARKETS:
-        mine = [r for r in rows if r["market"] == market.name and "error" not in r]
-        failed = [r for r in rows if r["market"] == market.name and "error" in r]
-        if not mine and not failed:
-            continue
-        ret = _stats([r["agent"]["total_return"] for r in mine])
-        bh = _stats([r["buy_and_hold"]["total_return"] for r in mine])
-        ratio = _stats([r["sharpe_ratio"] for r in mine])
-        claims = sum(r["edge_over_flat_claimed"] for r in mine)
-        measure, threshold = market.target
-        if not mine or failed:
-            passed = None
-        elif measure == "sharpe_ratio":
-            passed = ratio["mean"] is not None and ratio["mean"] >= threshold
-        elif measure == "return":
-            passed = ret["mean"] >= threshold and claims <= max(1, len(mine) // 5)
-        else:
-            passed = bh["mean"] > 0 and ret["mean"] >= threshold * bh["mean"]
-        out.append(
-            {
-                "market": market.name,
-                "title": market.title,
-                "target": {"measure": measure, "threshold": threshold},
-                "seeds": len(mine),
-                "failed_runs": len(failed),
-                "agent_sharpe": _stats([r["agent"]["sharpe"] for r in mine]),
-                "reference_sharpe": _stats([r["reference"]["sharpe"] for r in mine]),
-                "buy_and_hold_sharpe": _stats([r["buy_and_hold"]["sharpe"] for r in mine]),
-                "sharpe_ratio": ratio,
-                "network_sharpe_ratio": _stats([r["network_sharpe_ratio"] for r in mine]),
-                "agent_return": ret,
-                "reference_return": _stats([r["reference"]["total_return"] for r in mine]),
-                "buy_and_hold_return": bh,
-                "agent_turnover": _stats([r["agent"].get("turnover") for r in mine]),
-                "agent_costs": _stats([r["agent"].get("costs_paid") for r in mine]),
-                "edge_over_flat_claims": int(claims),
-                "kept_network": int(sum(r["kept"] == "network" for r in mine)),
-                "seconds": _stats([r["seconds"] for r in mine]),
-                "passed": passed,
-            }
-        )
-    return out
-
-
-# ------------------------------------------------------------------ report
-
-_CSV_FIELDS = [
-    "market", "seed", "kept", "agent_sharpe", "reference", "reference_sharpe", "sharpe_ratio",
-    "network_sharpe_ratio", "agent_return", "reference_return", "buy_and_hold_return",
-    "agent_turnover", "agent_costs", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
-    "validation_p_vs_flat", "validation_p_vs_baseline", "seconds", "error",
-]  # fmt: skip
-
-
-def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
-    if "error" in r:
-        return {"market": r["market"], "seed": r["seed"], "error": r["error"]}
-    return {
-        "market": r["market"],
-        "seed": r["seed"],
-        "kept": r["kept"],
-        "agent_sharpe": r["agent"]["sharpe"],
-        "reference": r["reference_name"],
-        "reference_sharpe": r["reference"]["sharpe"],
-        "sharpe_ratio": r["sharpe_ratio"],
-        "network_sharpe_ratio": r["network_sharpe_ratio"],
-        "agent_return": r["agent"]["total_return"],
-        "reference_return": r["reference"]["total_return"],
-        "buy_and_hold_return": r["buy_and_hold"]["total_return"],
-        "agent_turnover": r["agent"].get("turnover"),
-        "agent_costs": r["agent"].get("costs_paid"),
-        "vs_flat_p": r["vs_flat"]["p_value"],
-        "vs_flat_low": r["vs_flat"]["low"],
-        "vs_buy_and_hold_p": r["vs_buy_and_hold"]["p_value"],
-        "validation_p_vs_flat": r["gate"]["network_minus_flat_validation_sharpe"]["p_value"],
-        "validation_p_vs_baseline": r["gate"]["network_minus_baseline_validation_sharpe"][
-            "p_value"
-        ],
-        "seconds": r["seconds"],
-        "error": "",
-    }
-
-
-def _fmt(s: dict[str, Any], spec: str = ".2f") -> str:
-    if s["mean"] is None:
-        return "n/a"
-    return f"{s['mean']:{spec}} ± {s['std']:{spec}} [{s['min']:{spec}}, {s['max']:{spec}}]"
-
-
-def _target_text(t: dict[str, Any]) -> str:
-    m, x = t["measure"], t["threshold"]
-    if m == "sharpe_ratio":
-        return f"Sharpe ratio >= {x:g}"
-    if m == "return":
-        return f"return >= {x:+.0%}, edge over flat claimed in <= 1 of 5 seeds"
-    return f"return >= {x:.0%} of buy-and-hold's"
-
-
-def summary_table(summary: list[dict[str, Any]]) -> list[list[str]]:
-    """Rows of the console and HTML table (header first)."""
-    head = [
-        "market", "agent Sharpe", "reference Sharpe", "agent / reference", "agent return",
-        "buy-and-hold return", "edge over flat claimed", "network kept", "target", "met",
-    ]  # fmt: skip
-    rows = [head]
-    for s in summary:
-        rows.append(
-            [
-                s["title"],
-                _fmt(s["agent_sharpe"]),
-                _fmt(s["reference_sharpe"]),
-                _fmt(s["sharpe_ratio"]),
-                _fmt(s["agent_return"], ".1%"),
-                _fmt(s["buy_and_hold_return"], ".1%"),
-                f"{s['edge_over_flat_claims']} of {s['seeds']}",
-                f"{s['kept_network']} of {s['seeds']}",
-                _target_text(s["target"]),
-                {True: "yes", False: "NO", None: "n/a"}[s["passed"]],
-            ]
-        )
-    return rows
-
-
-def _plot_market(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [r for r in rows if "error" not in r]
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 3.8))
-    seeds = [r["seed"] for r in ok]
-    x = np.arange(len(ok))
-    ax1.bar(x - 0.2, [r["agent"]["sharpe"] for r in ok], 0.4, label="agent")
-    ax1.bar(x + 0.2, [r["reference"]["sharpe"] for r in ok], 0.4, label="reference")
-    ax1.axhline(0.0, color="black", lw=0.6)
-    ax1.set_xticks(x, [f"seed {s}" for s in seeds])
-    ax1.set_title("out-of-sample Sharpe, costs in")
-    ax1.legend(fontsize=8)
-    first = ok[0]
-    for name, style in (("agent", "-"), ("reference", "--"), ("buy_and_hold", ":")):
-        curve = first["curves"][name]
-        ax2.plot(np.linspace(0, 1, len(curve)), curve, style, label=name.replace("_", "-"))
-    ax2.set_title(f"seed {first['seed']}: value / start, held-back bars")
-    ax2.set_xlabel("fraction of the out-of-sample window")
-    ax2.legend(fontsize=8)
-    ev = first["evaluations"]
-    ax3.plot(ev["timesteps"], ev["validation"], "o-", label="validation Sharpe")
-    ax3.plot(ev["timesteps"], ev["test"], "s--", label="out-of-sample Sharpe")
-    ax3.axvline(first["selected_step"], color="grey", lw=0.8, label="selected snapshot")
-    ax3.set_title(f"seed {first['seed']}: learning curve (kept: {first['kept']})")
-    ax3.set_xlabel("env steps")
-    ax3.legend(fontsize=8)
-    fig.suptitle(MARKETS_BY_NAME[first["market"]].title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def write_report(
-    rows: list[dict[str, Any]], out: Path, command: str, meta: dict[str, Any]
-) -> dict[str, Path]:
-    """``zoo.json`` (every row, the summary, how it was run), ``zoo.csv`` (a row per run) and
-    ``index.html`` (the table and a figure per market)."""
-    import html
-
-    from gpu_trading_env.atomic_file import atomic_write
-
-    out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(rows)
-    doc = {"command": command, **meta, "summary": summary, "runs": rows}
-    paths = {"json": out / "zoo.json", "csv": out / "zoo.csv", "html": out / "index.html"}
-    with atomic_write(paths["json"], "w") as f:
-        f.write(json.dumps(doc, indent=1, default=float))
-    with atomic_write(paths["csv"], "w") as f:
-        w = csv.DictWriter(f, fieldnames=_CSV_FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow(_csv_row(r))
-    figures = []
-    for s in summary:
-        mine = [r for r in rows if r["market"] == s["market"] and "error" not in r]
-        if mine:
-            name = f"{s['market']}.png"
-            _plot_market(mine, out / name)
-            figures.append((name, s["title"]))
-    table = summary_table(summary)
-    cells = "".join(
-        "<tr>" + "".join(f"<{t}>{html.escape(c)}</{t}>" for c in row) + "</tr>"
-        for t, row in zip(["th"] + ["td"] * (len(table) - 1), table, strict=True)
-    )
-    errors = "".join(
-        f"<li>{html.escape(r['market'])} seed {r['seed']}: {html.escape(r['error'])}</li>"
-        for r in rows
-        if "error" in r
-    )
-    notes = [
-        f"Command: <code>{html.escape(command)}</code>",
-        "Each run draws its market with its seed, trains exactly as <code>gpu-trading-env train "
-        "--seed SEED</code> does with every default, and backtests the kept policy and the "
-        "reference on the same held-back bars (the last 20%) with the same env and costs.",
-        "Figures are mean ± sample standard deviation [min, max] over seeds. Sharpe ratios are "
-        "annualised, costs in. 'Edge over flat claimed': the 95% block-bootstrap interval of "
-        "the agent's Sharpe minus flat's lies above zero. 'Network kept': runs where the "
-        "trained network beat the best parameter-free policy on validation (otherwise that "
-        "policy was kept).",
-    ]
-    page = (
-        "<!doctype html><meta charset='utf-8'><title>market zoo</title>"
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #bbb;padding:3px 8px;font-size:13px}</style>"
-        "<h1>Market zoo</h1>"
-        + "".join(f"<p>{n}</p>" for n in notes)
-        + f"<table>{cells}</table>"
-        + (f"<h2>Failed runs</h2><ul>{errors}</ul>" if errors else "")
-        + "".join(
-            f"<h2>{html.escape(t)}</h2><img src='{html.escape(n)}' style='max-width:100%'>"
-            for n, t in figures
-        )
-        + "<p>Every run: <a href='zoo.csv'>zoo.csv</a>, <a href='zoo.json'>zoo.json</a>.</p>"
-    )
-    with atomic_write(paths["html"], "w") as f:
-        f.write(page)
-    return paths

@@ -17,7 +17,7 @@ runs on the float32 parameters, without copies.
 Other Q-networks act through their own forward: ``q_net(obs).argmax(dim=1)``.
 
 :class:`NumpyGreedy` is the same chain in NumPy, for one observation per network: the
-backtests' policy (:func:`agents.pipelines.walkforward.greedy_batch_policy`), where torch's per-call
+backtests' policy (:func:`agents.pipelines.backtest_policies.greedy_batch_policy`), where torch's per-call
 overhead was most of a one-row forward.
 """
 

@@ -1,0 +1,359 @@
+"""Train GpuDQN on one split and keep the weights best on a validation window
+(``train_selected``), then test the kept policy against the parameter-free baselines.
+
+Model selection never looks at the out-of-sample window: the last ``val_fraction`` of a training
+window is held out as a validation window; every ``eval_every`` env steps the weights are kept
+as a snapshot, and after training every snapshot's greedy policy is backtested on it (costs in,
+all snapshots side by side: ``backtest_batch``); the weights with the best validation Sharpe
+are kept, and the fallback of :mod:`agents.pipelines.baseline_policies` decides whether the
+network or a baseline is deployed. The out-of-sample window is evaluated for the same snapshots,
+for the learning curve only.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from agents.pipelines.backtest_policies import greedy_batch_policy
+from agents.pipelines.baseline_policies import (
+    baseline_action,
+    baseline_backtest,
+    choose_baseline,
+    network_beats_baseline,
+    set_constant_policy,
+)
+from agents.pipelines.train_settings import TrainSettings
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.reports.backtest import backtest_batch
+
+__all__ = ["auto_reward_scale", "learning_rate_schedule", "train_selected"]
+
+
+def train_selected(
+    train: MarketData,
+    test: MarketData,
+    config: EnvConfig,
+    settings: TrainSettings,
+    seed: int,
+    *,
+    per_year: float,
+    init_from: Any = None,
+    checkpoint_every: int | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    resume_from: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Train on ``train`` minus its validation tail; keep the weights best on validation.
+
+    :param init_from: a policy ``state_dict`` to start from (warm start), or None.
+    :param checkpoint_every: env steps between checkpoints written into ``checkpoint_dir``
+        (:class:`~agents.files.checkpoint.CheckpointEvery`; the validation snapshots and the learning
+        curve taken so far go with them), or None.
+    :param resume_from: a checkpoint (folder) of a run with the same data, config, settings and
+        seed, from which this run continues as if it had not stopped; ``ValueError`` naming
+        what differs otherwise.
+    :returns: ``{"model", "test": BacktestResult, "network_test", "kept", "gate",
+        "last_test": BacktestResult, "validation": BacktestResult (the kept policy on the
+        validation window), "curve", "evals", "selected_step", "train_seconds",
+        "timesteps"}``; ``model`` holds the kept policy: the snapshot best on validation, or,
+        with ``settings.fallback``, the parameter-free baseline where that snapshot does not
+        beat it on validation (``kept`` names which; ``gate`` holds the evidence, see
+        :mod:`agents.pipelines.baseline_policies`). ``test`` is the kept policy's out-of-sample backtest,
+        ``network_test`` the snapshot's.
+    """
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    import gpu_trading_env  # noqa: F401  (registers the env)
+    from agents import GpuDQN
+
+    n = int(train.bars_per_instrument.min())
+    n_val = max(int(round(settings.val_fraction * n)), 2)
+    fit, val = train.split(float(n - n_val) / n)
+    env = gym.make_vec(
+        "GpuTrading-v0",
+        num_envs=settings.num_envs,
+        device=settings.device,
+        data=fit,
+        config=config,
+    )
+    steps = settings.timesteps
+    eval_every = settings.eval_every or max(steps // 10, settings.num_envs)
+    width = int(settings.net_width)
+    hidden = ([width, width], [width // 2]) if width else ([], [])  # 0: Q linear in the obs
+    policy_kwargs: dict[str, Any] = {
+        "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
+    }
+    reward_scale = (
+        auto_reward_scale(fit) if settings.reward_scale is None else float(settings.reward_scale)
+    )
+    if settings.weight_decay:
+        policy_kwargs["optimizer_kwargs"] = {
+            "weight_decay": settings.weight_decay,
+            "decoupled_weight_decay": True,
+        }
+    run_id = _run_identity(fit, val, config, settings, seed)
+    resumed: dict[str, Any] | None = None
+    if resume_from is not None:
+        from agents.files.checkpoint import checkpoint_extra
+
+        resumed = checkpoint_extra(resume_from)
+        _check_same_run(resumed, run_id, resume_from)
+        model = GpuDQN.load_checkpoint(
+            resume_from,
+            env=env,
+            device=settings.device,
+            tensorboard_log=settings.tensorboard_log,
+            verbose=settings.verbose,
+        )
+    else:
+        model = GpuDQN(
+            "DuelingPolicy",
+            env,
+            policy_kwargs=policy_kwargs,
+            learning_rate=learning_rate_schedule(settings),
+            buffer_size=settings.buffer_size,
+            learning_starts=max(10 * settings.num_envs, 1000),
+            batch_size=settings.batch_size,
+            gamma=settings.gamma,
+            reward_scale=reward_scale,
+            train_freq=1,
+            gradient_steps=1,
+            target_update_interval=max(steps // 50, settings.num_envs),
+            exploration_fraction=0.3,
+            exploration_final_eps=0.02,
+            curiosity=settings.curiosity,
+            train_precision=settings.train_precision,
+            tensorboard_log=settings.tensorboard_log,
+            verbose=settings.verbose,
+            seed=seed,
+            device=settings.device,  # cpu, cuda or cuda:N, as the env
+        )
+    if init_from is not None:
+        model.policy.load_state_dict(init_from)
+
+    class Evaluate(BaseCallback):
+        """Training curve every 1% of the run; a snapshot of the weights every eval_every,
+        backtested after training (validation and test windows, all snapshots side by side)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.curve: list[tuple[int, float]] = []
+            # (env steps, CPU copy of the Q-network, the policy's state dict)
+            self.snapshots: list[tuple[int, Any, dict[str, Any]]] = []
+            self._next_curve = max(steps // 100, settings.num_envs)
+            self._next_eval = eval_every
+
+        def snapshot(self) -> None:
+            self.snapshots.append(
+                (
+                    int(self.model.num_timesteps),
+                    copy.deepcopy(self.model.q_net).to("cpu"),
+                    copy.deepcopy(self.model.policy.state_dict()),
+                )
+            )
+
+        def state(self) -> dict[str, Any]:
+            """What a checkpoint keeps of this callback: the curve and the snapshots so far."""
+            return {
+                "curve": self.curve,
+                "snapshots": [{"step": s, "policy": sd} for s, _, sd in self.snapshots],
+                "next_curve": self._next_curve,
+                "next_eval": self._next_eval,
+            }
+
+        def restore(self, state: dict[str, Any], model: Any) -> None:
+            self.curve = [(int(s), float(r)) for s, r in state["curve"]]
+            self._next_curve, self._next_eval = state["next_curve"], state["next_eval"]
+            for snap in state["snapshots"]:
+                net = copy.deepcopy(model.q_net).to("cpu")
+                prefix = "q_net."
+                net.load_state_dict(
+                    {k[len(prefix) :]: v for k, v in snap["policy"].items() if k.startswith(prefix)}
+                )
+                self.snapshots.append((int(snap["step"]), net, snap["policy"]))
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self._next_curve and len(self.model.ep_info_buffer) > 0:
+                self._next_curve += max(steps // 100, settings.num_envs)
+                rets = [e["r"] for e in self.model.ep_info_buffer]
+                self.curve.append((int(self.num_timesteps), float(np.mean(rets))))
+            if self.num_timesteps >= self._next_eval:
+                self._next_eval += eval_every
+                self.snapshot()
+            return True
+
+    cb = Evaluate()
+    seconds_before = 0.0
+    if resumed is not None:
+        cb.restore(resumed["evaluate"], model)
+        seconds_before = float(resumed["train_seconds"])
+    callbacks: list[BaseCallback] = [cb]
+    if checkpoint_every is not None:
+        from agents.files.checkpoint import CheckpointEvery
+
+        if checkpoint_dir is None:
+            raise ValueError("checkpoint_every needs checkpoint_dir: the folder to write into")
+        callbacks.append(
+            CheckpointEvery(
+                checkpoint_every,
+                checkpoint_dir,
+                extra=lambda: {
+                    "run": run_id,
+                    "evaluate": cb.state(),
+                    "train_seconds": seconds_before + time.perf_counter() - t0,
+                },
+            )
+        )
+    # SB3's bar redraws a terminal line: piped or logged, it shows nothing until the end.
+    bar = settings.progress_bar and sys.stdout.isatty()
+    if settings.progress_bar and not bar:
+        from agents.pipelines.progress import ProgressLines
+
+        callbacks.append(ProgressLines(steps))
+    # SB3 dumps its logs every log_interval episodes; thousands of envs end episodes every
+    # vector step, so the default (4) dumps the table and a TensorBoard event every step. About
+    # 100 dumps per run are enough for the curves (their cost per dump was not measured).
+    episodes = steps // max(int(config.episode_length), 1)
+    log_interval = max(4, episodes // 100)
+    t0 = time.perf_counter()
+    model.learn(
+        total_timesteps=steps if resumed is None else model.remaining_timesteps,
+        callback=callbacks,
+        log_interval=log_interval,
+        progress_bar=bar,
+        tb_log_name="GpuDQN",
+        reset_num_timesteps=resumed is None,
+    )
+    wall = seconds_before + time.perf_counter() - t0
+    if not cb.snapshots or cb.snapshots[-1][0] != model.num_timesteps:
+        cb.snapshot()
+    # One backtest per window for all snapshots: a step of the NumPy env for a few envs costs
+    # about what one env's does, and the backtests were most of the quickstart's time on a GPU.
+    policy = greedy_batch_policy([net for _, net, _ in cb.snapshots])
+    k = len(cb.snapshots)
+    val_runs = backtest_batch(policy, k, val, config, per_year=per_year)
+    test_runs = backtest_batch(policy, k, test, config, per_year=per_year)
+    evals = {
+        "timesteps": [step for step, _, _ in cb.snapshots],
+        "validation": [r.strategy.sharpe for r in val_runs],
+        "test": [r.strategy.sharpe for r in test_runs],
+    }
+    best = _selected(evals["validation"])
+    model.policy.load_state_dict(cb.snapshots[best][2])
+    env.close()
+    choice = choose_baseline(train, config, per_year)
+    base_val = baseline_backtest(choice.name, val, config, per_year)
+    verdict = network_beats_baseline(val_runs[best], base_val, choice.name, per_year)
+    deployed, deployed_val = test_runs[best], val_runs[best]
+    if settings.fallback and not verdict.keep_network:
+        set_constant_policy(model, baseline_action(choice.name, config))
+        deployed = baseline_backtest(choice.name, test, config, per_year)
+        deployed_val = base_val
+    return {
+        "model": model,
+        "test": deployed,
+        "network_test": test_runs[best],
+        "kept": "network" if deployed is test_runs[best] else choice.name,
+        "gate": {**verdict.to_dict(), "hold_vs_flat_on_training_window": choice.hold_vs_flat},
+        "last_test": test_runs[-1],
+        "curve": cb.curve,
+        "evals": evals,
+        "selected_step": evals["timesteps"][best],
+        "validation_sharpe": evals["validation"][best],
+        "validation": deployed_val,
+        "train_seconds": wall,
+        "timesteps": int(model.num_timesteps),
+    }
+
+
+def learning_rate_schedule(settings: TrainSettings) -> Any:
+    """``settings.learning_rate``, or SB3's ``LinearSchedule`` from it to
+    ``settings.final_learning_rate`` over the run (a plain class: saved with the model)."""
+    if settings.final_learning_rate is None:
+        return settings.learning_rate
+    from stable_baselines3.common.utils import LinearSchedule
+
+    return LinearSchedule(settings.learning_rate, settings.final_learning_rate, 1.0)
+
+
+def auto_reward_scale(data: MarketData) -> float:
+    """One over the standard deviation of the close-to-close returns of ``data`` (every
+    instrument's bars, no return across an instrument boundary): the reward scale with which a
+    bar's reward at full exposure has a standard deviation of about 1. 1.0 where the closes
+    never move."""
+    returns = []
+    for k in range(data.n_instruments):
+        lo, hi = int(data.instrument_offsets[k]), int(data.instrument_offsets[k + 1])
+        close = np.asarray(data.close[lo:hi], dtype=np.float64)
+        if len(close) > 1:
+            returns.append(close[1:] / close[:-1] - 1.0)
+    sd = float(np.std(np.concatenate(returns))) if returns else 0.0
+    return 1.0 / sd if sd > 0.0 and math.isfinite(1.0 / sd) else 1.0
+
+
+def _run_identity(
+    fit: MarketData, val: MarketData, config: EnvConfig, settings: TrainSettings, seed: int
+) -> dict[str, Any]:
+    """What a resumed run must share with the checkpointed one: data, config, budget, seed."""
+    digest = hashlib.sha256()
+    for part in (fit, val):
+        digest.update(np.ascontiguousarray(part.close, dtype=np.float64).tobytes())
+        digest.update(np.ascontiguousarray(part.features, dtype=np.float32).tobytes())
+    kept = (
+        "timesteps",
+        "num_envs",
+        "batch_size",
+        "buffer_size",
+        "learning_rate",
+        "final_learning_rate",
+        "gamma",
+        "net_width",
+        "weight_decay",
+        "reward_scale",
+    )
+    return {
+        **{k: getattr(settings, k) for k in kept},
+        "eval_every": settings.eval_every,
+        "val_fraction": settings.val_fraction,
+        "curiosity": settings.curiosity,
+        "seed": int(seed),
+        "config": repr(config),
+        "data_sha256": digest.hexdigest(),
+    }
+
+
+def _check_same_run(resumed: Any, run_id: dict[str, Any], where: Any) -> None:
+    if not isinstance(resumed, dict) or "run" not in resumed or "evaluate" not in resumed:
+        raise ValueError(f"{str(where)!r} is not a checkpoint written by a train run")
+    saved = resumed["run"]
+    differ = sorted(k for k in run_id if saved.get(k) != run_id[k])
+    if differ:
+        details = "; ".join(
+            f"{k}: checkpoint {saved.get(k)!r}, now {run_id[k]!r}"
+            for k in differ
+            if k not in ("config", "data_sha256")
+        )
+        raise ValueError(
+            f"cannot resume from {str(where)!r}: the run differs in {differ}"
+            + (f" ({details})" if details else "")
+            + "; pass the options and data of the run that wrote it"
+        )
+
+
+def _selected(validation: list[float]) -> int:
+    """The kept snapshot: the best validation Sharpe, the latest of equals; the latest snapshot
+    when no Sharpe is a number (a flat equity curve)."""
+    best, best_value = len(validation) - 1, -np.inf
+    for j, v in enumerate(validation):
+        if v >= best_value:  # NaN compares false: never kept over a number
+            best, best_value = j, v
+    return best
