@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from agents.rollouts.fused import EpisodeRing
+from agents.rollouts.episode_ring import EpisodeRing
 
 
 def test_ring_drains_finished_episodes_in_order_and_keeps_the_newest():

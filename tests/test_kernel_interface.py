@@ -17,7 +17,7 @@ from agents.replay.step_store import STORE_KERNEL_FILE, STORE_KERNEL_PARAMS
 from agents.replay.tree_kernels import KERNEL_FILE as TREE_KERNEL_FILE
 from agents.replay.tree_kernels import TREE_KERNEL_PARAMS, WEIGHTS_KERNEL_PARAMS
 from agents.rollouts.acting import CAST_KERNEL_FILE, CAST_KERNEL_PARAMS
-from agents.rollouts.fused import RING_KERNEL_FILE, RING_KERNEL_PARAMS
+from agents.rollouts.episode_ring import RING_KERNEL_FILE, RING_KERNEL_PARAMS
 from agents.rollouts.monolithic import KERNEL_FILE as MONO_KERNEL_FILE
 from agents.rollouts.monolithic import MONOLITHIC_KERNEL_PARAMS
 from gpu_runtime.device import _ARG_FORMATS

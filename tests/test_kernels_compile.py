@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agents.replay.tree_kernels import tree_kernel_defines
-from agents.rollouts.fused import ring_kernel_defines
+from agents.rollouts.episode_ring import ring_kernel_defines
 from agents.rollouts.monolithic import monolithic_kernel_defines
 from gpu_runtime.device import INCLUDE_DIR
 from gpu_trading_env.core.config import kernel_defines
