@@ -34,6 +34,7 @@ from agents.pipelines.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import backtest_batch
+from gpu_trading_env.reports.metrics import returns_of
 
 __all__ = ["auto_reward_scale", "learning_rate_schedule", "train_selected"]
 
@@ -290,12 +291,11 @@ def auto_reward_scale(data: MarketData) -> float:
     instrument's bars, no return across an instrument boundary): the reward scale with which a
     bar's reward at full exposure has a standard deviation of about 1. 1.0 where the closes
     never move."""
-    returns = []
-    for k in range(data.n_instruments):
-        lo, hi = int(data.instrument_offsets[k]), int(data.instrument_offsets[k + 1])
-        close = np.asarray(data.close[lo:hi], dtype=np.float64)
-        if len(close) > 1:
-            returns.append(close[1:] / close[:-1] - 1.0)
+    returns = [
+        returns_of(np.asarray(data.close[data.instrument_rows(k)], dtype=np.float64))
+        for k in range(data.n_instruments)
+        if data.bars_per_instrument[k] > 1
+    ]
     sd = float(np.std(np.concatenate(returns))) if returns else 0.0
     return 1.0 / sd if sd > 0.0 and math.isfinite(1.0 / sd) else 1.0
 
