@@ -157,9 +157,7 @@ def kept_policy_note(learning: dict[str, Any]) -> str:
     """What the model acts as, in words: the network snapshot, or the baseline that the
     snapshot did not beat on the validation window (agents/pipelines/baseline_policies.py)."""
     gate = learning["gate"]
-    flat = gate.get(
-        "network_minus_flat_validation_sharpe", gate["network_minus_baseline_validation_sharpe"]
-    )
+    flat = gate["network_minus_flat_validation_sharpe"]
     level = f"{(1 + gate['level']) / 2:.0%}"
     evidence = (
         f"validation Sharpe of the network minus flat's: {flat['difference']:+.2f}, "
