@@ -280,17 +280,24 @@ class TradingVectorEnv(VectorEnv):
             cache = self._into_cache = (arrays, self._addresses(arrays), bound)
         self.backend.step_bound(acts, cache[2], check=False)
 
-    def checkpoint_flags(self) -> dict[str, bool]:
-        """``{"seeded", "needs_reset"}``: the env's bookkeeping beyond its state arrays
-        (``backend.state``), which a checkpoint saves beside them."""
-        return {"seeded": bool(self._seeded), "needs_reset": bool(self._needs_reset)}
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint saves of the env, as :meth:`restore_checkpoint` takes it back:
+        ``{"arrays": {field: host copy} for every STATE_FIELDS array, "seeded": bool,
+        "needs_reset": bool}`` (one host read of the state on CUDA)."""
+        self._check_open("checkpoint_state")
+        state = self.backend.state
+        return {
+            "arrays": {f: np.array(self._host(getattr(state, f))) for f in STATE_FIELDS},
+            "seeded": bool(self._seeded),
+            "needs_reset": bool(self._needs_reset),
+        }
 
     def restore_checkpoint(
         self, arrays: dict[str, np.ndarray], seeded: bool, needs_reset: bool
     ) -> None:
         """Put a checkpoint's env state back: every ``STATE_FIELDS`` array of ``arrays`` into
         the backend's state (same shape and dtype, else ValueError naming the field), and the
-        flags of :meth:`checkpoint_flags`. The envs carry on from there, with no reset."""
+        flags of :meth:`checkpoint_state`. The envs carry on from there, with no reset."""
         self._check_open("restore_checkpoint")
         state = self.backend.state
         for name in STATE_FIELDS:

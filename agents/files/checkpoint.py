@@ -51,9 +51,7 @@ from agents.files.safe_archive import (
     tensors_to_bytes,
     write_archive,
 )
-from gpu_runtime.device import to_numpy
 from gpu_trading_env.atomic_file import atomic_write
-from gpu_trading_env.core.state import STATE_FIELDS
 
 __all__ = ["CheckpointEvery", "checkpoint_extra", "load_checkpoint", "save_checkpoint"]
 
@@ -115,11 +113,9 @@ def run_state(model: Any) -> dict[str, Any]:
             break
     trading = model.trading_env
     if trading is not None:
-        backend = trading.backend
         state["env"] = {
             "num_envs": int(trading.num_envs),
-            "arrays": {f: np.array(to_numpy(getattr(backend.state, f))) for f in STATE_FIELDS},
-            **trading.checkpoint_flags(),
+            **trading.checkpoint_state(),
             "np_random": _space_rng(trading),
         }
     return state
