@@ -186,10 +186,43 @@ class KernelLauncher:
         )
         self._params_ptr = ctypes.addressof(self._params)
 
+        self._leading = 0
+        self._rest_struct = self._struct
+
+    def set_leading(self, *values: Any) -> None:
+        """Pack the first ``len(values)`` parameters once, for :meth:`launch_rest`.
+
+        A kernel whose leading arguments stay the same from launch to launch (the env step's
+        state, market and parameter addresses) then packs only the rest per launch: the driver
+        copies the whole block at each launch, so the packed values stay valid until the next
+        ``set_leading`` or ``__call__`` overwrites them.
+        """
+        import struct
+
+        k = len(values)
+        if k > len(self.params):
+            raise ValueError(f"{k} leading values for a kernel of {len(self.params)} parameters")
+        formats = [_ARG_FORMATS[t] for _, t in self.params]
+        struct.Struct("<" + "".join(formats[:k])).pack_into(self._buffer, 0, *values)
+        self._leading = k
+        self._rest_struct = struct.Struct("<" + "".join(formats[k:]))
+
+    def launch_rest(self, grid: int, block: int, stream: int, *rest: Any) -> None:
+        """Launch with the leading values of :meth:`set_leading` and ``rest``, the values of
+        the remaining parameters in order."""
+        self._rest_struct.pack_into(self._buffer, 8 * self._leading, *rest)
+        self._go(grid, block, stream)
+
     def __call__(self, grid: int, block: int, stream: int, *args: Any) -> None:
         """Launch ``grid`` blocks of ``block`` threads on the stream handle ``stream``; ``args``
         are the values of :attr:`params`, in order."""
         self._struct.pack_into(self._buffer, 0, *args)
+        # Every slot was overwritten: a launch_rest needs set_leading again.
+        self._leading = 0
+        self._rest_struct = self._struct
+        self._go(grid, block, stream)
+
+    def _go(self, grid: int, block: int, stream: int) -> None:
         try:
             self._launch(self._function, grid, 1, 1, block, 1, 1, 0, stream, self._params_ptr, 0)
         except Exception as exc:

@@ -206,3 +206,53 @@ def test_a_steadily_rising_curve_reports_finite_sharpe_and_no_loss(tmp_path):
     import json
 
     assert json.loads((tmp_path / "m.json").read_text())["sortino"] is None
+
+
+def test_reality_check_of_one_strategy_is_the_basic_bootstrap_of_its_sharpe() -> None:
+    from gpu_trading_env.reports.metrics import best_sharpe_reality_check
+
+    rng = np.random.default_rng(3)
+    r = 0.0003 + rng.normal(0.0, 0.01, 1_000)
+    one = best_sharpe_reality_check(r, 8766.0, level=0.9, n_boot=500, seed=7)
+    # The same blocks resampled bar by bar (sharpe_difference_interval's percentile interval
+    # against zero): the basic interval is that interval reflected about the point estimate.
+    pct = sharpe_difference_interval(r, np.zeros_like(r), 8766.0, level=0.9, n_boot=500, seed=7)
+    s = one["difference"]
+    assert s == pytest.approx(pct["difference"], rel=1e-12)
+    assert one["low"] == pytest.approx(2 * s - pct["high"], rel=1e-9)
+    assert one["high"] == pytest.approx(2 * s - pct["low"], rel=1e-9)
+    assert one["candidates"] == 1 and one["best"] == 0
+
+
+def test_reality_check_holds_its_false_positive_rate_over_the_best_of_ten() -> None:
+    from gpu_trading_env.reports.metrics import best_sharpe_reality_check
+
+    rng = np.random.default_rng(11)
+    naive = checked = 0
+    trials = 40
+    for i in range(trials):
+        market = rng.normal(0.0, 0.01, 2_000)
+        # Ten strategies that trade noise: random long/short signs on one market.
+        rows = np.stack([np.sign(rng.normal(size=2_000)) * market for _ in range(10)])
+        best = int(np.argmax([sharpe(x, 8766.0) for x in rows]))
+        plain = sharpe_difference_interval(
+            rows[best], np.zeros(2_000), 8766.0, level=0.9, n_boot=400, seed=i
+        )
+        rc = best_sharpe_reality_check(rows, 8766.0, level=0.9, n_boot=400, seed=i)
+        assert rc["best"] == best
+        naive += plain["low"] > 0
+        checked += rc["low"] > 0
+    assert naive / trials >= 0.25  # the best of ten "beats" flat far above the nominal 5%
+    assert checked / trials <= 0.10
+
+
+def test_reality_check_refuses_bad_input() -> None:
+    from gpu_trading_env.reports.metrics import best_sharpe_reality_check
+
+    r = np.zeros((2, 50))
+    with pytest.raises(ValueError, match="chosen = 5"):
+        best_sharpe_reality_check(r, 252.0, chosen=5)
+    with pytest.raises(ValueError, match=r"returns\[1\]"):
+        best_sharpe_reality_check(np.array([[0.0] * 10, [0.0] * 9 + [np.nan]]), 252.0)
+    with pytest.raises(ValueError, match="K >= 1"):
+        best_sharpe_reality_check(np.zeros((2, 3, 4)), 252.0)

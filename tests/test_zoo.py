@@ -219,3 +219,27 @@ def test_gate_against_a_hold_baseline_needs_flat_beaten_and_the_hold_matched() -
     assert not network_beats_baseline(
         _returns(noise), _returns(drift), "hold long", 8766.0
     ).keep_network
+
+
+def test_gate_allows_for_the_choice_among_snapshots() -> None:
+    """The best of ten noise snapshots passes a plain test of itself; against the ten it was
+    chosen from it does not, while a snapshot with a real edge among noise ones still does."""
+    rng = np.random.default_rng(5)
+    market = rng.normal(0.0, 0.01, 3_000)
+    flat = _returns(np.zeros(3_000))
+    for _trial in range(20):
+        noise = [_returns(np.sign(rng.normal(size=3_000)) * market) for _ in range(10)]
+        best = max(noise, key=lambda b: float(np.mean(b.returns) / np.std(b.returns)))
+        if network_beats_baseline(best, flat, "flat", 8766.0).keep_network:
+            break
+    else:
+        pytest.fail("no best-of-ten noise snapshot passed the plain test in 20 trials")
+    verdict = network_beats_baseline(best, flat, "flat", 8766.0, candidates=noise)
+    assert not verdict.keep_network
+    assert verdict.validation_vs_flat["candidates"] == 10
+    edge = _returns(0.0015 + rng.normal(0.0, 0.01, 3_000))
+    assert network_beats_baseline(
+        edge, flat, "flat", 8766.0, candidates=[*noise, edge]
+    ).keep_network
+    with pytest.raises(ValueError, match="network's own backtest"):
+        network_beats_baseline(edge, flat, "flat", 8766.0, candidates=noise)

@@ -52,7 +52,7 @@ def resolve_device(name: str) -> str:
 #   a volatile market pays whatever its direction, and the agent traded a driftless random walk;
 #   the barriers themselves close positions that the strategy meant to hold.
 # All three stay available through --env (e.g. --env barriers=True).
-# The actions are the five exposure levels at the market order's cost. EnvConfig's 45 actions
+# The actions are three exposure levels (short, flat, long) at the market order's cost. EnvConfig's 45 actions
 # hold each exposure nine times (three order types that differ only in cost, three sub-actions
 # that change nothing), and a Q-learner estimates each of the 45 from the transitions that took
 # it: a ninth of the data per estimate, and argmax over nine noisy copies. On the market zoo
@@ -63,6 +63,10 @@ TRAIN_ENV_DEFAULTS = {
     "barriers": False,
     "order_cost_bps": (1.0,),
     "sub_actions": 1,
+    # Short, flat, long: each exposure's value is learned from a third of the transitions
+    # instead of a fifth; the half exposures added nothing on the zoo's markets that the
+    # weak edges did not pay for (docs/ZOO.md, "Validation window and actions").
+    "exposure_levels": (-1.0, 0.0, 1.0),
 }
 
 

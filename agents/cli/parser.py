@@ -175,13 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(
             "--gamma",
             type=float,
-            default=0.5,
+            default=TrainSettings.gamma,
             help="discount factor (rewards of trading pay off within a few bars)",
         )
         g.add_argument(
             "--val-fraction",
             type=float,
-            default=0.2,
+            default=TrainSettings.val_fraction,
             help="last part of the training bars held out to select the model",
         )
         g.add_argument(

@@ -163,6 +163,8 @@ def kept_policy_note(learning: dict[str, Any]) -> str:
         f"validation Sharpe of the network minus flat's: {flat['difference']:+.2f}, "
         f"{gate['level']:.0%} interval [{flat['low']:+.2f}, {flat['high']:+.2f}]"
     )
+    if flat.get("candidates", 1) > 1:
+        evidence += f" allowing for its choice among {flat['candidates']} snapshots"
     if gate["baseline"] != "flat":
         ci = gate["network_minus_baseline_validation_sharpe"]
         evidence += f"; minus {gate['baseline']}'s: {ci['difference']:+.2f}"

@@ -15,8 +15,12 @@ So ``train`` keeps the network only when it beats the best policy that has nothi
    worse, else flat. Choosing among three fixed policies on all the training bars barely
    overfits, and all the bars give the drift test its power.
 2. **The network** (the snapshot best on validation) is kept if, on the validation window, its
-   per-bar returns beat flat's with the same test and, where the baseline is a hold, its Sharpe
-   there is at least the hold's; otherwise the model is made to act as the baseline
+   Sharpe beats flat's (zero) by White's reality check over every snapshot it was chosen from
+   (:func:`gpu_trading_env.reports.metrics.best_sharpe_reality_check`: the best of ten noisy
+   snapshots beats zero by chance far more often than one does; on ten unrelated noise
+   strategies the plain test of the best passed 40% of the time, the reality check 4%) and,
+   where the baseline is a hold, its Sharpe there is at least the hold's; otherwise the model
+   is made to act as the baseline
    (:func:`set_constant_policy`), and the report says so. The hold is not a bar the network
    must clear with significance: a drift that passed the test on the training bars may be
    noise (on an AR(1) market with no drift, one seed in five chose hold long, and its network,
@@ -29,6 +33,7 @@ loses to the baseline too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +42,7 @@ import numpy as np
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_policy
-from gpu_trading_env.reports.metrics import sharpe_difference_interval
+from gpu_trading_env.reports.metrics import best_sharpe_reality_check, sharpe_difference_interval
 
 __all__ = [
     "BASELINE_EXPOSURE",
@@ -72,7 +77,7 @@ class GateVerdict:
     keep_network: bool
     baseline: str
     validation: dict[str, float]  # sharpe_difference_interval(network, baseline) on validation
-    validation_vs_flat: dict[str, float]  # sharpe_difference_interval(network, flat), the test
+    validation_vs_flat: dict[str, float]  # best_sharpe_reality_check of the snapshots: the test
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,12 +119,23 @@ def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> Ba
 
 
 def network_beats_baseline(
-    network: BacktestResult, baseline: BacktestResult, name: str, per_year: float
+    network: BacktestResult,
+    baseline: BacktestResult,
+    name: str,
+    per_year: float,
+    candidates: Sequence[BacktestResult] | None = None,
 ) -> GateVerdict:
     """The validation test of the module doc: ``network`` and ``baseline`` (named ``name``) are
-    backtests of the same validation window."""
-    flat = np.zeros_like(network.returns)
-    vs_flat = sharpe_difference_interval(network.returns, flat, per_year, level=GATE_LEVEL)
+    backtests of the same validation window; ``candidates`` are the backtests there of every
+    snapshot ``network`` was chosen from as the best (``network`` among them; ``None``: it
+    alone), which the test against flat allows for."""
+    pool = [network] if candidates is None else list(candidates)
+    chosen = next((k for k, c in enumerate(pool) if c is network), None)
+    if chosen is None:
+        raise ValueError("candidates must hold the network's own backtest")
+    vs_flat = best_sharpe_reality_check(
+        np.stack([c.returns for c in pool]), per_year, level=GATE_LEVEL, chosen=chosen
+    )
     if name == "flat":
         return GateVerdict(bool(vs_flat["low"] > 0.0), name, vs_flat, vs_flat)
     ci = sharpe_difference_interval(network.returns, baseline.returns, per_year, level=GATE_LEVEL)

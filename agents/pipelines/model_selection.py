@@ -253,7 +253,9 @@ def train_selected(
     env.close()
     choice = choose_baseline(train, config, per_year)
     base_val = baseline_backtest(choice.name, val, config, per_year)
-    verdict = network_beats_baseline(val_runs[best], base_val, choice.name, per_year)
+    verdict = network_beats_baseline(
+        val_runs[best], base_val, choice.name, per_year, candidates=val_runs
+    )
     deployed, deployed_val = test_runs[best], val_runs[best]
     if settings.fallback and not verdict.keep_network:
         set_constant_policy(model, baseline_action(choice.name, config))

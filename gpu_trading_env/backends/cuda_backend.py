@@ -289,6 +289,8 @@ class CudaBackend(Backend):
             self._launcher = KernelLauncher(self._k_step, params, self.device_index)
         before = self._head, self._tail
         self._head = tuple(int(v) if isinstance(v, np.int32) else _address(v) for v in head)
+        # Packed once: a step packs only the actions' and the outputs' addresses.
+        self._launcher.set_leading(*self._head)
         self._tail = (_address(self._error), int(self._n))
         # Per output set: its OUTPUT_FIELDS addresses and the constant tail, what a step adds
         # after the actions (bind_outputs returns the same shape).
@@ -314,12 +316,15 @@ class CudaBackend(Backend):
         :meth:`bind_outputs` returns)."""
         if stream is None:
             stream = current_stream(self.device_index)[1]
-        args = (*self._head, _address(actions), *rest)
         if self._get_device() == self.device_index:
-            self._launcher(self._grid[0], self._block[0], stream, *args)
+            self._launcher.launch_rest(
+                self._grid[0], self._block[0], stream, _address(actions), *rest
+            )
         else:
             with self._device:
-                self._launcher(self._grid[0], self._block[0], stream, *args)
+                self._launcher.launch_rest(
+                    self._grid[0], self._block[0], stream, _address(actions), *rest
+                )
         if check:
             self._steps_since_check += 1
             if self._steps_since_check >= self.error_check_interval:

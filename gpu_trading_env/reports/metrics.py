@@ -36,6 +36,7 @@ __all__ = [
     "WEEKS_PER_YEAR",
     "Metrics",
     "bars_per_year",
+    "best_sharpe_reality_check",
     "buy_and_hold_equity",
     "curve_metrics",
     "drawdown",
@@ -244,6 +245,36 @@ def buy_and_hold_equity(close: np.ndarray, cost_rate: float) -> tuple[np.ndarray
     return equity, costs
 
 
+def _block_indices(t: int, n_boot: int, block: int | None, seed: int) -> tuple[np.ndarray, int]:
+    """``([n_boot, t] bar indices, block)`` of a circular block bootstrap of ``t`` bars: blocks
+    of ``block`` consecutive bars (default ``ceil(t ** (1/3))``) drawn with replacement from the
+    series wrapped into a circle."""
+    blk = int(block) if block is not None else max(1, math.ceil(t ** (1.0 / 3.0)))
+    if not 1 <= blk <= t:
+        raise ValueError(f"block must be in [1, {t}], got {block}")
+    rng = np.random.default_rng(seed)
+    n_blocks = math.ceil(t / blk)
+    starts = rng.integers(0, t, size=(n_boot, n_blocks))
+    idx = ((starts[:, :, None] + np.arange(blk)[None, None, :]) % t).reshape(n_boot, -1)[:, :t]
+    return idx, blk
+
+
+def _annual_sharpes(x: np.ndarray, per_year: float) -> np.ndarray:
+    """Annualised Sharpe of each row of ``x`` (0.0 for a row that does not vary, as sharpe())."""
+    sd = x.std(axis=-1, ddof=1)
+    flat = sd <= FLAT_TOLERANCE * np.abs(x).max(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(flat, 0.0, x.mean(axis=-1) / sd)
+    return s * math.sqrt(per_year)
+
+
+def _check_bootstrap(t: int, level: float) -> None:
+    if t < 4:
+        raise ValueError(f"the bootstrap needs at least 4 paired returns, got {t}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+
 def sharpe_difference_interval(
     returns_a: np.ndarray,
     returns_b: np.ndarray,
@@ -270,26 +301,9 @@ def sharpe_difference_interval(
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"paired returns must be 1-D of one length, got {a.shape} and {b.shape}")
     t = len(a)
-    if t < 4:
-        raise ValueError(f"the bootstrap needs at least 4 paired returns, got {t}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    blk = int(block) if block is not None else max(1, math.ceil(t ** (1.0 / 3.0)))
-    if not 1 <= blk <= t:
-        raise ValueError(f"block must be in [1, {t}], got {block}")
-    rng = np.random.default_rng(seed)
-    n_blocks = math.ceil(t / blk)
-    starts = rng.integers(0, t, size=(n_boot, n_blocks))
-    idx = ((starts[:, :, None] + np.arange(blk)[None, None, :]) % t).reshape(n_boot, -1)[:, :t]
-
-    def ann_sharpe(x: np.ndarray) -> np.ndarray:
-        sd = x.std(axis=1, ddof=1)
-        flat = sd <= FLAT_TOLERANCE * np.abs(x).max(axis=1)  # as in sharpe()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            s = np.where(flat, 0.0, x.mean(axis=1) / sd)
-        return s * math.sqrt(per_year)
-
-    diff = ann_sharpe(a[idx]) - ann_sharpe(b[idx])
+    _check_bootstrap(t, level)
+    idx, blk = _block_indices(t, n_boot, block, seed)
+    diff = _annual_sharpes(a[idx], per_year) - _annual_sharpes(b[idx], per_year)
     tail = (1.0 - level) / 2.0
     lo, hi = np.quantile(diff, [tail, 1.0 - tail])
     point = sharpe(a, per_year) - sharpe(b, per_year)
@@ -302,4 +316,89 @@ def sharpe_difference_interval(
         "block": int(blk),
         "n_boot": int(n_boot),
         "p_value": float(min(p, 1.0)),
+    }
+
+
+def best_sharpe_reality_check(
+    returns: np.ndarray,
+    per_year: float,
+    *,
+    level: float = 0.95,
+    n_boot: int = 2000,
+    block: int | None = None,
+    seed: int = 0,
+    chosen: int | None = None,
+) -> dict[str, float]:
+    """Is the best of several strategies' Sharpe ratios above zero, allowing for the choice?
+
+    White's reality check (Econometrica 68, 2000) with the circular block bootstrap of
+    :func:`sharpe_difference_interval`: of ``K`` strategies backtested on the same ``T`` bars
+    (rows of ``returns``), the one with the highest Sharpe ``S_best`` is tested against zero
+    (staying flat) with the null distribution of ``max_k (S*_k - S_k)``, the largest
+    deviation of any strategy's resampled Sharpe from its own, all strategies resampled with
+    the same blocks. The best of ``K`` noisy strategies beats zero by chance more often than one
+    strategy does; this test's false-positive rate is its nominal one whatever ``K`` and however
+    the strategies are correlated. With ``K = 1`` it is the basic bootstrap test of one Sharpe.
+
+    :param returns: ``[K, T]`` per-bar returns (``[T]``: one strategy).
+    :param chosen: the row tested, where the caller chose it among the ``K`` by another
+        reckoning of the same Sharpe ratios (default: the row of the highest).
+    :returns: ``{"difference", "low", "high", "level", "block", "n_boot", "p_value", "best",
+        "candidates"}``: ``difference`` is ``S_best``; ``[low, high]`` the two-sided ``level``
+        interval ``S_best - q`` over the quantiles ``q`` of the maximal deviation (``low > 0``
+        is the one-sided test at ``(1 - level) / 2``); ``p_value`` twice the bootstrap share of
+        maximal deviations at least ``S_best`` (capped at 1, comparable with
+        :func:`sharpe_difference_interval`'s); ``best`` the row tested (``chosen``, or the
+        last of the highest); ``candidates`` is ``K``.
+    """
+    r = np.asarray(returns, dtype=np.float64)
+    if r.ndim == 1:
+        r = r[None, :]
+    if r.ndim != 2 or r.shape[0] < 1:
+        raise ValueError(f"returns must be [K, T] with K >= 1, got shape {r.shape}")
+    for k in range(r.shape[0]):
+        finite_values(r[k], f"returns[{k}]")
+    t = r.shape[1]
+    _check_bootstrap(t, level)
+    blk = int(block) if block is not None else max(1, math.ceil(t ** (1.0 / 3.0)))
+    if not 1 <= blk <= t:
+        raise ValueError(f"block must be in [1, {t}], got {block}")
+    # The blocks of _block_indices, summed from prefix sums of the circle instead of gathered
+    # bar by bar: K strategies x n_boot resamples x T bars would not fit in memory.
+    rng = np.random.default_rng(seed)
+    n_blocks = math.ceil(t / blk)
+    starts = rng.integers(0, t, size=(n_boot, n_blocks))
+    lengths = np.full(n_blocks, blk)
+    lengths[-1] = t - blk * (n_blocks - 1)  # the resample is cut to t bars
+    point = np.array([sharpe(row, per_year) for row in r])
+    best = int(len(point) - 1 - np.argmax(point[::-1])) if chosen is None else int(chosen)
+    if not 0 <= best < len(point):
+        raise ValueError(f"chosen = {chosen!r} is invalid: allowed is 0..{len(point) - 1}")
+    resampled = np.empty((r.shape[0], n_boot))
+    for k, row in enumerate(r):
+        circle = np.concatenate([row, row[:blk]])
+        s1 = np.concatenate([[0.0], np.cumsum(circle)])
+        s2 = np.concatenate([[0.0], np.cumsum(circle * circle)])
+        total = (s1[starts + lengths] - s1[starts]).sum(axis=1)
+        total_sq = (s2[starts + lengths] - s2[starts]).sum(axis=1)
+        var = np.maximum(total_sq - total * total / t, 0.0) / (t - 1)
+        sd = np.sqrt(var)
+        flat = sd <= FLAT_TOLERANCE * np.abs(row).max()  # as in sharpe()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            resampled[k] = np.where(flat, 0.0, total / t / sd) * math.sqrt(per_year)
+    deviation = (resampled - point[:, None]).max(axis=0)
+    tail = (1.0 - level) / 2.0
+    q_lo, q_hi = np.quantile(deviation, [tail, 1.0 - tail])
+    s_best = float(point[best])
+    p = 2.0 * float(np.mean(deviation >= s_best))
+    return {
+        "difference": s_best,
+        "low": float(s_best - q_hi),
+        "high": float(s_best - q_lo),
+        "level": float(level),
+        "block": int(blk),
+        "n_boot": int(n_boot),
+        "p_value": float(min(p, 1.0)),
+        "best": best,
+        "candidates": int(r.shape[0]),
     }
