@@ -245,16 +245,20 @@ def buy_and_hold_equity(close: np.ndarray, cost_rate: float) -> tuple[np.ndarray
     return equity, costs
 
 
-def _block_indices(t: int, n_boot: int, block: int | None, seed: int) -> tuple[np.ndarray, int]:
-    """``([n_boot, t] bar indices, block)`` of a circular block bootstrap of ``t`` bars: blocks
-    of ``block`` consecutive bars (default ``ceil(t ** (1/3))``) drawn with replacement from the
-    series wrapped into a circle."""
+def _block_starts(t: int, n_boot: int, block: int | None, seed: int) -> tuple[np.ndarray, int]:
+    """``([n_boot, ceil(t / block)] first bars, block)`` of a circular block bootstrap of ``t``
+    bars: blocks of ``block`` consecutive bars (default ``ceil(t ** (1/3))``) drawn with
+    replacement from the series wrapped into a circle, each resample cut to ``t`` bars."""
     blk = int(block) if block is not None else max(1, math.ceil(t ** (1.0 / 3.0)))
     if not 1 <= blk <= t:
         raise ValueError(f"block must be in [1, {t}], got {block}")
     rng = np.random.default_rng(seed)
-    n_blocks = math.ceil(t / blk)
-    starts = rng.integers(0, t, size=(n_boot, n_blocks))
+    return rng.integers(0, t, size=(n_boot, math.ceil(t / blk))), blk
+
+
+def _block_indices(t: int, n_boot: int, block: int | None, seed: int) -> tuple[np.ndarray, int]:
+    """``([n_boot, t] bar indices, block)`` of the resamples of :func:`_block_starts`."""
+    starts, blk = _block_starts(t, n_boot, block, seed)
     idx = ((starts[:, :, None] + np.arange(blk)[None, None, :]) % t).reshape(n_boot, -1)[:, :t]
     return idx, blk
 
@@ -360,14 +364,10 @@ def best_sharpe_reality_check(
         finite_values(r[k], f"returns[{k}]")
     t = r.shape[1]
     _check_bootstrap(t, level)
-    blk = int(block) if block is not None else max(1, math.ceil(t ** (1.0 / 3.0)))
-    if not 1 <= blk <= t:
-        raise ValueError(f"block must be in [1, {t}], got {block}")
     # The blocks of _block_indices, summed from prefix sums of the circle instead of gathered
     # bar by bar: K strategies x n_boot resamples x T bars would not fit in memory.
-    rng = np.random.default_rng(seed)
-    n_blocks = math.ceil(t / blk)
-    starts = rng.integers(0, t, size=(n_boot, n_blocks))
+    starts, blk = _block_starts(t, n_boot, block, seed)
+    n_blocks = starts.shape[1]
     lengths = np.full(n_blocks, blk)
     lengths[-1] = t - blk * (n_blocks - 1)  # the resample is cut to t bars
     point = np.array([sharpe(row, per_year) for row in r])
