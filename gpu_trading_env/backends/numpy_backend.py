@@ -44,7 +44,10 @@ from gpu_trading_env.core.state import (
 )
 
 SAME_STEP, NEXT_STEP, DISABLED = MODE_SAME_STEP, MODE_NEXT_STEP, MODE_DISABLED
+# The step sets done_flag from the bytes of terminated and truncated: 2 * truncated | terminated.
+assert (RUNNING, WAIT_TERMINATED, WAIT_TRUNCATED) == (0, 1, 2)
 START_CACHE = 64
+START_CHUNK_ROWS = 256  # 16,384 draws: Philox's uint64 temporaries are 128 KB each
 ENTROPY_TABLE_MAX_WINDOW = 512
 PENALTY_TABLE_MAX_WINDOW = 128
 
@@ -63,8 +66,8 @@ class NumpyBackend(Backend):
         self.open = np.ascontiguousarray(data.open, dtype=np.float64)
         self.close = np.ascontiguousarray(data.close, dtype=np.float64)
         self._env_ids = np.arange(self.num_envs, dtype=np.int64)
-        # Start bars for the next START_CACHE draws of every env, filled in one vectorised Philox
-        # call: the draws are a pure function of (seed, env, counter), so caching changes nothing.
+        # Start bars for the next START_CACHE draws of every env, filled by vectorised Philox
+        # calls: the draws are a pure function of (seed, env, counter), so caching changes nothing.
         self._start_cache = np.zeros((self.num_envs, START_CACHE), dtype=np.int64)
         self._cache_base = np.zeros(self.num_envs, dtype=np.uint64)
         self._cache_valid = False
@@ -96,6 +99,8 @@ class NumpyBackend(Backend):
         # max_position[k], the kernel's product. Env i trades instrument i % I.
         self._target = self.params.exposure[None, :] * self.params.max_position[:, None]
         self._n_inst = int(self.params.max_position.shape[0])
+        # Offset of each action's category row in the flattened [3, N] diversity histogram.
+        self._category_row = self.params.category.astype(np.int64) * self.num_envs
 
     @property
     def unit_targets(self) -> np.ndarray:
@@ -126,22 +131,36 @@ class NumpyBackend(Backend):
         count = s.episode_count[envs]
         offset = (count - self._cache_base[envs]).astype(np.int64)
         if not self._cache_valid or offset.max() >= START_CACHE:
-            all_envs = self._env_ids
-            base = s.episode_count.copy()
-            counters = base[:, None] + np.arange(START_CACHE, dtype=np.uint64)[None, :]
-            lo, hi = s.lo[:, None], s.hi[:, None]
-            self._start_cache[...] = draw_start_bars(
-                s.seed[:, None],
-                all_envs[:, None],
-                counters,
-                lo,
-                hi - lo - self.params.episode_length,
-            )
-            self._cache_base[...] = base
-            self._cache_valid = True
-            offset = (count - base[envs]).astype(np.int64)
+            self._refill_start_cache()
+            offset = (count - self._cache_base[envs]).astype(np.int64)
         s.episode_count[envs] = count + np.uint64(1)
         return self._start_cache.reshape(-1).take(envs * START_CACHE + offset)
+
+    def _refill_start_cache(self) -> None:
+        """Draw the next START_CACHE start bars of every env that has used at least half of its
+        cached ones (of every env when the cache is invalid).
+
+        Envs end episodes at different rates, so refilling every env whenever the fastest one
+        runs out computed about two draws for each one taken; rows are drawn in chunks of
+        START_CHUNK_ROWS, whose Philox temporaries stay in cache.
+        """
+        s = self.state
+        if self._cache_valid:
+            used = s.episode_count - self._cache_base
+            rows = (used >= np.uint64(START_CACHE // 2)).nonzero()[0]
+        else:
+            rows = self._env_ids
+        steps = np.arange(START_CACHE, dtype=np.uint64)[None, :]
+        span = self.params.episode_length
+        for first in range(0, rows.size, START_CHUNK_ROWS):
+            r = rows[first : first + START_CHUNK_ROWS]
+            base = s.episode_count[r]
+            lo, hi = s.lo[r, None], s.hi[r, None]
+            self._start_cache[r] = draw_start_bars(
+                s.seed[r, None], r[:, None], base[:, None] + steps, lo, hi - lo - span
+            )
+            self._cache_base[r] = base
+        self._cache_valid = True
 
     def start_bars(self, env: int, count: int) -> np.ndarray:
         """int64 [count]: the start bars of env ``env``'s next ``count`` episodes (draws
@@ -219,7 +238,8 @@ class NumpyBackend(Backend):
         out = self._next_outputs() if out is None else out
         mode = p.autoreset_mode
         px = value = None
-        if not s.done_flag.any():  # every env is RUNNING (0)
+        all_running = not s.done_flag.any()  # every env is RUNNING (0)
+        if all_running:
             px, value = self._transition(s, actions, out)
             if mode == SAME_STEP:
                 ended = out.done.nonzero()[0]
@@ -241,10 +261,11 @@ class NumpyBackend(Backend):
                     value[ended] = s.cash[ended] + s.position[ended] * px[ended]
         else:
             waiting = s.done_flag != RUNNING
+            quiet = waiting.nonzero()[0]
             if mode == NEXT_STEP:
                 # Envs that ended last step start anew; their actions are ignored this step.
-                self._reset_rows(waiting.nonzero()[0])
-            quiet = waiting.nonzero()[0]
+                self._reset_rows(quiet)
+                all_running = True
             if 5 * quiet.size <= waiting.size:  # a few waiting envs
                 px, value = self._step_around(s, actions, out, quiet, mode)
             elif quiet.size < waiting.size:
@@ -259,8 +280,11 @@ class NumpyBackend(Backend):
                         getattr(out, name)[active] = getattr(sub_out, name)
             out.reward[quiet] = 0.0
             out.components[quiet] = 0.0
-            px_quiet = self.close.take(s.bar[quiet])
-            out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
+            if value is None:
+                px_quiet = self.close.take(s.bar[quiet])
+                out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
+            else:  # _step_around computed the quiet envs' value by the same expression
+                out.portfolio_value[quiet] = value.take(quiet)
             out.position[quiet] = s.position[quiet]
             out.barrier_label[quiet] = LABEL_NONE
             out.episode_return[quiet] = 0.0
@@ -273,7 +297,12 @@ class NumpyBackend(Backend):
                 out.truncated[quiet] = False
             np.logical_or(out.terminated, out.truncated, out=out.done)
 
-        if mode != SAME_STEP:
+        if mode != SAME_STEP and all_running:
+            # Terminated and truncated exclude each other, so the new flags are
+            # WAIT_TERMINATED (1), WAIT_TRUNCATED (2) or RUNNING (0): 2 * truncated | terminated.
+            np.left_shift(out.truncated.view(np.uint8), 1, out=s.done_flag)
+            s.done_flag |= out.terminated.view(np.uint8)
+        elif mode != SAME_STEP:
             fresh = out.done & (s.done_flag == RUNNING)
             s.done_flag[fresh & out.terminated] = WAIT_TERMINATED
             s.done_flag[fresh & ~out.terminated] = WAIT_TRUNCATED
@@ -298,16 +327,25 @@ class NumpyBackend(Backend):
         reset state at its first bar instead, whose results are discarded. Returns the
         transition's ``(px, value)`` with the quiet envs' own.
         """
-        saved = take_rows(s, quiet)  # copies, but of the shared ring and histogram
-        hist = s.div_hist[:, quiet]
-        if mode == DISABLED:
+        if mode == NEXT_STEP:
+            # The quiet envs were reset at the start of this step, so resetting them again at
+            # the same start bars restores every field the transition writes but the ring slot
+            # at their cursor (0 after a reset): 14 scatters instead of a copy of every field.
+            start = s.bar.take(quiet)
+            ring = s.div_ring[0].take(quiet)
+            px, value = self._transition(s, actions, out)
+            reset_rows(s, self.params, quiet, start)
+            s.div_ring[0, quiet] = ring
+        else:
+            saved = take_rows(s, quiet)  # copies, but of the shared ring and histogram
+            hist = s.div_hist[:, quiet]
             reset_rows(s, self.params, quiet, s.lo[quiet])
-        cursor = s.div_cursor[quiet]  # the ring slot the transition writes
-        ring = s.div_ring[cursor, quiet]
-        px, value = self._transition(s, actions, out)
-        put_rows(s, quiet, saved)
-        s.div_hist[:, quiet] = hist
-        s.div_ring[cursor, quiet] = ring
+            cursor = s.div_cursor[quiet]  # the ring slot the transition writes
+            ring = s.div_ring[cursor, quiet]
+            px, value = self._transition(s, actions, out)
+            put_rows(s, quiet, saved)
+            s.div_hist[:, quiet] = hist
+            s.div_ring[cursor, quiet] = ring
         px[quiet] = self.close.take(s.bar[quiet])
         value[quiet] = s.cash[quiet] + s.position[quiet] * px[quiet]
         return px, value
@@ -341,9 +379,14 @@ class NumpyBackend(Backend):
         cash0 = s.cash
         value0 = cash0 + pos0 * close_t
         # --- risk (ENV_SPEC "Risk"), from the position feature before the trade
-        excess = np.abs(pos0 / (c0 / close_t)) - p.risk_threshold
-        risk = np.minimum(-(p.risk_penalty_scale * excess), 0.0)  # = -(scale*excess) if excess > 0
-        del excess
+        # excess = |pos0 / (c0 / close_t)| - threshold; risk = min(-(scale * excess), 0), which
+        # is -(scale * excess) where excess > 0; excess * -scale rounds to the same bits.
+        risk = c0 / close_t
+        np.divide(pos0, risk, out=risk)
+        np.abs(risk, out=risk)
+        risk -= p.risk_threshold
+        risk *= -p.risk_penalty_scale
+        np.minimum(risk, 0.0, out=risk)
         obs0 = None
         if self.curiosity is not None:
             obs0 = observation(
@@ -390,7 +433,7 @@ class NumpyBackend(Backend):
         del opened
 
         # --- action diversity (ENV_SPEC "Diversity")
-        diversity = self._diversity(s, cat, rows)
+        diversity = self._diversity(s, a, cat, rows)
 
         # --- mark to market, reward (ENV_SPEC "Reward"), summed in the spec's order
         value1 = s.cash + pos1 * close_1
@@ -444,7 +487,9 @@ class NumpyBackend(Backend):
         out.portfolio_value[...] = value1
         out.position[...] = pos1
         out.barrier_label[...] = label
-        np.multiply(s.episode_return, ended, out=out.episode_return)
+        # float32(r) * ended: the same bits as float32(r * ended) (+-0.0 keeps r's sign either way).
+        out.episode_return[...] = s.episode_return
+        out.episode_return *= ended
         np.multiply(steps, ended, out=out.episode_length)
         return close_1, value1
 
@@ -471,8 +516,11 @@ class NumpyBackend(Backend):
                 entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
         return (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
 
-    def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
+    def _diversity(
+        self, s: EnvState, a: np.ndarray, cat: np.ndarray, rows: np.ndarray | None
+    ) -> np.ndarray:
+        """Push ``cat``, the category of actions ``a``, into the rings of ``s`` (in place); the
+        diversity reward component.
 
         ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``take_rows``
         leaves whole (None: ``s`` holds every env).
@@ -494,7 +542,7 @@ class NumpyBackend(Backend):
             hist[dropped * n_all + ids.take(full)] -= 1
         ring[slot] = cat
         del slot
-        cell = np.multiply(cat, n_all, dtype=np.int64)
+        cell = self._category_row.take(a)
         cell += ids
         hist[cell] += 1
         if rows is None:
