@@ -262,11 +262,13 @@ class NumpyBackend(Backend):
         else:
             waiting = s.done_flag != RUNNING
             quiet = waiting.nonzero()[0]
+            few = 5 * quiet.size <= waiting.size  # a few waiting envs
             if mode == NEXT_STEP:
-                # Envs that ended last step start anew; their actions are ignored this step.
-                self._reset_rows(quiet)
-                all_running = True
-            if 5 * quiet.size <= waiting.size:  # a few waiting envs
+                all_running = True  # once the quiet envs are reset, here or in _step_around
+                if not few:
+                    # Envs that ended last step start anew; their actions are ignored this step.
+                    self._reset_rows(quiet)
+            if few:
                 px, value = self._step_around(s, actions, out, quiet, mode)
             elif quiet.size < waiting.size:
                 active = (~waiting).nonzero()[0]
@@ -321,21 +323,26 @@ class NumpyBackend(Backend):
 
         Cheaper than stepping the running envs as a gathered subset when they are most of the
         envs (NEXT_STEP mode after any episode ended): the transition is elementwise per env,
-        so the running envs' results are the same bits either way, and the quiet envs' rows
-        of state are restored from a copy taken before. A DISABLED env waits frozen where its
-        episode ended (possibly the instrument's last bar, or ruined); it is stepped from a
-        reset state at its first bar instead, whose results are discarded. Returns the
-        transition's ``(px, value)`` with the quiet envs' own.
+        so the running envs' results are the same bits either way, and the quiet envs' results
+        are discarded. In NEXT_STEP mode the quiet envs ended last step and start anew now
+        (their actions ignored): they are reset after the transition, which writes every field
+        the transition writes but the ring slot at their cursor, put back. Their bar, cash and
+        position are set to the new episode's first before it, so that the discarded step
+        reads bars in range and a positive value (an episode can end on the instrument's last
+        bar, or ruined). A DISABLED env waits frozen where its episode ended; it is stepped
+        from a reset state at its first bar instead and its rows of state are restored from a
+        copy taken before. Returns the transition's ``(px, value)`` with the quiet envs' own.
         """
         if mode == NEXT_STEP:
-            # The quiet envs were reset at the start of this step, so resetting them again at
-            # the same start bars restores every field the transition writes but the ring slot
-            # at their cursor (0 after a reset): 14 scatters instead of a copy of every field.
-            start = s.bar.take(quiet)
-            ring = s.div_ring[0].take(quiet)
+            start = self._draw_starts(quiet)
+            s.bar[quiet] = start
+            s.cash[quiet] = self.params.initial_capital
+            s.position[quiet] = 0.0
+            cursor = s.div_cursor.take(quiet)  # the ring slot the transition writes
+            ring = s.div_ring[cursor, quiet]
             px, value = self._transition(s, actions, out)
             reset_rows(s, self.params, quiet, start)
-            s.div_ring[0, quiet] = ring
+            s.div_ring[cursor, quiet] = ring
         else:
             saved = take_rows(s, quiet)  # copies, but of the shared ring and histogram
             hist = s.div_hist[:, quiet]
@@ -542,12 +549,15 @@ class NumpyBackend(Backend):
             hist[dropped * n_all + ids.take(full)] -= 1
         ring[slot] = cat
         del slot
-        cell = self._category_row.take(a)
-        cell += ids
-        hist[cell] += 1
         if rows is None:
+            # One pass per category row costs less than a scatter of one cell per env.
+            for k, h in enumerate(s.div_hist):
+                h += cat == k
             h0, h1, h2 = s.div_hist
         else:
+            cell = self._category_row.take(a)
+            cell += ids
+            hist[cell] += 1
             h0, h1, h2 = (h.take(rows) for h in s.div_hist)
         cursor = s.div_cursor
         cursor += 1
