@@ -209,7 +209,12 @@ class NumpyBackend(Backend):
         a = np.asarray(a)
         check_action_layout(a.shape, a.dtype, a.dtype.kind in "iu", self.num_envs)
         a = a.reshape(self.num_envs)
-        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
+        if a.dtype.kind == "i" and a.dtype.itemsize >= 4:
+            # Seen as unsigned, a negative action is >= 2**31 > n_actions: one reduction.
+            out_of_range = a.view(a.dtype.str.replace("i", "u")).max() >= self.config.n_actions
+        else:
+            out_of_range = a.min() < 0 or a.max() >= self.config.n_actions
+        if out_of_range:  # reductions: cheaper per step than an elementwise mask
             bad = (a < 0) | (a >= self.config.n_actions)
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
@@ -447,7 +452,9 @@ class NumpyBackend(Backend):
         pnl = (value1 - value0) / value0
         del value0
         # barrier_scale: +-barrier_half_scale on a profit or stop label, else 0 (+-1 * h is exact).
-        barrier = pnl * (closing_sign * p.barrier_half_scale)
+        barrier = closing_sign.astype(np.float64)  # (sign * h) * pnl: pnl * (sign * h)'s bits
+        barrier *= p.barrier_half_scale
+        barrier *= pnl
         comp = out.components
         reward = pnl + barrier
         comp[:, 0] = pnl
