@@ -93,6 +93,7 @@ def test_without_numba_the_numpy_code_runs_or_compiled_true_says_what_to_install
 ) -> None:
     monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
     monkeypatch.setattr(compiled_tree, "_KERNELS", None)
+    monkeypatch.setattr(compiled_tree, "_MISSING", None)
     assert not compiled_tree.numba_available()
     tree = NumpySumMinTree(10)
     assert not tree.compiled

@@ -10,9 +10,9 @@ bits (``tests/test_compiled_tree.py``). What the kernels save is the count of ca
 costs the NumPy tree about five array calls per level (20 levels at capacity 2^20) and a write
 about seven per sparse level, a few microseconds each at a batch of 256; here each is one call.
 
-numba is imported on the first :func:`kernels` call, not with this module, so a process that
-never builds a NumPy tree never pays for the import (about a second) or the compilation (cached
-on disk by numba after the first run).
+numba is imported when the first tree is built (:func:`kernels_or_none`), not with this module,
+so a process that never builds a NumPy tree never pays for the import (about a second) or the
+compilation (cached on disk by numba after the first run).
 """
 
 from __future__ import annotations
@@ -20,15 +20,23 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 _KERNELS: SimpleNamespace | None = None
+_MISSING: ImportError | None = None  # why numba did not import, once it was tried
 
 
 def numba_available() -> bool:
     """Whether numba can be imported (without compiling anything)."""
+    return kernels_or_none() is not None
+
+
+def kernels_or_none() -> SimpleNamespace | None:
+    """:func:`kernels`, or None when numba is missing or does not import (a numba built for
+    another NumPy raises ImportError too); the import is tried once per process."""
+    if _KERNELS is None and _MISSING is not None:
+        return None
     try:
-        import numba  # noqa: F401
+        return kernels()
     except ImportError:
-        return False
-    return True
+        return None
 
 
 def kernels() -> SimpleNamespace:
@@ -36,14 +44,15 @@ def kernels() -> SimpleNamespace:
 
     Raises ImportError, naming the extra to install, when numba is missing.
     """
-    global _KERNELS
+    global _KERNELS, _MISSING
     if _KERNELS is None:
         try:
             import numba
         except ImportError as e:
+            _MISSING = e
             raise ImportError(
                 "the compiled NumPy sum/min tree needs numba: pip install "
-                "'gpu-trading-env[cpu-replay]' (or pass compiled=False for the NumPy code)"
+                f"'gpu-trading-env[cpu-replay]' (or pass compiled=False for the NumPy code): {e}"
             ) from e
         _KERNELS = _build(numba)
     return _KERNELS

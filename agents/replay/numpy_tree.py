@@ -49,8 +49,10 @@ class NumpySumMinTree(SumMinTree):
         if compiled is not None and not isinstance(compiled, bool):
             raise TypeError(f"compiled must be None, True or False, got {compiled!r}")
         self._compiled_request = compiled
-        use = compiled_tree.numba_available() if compiled is None else compiled
-        self._kernels = compiled_tree.kernels() if use else None
+        if compiled is None:
+            self._kernels = compiled_tree.kernels_or_none()
+        else:
+            self._kernels = compiled_tree.kernels() if compiled else None
         self.sum_tree = np.zeros(2 * self.pow2, dtype=np.float64)
         self.min_tree = np.full(2 * self.pow2, np.inf, dtype=np.float64)
         self.max_value = np.ones(1, dtype=np.float64)
