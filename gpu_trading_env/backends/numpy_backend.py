@@ -501,9 +501,7 @@ class NumpyBackend(Backend):
         out.portfolio_value[...] = value1
         out.position[...] = pos1
         out.barrier_label[...] = label
-        # float32(r) * ended: the same bits as float32(r * ended) (+-0.0 keeps r's sign either way).
-        out.episode_return[...] = s.episode_return
-        out.episode_return *= ended
+        np.multiply(s.episode_return, ended, out=out.episode_return)
         np.multiply(steps, ended, out=out.episode_length)
         return close_1, value1
 
