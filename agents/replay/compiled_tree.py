@@ -61,7 +61,11 @@ def kernels() -> SimpleNamespace:
 def _build(numba) -> SimpleNamespace:
     import numpy as np
 
-    jit = numba.njit(cache=True, nogil=True)
+    def jit(fn):
+        try:
+            return numba.njit(cache=True, nogil=True)(fn)
+        except RuntimeError:  # numba finds no writable cache directory: compile every process
+            return numba.njit(nogil=True)(fn)
 
     @jit
     def descend(sum_tree, u, levels, node_out, leaf_out):  # pragma: no cover - compiled
