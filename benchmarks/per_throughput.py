@@ -20,6 +20,10 @@ the scheduler noise out of host-bound rounds. Usage::
 ``--cpu-vs-cpprb``: the NumPy tree's round against cpprb's ``PrioritizedReplayBuffer`` at batch
 256 and 4,096, capacity 2^20 (full), the two taking turns in blocks of rounds; the figure per
 side is the median round, the ratio cpprb's time over the tree's (> 1: the tree is faster).
+The tree runs numba's kernels where numba is installed (the ``cpu-replay`` extra), its NumPy
+code otherwise; the first line says which. ``--tree-path numba numpy`` times both in the run::
+
+    python benchmarks/per_throughput.py --cpu-vs-cpprb --tree-path numba numpy
 """
 
 from __future__ import annotations
@@ -207,12 +211,28 @@ def bench_cpprb(batch, capacity, n, reps, warmup, rng):
     return {"wall_us": _median_us(times)}
 
 
-def cpu_vs_cpprb(batches, capacity, reps, blocks, rng) -> list[dict]:
-    """Median round time of the NumPy tree and of cpprb, interleaved in ``blocks`` turns."""
+# --tree-path: NumpySumMinTree's ``compiled`` argument (auto: numba's kernels where installed).
+TREE_PATHS = {"auto": None, "numba": True, "numpy": False}
+
+
+def cpu_vs_cpprb(batches, capacity, reps, blocks, rng, tree_paths=("auto",)) -> list[dict]:
+    """Median round time of the NumPy tree (each of ``tree_paths``) and of cpprb, interleaved in
+    ``blocks`` turns."""
     import cpprb
 
-    tree = NumpySumMinTree(capacity, seed=1)
-    _fill_tree(tree, capacity, rng)
+    trees = {}
+    for path in tree_paths:
+        tree = NumpySumMinTree(capacity, seed=1, compiled=TREE_PATHS[path])
+        _fill_tree(tree, capacity, np.random.default_rng(1))
+        trees["numba" if tree.compiled else "numpy"] = tree
+    print(
+        "NumPy tree path: "
+        + ", ".join(
+            "numba kernels (agents.replay.compiled_tree)" if k == "numba" else "NumPy code"
+            for k in trees
+        ),
+        flush=True,
+    )
     rb = cpprb.PrioritizedReplayBuffer(capacity, {"obs": {"shape": 1}}, alpha=ALPHA, eps=EPS)
     chunk = 1 << 16
     for lo in range(0, capacity, chunk):
@@ -222,37 +242,42 @@ def cpu_vs_cpprb(batches, capacity, reps, blocks, rng) -> list[dict]:
     for batch in batches:
         td = rng.exponential(size=batch)
 
-        def tree_round(td=td, batch=batch):
+        def tree_round(tree, td=td, batch=batch):
             idx, _w = tree.sample(batch, beta=BETA, weights_dtype=np.float32)
             tree.update(idx, td, alpha=ALPHA, epsilon=EPS, n_valid=capacity, name="td_errors")
 
-        def cpprb_round(td=td, batch=batch):
+        def cpprb_round(_, td=td, batch=batch):
             s = rb.sample(batch, beta=BETA)
             rb.update_priorities(s["indexes"], td)
 
-        times = {"numpy_tree": [], "cpprb": []}
+        sides = [(path, tree_round, tree) for path, tree in trees.items()]
+        sides.append(("cpprb", cpprb_round, None))
+        times = {name: [] for name, _, _ in sides}
         for b in range(blocks + 1):  # block 0 warms up
-            for name, round_ in (("numpy_tree", tree_round), ("cpprb", cpprb_round)):
+            for name, round_, arg in sides:
                 for _ in range(reps):
                     t0 = time.perf_counter()
-                    round_()
+                    round_(arg)
                     if b:
                         times[name].append(time.perf_counter() - t0)
-        tree_us, cpprb_us = _median_us(times["numpy_tree"]), _median_us(times["cpprb"])
-        rows.append(
-            {
-                "batch": batch,
-                "capacity": capacity,
-                "numpy_tree_us": tree_us,
-                "cpprb_us": cpprb_us,
-                "x_cpprb": cpprb_us / tree_us,
-            }
-        )
-        print(
-            f"batch {batch:>5} capacity {capacity}: numpy tree {tree_us:8.1f} us, cpprb "
-            f"{cpprb_us:8.1f} us, tree speed {cpprb_us / tree_us:5.2f}x cpprb",
-            flush=True,
-        )
+        cpprb_us = _median_us(times["cpprb"])
+        for path in trees:
+            tree_us = _median_us(times[path])
+            rows.append(
+                {
+                    "batch": batch,
+                    "capacity": capacity,
+                    "tree_path": path,
+                    "numpy_tree_us": tree_us,
+                    "cpprb_us": cpprb_us,
+                    "x_cpprb": cpprb_us / tree_us,
+                }
+            )
+            print(
+                f"batch {batch:>5} capacity {capacity}: numpy tree ({path}) {tree_us:8.1f} us, "
+                f"cpprb {cpprb_us:8.1f} us, tree speed {cpprb_us / tree_us:5.2f}x cpprb",
+                flush=True,
+            )
     return rows
 
 
@@ -268,10 +293,20 @@ def main(argv: list[str] | None = None) -> int:
         help="only the NumPy tree against cpprb at batch 256 and 4096, capacity 2^20",
     )
     ap.add_argument("--blocks", type=int, default=10, help="turns of --cpu-vs-cpprb")
+    ap.add_argument(
+        "--tree-path",
+        nargs="+",
+        choices=sorted(TREE_PATHS),
+        default=["auto"],
+        help="NumPy tree code in --cpu-vs-cpprb: auto (numba's kernels where installed), "
+        "numba, numpy; several take turns in the same run",
+    )
     args = ap.parse_args(argv)
     if args.cpu_vs_cpprb:
         rng = np.random.default_rng(0)
-        rows = cpu_vs_cpprb([256, 4096], 2**20, args.reps or 20, args.blocks, rng)
+        rows = cpu_vs_cpprb(
+            [256, 4096], 2**20, args.reps or 20, args.blocks, rng, tuple(args.tree_path)
+        )
         meta = {"commit": commit(), "python": platform.python_version(), "alpha": ALPHA}
         meta.update(beta=BETA, machine=platform.processor() or platform.machine())
         if args.out:
@@ -308,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "reps": reps,
         "cpprb": cpprb_note,
         "pinned_cpu": pinned,
+        "numpy_tree_path": "numba" if NumpySumMinTree(1).compiled else "numpy",
     }
     if gpu:
         import torch

@@ -41,6 +41,25 @@ def test_numpy_prepare_actions_names_the_bad_action():
     backend.check_errors()  # nothing deferred on the CPU
 
 
+@pytest.mark.parametrize("dtype", ["i1", "i2", "<i4", "<i8", ">i8", "u1", "u4", "u8"])
+def test_numpy_prepare_actions_range_check_for_every_integer_dtype(dtype: str) -> None:
+    """The range check reads signed actions of 4 or 8 bytes as unsigned (one reduction):
+    negative ones, the most negative included, and strided arrays are still refused."""
+    env = gym.make_vec("GpuTrading-v0", num_envs=3, device="cpu")
+    backend = env.unwrapped.backend if hasattr(env, "unwrapped") else env.backend
+    n = backend.config.n_actions
+    kind = np.dtype(dtype)
+    ok = np.array([0, n - 1, 7], dtype=kind)
+    assert backend.prepare_actions(ok).tolist() == [0, n - 1, 7]
+    bad = [n] + ([-1, int(np.iinfo(kind).min)] if kind.kind == "i" else [int(np.iinfo(kind).max)])
+    for value in bad:
+        with pytest.raises(ValueError, match=rf"actions\[1\] = {value} is invalid"):
+            backend.prepare_actions(np.array([0, value, 2], dtype=kind))
+        strided = np.array([0, 9, value, 9, 2, 9], dtype=kind)[::2]
+        with pytest.raises(ValueError, match=rf"actions\[1\] = {value} is invalid"):
+            backend.prepare_actions(strided)
+
+
 def test_device_buffer_protocol_decides_the_fused_path(monkeypatch):
     env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu")
     model = GpuDQN("DuelingPolicy", env, buffer_size=1000, learning_starts=10, device="cpu")

@@ -97,3 +97,37 @@ def test_numpy_backend_matches_reference_step(case: int):
                 f"step {t}: state {f.name} differs"
             )
     assert ended_any, "no episode ended: the case does not exercise resets"
+
+
+def test_numpy_start_bars_across_cache_refills_match_the_reference_draws():
+    """Envs that reset at very different rates: the backend's cache of start-bar draws, refilled
+    by rows in chunks, hands every env the reference draw of its own counter, before and after
+    its cache is invalidated (new seeds)."""
+    from gpu_trading_env.backends import numpy_backend
+
+    rng = np.random.default_rng(7)
+    n_envs = numpy_backend.START_CHUNK_ROWS + 45  # two chunks, the second one partial
+    data = MarketData.synthetic("gbm", n_bars=700, n_instruments=3, seed=3)
+    env = TradingVectorEnv(n_envs, data=data, config=EnvConfig(episode_length=50))
+    env.reset(seed=11)
+    backend = env.backend
+    s = backend.state
+    # Env i resets with probability rate[i] a round: from never to every round.
+    rate = np.linspace(0.0, 1.0, n_envs)
+    rounds = 5 * numpy_backend.START_CACHE
+    drawn = np.zeros(n_envs, dtype=np.int64)
+    for k in range(rounds):
+        if k == rounds // 2:
+            backend.seed(np.arange(n_envs, dtype=np.uint64) + 99, np.ones(n_envs, dtype=bool))
+        mask = rng.random(n_envs) < rate
+        rows = np.flatnonzero(mask)
+        counter = s.episode_count[rows].copy()
+        backend.reset(mask, np.full(n_envs, -1, dtype=np.int64))
+        n_starts = s.hi[rows] - s.lo[rows] - backend.params.episode_length
+        expected = ref.draw_start_bars(s.seed[rows], rows, counter, s.lo[rows], n_starts)
+        assert same_bits(s.bar[rows], expected), f"round {k}: start bars differ"
+        assert same_bits(s.episode_count[rows], counter + np.uint64(1))
+        drawn += mask
+    assert drawn.max() > 2 * numpy_backend.START_CACHE, "no env drew past its cache twice"
+    # ... while others drew too few to be refilled in any pass (the partial refills).
+    assert (drawn < numpy_backend.START_CACHE // 2).sum() >= 10

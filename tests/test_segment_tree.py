@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from agents.replay.compiled_tree import numba_available
 from agents.replay.segment_tree import NumpySumMinTree, SumMinTree, make_tree
 
 BACKENDS = ["numpy", pytest.param("cuda", marks=pytest.mark.gpu)]
+NEEDS_NUMBA = pytest.mark.skipif(not numba_available(), reason="needs numba (cpu-replay extra)")
 
 
 def _np(x) -> np.ndarray:
@@ -362,12 +364,14 @@ def _spec_descent(tree: NumpySumMinTree, u: float) -> int:
     return node
 
 
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=NEEDS_NUMBA)])
 @pytest.mark.parametrize("capacity", [1, 2, 5, 1000, 4096])
-def test_numpy_descent_is_the_specifications_rule(capacity):
+def test_numpy_descent_is_the_specifications_rule(capacity, compiled):
     """Draws at and past the total (where rounding puts them) and zero subtrees on both sides
-    take the specification's path, leaf for leaf."""
+    take the specification's path, leaf for leaf, in the NumPy code and in numba's kernel."""
     rng = np.random.default_rng(capacity)
-    tree = NumpySumMinTree(capacity)
+    tree = NumpySumMinTree(capacity, compiled=compiled)
+    assert tree.compiled is compiled
     filled = max(1, capacity * 2 // 3)
     values = rng.choice([0.0, 1e-300, 0.1, 0.3, 7.0, 1e12], size=filled)
     values[-1] = 0.3  # a zero tail after the last non-zero leaf makes zero right sums

@@ -1,5 +1,6 @@
 """The sum/min tree in NumPy: the reference of the specification in
-:mod:`agents.replay.sum_min_tree`."""
+:mod:`agents.replay.sum_min_tree`, with its descent and writes compiled by numba where it is
+installed (:mod:`agents.replay.compiled_tree`, the same bits)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.replay import compiled_tree
 from agents.replay.sum_min_tree import SumMinTree
 from gpu_runtime.philox import STREAM_PER_SAMPLE, philox4x32, uniform_float64
 
@@ -32,12 +34,25 @@ def _is_weights(leaf: np.ndarray, min_value: float, beta: float) -> np.ndarray:
 
 
 class NumpySumMinTree(SumMinTree):
-    """The tree in NumPy (the specification is in :mod:`agents.replay.sum_min_tree`)."""
+    """The tree in NumPy (the specification is in :mod:`agents.replay.sum_min_tree`).
+
+    :param compiled: run the descent and the leaf writes through numba's compiled kernels
+        (:mod:`agents.replay.compiled_tree`): ``None`` (default) when numba is installed (the
+        ``cpu-replay`` extra), ``True`` to require it (ImportError without it), ``False`` for
+        the NumPy code. Both give the same bits; :attr:`compiled` says which one runs.
+    """
 
     backend = "numpy"
 
-    def __init__(self, capacity: int, seed: int = 0) -> None:
+    def __init__(self, capacity: int, seed: int = 0, compiled: bool | None = None) -> None:
         super().__init__(capacity, seed)
+        if compiled is not None and not isinstance(compiled, bool):
+            raise TypeError(f"compiled must be None, True or False, got {compiled!r}")
+        self._compiled_request = compiled
+        if compiled is None:
+            self._kernels = compiled_tree.kernels_or_none()
+        else:
+            self._kernels = compiled_tree.kernels() if compiled else None
         self.sum_tree = np.zeros(2 * self.pow2, dtype=np.float64)
         self.min_tree = np.full(2 * self.pow2, np.inf, dtype=np.float64)
         self.max_value = np.ones(1, dtype=np.float64)
@@ -68,14 +83,20 @@ class NumpySumMinTree(SumMinTree):
             "sum_tree": self.sum_tree,
             "min_tree": self.min_tree,
             "max_value": self.max_value,
+            "compiled": self._compiled_request,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["capacity"], seed=state["seed"])
+        self.__init__(state["capacity"], seed=state["seed"], compiled=state.get("compiled"))
         self.sum_tree[:] = state["sum_tree"]
         self.min_tree[:] = state["min_tree"]
         self.max_value[:] = state["max_value"]
         self.sample_calls = int(state["sample_calls"])
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the descent and the writes run through the numba kernels."""
+        return self._kernels is not None
 
     def reset(self) -> None:
         self.sum_tree[:] = 0.0
@@ -92,6 +113,11 @@ class NumpySumMinTree(SumMinTree):
         node gets the value it holds); below them only the touched parents are. Siblings give
         the same parent twice, which writes the same value twice.
         """
+        if self._kernels is not None:
+            self._kernels.write_sorted(
+                self.sum_tree, self.min_tree, self.pow2, self.levels, leaf_idx, vals
+            )
+            return
         nodes = leaf_idx + self.pow2
         self.sum_tree[nodes] = vals
         self.min_tree[nodes] = np.where(vals > 0.0, vals, np.inf)
@@ -153,7 +179,14 @@ class NumpySumMinTree(SumMinTree):
                 k, int(idx[k]), float(x[k]), n_ok, name, alpha, epsilon, transform
             )
         self.max_value[0] = max(self.max_value[0], float(v_max))
-        if idx.size > 1:
+        if self._kernels is not None:
+            idx, v = np.ascontiguousarray(idx), np.ascontiguousarray(v)
+            # Keeps the last of each run when idx is non-decreasing (as sample() returns them).
+            if self._kernels.write_sorted(
+                self.sum_tree, self.min_tree, self.pow2, self.levels, idx, v
+            ):
+                return
+        elif idx.size > 1:
             step = idx[1:] - idx[:-1]  # np.diff's arithmetic without its Python wrapper
             if step.min() >= 0:
                 # Non-decreasing (as sample() returns them): the last of each run of equal
@@ -191,6 +224,11 @@ class NumpySumMinTree(SumMinTree):
         rule, and all draws end where the specification puts them. Returns the leaf nodes and
         their values.
         """
+        if self._kernels is not None:
+            node = np.empty(u.shape[0], dtype=np.int64)
+            leaf = np.empty(u.shape[0], dtype=np.float64)
+            self._kernels.descend(self.sum_tree, u, self.levels, node, leaf)
+            return node, leaf
         node = self._descend_rows(u.copy(), full_rule=False)
         leaf = self.sum_tree.take(node)
         zero = (leaf == 0.0).nonzero()[0]

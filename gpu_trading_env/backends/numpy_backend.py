@@ -44,7 +44,10 @@ from gpu_trading_env.core.state import (
 )
 
 SAME_STEP, NEXT_STEP, DISABLED = MODE_SAME_STEP, MODE_NEXT_STEP, MODE_DISABLED
+# The step sets done_flag from the bytes of terminated and truncated: 2 * truncated | terminated.
+assert (RUNNING, WAIT_TERMINATED, WAIT_TRUNCATED) == (0, 1, 2)
 START_CACHE = 64
+START_CHUNK_ROWS = 256  # 16,384 draws: Philox's uint64 temporaries are 128 KB each
 ENTROPY_TABLE_MAX_WINDOW = 512
 PENALTY_TABLE_MAX_WINDOW = 128
 
@@ -63,8 +66,8 @@ class NumpyBackend(Backend):
         self.open = np.ascontiguousarray(data.open, dtype=np.float64)
         self.close = np.ascontiguousarray(data.close, dtype=np.float64)
         self._env_ids = np.arange(self.num_envs, dtype=np.int64)
-        # Start bars for the next START_CACHE draws of every env, filled in one vectorised Philox
-        # call: the draws are a pure function of (seed, env, counter), so caching changes nothing.
+        # Start bars for the next START_CACHE draws of every env, filled by vectorised Philox
+        # calls: the draws are a pure function of (seed, env, counter), so caching changes nothing.
         self._start_cache = np.zeros((self.num_envs, START_CACHE), dtype=np.int64)
         self._cache_base = np.zeros(self.num_envs, dtype=np.uint64)
         self._cache_valid = False
@@ -96,6 +99,8 @@ class NumpyBackend(Backend):
         # max_position[k], the kernel's product. Env i trades instrument i % I.
         self._target = self.params.exposure[None, :] * self.params.max_position[:, None]
         self._n_inst = int(self.params.max_position.shape[0])
+        # Offset of each action's category row in the flattened [3, N] diversity histogram.
+        self._category_row = self.params.category.astype(np.int64) * self.num_envs
 
     @property
     def unit_targets(self) -> np.ndarray:
@@ -126,22 +131,36 @@ class NumpyBackend(Backend):
         count = s.episode_count[envs]
         offset = (count - self._cache_base[envs]).astype(np.int64)
         if not self._cache_valid or offset.max() >= START_CACHE:
-            all_envs = self._env_ids
-            base = s.episode_count.copy()
-            counters = base[:, None] + np.arange(START_CACHE, dtype=np.uint64)[None, :]
-            lo, hi = s.lo[:, None], s.hi[:, None]
-            self._start_cache[...] = draw_start_bars(
-                s.seed[:, None],
-                all_envs[:, None],
-                counters,
-                lo,
-                hi - lo - self.params.episode_length,
-            )
-            self._cache_base[...] = base
-            self._cache_valid = True
-            offset = (count - base[envs]).astype(np.int64)
+            self._refill_start_cache()
+            offset = (count - self._cache_base[envs]).astype(np.int64)
         s.episode_count[envs] = count + np.uint64(1)
         return self._start_cache.reshape(-1).take(envs * START_CACHE + offset)
+
+    def _refill_start_cache(self) -> None:
+        """Draw the next START_CACHE start bars of every env that has used at least half of its
+        cached ones (of every env when the cache is invalid).
+
+        Envs end episodes at different rates, so refilling every env whenever the fastest one
+        runs out computed about two draws for each one taken; rows are drawn in chunks of
+        START_CHUNK_ROWS, whose Philox temporaries stay in cache.
+        """
+        s = self.state
+        if self._cache_valid:
+            used = s.episode_count - self._cache_base
+            rows = (used >= np.uint64(START_CACHE // 2)).nonzero()[0]
+        else:
+            rows = self._env_ids
+        steps = np.arange(START_CACHE, dtype=np.uint64)[None, :]
+        span = self.params.episode_length
+        for first in range(0, rows.size, START_CHUNK_ROWS):
+            r = rows[first : first + START_CHUNK_ROWS]
+            base = s.episode_count[r]
+            lo, hi = s.lo[r, None], s.hi[r, None]
+            self._start_cache[r] = draw_start_bars(
+                s.seed[r, None], r[:, None], base[:, None] + steps, lo, hi - lo - span
+            )
+            self._cache_base[r] = base
+        self._cache_valid = True
 
     def start_bars(self, env: int, count: int) -> np.ndarray:
         """int64 [count]: the start bars of env ``env``'s next ``count`` episodes (draws
@@ -190,7 +209,12 @@ class NumpyBackend(Backend):
         a = np.asarray(a)
         check_action_layout(a.shape, a.dtype, a.dtype.kind in "iu", self.num_envs)
         a = a.reshape(self.num_envs)
-        if a.min() < 0 or a.max() >= self.config.n_actions:  # two reductions: cheaper per step
+        if a.dtype.kind == "i" and a.dtype.itemsize >= 4:
+            # Seen as unsigned, a negative action is >= 2**31 > n_actions: one reduction.
+            out_of_range = a.view(a.dtype.str.replace("i", "u")).max() >= self.config.n_actions
+        else:
+            out_of_range = a.min() < 0 or a.max() >= self.config.n_actions
+        if out_of_range:  # reductions: cheaper per step than an elementwise mask
             bad = (a < 0) | (a >= self.config.n_actions)
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
@@ -219,7 +243,8 @@ class NumpyBackend(Backend):
         out = self._next_outputs() if out is None else out
         mode = p.autoreset_mode
         px = value = None
-        if not s.done_flag.any():  # every env is RUNNING (0)
+        all_running = not s.done_flag.any()  # every env is RUNNING (0)
+        if all_running:
             px, value = self._transition(s, actions, out)
             if mode == SAME_STEP:
                 ended = out.done.nonzero()[0]
@@ -241,11 +266,14 @@ class NumpyBackend(Backend):
                     value[ended] = s.cash[ended] + s.position[ended] * px[ended]
         else:
             waiting = s.done_flag != RUNNING
-            if mode == NEXT_STEP:
-                # Envs that ended last step start anew; their actions are ignored this step.
-                self._reset_rows(waiting.nonzero()[0])
             quiet = waiting.nonzero()[0]
-            if 5 * quiet.size <= waiting.size:  # a few waiting envs
+            few = 5 * quiet.size <= waiting.size  # a few waiting envs
+            if mode == NEXT_STEP:
+                all_running = True  # once the quiet envs are reset, here or in _step_around
+                if not few:
+                    # Envs that ended last step start anew; their actions are ignored this step.
+                    self._reset_rows(quiet)
+            if few:
                 px, value = self._step_around(s, actions, out, quiet, mode)
             elif quiet.size < waiting.size:
                 active = (~waiting).nonzero()[0]
@@ -259,8 +287,11 @@ class NumpyBackend(Backend):
                         getattr(out, name)[active] = getattr(sub_out, name)
             out.reward[quiet] = 0.0
             out.components[quiet] = 0.0
-            px_quiet = self.close.take(s.bar[quiet])
-            out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
+            if value is None:
+                px_quiet = self.close.take(s.bar[quiet])
+                out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
+            else:  # _step_around computed the quiet envs' value by the same expression
+                out.portfolio_value[quiet] = value.take(quiet)
             out.position[quiet] = s.position[quiet]
             out.barrier_label[quiet] = LABEL_NONE
             out.episode_return[quiet] = 0.0
@@ -273,7 +304,12 @@ class NumpyBackend(Backend):
                 out.truncated[quiet] = False
             np.logical_or(out.terminated, out.truncated, out=out.done)
 
-        if mode != SAME_STEP:
+        if mode != SAME_STEP and all_running:
+            # Terminated and truncated exclude each other, so the new flags are
+            # WAIT_TERMINATED (1), WAIT_TRUNCATED (2) or RUNNING (0): 2 * truncated | terminated.
+            np.left_shift(out.truncated.view(np.uint8), 1, out=s.done_flag)
+            s.done_flag |= out.terminated.view(np.uint8)
+        elif mode != SAME_STEP:
             fresh = out.done & (s.done_flag == RUNNING)
             s.done_flag[fresh & out.terminated] = WAIT_TERMINATED
             s.done_flag[fresh & ~out.terminated] = WAIT_TRUNCATED
@@ -292,22 +328,36 @@ class NumpyBackend(Backend):
 
         Cheaper than stepping the running envs as a gathered subset when they are most of the
         envs (NEXT_STEP mode after any episode ended): the transition is elementwise per env,
-        so the running envs' results are the same bits either way, and the quiet envs' rows
-        of state are restored from a copy taken before. A DISABLED env waits frozen where its
-        episode ended (possibly the instrument's last bar, or ruined); it is stepped from a
-        reset state at its first bar instead, whose results are discarded. Returns the
-        transition's ``(px, value)`` with the quiet envs' own.
+        so the running envs' results are the same bits either way, and the quiet envs' results
+        are discarded. In NEXT_STEP mode the quiet envs ended last step and start anew now
+        (their actions ignored): they are reset after the transition, which writes every field
+        the transition writes but the ring slot at their cursor, put back. Their bar, cash and
+        position are set to the new episode's first before it, so that the discarded step
+        reads bars in range and a positive value (an episode can end on the instrument's last
+        bar, or ruined). A DISABLED env waits frozen where its episode ended; it is stepped
+        from a reset state at its first bar instead and its rows of state are restored from a
+        copy taken before. Returns the transition's ``(px, value)`` with the quiet envs' own.
         """
-        saved = take_rows(s, quiet)  # copies, but of the shared ring and histogram
-        hist = s.div_hist[:, quiet]
-        if mode == DISABLED:
+        if mode == NEXT_STEP:
+            start = self._draw_starts(quiet)
+            s.bar[quiet] = start
+            s.cash[quiet] = self.params.initial_capital
+            s.position[quiet] = 0.0
+            cursor = s.div_cursor.take(quiet)  # the ring slot the transition writes
+            ring = s.div_ring[cursor, quiet]
+            px, value = self._transition(s, actions, out)
+            reset_rows(s, self.params, quiet, start)
+            s.div_ring[cursor, quiet] = ring
+        else:
+            saved = take_rows(s, quiet)  # copies, but of the shared ring and histogram
+            hist = s.div_hist[:, quiet]
             reset_rows(s, self.params, quiet, s.lo[quiet])
-        cursor = s.div_cursor[quiet]  # the ring slot the transition writes
-        ring = s.div_ring[cursor, quiet]
-        px, value = self._transition(s, actions, out)
-        put_rows(s, quiet, saved)
-        s.div_hist[:, quiet] = hist
-        s.div_ring[cursor, quiet] = ring
+            cursor = s.div_cursor[quiet]  # the ring slot the transition writes
+            ring = s.div_ring[cursor, quiet]
+            px, value = self._transition(s, actions, out)
+            put_rows(s, quiet, saved)
+            s.div_hist[:, quiet] = hist
+            s.div_ring[cursor, quiet] = ring
         px[quiet] = self.close.take(s.bar[quiet])
         value[quiet] = s.cash[quiet] + s.position[quiet] * px[quiet]
         return px, value
@@ -341,9 +391,14 @@ class NumpyBackend(Backend):
         cash0 = s.cash
         value0 = cash0 + pos0 * close_t
         # --- risk (ENV_SPEC "Risk"), from the position feature before the trade
-        excess = np.abs(pos0 / (c0 / close_t)) - p.risk_threshold
-        risk = np.minimum(-(p.risk_penalty_scale * excess), 0.0)  # = -(scale*excess) if excess > 0
-        del excess
+        # excess = |pos0 / (c0 / close_t)| - threshold; risk = min(-(scale * excess), 0), which
+        # is -(scale * excess) where excess > 0; excess * -scale rounds to the same bits.
+        risk = c0 / close_t
+        np.divide(pos0, risk, out=risk)
+        np.abs(risk, out=risk)
+        risk -= p.risk_threshold
+        risk *= -p.risk_penalty_scale
+        np.minimum(risk, 0.0, out=risk)
         obs0 = None
         if self.curiosity is not None:
             obs0 = observation(
@@ -390,14 +445,16 @@ class NumpyBackend(Backend):
         del opened
 
         # --- action diversity (ENV_SPEC "Diversity")
-        diversity = self._diversity(s, cat, rows)
+        diversity = self._diversity(s, a, cat, rows)
 
         # --- mark to market, reward (ENV_SPEC "Reward"), summed in the spec's order
         value1 = s.cash + pos1 * close_1
         pnl = (value1 - value0) / value0
         del value0
         # barrier_scale: +-barrier_half_scale on a profit or stop label, else 0 (+-1 * h is exact).
-        barrier = pnl * (closing_sign * p.barrier_half_scale)
+        barrier = closing_sign.astype(np.float64)  # (sign * h) * pnl: pnl * (sign * h)'s bits
+        barrier *= p.barrier_half_scale
+        barrier *= pnl
         comp = out.components
         reward = pnl + barrier
         comp[:, 0] = pnl
@@ -471,8 +528,11 @@ class NumpyBackend(Backend):
                 entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
         return (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
 
-    def _diversity(self, s: EnvState, cat: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
-        """Push ``cat`` into the rings of ``s`` (in place); the diversity reward component.
+    def _diversity(
+        self, s: EnvState, a: np.ndarray, cat: np.ndarray, rows: np.ndarray | None
+    ) -> np.ndarray:
+        """Push ``cat``, the category of actions ``a``, into the rings of ``s`` (in place); the
+        diversity reward component.
 
         ``rows``: the envs' columns in ``s.div_ring`` and ``s.div_hist``, which ``take_rows``
         leaves whole (None: ``s`` holds every env).
@@ -494,12 +554,15 @@ class NumpyBackend(Backend):
             hist[dropped * n_all + ids.take(full)] -= 1
         ring[slot] = cat
         del slot
-        cell = np.multiply(cat, n_all, dtype=np.int64)
-        cell += ids
-        hist[cell] += 1
         if rows is None:
+            # One pass per category row costs less than a scatter of one cell per env.
+            for k, h in enumerate(s.div_hist):
+                h += cat == k
             h0, h1, h2 = s.div_hist
         else:
+            cell = self._category_row.take(a)
+            cell += ids
+            hist[cell] += 1
             h0, h1, h2 = (h.take(rows) for h in s.div_hist)
         cursor = s.div_cursor
         cursor += 1

@@ -31,8 +31,13 @@ def trade(
         capped = (delta > 0.0) & (cash - delta * fill < reserve)
         affordable = np.floor(np.maximum(cash - reserve, 0.0) / fill)
         delta = np.where(capped, np.minimum(delta, affordable), delta)
-    cost = np.abs(delta) * fill * rate
-    cash1 = cash - delta * fill - cost
+    # |delta| * fill is |delta * fill| bit for bit (fill > 0; rounding is sign-symmetric).
+    flow = delta * fill
+    cost = np.abs(flow)
+    cost *= rate
+    cash1 = cash - flow
+    cash1 -= cost
+    del flow
     pos1 = pos + delta
     del delta
     reversal = ((pos > 0.0) & (target < 0.0)) | ((pos < 0.0) & (target > 0.0))
