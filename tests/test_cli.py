@@ -441,16 +441,22 @@ def test_an_argument_error_does_not_import_torch():
 
 
 def test_eval_names_the_action_layout_a_model_needs(in_tmp, capsys):
-    """A model trained with EnvConfig's 45 actions, evaluated in the commands' five-action
+    """A model trained with EnvConfig's 45 actions, evaluated in the commands' three-action
     env: one line naming both counts and the --env to pass, not an action error mid-run."""
-    layout = ["--env", "order_cost_bps=(1.0,0.5,1.5)", "sub_actions=3"]
+    layout = [
+        "--env",
+        "exposure_levels=(-1.0,-0.5,0.0,0.5,1.0)",
+        "order_cost_bps=(1.0,0.5,1.5)",
+        "sub_actions=3",
+    ]
     train = ["train", "--device", "cpu", "--timesteps", "600", "--num-envs", "4"]
     assert cli.main([*train, "--no-progress", *layout, "--out", "m"]) == 0
     capsys.readouterr()
     _fails(
         capsys,
         ["eval", "--model", "m/model.zip", "--out", "e"],
-        "acts in 45 actions but this env has 5",
+        "acts in 45 actions but this env has 3",
+        "exposure_levels=(-1.0,-0.5,0.0,0.5,1.0)",
         "sub_actions=3",
     )
     assert cli.main(["eval", "--model", "m/model.zip", "--out", "e2", *layout]) == 0

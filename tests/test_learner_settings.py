@@ -77,3 +77,65 @@ def test_train_refuses_bad_learner_options(option, value, capsys) -> None:
     assert main(["train", "--device", "cpu", option, value, "--out", "never"]) == 2
     err = capsys.readouterr().err
     assert f"{option} {float(value)} is invalid: allowed is a finite number" in err
+
+
+def test_cross_fit_judges_the_network_on_both_validation_windows() -> None:
+    from agents.pipelines.model_selection import train_selected
+    from gpu_trading_env.core.config import EnvConfig
+
+    data = MarketData.synthetic("planted", 3_000, seed=1)
+    train, test = data.split(0.8)
+    config = EnvConfig(episode_length=50, barriers=False, exposure_levels=(-1.0, 0.0, 1.0))
+    runs = {}
+    for cross in (False, True):
+        settings = TrainSettings(
+            timesteps=600, num_envs=4, batch_size=16, buffer_size=600, cross_fit=cross
+        )
+        runs[cross] = train_selected(train, test, config, settings, seed=0, per_year=8766.0)
+    plain = runs[False]["gate"]["network_minus_flat_validation_sharpe"]
+    pooled = runs[True]["gate"]["network_minus_flat_validation_sharpe"]
+    n = int(train.bars_per_instrument.min())
+    n_val = round(0.4 * n)
+    assert runs[False]["cross_fit"] is None
+    assert runs[True]["cross_fit"]["fit_bars"] == n - n_val
+    assert runs[True]["cross_fit"]["validation_bars"] == n_val
+    # The test saw the second network's window too: about twice the bars, same candidates.
+    assert plain["bars"] + runs[True]["cross_fit"]["validation_bars"] - 2 <= pooled["bars"]
+    assert pooled["bars"] <= plain["bars"] + runs[True]["cross_fit"]["validation_bars"]
+    assert pooled["candidates"] == plain["candidates"]
+    evals = runs[True]["evals"]
+    assert len(evals["pooled_validation"]) == len(evals["validation"])
+    # The first network is the same run with or without the second (same seed, same bars).
+    assert evals["validation"] == runs[False]["evals"]["validation"]
+
+
+def test_cross_fit_refuses_checkpoints(tmp_path, capsys) -> None:
+    from agents.pipelines.model_selection import train_selected
+
+    data = MarketData.synthetic("planted", 1_500, seed=1)
+    train, test = data.split(0.8)
+    settings = TrainSettings(
+        timesteps=100, num_envs=2, batch_size=8, buffer_size=64, cross_fit=True
+    )
+    with pytest.raises(ValueError, match="cannot be combined with checkpoint_every"):
+        train_selected(
+            train,
+            test,
+            _config(),
+            settings,
+            seed=0,
+            per_year=8766.0,
+            checkpoint_every=50,
+            checkpoint_dir=tmp_path,
+        )
+    code = main(
+        ["train", "--device", "cpu", "--cross-fit", "--checkpoint-every", "10", "--out", "x"]
+    )
+    assert code == 2
+    assert "--cross-fit trains a second network" in capsys.readouterr().err
+
+
+def _config():
+    from gpu_trading_env.core.config import EnvConfig
+
+    return EnvConfig(episode_length=50)

@@ -81,13 +81,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "features the model was trained on"
         )
     if int(model.action_space.n) != args.config.n_actions:
-        # train's env changed (five actions by default); a model of another layout would get
-        # actions this env does not have.
+        # train's env changed (three actions by default, five and 45 before); a model of
+        # another layout would get actions this env does not have.
         raise UsageError(
             f"--model {args.model} acts in {int(model.action_space.n)} actions but this env has "
             f"{args.config.n_actions} (exposure levels x order types x sub-actions): pass the "
-            "--env settings it was trained with, e.g. --env 'order_cost_bps=(1.0,0.5,1.5)' "
-            "sub_actions=3 for EnvConfig's 45-action layout"
+            "--env settings it was trained with, e.g. --env 'exposure_levels=(-1.0,-0.5,0.0,"
+            "0.5,1.0)' for the five exposures of earlier releases, adding "
+            "'order_cost_bps=(1.0,0.5,1.5)' sub_actions=3 for EnvConfig's 45-action layout"
         )
     return backtest_report(
         args,

@@ -227,6 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
             "Adam resolves); default: one over the standard deviation of the training bars' "
             "returns",
         )
+        g.add_argument(
+            "--cross-fit",
+            action="store_true",
+            help="train a second network on the last part of the training bars and judge it on "
+            "the first, so that the fallback's test sees twice the validation bars (one more "
+            "training; the first network is the one kept)",
+        )
         g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
         g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")
         g.add_argument("--no-progress", action="store_true", help="no progress bar")

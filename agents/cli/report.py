@@ -165,6 +165,12 @@ def kept_policy_note(learning: dict[str, Any]) -> str:
     )
     if flat.get("candidates", 1) > 1:
         evidence += f" allowing for its choice among {flat['candidates']} snapshots"
+    cross = learning.get("cross_fit")
+    if cross:
+        evidence += (
+            f"; with a second network trained on {cross['fit_bars']:,} later bars and judged on "
+            f"the {cross['validation_bars']:,} before them (cross-fitted)"
+        )
     if gate["baseline"] != "flat":
         ci = gate["network_minus_baseline_validation_sharpe"]
         evidence += f"; minus {gate['baseline']}'s: {ci['difference']:+.2f}"

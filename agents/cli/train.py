@@ -85,6 +85,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         net_width=args.net_width,
         weight_decay=args.weight_decay,
         reward_scale=args.reward_scale,
+        cross_fit=args.cross_fit,
         verbose=args.verbose,
         progress_bar=not args.no_progress,
     )
@@ -132,6 +133,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--checkpoint-every {args.checkpoint_every} is invalid: allowed is an integer >= 1"
         )
+    if settings.cross_fit and (args.checkpoint_every is not None or resume is not None):
+        raise UsageError(
+            "--cross-fit trains a second network that checkpoints do not hold: it cannot be "
+            "combined with --checkpoint-every or --resume"
+        )
     out = claim_out(args, "train")
     if tensorboard_installed():
         settings.tensorboard_log = str(out / "tensorboard")
@@ -156,7 +162,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "instruments": instruments,
         "model_selection": "best validation Sharpe (last "
-        f"{settings.val_fraction:.0%} of the training bars), at step {run['selected_step']}",
+        f"{settings.val_fraction:.0%} of the training bars"
+        + (
+            f", and a second network's on the first {settings.val_fraction:.0%}"
+            if run["cross_fit"]
+            else ""
+        )
+        + f"), at step {run['selected_step']}",
+        "cross_fit": run["cross_fit"],
         "kept_policy": run["kept"],
         "fallback_test": run["gate"],
         "network_strategy": run["network_test"].strategy.to_dict(),

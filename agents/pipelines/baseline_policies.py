@@ -49,6 +49,7 @@ __all__ = [
     "GATE_LEVEL",
     "BaselineChoice",
     "GateVerdict",
+    "ValidationReturns",
     "baseline_action",
     "baseline_backtest",
     "choose_baseline",
@@ -68,6 +69,15 @@ class BaselineChoice:
 
     name: str  # a key of BASELINE_EXPOSURE
     hold_vs_flat: dict[str, float]  # sharpe_difference_interval of holding long against flat
+
+
+@dataclass(frozen=True)
+class ValidationReturns:
+    """Per-bar returns of a policy over validation bars: what the test reads of a backtest. A
+    cross-fitted pair of networks (``train --cross-fit``) is judged on two windows' returns
+    joined."""
+
+    returns: np.ndarray  # float64 [T]
 
 
 @dataclass(frozen=True)
@@ -119,11 +129,11 @@ def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> Ba
 
 
 def network_beats_baseline(
-    network: BacktestResult,
-    baseline: BacktestResult,
+    network: BacktestResult | ValidationReturns,
+    baseline: BacktestResult | ValidationReturns,
     name: str,
     per_year: float,
-    candidates: Sequence[BacktestResult] | None = None,
+    candidates: Sequence[BacktestResult | ValidationReturns] | None = None,
 ) -> GateVerdict:
     """The validation test of the module doc: ``network`` and ``baseline`` (named ``name``) are
     backtests of the same validation window; ``candidates`` are the backtests there of every

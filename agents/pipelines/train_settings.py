@@ -47,6 +47,10 @@ class TrainSettings:
     # deviation of the training bars' returns (agents.pipelines.model_selection.auto_reward_scale), so that a
     # bar's reward at full exposure is of order 1 whatever the market's volatility.
     reward_scale: float | None = None
+    # A second network trained on the last part of the training bars and judged on the first,
+    # so that the fallback's test sees twice the validation bars (one more training; the
+    # deployed network is the first). Off: not yet measured on the market zoo.
+    cross_fit: bool = False
     verbose: int = 0
     progress_bar: bool = False  # a bar on a terminal, else a plain line every 10 s
     tensorboard_log: str | None = None

@@ -348,12 +348,12 @@ def best_sharpe_reality_check(
     :param chosen: the row tested, where the caller chose it among the ``K`` by another
         reckoning of the same Sharpe ratios (default: the row of the highest).
     :returns: ``{"difference", "low", "high", "level", "block", "n_boot", "p_value", "best",
-        "candidates"}``: ``difference`` is ``S_best``; ``[low, high]`` the two-sided ``level``
+        "candidates", "bars"}``: ``difference`` is ``S_best``; ``[low, high]`` the two-sided ``level``
         interval ``S_best - q`` over the quantiles ``q`` of the maximal deviation (``low > 0``
         is the one-sided test at ``(1 - level) / 2``); ``p_value`` twice the bootstrap share of
         maximal deviations at least ``S_best`` (capped at 1, comparable with
         :func:`sharpe_difference_interval`'s); ``best`` the row tested (``chosen``, or the
-        last of the highest); ``candidates`` is ``K``.
+        last of the highest); ``candidates`` is ``K`` and ``bars`` is ``T``.
     """
     r = np.asarray(returns, dtype=np.float64)
     if r.ndim == 1:
@@ -401,4 +401,5 @@ def best_sharpe_reality_check(
         "p_value": float(min(p, 1.0)),
         "best": best,
         "candidates": int(r.shape[0]),
+        "bars": int(t),
     }
