@@ -292,8 +292,9 @@ def test_sb3_constructs_it_with_kwargs(device):
 def test_plain_sb3_dqn_learns_cartpole_with_it():
     """Plain SB3 DQN (no priority updates) with the buffer as replay_buffer_class learns.
 
-    RL Zoo's CartPole settings, with a 64-64 network for its 256-256 and 10,000 steps: the
-    greedy policy scored 500, 109 and 109 under seeds 1, 2 and 3."""
+    RL Zoo's CartPole settings, with a 64-64 network for its 256-256 and 8,000 steps: the
+    greedy policy scored 151, 90, 192, 164 and 158 under seeds 1 to 5 (10 under seed 1 with each
+    sampled transition given another's next observation)."""
     env = gym.make("CartPole-v1")
     model = DQN(
         "MlpPolicy",
@@ -314,7 +315,7 @@ def test_plain_sb3_dqn_learns_cartpole_with_it():
         device="cpu",
         seed=1,
     )
-    model.learn(10_000)
+    model.learn(8_000)
     assert math.isfinite(model.logger.name_to_value["train/loss"])
     eval_env = gym.make("CartPole-v1")
     eval_env.reset(seed=0)
