@@ -443,20 +443,22 @@ def test_an_argument_error_does_not_import_torch():
 def test_eval_names_the_action_layout_a_model_needs(in_tmp, capsys):
     """A model trained with EnvConfig's 45 actions, evaluated in the commands' three-action
     env: one line naming both counts and the --env to pass, not an action error mid-run."""
+    _csv(in_tmp / "t.csv", n=WARMUP_BARS + 300)
     layout = [
         "--env",
         "exposure_levels=(-1.0,-0.5,0.0,0.5,1.0)",
         "order_cost_bps=(1.0,0.5,1.5)",
         "sub_actions=3",
     ]
-    train = ["train", "--device", "cpu", "--timesteps", "600", "--num-envs", "4"]
-    assert cli.main([*train, "--no-progress", *layout, "--out", "m"]) == 0
+    assert cli.main([*TINY_TRAIN, "--data", "t.csv", *layout, "--out", "m"]) == 0
     capsys.readouterr()
     _fails(
         capsys,
-        ["eval", "--model", "m/model.zip", "--out", "e"],
+        ["eval", "--model", "m/model.zip", "--data", "t.csv", "--out", "e"],
         "acts in 45 actions but this env has 3",
         "exposure_levels=(-1.0,-0.5,0.0,0.5,1.0)",
         "sub_actions=3",
     )
-    assert cli.main(["eval", "--model", "m/model.zip", "--out", "e2", *layout]) == 0
+    assert (
+        cli.main(["eval", "--model", "m/model.zip", "--data", "t.csv", "--out", "e2", *layout]) == 0
+    )

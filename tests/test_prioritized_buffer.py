@@ -288,8 +288,13 @@ def test_sb3_constructs_it_with_kwargs(device):
     assert math.isfinite(model.logger.name_to_value.get("train/loss", 0.0))
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_plain_sb3_dqn_learns_cartpole_with_it():
-    """Plain SB3 DQN (no priority updates) with the buffer as replay_buffer_class learns."""
+    """Plain SB3 DQN (no priority updates) with the buffer as replay_buffer_class learns.
+
+    RL Zoo's CartPole settings, with a 64-64 network for its 256-256 and 8,000 steps: the
+    greedy policy scored 151, 90, 192, 164 and 158 under seeds 1 to 5 (10 under seed 1 with each
+    sampled transition given another's next observation)."""
     env = gym.make("CartPole-v1")
     model = DQN(
         "MlpPolicy",
@@ -304,14 +309,13 @@ def test_plain_sb3_dqn_learns_cartpole_with_it():
         gradient_steps=128,
         exploration_fraction=0.16,
         exploration_final_eps=0.04,
-        policy_kwargs=dict(net_arch=[256, 256]),
+        policy_kwargs=dict(net_arch=[64, 64]),
         replay_buffer_class=PrioritizedReplayBuffer,
         replay_buffer_kwargs=dict(alpha=0.6, beta=0.4),
         device="cpu",
         seed=1,
     )
-    th.set_num_threads(2)
-    model.learn(12_000)
+    model.learn(8_000)
     assert math.isfinite(model.logger.name_to_value["train/loss"])
     eval_env = gym.make("CartPole-v1")
     eval_env.reset(seed=0)

@@ -245,7 +245,7 @@ def test_checkpoint_and_resume_without_curiosity_on_cuda(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_cli_train_resume_continues_the_run(tmp_path, monkeypatch, capsys) -> None:
+def test_cli_train_resume_continues_the_run(tmp_path, monkeypatch, capsys, small_bar_file) -> None:
     """``train --checkpoint-every`` then ``train --resume`` from the checkpoint halfway: the
     same selected model and the same report numbers as the run that went through."""
     import json
@@ -254,7 +254,8 @@ def test_cli_train_resume_continues_the_run(tmp_path, monkeypatch, capsys) -> No
 
     monkeypatch.chdir(tmp_path)
     argv = ["train", "--device", "cpu", "--timesteps", "1600", "--num-envs", "8",
-            "--eval-every", "400", "--no-progress", "--torch-threads", "1"]  # fmt: skip
+            "--eval-every", "400", "--no-progress", "--torch-threads", "1",
+            "--data", str(small_bar_file), "--episode-length", "50"]  # fmt: skip
     assert cli.main([*argv, "--checkpoint-every", "1200", "--out", "a"]) == 0
     assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == [
         "step-000000001200"

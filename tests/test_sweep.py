@@ -136,27 +136,29 @@ def test_existing_folder_is_refused(tmp_path, capsys) -> None:
     assert "the folder exists and is not empty" in capsys.readouterr().err
 
 
-def test_sweep_trains_every_run_and_reports_their_mean(tmp_path, capsys) -> None:
-    """The command as a user runs it, small: 2 settings x 2 seeds of real `train` runs."""
+def test_sweep_trains_every_run_and_reports_their_mean(tmp_path, capsys, small_bar_file) -> None:
+    """The command as a user runs it, small: one setting x 2 seeds of real `train` runs, two at
+    a time (the grid's combinations and their grouping in the report are the tests above, with
+    runs that write their metrics without training)."""
     out = tmp_path / "sweep"
     code = main(
-        ["sweep", "--grid", "gamma=0.5,0.9", "--seeds", "0", "1", "--devices", "cpu",
+        ["sweep", "--grid", "gamma=0.9", "--seeds", "0", "1", "--devices", "cpu",
          "--runs-per-device", "2", "--out", str(out), "--no-progress", "--",
-         "--timesteps", "2000", "--num-envs", "4", "--batch-size", "32",
-         "--eval-every", "2000", "--torch-threads", "1"]
+         "--timesteps", "1000", "--num-envs", "4", "--batch-size", "32",
+         "--eval-every", "500", "--torch-threads", "1",
+         "--data", str(small_bar_file), "--episode-length", "50"]
     )  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0, printed
     summary = json.loads((out / "sweep.json").read_text())
-    for s in summary["settings"]:
-        returns = [
-            json.loads((Path(r["out"]) / "metrics.json").read_text())["strategy"]["total_return"]
-            for r in s["runs"]
-        ]
-        assert len(returns) == 2 and s["finished"] == 2
-        assert s["total_return"]["mean"] == pytest.approx(sum(returns) / 2)
-        assert (Path(s["runs"][0]["out"]) / "index.html").is_file()  # each run's own report
-    assert summary["train_options"][:2] == ["--timesteps", "2000"]
+    (setting,) = summary["settings"]
+    assert setting["label"] == "gamma=0.9" and setting["finished"] == 2
+    runs = [json.loads((Path(r["out"]) / "metrics.json").read_text()) for r in setting["runs"]]
+    assert sorted(m["seed"] for m in runs) == [0, 1]  # each run trained under its own seed
+    returns = [m["strategy"]["total_return"] for m in runs]
+    assert setting["total_return"]["mean"] == pytest.approx(sum(returns) / 2)
+    assert all((Path(r["out"]) / "index.html").is_file() for r in setting["runs"])
+    assert summary["train_options"][:2] == ["--timesteps", "1000"]
     assert "gamma=0.9" in printed and (out / "index.html").is_file()
 
 

@@ -108,9 +108,9 @@ def test_flat_and_hold_references() -> None:
 
 def test_baseline_choice_follows_the_drift() -> None:
     config = EnvConfig(order_cost_bps=(1.0,), sub_actions=1, barriers=False, sizing="equity")
-    up = MarketData.synthetic("gbm", 6_000, seed=0, mu=3e-4, sigma=0.002)
-    down = MarketData.synthetic("gbm", 6_000, seed=0, mu=-3e-4, sigma=0.002)
-    none = MarketData.synthetic("gbm", 6_000, seed=0, mu=0.0, sigma=0.01)
+    up = MarketData.synthetic("gbm", 2_000, seed=0, mu=3e-4, sigma=0.002)
+    down = MarketData.synthetic("gbm", 2_000, seed=0, mu=-3e-4, sigma=0.002)
+    none = MarketData.synthetic("gbm", 2_000, seed=0, mu=0.0, sigma=0.01)
     assert choose_baseline(up, config, 8766.0).name == "hold long"
     assert choose_baseline(down, config, 8766.0).name == "hold short"
     assert choose_baseline(none, config, 8766.0).name == "flat"
