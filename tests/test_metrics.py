@@ -214,7 +214,7 @@ def test_reality_check_of_one_strategy_is_the_basic_bootstrap_of_its_sharpe() ->
     rng = np.random.default_rng(3)
     r = 0.0003 + rng.normal(0.0, 0.01, 1_000)
     one = best_sharpe_reality_check(r, 8766.0, level=0.9, n_boot=500, seed=7)
-    # The same blocks resampled bar by bar (sharpe_difference_interval's percentile interval
+    # The same blocks (sharpe_difference_interval's percentile interval
     # against zero): the basic interval is that interval reflected about the point estimate.
     pct = sharpe_difference_interval(r, np.zeros_like(r), 8766.0, level=0.9, n_boot=500, seed=7)
     s = one["difference"]
