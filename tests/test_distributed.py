@@ -59,7 +59,12 @@ def make_model(**kwargs) -> GpuDQN:
         seed=0,
         device="cpu",
     )
-    params.update(kwargs)
+    # A small network: what is checked (identical ranks, the averaged gradient) does not
+    # depend on the width, and the 256-256 default made this module's ranks a quarter of a
+    # minute of the CPU suite.
+    policy_kwargs = {"net_arch": {"shared": [64, 64], "value": [32], "advantage": [32]}}
+    policy_kwargs.update(kwargs.pop("policy_kwargs", {}))
+    params.update(kwargs, policy_kwargs=policy_kwargs)
     return GpuDQN("DuelingPolicy", env, **params)
 
 
@@ -303,7 +308,12 @@ def _fused_model(device: str, **kwargs) -> GpuDQN:
         seed=0,
         device=device,
     )
-    params.update(kwargs)
+    # A small network: what is checked (identical ranks, the averaged gradient) does not
+    # depend on the width, and the 256-256 default made this module's ranks a quarter of a
+    # minute of the CPU suite.
+    policy_kwargs = {"net_arch": {"shared": [64, 64], "value": [32], "advantage": [32]}}
+    policy_kwargs.update(kwargs.pop("policy_kwargs", {}))
+    params.update(kwargs, policy_kwargs=policy_kwargs)
     return GpuDQN("DuelingPolicy", env, **params)
 
 

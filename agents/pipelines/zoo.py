@@ -268,7 +268,14 @@ def _init_worker(slots: Any) -> None:
 
 def _worker_run(market: str, seed: int, budget: ZooBudget, extra: tuple[str, ...]) -> dict:
     device = os.environ["GPU_TRADING_ENV_ZOO_DEVICE"]
-    device = "cuda" if device.startswith("cuda") else device
+    return _guarded_run(
+        market, seed, "cuda" if device.startswith("cuda") else device, budget, extra
+    )
+
+
+def _guarded_run(
+    market: str, seed: int, device: str, budget: ZooBudget, extra: tuple[str, ...]
+) -> dict:
     try:
         return run_one(market, seed, device, budget, extra)
     except Exception as exc:  # a failed run is a row, the others go on
@@ -293,7 +300,8 @@ def run_zoo(
     extra_train_args: Sequence[str] = (),
     on_done: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every (market, seed) run, in worker processes (``runs_per_device`` per device).
+    """Every (market, seed) run, in worker processes (``runs_per_device`` per device), or in
+    this process where the only worker would be one on the CPU.
 
     Workers are started with ``spawn`` and live for the whole zoo, so each pays the imports and
     the one-time kernel compilations once. Rows come back in (market, seed) order.
@@ -303,13 +311,21 @@ def run_zoo(
         raise ValueError(f"markets {unknown} are invalid: allowed are {list(MARKETS_BY_NAME)}")
     if runs_per_device < 1:
         raise ValueError(f"runs_per_device = {runs_per_device!r} is invalid: allowed is >= 1")
-    ctx = mp.get_context("spawn")
-    slots = ctx.Manager().Queue()
     workers = [d for d in devices for _ in range(runs_per_device)]
-    for d in workers:
-        slots.put(d)
     jobs = [(m, int(s)) for m in markets for s in seeds]
     rows: dict[tuple[str, int], dict[str, Any]] = {}
+    if workers == ["cpu"]:
+        # One CPU worker runs the jobs one after another, as this process can: no spawned
+        # process to pay the imports again, no manager process for the device slots.
+        for m, s in jobs:
+            rows[(m, s)] = _guarded_run(m, s, "cpu", budget, tuple(extra_train_args))
+            if on_done is not None:
+                on_done(rows[(m, s)])
+        return [rows[j] for j in jobs]
+    ctx = mp.get_context("spawn")
+    slots = ctx.Manager().Queue()
+    for d in workers:
+        slots.put(d)
     with ProcessPoolExecutor(
         len(workers), mp_context=ctx, initializer=_init_worker, initargs=(slots,)
     ) as pool:
