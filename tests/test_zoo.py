@@ -149,14 +149,16 @@ def test_zoo_market_data_matches_the_builtin_market() -> None:
     )
 
 
-def test_zoo_command_writes_json_csv_and_page(tmp_path) -> None:
+def test_zoo_command_writes_json_csv_and_page(tmp_path, capsys) -> None:
+    from agents.cli import main
+
     out = tmp_path / "zoo"
-    proc = subprocess.run(
-        [sys.executable, "-m", "agents.cli", "zoo", "--small", "--device", "cpu",
-         "--markets", "gbm_flat", "--seeds", "0", "--no-progress", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+    # One CPU worker: the run goes in this process (agents.pipelines.zoo.run_zoo).
+    code = main(
+        ["zoo", "--small", "--device", "cpu", "--markets", "gbm_flat", "--seeds", "0",
+         "--no-progress", "--out", str(out)]
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert code == 0, capsys.readouterr().err[-2000:]
     doc = json.loads((out / "zoo.json").read_text())
     assert doc["summary"][0]["market"] == "gbm_flat" and len(doc["runs"]) == 1
     assert "driftless GBM" in (out / "index.html").read_text()
