@@ -83,13 +83,13 @@ def test_cross_fit_judges_the_network_on_both_validation_windows() -> None:
     from agents.pipelines.model_selection import train_selected
     from gpu_trading_env.core.config import EnvConfig
 
-    data = MarketData.synthetic("planted", 3_000, seed=1)
+    data = MarketData.synthetic("planted", 1_500, seed=1)
     train, test = data.split(0.8)
     config = EnvConfig(episode_length=50, barriers=False, exposure_levels=(-1.0, 0.0, 1.0))
     runs = {}
     for cross in (False, True):
         settings = TrainSettings(
-            timesteps=600, num_envs=4, batch_size=16, buffer_size=600, cross_fit=cross
+            timesteps=300, num_envs=4, batch_size=16, buffer_size=300, cross_fit=cross
         )
         runs[cross] = train_selected(train, test, config, settings, seed=0, per_year=8766.0)
     plain = runs[False]["gate"]["network_minus_flat_validation_sharpe"]

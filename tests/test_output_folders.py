@@ -100,7 +100,6 @@ def test_runs_started_at_once_keep_their_files_intact_and_separate(in_tmp):
         # One explicit --out given to two runs at once: exactly one of them may write it.
         "shared_a": _backtest("--exposure", "-0.5", "--out", "shared"),
         "shared_b": _backtest("--exposure", "-0.75", "--out", "shared"),
-        "mine": _backtest("--exposure", "1.0", "--out", "mine/report"),
     }
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     procs = {
@@ -138,7 +137,6 @@ def test_runs_started_at_once_keep_their_files_intact_and_separate(in_tmp):
         assert json.loads((folder / "metrics.json").read_text())["seed"] == s
         assert (folder / "model.zip").stat().st_size > 0
         assert (folder / "learning_curve.png").exists()
-    assert json.loads((folders["mine"] / "metrics.json").read_text())["exposure"] == 1.0
 
     codes = sorted(done[n][0] for n in ("shared_a", "shared_b"))
     assert codes == [0, 2], {n: done[n] for n in ("shared_a", "shared_b")}
@@ -202,6 +200,13 @@ def test_an_occupied_out_is_refused_unless_overwrite_empties_it(in_tmp, capsys):
     after = sorted(p.name for p in (in_tmp / "run").iterdir())
     assert "model.zip" not in after and "learning_curve.png" not in after
     assert "metrics.json" in after and CLAIM in after
+
+
+def test_an_explicit_out_may_be_a_new_nested_folder(in_tmp):
+    _csv(in_tmp / "t.csv")
+    assert cli.main(_backtest("--exposure", "1.0", "--out", "mine/report")) == 0
+    metrics = json.loads((in_tmp / "mine" / "report" / "metrics.json").read_text())
+    assert metrics["exposure"] == 1.0
 
 
 def test_overwrite_never_empties_a_folder_no_command_wrote(in_tmp, capsys):
