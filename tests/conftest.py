@@ -48,23 +48,8 @@ def small_bar_file(tmp_path):
     """A CSV of 400 daily bars after the features' warm-up (a seeded random walk), for the
     commands' end-to-end tests: the built-in data's 20,000 bars make every train run spend
     seconds backtesting and bootstrapping whatever the training budget."""
-    import numpy as np
-    import pandas as pd
+    from random_bars import write_daily_bar_csv
 
     from gpu_trading_env.data.features import WARMUP_BARS
 
-    n = WARMUP_BARS + 400
-    close = 100 * np.exp(np.cumsum(np.random.default_rng(0).normal(0.0, 0.01, n)))
-    open_ = np.r_[close[0], close[:-1]]
-    path = tmp_path / "bars.csv"
-    pd.DataFrame(
-        {
-            "Date": pd.bdate_range("2015-01-01", periods=n).strftime("%Y-%m-%d"),
-            "Open": open_,
-            "High": np.maximum(open_, close) * 1.001,
-            "Low": np.minimum(open_, close) * 0.999,
-            "Close": close,
-            "Volume": 1000.0,
-        }
-    ).to_csv(path, index=False)
-    return path
+    return write_daily_bar_csv(tmp_path / "bars.csv", WARMUP_BARS + 400)

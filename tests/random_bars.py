@@ -22,3 +22,13 @@ def random_ohlcv(n: int, seed: int = 0, *, capitalised: bool = False) -> pd.Data
     vol = rng.integers(1_000, 5_000, n).astype(float)
     cols = {"open": open_, "high": high, "low": low, "close": close, "volume": vol}
     return pd.DataFrame({(k.capitalize() if capitalised else k): v for k, v in cols.items()})
+
+
+def write_daily_bar_csv(path, n: int, seed: int = 0):
+    """``random_ohlcv(n, seed, capitalised=True)`` with a ``Date`` column of business days from
+    2015-01-01, written to ``path`` as CSV (what a broker's daily export looks like); returns
+    ``path``."""
+    frame = random_ohlcv(n, seed, capitalised=True)
+    frame.insert(0, "Date", pd.bdate_range("2015-01-01", periods=n).strftime("%Y-%m-%d"))
+    frame.to_csv(path, index=False)
+    return path

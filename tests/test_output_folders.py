@@ -14,9 +14,8 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
+from random_bars import write_daily_bar_csv
 
 from agents import cli
 from agents.cli import run_folder
@@ -34,20 +33,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def _csv(path: Path, n: int = WARMUP_BARS + 120) -> Path:
-    rng = np.random.default_rng(0)
-    close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
-    open_ = np.r_[close[0], close[:-1]]
-    pd.DataFrame(
-        {
-            "Date": pd.bdate_range("2015-01-01", periods=n).strftime("%Y-%m-%d"),
-            "Open": open_,
-            "High": np.maximum(open_, close) * 1.001,
-            "Low": np.minimum(open_, close) * 0.999,
-            "Close": close,
-            "Volume": 1000.0,
-        }
-    ).to_csv(path, index=False)
-    return path
+    return write_daily_bar_csv(path, n)
 
 
 def _backtest(*extra: str) -> list[str]:
