@@ -174,7 +174,7 @@ def _cross_fitted(
     baseline's backtest there, "fit_bars", "validation_bars", "train_seconds"}``.
 
     It doubles the validation bars of the fallback's test (on the zoo's phi 0.05 market the
-    known rule passes the test in 68% of seeds over 80% of the training bars, 48% over 40%:
+    known rule passes the test in 65% of seeds over 80% of the training bars, 48% over 40%:
     ``benchmarks/gate_power.py``) for one more training; the deployed network stays the first,
     which never saw a bar after its validation window.
     """
