@@ -106,7 +106,9 @@ def train_selected(
     base_val = baseline_backtest(choice.name, val, config, per_year)
     cross: dict[str, Any] | None = None
     if settings.cross_fit:
-        cross = _cross_fitted(train, n_val, config, settings, seed, per_year, choice.name)
+        cross = _cross_fitted(
+            train, n_val, config, settings, seed, per_year, choice.name, init_from=init_from
+        )
         # Snapshot j of both networks: the same point of training; the pair is judged on both
         # validation windows (the second network's first, in time order).
         pairs = min(k, len(cross["runs"]))
@@ -167,6 +169,7 @@ def _cross_fitted(
     seed: int,
     per_year: float,
     baseline: str,
+    init_from: Any = None,
 ) -> dict[str, Any]:
     """The second network of ``settings.cross_fit``: trained on the last ``n - n_val`` bars of
     each instrument of ``train`` and backtested, every snapshot, on the first ``n_val`` (which
@@ -176,11 +179,14 @@ def _cross_fitted(
     It doubles the validation bars of the fallback's test (on the zoo's phi 0.05 market the
     known rule passes the test in 65% of seeds over 80% of the training bars, 48% over 40%:
     ``benchmarks/gate_power.py``) for one more training; the deployed network stays the first,
-    which never saw a bar after its validation window.
+    which never saw a bar after its validation window. It starts from ``init_from`` as the
+    first does (a walk-forward warm start), so that the test judges the same procedure.
     """
     n = int(train.bars_per_instrument.min())
     early, late = train.split(float(n_val) / n)
-    model, env, cb, wall = _train_with_snapshots(late, early, config, settings, seed)
+    model, env, cb, wall = _train_with_snapshots(
+        late, early, config, settings, seed, init_from=init_from
+    )
     env.close()
     policy = greedy_batch_policy([net for _, net, _ in cb.snapshots])
     runs = backtest_batch(policy, len(cb.snapshots), early, config, per_year=per_year)
