@@ -13,9 +13,9 @@ from stable_baselines3.common.buffers import ReplayBuffer
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
-from agents.algorithm.capturable_adam import plain_optimizer_state
+from agents.algorithm.capturable_adam import adam_update, plain_optimizer_state
 from agents.algorithm.captured_step import CapturedTrainStep, captured_train_unsupported
-from agents.algorithm.compiled_or_eager import CompiledOrEager
+from agents.algorithm.compiled_or_eager import CompiledOrEager, with_own_code
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -62,6 +62,47 @@ def test_each_compiled_part_has_its_own_code_object() -> None:
     x = th.ones(3)
     assert th.equal(parts[0].fn(x), x * 2.0) and th.equal(parts[1].fn(x), x * 3.0)
     assert parts[1].fn.__self__.w == 3.0 and parts[1].fn.__name__ == "f"
+
+
+def test_adam_update_is_the_adam_step_and_compiles_once_per_model() -> None:
+    """``adam_update`` gives ``optimizer.step()``'s parameters bit for bit, and a compiled clip +
+    Adam step of one model after another never recompiles torch's optimizer frames (with
+    ``optimizer.step()`` the ninth model in a process hit Dynamo's recompile limit)."""
+    import torch._dynamo
+
+    def make(seed: int) -> tuple[th.nn.Module, th.optim.Adam]:
+        th.manual_seed(seed)
+        net = th.nn.Linear(4, 2)
+        kw = {"lr": 1e-2, "weight_decay": 0.1, "decoupled_weight_decay": True, "foreach": True}
+        return net, th.optim.Adam(net.parameters(), **kw)
+
+    (net_a, opt_a), (net_b, opt_b) = make(0), make(0)
+    update_b = adam_update(opt_b)
+    for k in range(4):
+        x = th.randn(5, 4, generator=th.Generator().manual_seed(k))
+        for net, opt in ((net_a, opt_a), (net_b, opt_b)):
+            opt.zero_grad()
+            net(x).pow(2).sum().backward()
+        opt_a.step()
+        with th.no_grad():
+            update_b()
+    assert all(th.equal(p, q) for p, q in zip(net_a.parameters(), net_b.parameters(), strict=True))
+
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=True):
+        for seed in range(3):  # one more model than the limit
+            net, opt = make(seed)
+            net(th.ones(1, 4)).sum().backward()
+            update = adam_update(opt)
+            params = list(net.parameters())
+
+            def clip_and_step(params=params, update=update) -> None:
+                th.nn.utils.clip_grad_norm_(params, 1.0)
+                with th.no_grad():
+                    update()
+
+            th.compile(with_own_code(clip_and_step), backend="eager")()
+    torch._dynamo.reset()
 
 
 def test_auto_precision_is_bf16_from_ampere(monkeypatch) -> None:

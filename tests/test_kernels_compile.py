@@ -64,32 +64,49 @@ def test_state_codes_match_the_step_semantics():
     assert c.N_COMPONENTS == len(c.COMPONENT_NAMES)
 
 
+@pytest.fixture(scope="module")
+def nvcc_results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every source compiled by nvcc, all at once (each nvcc is one process on one core; one
+    after another they took twice as long on a 2-core runner): name -> its finished process."""
+    folder = tmp_path_factory.mktemp("nvcc")
+    defines = "".join(f"#define {k} {v}\n" for k, v in GENERATED.items())
+    procs = {}
+    for source in SOURCES:
+        # As load_module does: the generated #define lines, then the source (function-like
+        # macros with braces do not survive -D through nvcc's host compiler command line).
+        # Device code alone (-cubin), as NVRTC compiles it at run time: the host compiler adds
+        # nothing the kernels use, only seconds.
+        code = folder / source.name
+        code.write_text(defines + source.read_text())
+        includes = [f"-I{d}" for d in (source.parent, INCLUDE_DIR, *HEADER_DIRS)]
+        cmd = [
+            NVCC,
+            "--std=c++17",
+            "-arch=sm_90",
+            "--fmad=false",
+            "-Werror",
+            "all-warnings",
+            *includes,
+            "-cubin",
+            str(code),
+            "-o",
+            str(folder / f"{source.stem}.cubin"),
+        ]
+        procs[source.name] = (
+            cmd,
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        )
+    results = {}
+    for name, (cmd, proc) in procs.items():
+        out, err = proc.communicate(timeout=300)
+        results[name] = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return results
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
-def test_compiles_with_nvcc(source: Path, tmp_path: Path):
-    # As load_module does: the generated #define lines, then the source (function-like macros
-    # with braces do not survive -D through nvcc's host compiler command line). Device code
-    # alone (-cubin), as NVRTC compiles it at run time: the host compiler adds nothing the
-    # kernels use, only seconds.
-    code = tmp_path / source.name
-    code.write_text(
-        "".join(f"#define {k} {v}\n" for k, v in GENERATED.items()) + source.read_text()
-    )
-    includes = [f"-I{d}" for d in (source.parent, INCLUDE_DIR, *HEADER_DIRS)]
-    cmd = [
-        NVCC,
-        "--std=c++17",
-        "-arch=sm_90",
-        "--fmad=false",
-        "-Werror",
-        "all-warnings",
-        *includes,
-        "-cubin",
-        str(code),
-        "-o",
-        str(tmp_path / "k.cubin"),
-    ]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+def test_compiles_with_nvcc(source: Path, nvcc_results):
+    result = nvcc_results[source.name]
     assert result.returncode == 0, result.stderr
 
 

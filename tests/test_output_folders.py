@@ -80,9 +80,10 @@ def _report_folder(stdout: str) -> Path:
 def test_runs_started_at_once_keep_their_files_intact_and_separate(in_tmp):
     _csv(in_tmp / "t.csv")
     jobs = {
-        # Default-folder backtests started in the same second used to share one folder.
+        # Default-folder backtests started in the same second used to share one folder (train
+        # names its folder by the same code; one train run checks its files beside them).
         **{f"bt{k}": _backtest("--exposure", str(e)) for k, e in enumerate((0.25, 0.5))},
-        **{f"train{s}": _train(s) for s in (1, 2)},
+        "train1": _train(1),
         # One explicit --out given to two runs at once: exactly one of them may write it.
         "shared_a": _backtest("--exposure", "-0.5", "--out", "shared"),
         "shared_b": _backtest("--exposure", "-0.75", "--out", "shared"),
@@ -118,11 +119,10 @@ def test_runs_started_at_once_keep_their_files_intact_and_separate(in_tmp):
             [CLAIM, "equity_curve.png", "equity_curve_log.png", "index.html", "metrics.json"]
             + ["position.png"]
         )
-    for s in (1, 2):
-        folder = folders[f"train{s}"]
-        assert json.loads((folder / "metrics.json").read_text())["seed"] == s
-        assert (folder / "model.zip").stat().st_size > 0
-        assert (folder / "learning_curve.png").exists()
+    folder = folders["train1"]
+    assert json.loads((folder / "metrics.json").read_text())["seed"] == 1
+    assert (folder / "model.zip").stat().st_size > 0
+    assert (folder / "learning_curve.png").exists()
 
     codes = sorted(done[n][0] for n in ("shared_a", "shared_b"))
     assert codes == [0, 2], {n: done[n] for n in ("shared_a", "shared_b")}

@@ -13,7 +13,9 @@ from typing import Any
 
 import torch as th
 
-__all__ = ["ADAM_KEYS", "capturable_adam", "plain_optimizer_state"]
+from agents.algorithm.compiled_or_eager import with_own_code
+
+__all__ = ["ADAM_KEYS", "adam_update", "capturable_adam", "plain_optimizer_state"]
 
 # Adam hyperparameters carried over to the capturable optimizer (where the torch version has them).
 ADAM_KEYS = ("betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
@@ -42,6 +44,28 @@ def capturable_adam(optimizer: th.optim.Adam, lr: th.Tensor, fused: bool = True)
                 for k, v in state.items()
             }
     return new
+
+
+def adam_update(optimizer: th.optim.Adam) -> Any:
+    """``optimizer.step`` without torch's wrappers, with its own code object: call it under
+    ``torch.no_grad()``.
+
+    Why: ``Optimizer.step`` is wrapped by the profiler/hook wrapper and ``_use_grad``, which breaks
+    the compiled graph on purpose, so Dynamo compiles those frames of torch's by themselves, keyed
+    on torch's code objects and guarded on the optimizer object. Every model's train step then
+    adds one entry to the same frames, and the ninth model in a process (a zoo worker, a
+    walk-forward, a test session) hit Dynamo's recompile limit and printed a page of warnings for
+    each model after it. Unwrapped and copied, the step is traced inside the caller's own frame.
+    What is skipped: optimizer step hooks (the train step registers none) and the profiler's
+    label.
+
+    :param optimizer: a ``torch.optim.Adam``.
+    :return: a callable with no arguments doing the Adam step, bit for bit ``optimizer.step()``.
+    """
+    step = type(optimizer).step
+    while hasattr(step, "__wrapped__"):  # the hook wrapper, then _use_grad, then Adam.step
+        step = step.__wrapped__
+    return with_own_code(step.__get__(optimizer))
 
 
 def plain_optimizer_state(state_dict: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:

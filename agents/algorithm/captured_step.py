@@ -49,7 +49,7 @@ from typing import Any
 import torch as th
 from gymnasium import spaces
 
-from agents.algorithm.capturable_adam import capturable_adam
+from agents.algorithm.capturable_adam import adam_update, capturable_adam
 from agents.algorithm.compiled_or_eager import CompiledOrEager
 from agents.algorithm.dqn_loss import td_target, weighted_td_loss
 from agents.replay.batch import FlatStorage
@@ -146,6 +146,7 @@ class CapturedTrainStep:
         # torch.compile turns the foreach Adam into generated kernels; the fused one it cannot.
         self.optimizer = capturable_adam(old, self.lr, fused=not self.compile_update)
         model.policy.optimizer = self.optimizer
+        self._adam_update = adam_update(self.optimizer)
         self.params = list(self.optimizer.param_groups[0]["params"])
         self.beta = th.zeros((), dtype=th.float64, device=dev)
         self.calls = th.zeros((), dtype=th.int64, device=dev)
@@ -307,7 +308,8 @@ class CapturedTrainStep:
     def _update(self) -> None:
         """Gradient clipping and the Adam step."""
         th.nn.utils.clip_grad_norm_(self.params, self.model.max_grad_norm)
-        self.optimizer.step()
+        with th.no_grad():
+            self._adam_update()
 
     # -- statistics --------------------------------------------------------------------------------
     def read_stats(self) -> None:

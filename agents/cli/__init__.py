@@ -67,7 +67,26 @@ __all__ = [
 ]
 
 
+# Options whose value is itself a command line: argparse takes a value that starts with "-" and
+# has no space ("--cross-fit") for an option of its own, so it is attached with "=" first.
+_COMMAND_LINE_OPTIONS = ("--train-args",)
+
+
+def _attach_command_line_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in _COMMAND_LINE_OPTIONS and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = _attach_command_line_values(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     prog = f"{PROG} {args.command}"
     try:

@@ -26,7 +26,6 @@ from agents.pipelines.backtest_policies import greedy_batch_policy
 from agents.pipelines.baseline_policies import (
     ValidationReturns,
     baseline_action,
-    baseline_backtest,
     choose_baseline,
     network_beats_baseline,
     set_constant_policy,
@@ -90,20 +89,23 @@ def train_selected(
         checkpoint_dir=checkpoint_dir,
         resume_from=resume_from,
     )
-    # One backtest per window for all snapshots: a step of the NumPy env for a few envs costs
-    # about what one env's does, and the backtests were most of the quickstart's time on a GPU.
-    policy = greedy_batch_policy([net for _, net, _ in cb.snapshots])
+    choice = choose_baseline(train, config, per_year)
+    # One backtest per window for all snapshots and the baseline: a step of the NumPy env for a
+    # few envs costs about what one env's does, and the backtests were most of the quickstart's
+    # time on a GPU. Row k is the baseline (backtest_batch's rows equal single backtests).
+    policy = _with_constant_row(
+        greedy_batch_policy([net for _, net, _ in cb.snapshots]),
+        baseline_action(choice.name, config),
+    )
     k = len(cb.snapshots)
-    val_runs = backtest_batch(policy, k, val, config, per_year=per_year)
-    test_runs = backtest_batch(policy, k, test, config, per_year=per_year)
+    *val_runs, base_val = backtest_batch(policy, k + 1, val, config, per_year=per_year)
+    *test_runs, base_test = backtest_batch(policy, k + 1, test, config, per_year=per_year)
     evals = {
         "timesteps": [step for step, _, _ in cb.snapshots],
         "validation": [r.strategy.sharpe for r in val_runs],
         "test": [r.strategy.sharpe for r in test_runs],
     }
     env.close()
-    choice = choose_baseline(train, config, per_year)
-    base_val = baseline_backtest(choice.name, val, config, per_year)
     cross: dict[str, Any] | None = None
     if settings.cross_fit:
         cross = _cross_fitted(
@@ -135,7 +137,7 @@ def train_selected(
     deployed, deployed_val = test_runs[best], val_runs[best]
     if settings.fallback and not verdict.keep_network:
         set_constant_policy(model, baseline_action(choice.name, config))
-        deployed = baseline_backtest(choice.name, test, config, per_year)
+        deployed = base_test
         deployed_val = base_val
     return {
         "model": model,
@@ -188,16 +190,27 @@ def _cross_fitted(
         late, early, config, settings, seed, init_from=init_from
     )
     env.close()
-    policy = greedy_batch_policy([net for _, net, _ in cb.snapshots])
-    runs = backtest_batch(policy, len(cb.snapshots), early, config, per_year=per_year)
+    policy = _with_constant_row(
+        greedy_batch_policy([net for _, net, _ in cb.snapshots]), baseline_action(baseline, config)
+    )
+    *runs, base = backtest_batch(policy, len(cb.snapshots) + 1, early, config, per_year=per_year)
     del model
     return {
         "runs": runs,
-        "baseline": baseline_backtest(baseline, early, config, per_year),
+        "baseline": base,
         "fit_bars": int(late.bars_per_instrument.min()),
         "validation_bars": int(early.bars_per_instrument.min()),
         "train_seconds": wall,
     }
+
+
+def _with_constant_row(policy: Any, action: int) -> Any:
+    """``policy``'s rows and one more that takes ``action`` at every bar."""
+
+    def rows(obs: np.ndarray, bar: int) -> np.ndarray:
+        return np.r_[np.asarray(policy(obs[:-1], bar), dtype=np.int64).reshape(-1), action]
+
+    return rows
 
 
 def _train_with_snapshots(

@@ -49,10 +49,20 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path, dates: bool = False) -> None:
+def _save(fig: Any, path: Path, dates: bool = False, right_axis: bool = False) -> None:
+    """Margins fixed in inches, then the PNG. ``tight_layout`` measured every label by drawing
+    the figure once more before saving it: a third of a report's plotting time, for margins that
+    these figures' fixed sizes and labels make known (``right_axis``: a labelled twin y axis)."""
     if dates:
-        fig.autofmt_xdate()
-    fig.tight_layout()
+        fig.autofmt_xdate()  # tick labels rotated; it sets a bottom margin, overridden below
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(
+        left=1.15 / w,
+        right=1.0 - (0.9 if right_axis else 0.25) / w,
+        bottom=(1.0 if dates else 0.6) / h,
+        top=1.0 - 0.4 / h,
+        hspace=0.1,
+    )
     fig.savefig(path, dpi=90)
     _pyplot().close(fig)
 
@@ -198,7 +208,7 @@ def plot_learning_curve(
         labels.append("model kept")
     ax.legend(handles, labels, fontsize=8, loc="best")
     ax.set_title(title)
-    _save(fig, path)
+    _save(fig, path, right_axis=bool(evals and len(evals.get("timesteps", []))))
 
 
 def plot_folds(
