@@ -3,6 +3,7 @@ length of the validation window.
 
     python benchmarks/gate_power.py              # 2-core CPU, a few minutes
     python benchmarks/gate_power.py --market phi_0.10 --seeds 20
+    python benchmarks/gate_power.py --seeds 5 --per-seed   # the zoo's seeds, one by one
 
 The zoo's market, `train`'s env config and split (``agents.pipelines.zoo.train_args``), the
 sign rule (``planted_rule_exposure``) backtested over the training bars with that env's
@@ -32,6 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--market", default="phi_0.05", help="a planted zoo market")
     parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument(
+        "--per-seed", action="store_true", help="print each seed's Sharpe and verdict per window"
+    )
     args = parser.parse_args()
     market = MARKETS_BY_NAME[args.market]
     budget = ZooBudget()
@@ -45,6 +49,9 @@ def main() -> None:
         for n in WINDOWS:
             test = best_sharpe_reality_check(returns[-n:], per_year, level=GATE_LEVEL, seed=seed)
             passed[n] += test["low"] > 0.0
+            if args.per_seed:
+                verdict = "passes" if test["low"] > 0.0 else "fails"
+                print(f"seed {seed}, last {n:6,} bars: Sharpe {test['difference']:5.2f}, {verdict}")
     for n in WINDOWS:
         share = passed[n] / args.seeds
         print(f"{n:6,} validation bars: the sign rule passes in {share:.0%} of {args.seeds} seeds")
