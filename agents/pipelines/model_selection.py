@@ -33,7 +33,7 @@ from agents.pipelines.baseline_policies import (
 from agents.pipelines.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
-from gpu_trading_env.reports.backtest import backtest_batch
+from gpu_trading_env.reports.backtest import BacktestResult, backtest_batch
 from gpu_trading_env.reports.metrics import returns_of, sharpe
 
 __all__ = ["auto_reward_scale", "learning_rate_schedule", "train_selected"]
@@ -90,16 +90,11 @@ def train_selected(
         resume_from=resume_from,
     )
     choice = choose_baseline(train, config, per_year)
-    # One backtest per window for all snapshots and the baseline: a step of the NumPy env for a
-    # few envs costs about what one env's does, and the backtests were most of the quickstart's
-    # time on a GPU. Row k is the baseline (backtest_batch's rows equal single backtests).
-    policy = _with_constant_row(
-        greedy_batch_policy([net for _, net, _ in cb.snapshots]),
-        baseline_action(choice.name, config),
-    )
+    base_action = baseline_action(choice.name, config)
     k = len(cb.snapshots)
-    *val_runs, base_val = backtest_batch(policy, k + 1, val, config, per_year=per_year)
-    *test_runs, base_test = backtest_batch(policy, k + 1, test, config, per_year=per_year)
+    (val_runs, base_val), (test_runs, base_test) = _backtest_snapshots(
+        cb.snapshots, base_action, (val, test), config, per_year
+    )
     evals = {
         "timesteps": [step for step, _, _ in cb.snapshots],
         "validation": [r.strategy.sharpe for r in val_runs],
@@ -136,7 +131,7 @@ def train_selected(
     model.policy.load_state_dict(cb.snapshots[best][2])
     deployed, deployed_val = test_runs[best], val_runs[best]
     if settings.fallback and not verdict.keep_network:
-        set_constant_policy(model, baseline_action(choice.name, config))
+        set_constant_policy(model, base_action)
         deployed = base_test
         deployed_val = base_val
     return {
@@ -190,10 +185,9 @@ def _cross_fitted(
         late, early, config, settings, seed, init_from=init_from
     )
     env.close()
-    policy = _with_constant_row(
-        greedy_batch_policy([net for _, net, _ in cb.snapshots]), baseline_action(baseline, config)
+    ((runs, base),) = _backtest_snapshots(
+        cb.snapshots, baseline_action(baseline, config), (early,), config, per_year
     )
-    *runs, base = backtest_batch(policy, len(cb.snapshots) + 1, early, config, per_year=per_year)
     del model
     return {
         "runs": runs,
@@ -204,13 +198,30 @@ def _cross_fitted(
     }
 
 
-def _with_constant_row(policy: Any, action: int) -> Any:
-    """``policy``'s rows and one more that takes ``action`` at every bar."""
+def _backtest_snapshots(
+    snapshots: list[tuple[int, Any, dict[str, Any]]],
+    baseline: int,
+    windows: tuple[MarketData, ...],
+    config: EnvConfig,
+    per_year: float,
+) -> list[tuple[list[BacktestResult], BacktestResult]]:
+    """Every snapshot's greedy policy and the baseline (env action ``baseline`` at every bar)
+    backtested over each window: ``[(snapshot results, baseline result)]``, one per window.
 
-    def rows(obs: np.ndarray, bar: int) -> np.ndarray:
-        return np.r_[np.asarray(policy(obs[:-1], bar), dtype=np.int64).reshape(-1), action]
+    One batch per window, the baseline its last row: a step of the NumPy env for a few envs
+    costs about what one env's does, and the backtests were most of the quickstart's time on a
+    GPU (``backtest_batch``'s rows equal single backtests to the bit).
+    """
+    greedy = greedy_batch_policy([net for _, net, _ in snapshots])
 
-    return rows
+    def policy(obs: np.ndarray, bar: int) -> np.ndarray:
+        return np.r_[np.asarray(greedy(obs[:-1], bar), dtype=np.int64).reshape(-1), baseline]
+
+    out = []
+    for window in windows:
+        *runs, base = backtest_batch(policy, len(snapshots) + 1, window, config, per_year=per_year)
+        out.append((runs, base))
+    return out
 
 
 def _train_with_snapshots(

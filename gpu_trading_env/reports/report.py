@@ -49,12 +49,13 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path, dates: bool = False, right_axis: bool = False) -> None:
+def _save(fig: Any, path: Path, dates: bool = False) -> None:
     """Margins fixed in inches, then the PNG. ``tight_layout`` measured every label by drawing
     the figure once more before saving it: a third of a report's plotting time, for margins that
-    these figures' fixed sizes and labels make known (``right_axis``: a labelled twin y axis)."""
+    these figures' fixed sizes and labels make known (wider on the right for a twin y axis)."""
     if dates:
         fig.autofmt_xdate()  # tick labels rotated; it sets a bottom margin, overridden below
+    right_axis = any(ax.yaxis.get_label_position() == "right" for ax in fig.axes)
     w, h = fig.get_size_inches()
     fig.subplots_adjust(
         left=1.15 / w,
@@ -208,7 +209,7 @@ def plot_learning_curve(
         labels.append("model kept")
     ax.legend(handles, labels, fontsize=8, loc="best")
     ax.set_title(title)
-    _save(fig, path, right_axis=bool(evals and len(evals.get("timesteps", []))))
+    _save(fig, path)
 
 
 def plot_folds(
