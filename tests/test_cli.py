@@ -79,6 +79,11 @@ TRAIN = ["train", "--device", "cpu", "--out", "out"]
         (TRAIN + ["--gamma", "0"], ["--gamma 0.0 is invalid"]),
         (TRAIN + ["--gamma", "1.5"], ["--gamma 1.5 is invalid"]),
         (TRAIN + ["--val-fraction", "0.9"], ["--val-fraction 0.9 is invalid"]),
+        (
+            TRAIN + ["--predictability-level", "1"],
+            ["--predictability-level 1.0 is invalid", "[0, 1)"],
+        ),
+        (TRAIN + ["--predictability-level", "nan"], ["--predictability-level nan is invalid"]),
         (TRAIN + ["--eval-every", "0"], ["--eval-every 0 is invalid"]),
         (TRAIN + ["--seed", "-1"], ["--seed -1 is invalid"]),
         (TRAIN + ["--torch-threads", "0"], ["--torch-threads 0 is invalid"]),

@@ -256,3 +256,83 @@ def test_reality_check_refuses_bad_input() -> None:
         best_sharpe_reality_check(np.array([[0.0] * 10, [0.0] * 9 + [np.nan]]), 252.0)
     with pytest.raises(ValueError, match="K >= 1"):
         best_sharpe_reality_check(np.zeros((2, 3, 4)), 252.0)
+
+
+def test_reality_check_adjusted_sharpe_is_the_point_estimate_allowing_for_the_choice() -> None:
+    from gpu_trading_env.reports.metrics import best_sharpe_reality_check
+
+    rng = np.random.default_rng(4)
+    trials, raw, adjusted = 40, 0, 0
+    for i in range(trials):
+        market = rng.normal(0.0, 0.01, 2_000)
+        rows = np.stack([np.sign(rng.normal(size=2_000)) * market for _ in range(10)])
+        rc = best_sharpe_reality_check(rows, 8766.0, level=0.9, n_boot=400, seed=i)
+        raw += rc["difference"] > 0
+        adjusted += rc["adjusted"] > 0
+        # Above zero exactly where the one-sided p-value (half the two-sided one) is below 1/2.
+        assert (rc["adjusted"] > 0) == (rc["p_value"] < 1.0)
+    # The best of ten noise strategies: positive as measured nearly always, as often as not once
+    # the choice is allowed for (a median-unbiased estimate of zero).
+    assert raw / trials >= 0.95
+    assert 0.25 <= adjusted / trials <= 0.75
+    one = best_sharpe_reality_check(rows[0] + 0.0004, 8766.0, level=0.9, n_boot=400, seed=1)
+    assert one["adjusted"] == pytest.approx(one["difference"], abs=0.3)  # one: no choice
+
+
+def test_chi2_survival_matches_scipy() -> None:
+    from scipy import stats
+
+    from gpu_trading_env.reports.metrics import chi2_survival
+
+    for df in (1, 2, 3, 7, 51, 54, 300):
+        for x in (0.0, 0.3, 1.0, 5.0, df - 1.0, df + 0.5, 2.0 * df, 4.0 * df + 50.0):
+            want = stats.chi2.sf(x, df)
+            assert chi2_survival(x, df) == pytest.approx(want, rel=1e-10, abs=1e-300)
+    with pytest.raises(ValueError, match="df = 0"):
+        chi2_survival(1.0, 0)
+    with pytest.raises(ValueError, match="x = nan"):
+        chi2_survival(float("nan"), 3)
+
+
+def test_regression_slopes_test_has_its_size_and_finds_a_small_slope() -> None:
+    from gpu_trading_env.reports.metrics import regression_slopes_test
+
+    rng = np.random.default_rng(8)
+    rejections = 0
+    trials = 200
+    for _ in range(trials):
+        x = rng.normal(size=(600, 8))
+        vol = np.exp(x[:, 0])  # the noise's scale moves with a regressor: HC3's case
+        y = vol * rng.normal(size=600)
+        rejections += regression_slopes_test(x, y)["p_value"] < 0.05
+    assert 0.01 <= rejections / trials <= 0.09  # nominal 5%; a plain F-test rejects ~20% here
+    x = rng.normal(size=(16_000, 51))
+    y = 0.05 * x[:, 3] + rng.normal(size=16_000)  # the zoo's phi 0.05 in size
+    found = regression_slopes_test(x, y)
+    assert found["p_value"] < 1e-3 and found["df"] == 51 and found["bars"] == 16_000
+
+
+def test_regression_slopes_test_counts_constant_and_collinear_columns_once() -> None:
+    from gpu_trading_env.reports.metrics import regression_slopes_test
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(2_000, 3))
+    y = 0.2 * x[:, 0] + rng.normal(size=2_000)
+    full = regression_slopes_test(x, y)
+    padded = np.c_[x, np.ones(2_000), x[:, 0] + x[:, 1]]  # a constant and a sum of two
+    same = regression_slopes_test(padded, y)
+    assert same["df"] == full["df"] == 3
+    assert same["statistic"] == pytest.approx(full["statistic"], rel=1e-8)
+    none = regression_slopes_test(np.ones((50, 2)), rng.normal(size=50))
+    assert none["df"] == 0 and none["p_value"] == 1.0
+
+
+def test_regression_slopes_test_refuses_bad_input() -> None:
+    from gpu_trading_env.reports.metrics import regression_slopes_test
+
+    with pytest.raises(ValueError, match="more than 4 rows"):
+        regression_slopes_test(np.zeros((4, 3)), np.zeros(4))
+    with pytest.raises(ValueError, match=r"\[T, K\]"):
+        regression_slopes_test(np.zeros((5, 3)), np.zeros(6))
+    with pytest.raises(ValueError, match="non-finite"):
+        regression_slopes_test(np.full((9, 2), np.nan), np.zeros(9))

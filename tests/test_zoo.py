@@ -13,6 +13,7 @@ from agents.pipelines.baseline_policies import (
     BASELINE_EXPOSURE,
     baseline_action,
     choose_baseline,
+    features_predict_returns,
     network_beats_baseline,
     set_constant_policy,
 )
@@ -243,3 +244,50 @@ def test_gate_allows_for_the_choice_among_snapshots() -> None:
     ).keep_network
     with pytest.raises(ValueError, match="network's own backtest"):
         network_beats_baseline(edge, flat, "flat", 8766.0, candidates=noise)
+
+
+def test_gate_takes_a_weak_validation_edge_where_the_features_predict_returns() -> None:
+    """Step 3 of the fallback: a network about one standard error above flat on validation is
+    not significant, and is kept only where the training bars' features predict the returns."""
+    rng = np.random.default_rng(2)
+    flat = _returns(np.zeros(3_000))
+    noise = rng.normal(0.0, 0.01, 3_000)
+    weak = _returns(noise - noise.mean() + noise.std() / math.sqrt(3_000))  # one SE above flat
+    predictable = {"statistic": 90.0, "df": 51, "p_value": 1e-4, "bars": 16_000}
+    unpredictable = {**predictable, "statistic": 50.0, "p_value": 0.5}
+    alone = network_beats_baseline(weak, flat, "flat", 8766.0)
+    assert not alone.keep_network and alone.validation_vs_flat["low"] < 0
+    assert alone.validation_vs_flat["adjusted"] > 0
+    kept = network_beats_baseline(weak, flat, "flat", 8766.0, predictability=predictable)
+    assert kept.keep_network and kept.to_dict()["beat_flat_by"] == "predictable"
+    assert kept.to_dict()["features_predict_next_return"] == predictable
+    assert not network_beats_baseline(
+        weak, flat, "flat", 8766.0, predictability=unpredictable
+    ).keep_network
+    off = network_beats_baseline(
+        weak, flat, "flat", 8766.0, predictability=predictable, predictability_level=0.0
+    )
+    assert not off.keep_network
+    # A losing network is not kept whatever the market: its adjusted Sharpe is below zero.
+    losing = _returns(noise - noise.mean() - noise.std() / math.sqrt(3_000))
+    assert not network_beats_baseline(
+        losing, flat, "flat", 8766.0, predictability=predictable
+    ).keep_network
+    # Against a hold it must still do as well as the hold there.
+    hold = _returns(noise - noise.mean() + 3.0 * noise.std() / math.sqrt(3_000))
+    assert not network_beats_baseline(
+        weak, hold, "hold long", 8766.0, predictability=predictable
+    ).keep_network
+    with pytest.raises(ValueError, match="predictability_level = 1.5"):
+        network_beats_baseline(weak, flat, "flat", 8766.0, predictability_level=1.5)
+
+
+def test_features_predict_returns_on_a_planted_edge_and_not_on_a_random_walk() -> None:
+    edge = MarketData.synthetic("planted", 6_000, seed=3, phi=0.1)
+    walk = MarketData.synthetic("gbm", 6_000, seed=3)
+    found = features_predict_returns(edge)
+    assert found["p_value"] < 1e-4 and found["bars"] == 5_999 and found["df"] == 51
+    assert features_predict_returns(walk)["p_value"] > 0.01
+    # Instruments are regressed each on its own next bar, not across the seam between them.
+    two = MarketData.synthetic("planted", 3_000, n_instruments=2, seed=3, phi=0.1)
+    assert features_predict_returns(two)["bars"] == 2 * 2_999

@@ -156,6 +156,13 @@ def validate(args: argparse.Namespace) -> None:
                 f,
                 "a number in [0, 1): bars before the evaluated part, 0 for all bars",
             )
+    if getattr(args, "predictability_level", None) is not None:
+        _check(
+            0.0 <= args.predictability_level < 1.0,
+            "--predictability-level",
+            args.predictability_level,
+            "[0, 1) (0 turns the test off)",
+        )
     if getattr(args, "val_fraction", None) is not None:
         _check(0.0 < args.val_fraction <= 0.5, "--val-fraction", args.val_fraction, "(0, 0.5]")
     if getattr(args, "learning_rate", None) is not None:

@@ -206,6 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
             "kept then; agents/pipelines/baseline_policies.py)",
         )
         g.add_argument(
+            "--predictability-level",
+            type=float,
+            default=TrainSettings.predictability_level,
+            help="where the features predict the next bar's return on the training bars at this "
+            "level (a robust Wald test), the fallback keeps a network whose validation Sharpe, "
+            "allowing for its choice among snapshots, is above zero; elsewhere it must beat flat "
+            "at 95%% one-sided confidence; 0 turns the test off",
+        )
+        g.add_argument(
             "--net-width",
             type=_int,
             default=TrainSettings.net_width,

@@ -176,6 +176,17 @@ def kept_policy_note(learning: dict[str, Any]) -> str:
         evidence += f"; minus {gate['baseline']}'s: {ci['difference']:+.2f}"
     hold = gate["baseline"] != "flat"
     test = f"beat flat on the validation window at {level} one-sided confidence"
+    predict = gate.get("features_predict_next_return")
+    if predict is not None:
+        evidence += (
+            f"; the features predict the next bar's return on the training bars with p = "
+            f"{predict['p_value']:.2g} (robust Wald test, {predict['df']} slopes)"
+        )
+    if gate.get("beat_flat_by") == "predictable":
+        test = (
+            "beat flat on the validation window allowing for its choice among the snapshots "
+            f"({flat['adjusted']:+.2f}), which suffices where the features predict the returns"
+        )
 
     def also(verb: str) -> str:
         return f" and {verb} at least as well as {gate['baseline']} there" if hold else ""

@@ -27,6 +27,7 @@ from agents.pipelines.baseline_policies import (
     ValidationReturns,
     baseline_action,
     choose_baseline,
+    features_predict_returns,
     network_beats_baseline,
     set_constant_policy,
 )
@@ -90,6 +91,9 @@ def train_selected(
         resume_from=resume_from,
     )
     choice = choose_baseline(train, config, per_year)
+    predictability = (
+        features_predict_returns(train) if settings.predictability_level > 0.0 else None
+    )
     base_action = baseline_action(choice.name, config)
     k = len(cb.snapshots)
     (val_runs, base_val), (test_runs, base_test) = _backtest_snapshots(
@@ -119,14 +123,26 @@ def train_selected(
             np.concatenate([cross["baseline"].returns, base_val.returns])
         )
         verdict = network_beats_baseline(
-            pooled[best], base_pooled, choice.name, per_year, candidates=pooled
+            pooled[best],
+            base_pooled,
+            choice.name,
+            per_year,
+            candidates=pooled,
+            predictability=predictability,
+            predictability_level=settings.predictability_level,
         )
         evals["cross_fit_validation"] = [r.strategy.sharpe for r in cross["runs"]]
         evals["pooled_validation"] = pooled_sharpes
     else:
         best = _selected(evals["validation"])
         verdict = network_beats_baseline(
-            val_runs[best], base_val, choice.name, per_year, candidates=val_runs
+            val_runs[best],
+            base_val,
+            choice.name,
+            per_year,
+            candidates=val_runs,
+            predictability=predictability,
+            predictability_level=settings.predictability_level,
         )
     model.policy.load_state_dict(cb.snapshots[best][2])
     deployed, deployed_val = test_runs[best], val_runs[best]

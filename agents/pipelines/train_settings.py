@@ -35,6 +35,10 @@ class TrainSettings:
     # Keep the network only where it beats the best parameter-free policy on validation
     # (agents.pipelines.baseline_policies); False keeps the best snapshot whatever it earned.
     fallback: bool = True
+    # Where the features predict the next bar's return on the training bars at this level, the
+    # fallback keeps a network whose validation Sharpe is positive allowing for its choice among
+    # snapshots, without significance (agents.pipelines.baseline_policies, step 3); 0: off.
+    predictability_level: float = 0.01
     # Dueling network: trunk [w, w], value and advantage heads [w / 2]; 0: no hidden layers. 32
     # fitted the zoo's weak edges out of sample where 64 and 256 fitted more of the training
     # bars' noise (docs/ZOO.md, "Reward scale, width and budget", "Validation window and actions").

@@ -84,7 +84,8 @@ _CSV_FIELDS = [
     "market", "seed", "kept", "agent_sharpe", "reference", "reference_sharpe", "sharpe_ratio",
     "network_sharpe_ratio", "agent_return", "reference_return", "buy_and_hold_return",
     "agent_turnover", "agent_costs", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
-    "validation_p_vs_flat", "validation_p_vs_baseline", "seconds", "error",
+    "validation_p_vs_flat", "validation_p_vs_baseline", "validation_adjusted_sharpe",
+    "features_predict_p", "beat_flat_by", "seconds", "error",
 ]  # fmt: skip
 
 
@@ -112,6 +113,11 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
         "validation_p_vs_baseline": r["gate"]["network_minus_baseline_validation_sharpe"][
             "p_value"
         ],
+        "validation_adjusted_sharpe": r["gate"]["network_minus_flat_validation_sharpe"].get(
+            "adjusted"
+        ),
+        "features_predict_p": (r["gate"].get("features_predict_next_return") or {}).get("p_value"),
+        "beat_flat_by": r["gate"].get("beat_flat_by") or "",
         "seconds": r["seconds"],
         "error": "",
     }

@@ -38,8 +38,10 @@ __all__ = [
     "bars_per_year",
     "best_sharpe_reality_check",
     "buy_and_hold_equity",
+    "chi2_survival",
     "curve_metrics",
     "drawdown",
+    "regression_slopes_test",
     "sharpe",
     "sharpe_difference_interval",
     "sortino",
@@ -356,8 +358,10 @@ def best_sharpe_reality_check(
     :param returns: ``[K, T]`` per-bar returns (``[T]``: one strategy).
     :param chosen: the row tested, where the caller chose it among the ``K`` by another
         reckoning of the same Sharpe ratios (default: the row of the highest).
-    :returns: ``{"difference", "low", "high", "level", "block", "n_boot", "p_value", "best",
-        "candidates", "bars"}``: ``difference`` is ``S_best``; ``[low, high]`` the two-sided ``level``
+    :returns: ``{"difference", "adjusted", "low", "high", "level", "block", "n_boot", "p_value",
+        "best", "candidates", "bars"}``: ``difference`` is ``S_best``; ``adjusted`` is ``S_best``
+        less the median maximal deviation, the point estimate allowing for the choice (above
+        zero where the one-sided p-value is below one half); ``[low, high]`` the two-sided ``level``
         interval ``S_best - q`` over the quantiles ``q`` of the maximal deviation (``low > 0``
         is the one-sided test at ``(1 - level) / 2``); ``p_value`` twice the bootstrap share of
         maximal deviations at least ``S_best`` (capped at 1, comparable with
@@ -386,6 +390,7 @@ def best_sharpe_reality_check(
     p = 2.0 * float(np.mean(deviation >= s_best))
     return {
         "difference": s_best,
+        "adjusted": float(s_best - np.median(deviation)),
         "low": float(s_best - q_hi),
         "high": float(s_best - q_lo),
         "level": float(level),
@@ -396,3 +401,89 @@ def best_sharpe_reality_check(
         "candidates": int(r.shape[0]),
         "bars": int(t),
     }
+
+
+def chi2_survival(x: float, df: int) -> float:
+    """``P(X >= x)`` for ``X`` chi-squared with ``df`` degrees of freedom: the regularised upper
+    incomplete gamma function ``Q(df / 2, x / 2)``, by its series below ``a + 1`` and its
+    continued fraction (modified Lentz) above, to about 1e-14 (the project does not depend on
+    SciPy; ``tests/test_metrics.py`` checks it against ``scipy.stats.chi2.sf``)."""
+    if int(df) != df or df < 1:
+        raise ValueError(f"df = {df!r} is invalid: allowed is an integer >= 1")
+    if not math.isfinite(x):
+        raise ValueError(f"x = {x!r} is invalid: allowed is a finite number")
+    a, z = 0.5 * df, 0.5 * max(float(x), 0.0)
+    if z == 0.0:
+        return 1.0
+    log_front = a * math.log(z) - z - math.lgamma(a)
+    if z < a + 1.0:  # P(a, z) by its series; Q = 1 - P
+        term = total = 1.0 / a
+        k = a
+        while abs(term) > abs(total) * 1e-16:
+            k += 1.0
+            term *= z / k
+            total += term
+        return float(min(max(1.0 - total * math.exp(log_front), 0.0), 1.0))
+    tiny = 1e-300
+    b = z + 1.0 - a
+    c, d = 1.0 / tiny, 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-16:
+            break
+    return float(min(max(math.exp(log_front) * h, 0.0), 1.0))
+
+
+def regression_slopes_test(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Do the columns of ``x`` predict ``y`` linearly? The heteroskedasticity-robust Wald test
+    that every slope of the least-squares regression of ``y`` on ``x`` (with an intercept) is
+    zero.
+
+    The covariance of the slopes is White's sandwich with the HC3 weights ``e_i^2 / (1 -
+    h_ii)^2`` (MacKinnon and White, 1985), which keeps the test's size near its nominal level
+    where the noise's variance moves with the regressors, as returns' does with volatility
+    features. The slopes are tested in the orthonormal basis of the centred columns' span (their
+    singular vectors): columns that are constant, or combinations of others, as a short or
+    synthetic series' volume features can be, add no degree of freedom instead of making the
+    system singular. The statistic is referred to the chi-squared distribution with one degree
+    of freedom per dimension of that span.
+
+    :param x: float [T, K] regressors, finite.
+    :param y: float [T] responses, finite; ``T > K + 1``.
+    :returns: ``{"statistic", "df" (the span's dimension, at most K), "p_value", "bars"}``; a
+        ``df`` of 0 (every column constant) has statistic 0 and p-value 1.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    y = finite_values(y, "y")
+    if x.ndim != 2 or x.shape[0] != len(y):
+        raise ValueError(f"x must be [T, K] with T = len(y) = {len(y)}, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        bad = np.flatnonzero(~np.isfinite(x).all(axis=1))[:5].tolist()
+        raise ValueError(f"x holds non-finite values, first at rows {bad}")
+    t, k = x.shape
+    if t <= k + 1:
+        raise ValueError(f"the regression needs more than {k + 1} rows for {k} columns, got {t}")
+    centred = x - x.mean(axis=0)
+    u, sv, _ = np.linalg.svd(centred, full_matrices=False)
+    tol = (sv[0] if len(sv) else 0.0) * max(t, k) * np.finfo(np.float64).eps
+    basis = u[:, sv > tol] if tol > 0 else u[:, :0]
+    rank = basis.shape[1]
+    if rank == 0:
+        return {"statistic": 0.0, "df": 0, "p_value": 1.0, "bars": int(t)}
+    yc = y - y.mean()
+    coef = basis.T @ yc  # the slopes in the orthonormal basis
+    resid = yc - basis @ coef
+    leverage = 1.0 / t + np.einsum("ij,ij->i", basis, basis)
+    weight = resid**2 / np.maximum(1.0 - leverage, 1e-12) ** 2
+    cov = (basis * weight[:, None]).T @ basis
+    stat = float(coef @ np.linalg.solve(cov, coef))
+    return {"statistic": stat, "df": rank, "p_value": chi2_survival(stat, rank), "bars": int(t)}
