@@ -178,9 +178,11 @@ def kept_policy_note(learning: dict[str, Any]) -> str:
     test = f"beat flat on the validation window at {level} one-sided confidence"
     predict = gate.get("features_predict_next_return")
     if predict is not None:
+        pv = predict["p_value"]
         evidence += (
-            f"; the features predict the next bar's return on the training bars with p = "
-            f"{predict['p_value']:.2g} (robust Wald test, {predict['df']} slopes)"
+            "; the features predict the next bar's return on the training bars with "
+            f"{f'p = {pv:.2g}' if pv >= 1e-16 else 'p < 1e-16'} (robust Wald test, "
+            f"{predict['df']} slopes)"
         )
     if gate.get("beat_flat_by") == "predictable":
         test = (
