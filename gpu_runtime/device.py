@@ -8,6 +8,8 @@ through ``cupy.RawModule`` once per process (CuPy also caches the binaries on di
 from __future__ import annotations
 
 import functools
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +61,24 @@ def require_cupy(what: str) -> Any:
     return cp
 
 
-@functools.cache
+ModuleSpec = tuple[Path, tuple[tuple[str, str], ...], tuple[str, ...], tuple[Path, ...]]
+
+# Compiled modules by (source, defines, options, include_dirs) and current device, and a lock
+# per key: a module compiled on a background thread (compile_in_background) is waited for, not
+# compiled twice, by the thread that needs it.
+_MODULES: dict[tuple[ModuleSpec, int], Any] = {}
+_MODULE_LOCKS: dict[tuple[ModuleSpec, int], threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
 def load_module(
     source: Path,
     defines: tuple[tuple[str, str], ...] = (),
     options: tuple[str, ...] = (),
     include_dirs: tuple[Path, ...] = (),
 ) -> Any:
-    """Compile the kernel file ``source`` with NVRTC once and return the RawModule.
+    """Compile the kernel file ``source`` with NVRTC once per device and return the RawModule,
+    loaded on the current device.
 
     ``defines`` are prepended as ``#define NAME VALUE`` lines, which is how generated constants
     (parameter slots shared with Python) reach the kernel source. ``include_dirs`` are searched
@@ -76,11 +88,59 @@ def load_module(
     cp = require_cupy(f"compiling {source.name}")
     if not source.exists():
         raise FileNotFoundError(f"kernel file {str(source)!r} not found")
-    header = "".join(f"#define {k} {v}\n" for k, v in defines)
-    code = header + source.read_text()
-    folders = (source.parent, INCLUDE_DIR, *include_dirs)
-    opts = ("--std=c++17", *options, *(f"-I{d}" for d in folders))
-    return cp.RawModule(code=code, options=opts)
+    key = (
+        (source, tuple(defines), tuple(options), tuple(include_dirs)),
+        cp.cuda.runtime.getDevice(),
+    )
+    with _LOCKS_GUARD:
+        lock = _MODULE_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        module = _MODULES.get(key)
+        if module is None:
+            header = "".join(f"#define {k} {v}\n" for k, v in defines)
+            code = header + source.read_text()
+            folders = (source.parent, INCLUDE_DIR, *include_dirs)
+            opts = ("--std=c++17", *options, *(f"-I{d}" for d in folders))
+            module = cp.RawModule(code=code, options=opts)
+            module.compile()  # NVRTC and the load on this device here, under the key's lock
+            _MODULES[key] = module
+    return module
+
+
+def compiled_modules() -> list[tuple[ModuleSpec, int]]:
+    """``(spec, device index)`` of every module :func:`load_module` has compiled in this
+    process, in the order they finished."""
+    return list(_MODULES)
+
+
+def compile_in_background(specs: Sequence[ModuleSpec], device_index: int) -> list[threading.Thread]:
+    """Start compiling each of ``specs`` (:func:`load_module`'s arguments) for device
+    ``device_index``, one thread each, and return the threads.
+
+    NVRTC releases the GIL, so the kernels of a first run on a new machine (about 7 s of
+    compilation on an H200 host, one module after another) compile side by side and beside the
+    Python work before their first use; :func:`load_module` then waits for a module still
+    compiling. A failure is left to that call to raise (it compiles again). Nothing happens
+    without CuPy and a CUDA device.
+    """
+    cp = cupy_or_none()
+    if cp is None:
+        return []
+
+    def work(spec: ModuleSpec) -> None:
+        try:
+            with cp.cuda.Device(device_index):
+                load_module(*spec)
+        except Exception:  # the caller's own load_module raises it, with its context
+            pass
+
+    threads = [
+        threading.Thread(target=work, args=(spec,), name=f"nvrtc {spec[0].name}", daemon=True)
+        for spec in specs
+    ]
+    for t in threads:
+        t.start()
+    return threads
 
 
 _STREAMS: dict[tuple[int, int], Any] = {}

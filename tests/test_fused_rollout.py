@@ -138,3 +138,23 @@ def test_graph_steps_follow_the_curiosity_bonus_turned_on_and_off():
     for name in ("observations", "actions", "rewards", "dones"):
         x, y = getattr(a, name).cpu().numpy(), getattr(b, name).cpu().numpy()
         np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+def test_kernels_compiled_in_the_background_are_the_ones_the_fused_path_loads():
+    """``start_compiling_kernels`` covers every module a first ``learn`` loads, with the very
+    arguments its users pass: none of them is compiled a second time."""
+    from agents.rollouts.fused import fused_path_kernels, start_compiling_kernels
+    from gpu_runtime.device import compiled_modules
+
+    for thread in start_compiling_kernels("cuda:0"):
+        thread.join()
+    ready = compiled_modules()
+    for spec in fused_path_kernels():
+        assert (spec, 0) in ready, spec[0].name
+    data = MarketData.synthetic(kind="planted", n_bars=2000, seed=1)
+    env = TradingVectorEnv(num_envs=64, device="cuda", data=data, episode_length=50)
+    _model(env).learn(64 * 40)
+    fused_sources = {spec[0] for spec in fused_path_kernels()}
+    again = [s for s, _ in compiled_modules()[len(ready) :] if s[0] in fused_sources]
+    assert again == [], f"compiled again with other arguments: {[s[0].name for s in again]}"
+    assert start_compiling_kernels("cpu") == []

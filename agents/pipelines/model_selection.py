@@ -260,6 +260,9 @@ def _train_with_snapshots(
 
     import gpu_trading_env  # noqa: F401  (registers the env)
     from agents import GpuDQN
+    from agents.rollouts.fused import start_compiling_kernels
+
+    start_compiling_kernels(settings.device)
 
     env = gym.make_vec(
         "GpuTrading-v0",

@@ -21,7 +21,6 @@ from agents.replay.sum_min_tree import SumMinTree, next_pow2
 from agents.replay.tree_kernels import (
     CHECK_THREADS,
     GROUP,
-    KERNEL_FILE,
     MAX_CHUNK,
     MIN_CHUNK,
     SAMPLE_THREADS,
@@ -31,7 +30,7 @@ from agents.replay.tree_kernels import (
     UPDATE_THREADS,
     VERDICT_SEQ_SHIFT,
     WEIGHT_THREADS,
-    tree_kernel_defines,
+    tree_module_spec,
 )
 from gpu_runtime.device import KernelLauncher, current_stream, load_module, require_cupy
 
@@ -97,7 +96,7 @@ class CudaSumMinTree(SumMinTree):
             self._status_host[0] = 0
             self._update_seq = 0  # numbers the updates; the kernels echo it with their verdict
             self._inputs_in_flight: tuple[Any, Any] | None = None
-            module = load_module(KERNEL_FILE, tree_kernel_defines())
+            module = load_module(*tree_module_spec())
             self._launchers = {
                 f"{base}_{sfx}": KernelLauncher(
                     module.get_function(f"{base}_{sfx}"), sig, self.device

@@ -22,6 +22,7 @@ from gpu_runtime.device import (
     PTR,
     KernelLauncher,
     KernelParams,
+    ModuleSpec,
     current_stream,
     load_module,
     require_cupy,
@@ -36,6 +37,13 @@ __all__ = [
 ]
 
 STORE_KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "store_step.cu"
+
+
+def store_module_spec() -> ModuleSpec:
+    """:func:`~gpu_runtime.device.load_module`'s arguments for ``store_step.cu``."""
+    return (STORE_KERNEL_FILE, (), (), ())
+
+
 STORE_THREADS = 256
 STORE_KERNEL_PARAMS: KernelParams = (
     ("slot", PTR),
@@ -113,7 +121,7 @@ class CudaStepStore:
         self.device_index = buffer.observations.device.index
         self._cp = require_cupy("the replay buffer's store kernel")
         with self._cp.cuda.Device(self.device_index):  # the module is loaded per device
-            kernel = load_module(STORE_KERNEL_FILE).get_function("store_step")
+            kernel = load_module(*store_module_spec()).get_function("store_step")
             self._launch = KernelLauncher(kernel, STORE_KERNEL_PARAMS, self.device_index)
         self.fill_start = th.zeros(1, dtype=th.int64, device=buffer.observations.device)
         # One empty launch now (no env, the slot read from fill_start): the module is loaded

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_runtime.device import F64, I32, I64, PTR, U32, KernelParams
+from gpu_runtime.device import F64, I32, I64, PTR, U32, KernelParams, ModuleSpec
 from gpu_runtime.philox import philox_stream_defines
 
 __all__ = [
@@ -54,6 +54,11 @@ def tree_kernel_defines() -> tuple[tuple[str, str], ...]:
         *scratch,
         *philox_stream_defines(),
     )
+
+
+def tree_module_spec() -> ModuleSpec:
+    """:func:`~gpu_runtime.device.load_module`'s arguments for ``segment_tree.cu``."""
+    return (KERNEL_FILE, tree_kernel_defines(), (), ())
 
 
 # The kernels' parameters, named and typed as in segment_tree.cu (tests/test_kernel_interface.py

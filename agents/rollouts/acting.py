@@ -37,6 +37,7 @@ from gpu_runtime.device import (
     PTR,
     KernelLauncher,
     KernelParams,
+    ModuleSpec,
     cupy_or_none,
     current_stream,
     load_module,
@@ -46,6 +47,13 @@ from gpu_runtime.precision import Precision, check_precision, tf32_matmuls
 __all__ = ["GreedyActor", "NumpyGreedy"]
 
 CAST_KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "bf16_cast.cu"
+
+
+def cast_module_spec() -> ModuleSpec:
+    """:func:`~gpu_runtime.device.load_module`'s arguments for ``bf16_cast.cu``."""
+    return (CAST_KERNEL_FILE, (), (), ())
+
+
 CAST_KERNEL_PARAMS: KernelParams = (
     ("table", PTR),
     ("n_jobs", I64),
@@ -139,7 +147,7 @@ class GreedyActor:
         import cupy as cp
 
         with cp.cuda.Device(self._device_index):
-            kernel = load_module(CAST_KERNEL_FILE).get_function("cast_bf16")
+            kernel = load_module(*cast_module_spec()).get_function("cast_bf16")
         return KernelLauncher(kernel, CAST_KERNEL_PARAMS, self._device_index)
 
     def _bf16_input(self, obs: th.Tensor) -> th.Tensor:

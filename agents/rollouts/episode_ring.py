@@ -14,6 +14,7 @@ from gpu_runtime.device import (
     PTR,
     KernelLauncher,
     KernelParams,
+    ModuleSpec,
     cupy_or_none,
     current_stream,
     load_module,
@@ -48,6 +49,11 @@ def ring_kernel_defines() -> tuple[tuple[str, str], ...]:
     return (("RING_THREADS", str(RING_THREADS)),)
 
 
+def ring_module_spec() -> ModuleSpec:
+    """:func:`~gpu_runtime.device.load_module`'s arguments for ``episode_ring.cu``."""
+    return (RING_KERNEL_FILE, ring_kernel_defines(), (), ())
+
+
 class EpisodeRing:
     """Returns and lengths of finished episodes, appended on the device without a host sync.
 
@@ -78,9 +84,7 @@ class EpisodeRing:
         cp = require_cupy("the episode ring's kernel")
         index = self.returns.device.index
         with cp.cuda.Device(index):
-            kernel = load_module(RING_KERNEL_FILE, ring_kernel_defines()).get_function(
-                "ring_append"
-            )
+            kernel = load_module(*ring_module_spec()).get_function("ring_append")
             self._kernel = KernelLauncher(kernel, RING_KERNEL_PARAMS, index)
             # One launch over no env now (it writes last back unchanged): the module is loaded
             # here, not at a first append inside a graph capture.

@@ -24,10 +24,42 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from agents.rollouts.acting import GreedyActor
-from agents.rollouts.episode_ring import EpisodeRing
+from agents.replay.step_store import store_module_spec
+from agents.replay.tree_kernels import tree_module_spec
+from agents.rollouts.acting import GreedyActor, cast_module_spec
+from agents.rollouts.episode_ring import EpisodeRing, ring_module_spec
 from gpu_runtime.cuda_graph import GraphRunner
+from gpu_runtime.device import ModuleSpec, compile_in_background, cupy_or_none
 from gpu_runtime.precision import Precision, check_precision
+
+
+def fused_path_kernels() -> list[ModuleSpec]:
+    """Every kernel module the first ``learn`` of a GpuDQN on a CUDA TradingVectorEnv loads:
+    the env's step, the prioritized buffer's tree and store, the episode ring and the bf16
+    cast of the observations."""
+    from gpu_trading_env.backends.cuda_backend import kernel_module_spec
+
+    return [
+        kernel_module_spec(),
+        tree_module_spec(),
+        store_module_spec(),
+        ring_module_spec(),
+        cast_module_spec(),
+    ]
+
+
+def start_compiling_kernels(device: str) -> list[Any]:
+    """On a CUDA ``device`` ("cuda" or "cuda:N"), start compiling :func:`fused_path_kernels`
+    side by side on background threads (:func:`gpu_runtime.device.compile_in_background`) and
+    return the threads; elsewhere do nothing. Call it before building the env and the model:
+    on a new machine their first use waited for about 7 s of NVRTC, one module after another."""
+    if not str(device).startswith("cuda"):
+        return []
+    cp = cupy_or_none()
+    if cp is None:
+        return []
+    index = int(str(device).split(":", 1)[1]) if ":" in str(device) else cp.cuda.runtime.getDevice()
+    return compile_in_background(fused_path_kernels(), index)
 
 
 class FusedRollout:

@@ -17,6 +17,7 @@ import numpy as np
 
 from gpu_runtime.device import (
     KernelLauncher,
+    ModuleSpec,
     current_stream,
     load_module,
     require_cupy,
@@ -75,6 +76,11 @@ class KernelArgs:
         return (*self.state, *self.market, *self.params, *self.curiosity)
 
 
+def kernel_module_spec() -> ModuleSpec:
+    """:func:`~gpu_runtime.device.load_module`'s arguments for the env's kernels."""
+    return (KERNEL_FILE, kernel_defines(), KERNEL_OPTIONS, ())
+
+
 class CudaBackend(Backend):
     """Backend whose arrays are CuPy arrays on one CUDA device.
 
@@ -127,7 +133,7 @@ class CudaBackend(Backend):
                 cp.zeros(d, cp.float32),
             )
             self._error = cp.zeros(3, dtype=cp.int64)
-            module = load_module(KERNEL_FILE, kernel_defines(), KERNEL_OPTIONS)
+            module = load_module(*kernel_module_spec())
             self._k_step = module.get_function("trading_step")
             self._k_reset = module.get_function("trading_reset")
             self._k_observe = module.get_function("trading_observe")
