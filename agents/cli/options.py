@@ -156,13 +156,13 @@ def validate(args: argparse.Namespace) -> None:
                 f,
                 "a number in [0, 1): bars before the evaluated part, 0 for all bars",
             )
-    if getattr(args, "predictability_level", None) is not None:
-        _check(
-            0.0 <= args.predictability_level < 1.0,
-            "--predictability-level",
-            args.predictability_level,
-            "[0, 1) (0 turns the test off)",
-        )
+    for name, allowed in (
+        ("predictability_level", "[0, 1) (0 turns the test off)"),
+        ("weight_decay", "a number in [0, 1)"),
+    ):
+        if getattr(args, name, None) is not None:
+            value = getattr(args, name)
+            _check(0.0 <= value < 1.0, "--" + name.replace("_", "-"), value, allowed)
     if getattr(args, "val_fraction", None) is not None:
         _check(0.0 < args.val_fraction <= 0.5, "--val-fraction", args.val_fraction, "(0, 0.5]")
     if getattr(args, "learning_rate", None) is not None:
@@ -174,13 +174,6 @@ def validate(args: argparse.Namespace) -> None:
             "--net-width",
             args.net_width,
             "0 (no hidden layers) or an integer in [2, 4096]",
-        )
-    if getattr(args, "weight_decay", None) is not None:
-        _check(
-            0.0 <= args.weight_decay < 1.0,
-            "--weight-decay",
-            args.weight_decay,
-            "a number in [0, 1)",
         )
     if getattr(args, "final_learning_rate", None) is not None:
         flr = args.final_learning_rate

@@ -190,9 +190,14 @@ def run_one(
     device: str = "cpu",
     budget: ZooBudget = ZooBudget(),
     extra_train_args: Sequence[str] = (),
+    inputs: Callable[[Any, Any], tuple[Any, Any]] | None = None,
 ) -> dict[str, Any]:
     """One zoo run: draw, train as ``train`` does, backtest agent and references out of sample.
 
+    :param inputs: ``(train, test) -> (train, test)``, the split's bars with the network's
+        inputs changed (features fitted on ``train`` appended, for instance: a candidate input
+        measured beside the default, ``benchmarks/regime_features_lab.py``); None: ``train``'s.
+        The references and costs stay the market's.
     :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
     """
     from agents.cli.train import CPU_DEFAULTS, train_settings
@@ -206,6 +211,8 @@ def run_one(
     settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
     data = market_data(market, seed, budget.bars)
     train, test = data.split(args.train_fraction)
+    if inputs is not None:
+        train, test = inputs(train, test)
     per_year = bars_per_year(test.timestamps)
     config = args.config
     run = train_selected(train, test, config, settings, seed=seed, per_year=per_year)
