@@ -84,6 +84,7 @@ TRAIN = ["train", "--device", "cpu", "--out", "out"]
             ["--predictability-level 1.0 is invalid", "[0, 1)"],
         ),
         (TRAIN + ["--predictability-level", "nan"], ["--predictability-level nan is invalid"]),
+        (TRAIN + ["--weight-decay", "1.5"], ["--weight-decay 1.5 is invalid", "[0, 1)"]),
         (TRAIN + ["--eval-every", "0"], ["--eval-every 0 is invalid"]),
         (TRAIN + ["--seed", "-1"], ["--seed -1 is invalid"]),
         (TRAIN + ["--torch-threads", "0"], ["--torch-threads 0 is invalid"]),
