@@ -288,6 +288,8 @@ def test_features_predict_returns_on_a_planted_edge_and_not_on_a_random_walk() -
     found = features_predict_returns(edge)
     assert found["p_value"] < 1e-4 and found["bars"] == 5_999 and found["df"] == 51
     assert features_predict_returns(walk)["p_value"] > 0.01
+    # Too few bars for 51 slopes: no test, step 3 is not taken.
+    assert features_predict_returns(edge.slice_bars(0, 90)) is None
     # Instruments are regressed each on its own next bar, not across the seam between them.
     two = MarketData.synthetic("planted", 3_000, n_instruments=2, seed=3, phi=0.1)
     assert features_predict_returns(two)["bars"] == 2 * 2_999

@@ -159,11 +159,12 @@ def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> Ba
     return BaselineChoice(name, ci)
 
 
-def features_predict_returns(train: MarketData) -> dict[str, float]:
+def features_predict_returns(train: MarketData) -> dict[str, float] | None:
     """Step 3's test on the training window: the robust Wald test that the regression of each
     bar's next log return (close to close, within its instrument) on that bar's features has no
     slope (:func:`gpu_trading_env.reports.metrics.regression_slopes_test`): ``{"statistic",
-    "df", "p_value", "bars"}``."""
+    "df", "p_value", "bars"}``; None where the window has too few bars for the regression
+    (at most two per feature: the test would say nothing), and step 3 is not taken."""
     close = np.asarray(train.close, dtype=np.float64)
     features = np.asarray(train.features, dtype=np.float64)
     rows, nexts = [], []
@@ -173,6 +174,8 @@ def features_predict_returns(train: MarketData) -> dict[str, float]:
         rows.append(idx[:-1])
         nexts.append(np.log(close[idx[1:]] / close[idx[:-1]]))
     at = np.concatenate(rows)
+    if len(at) <= 2 * train.n_features:
+        return None
     return regression_slopes_test(features[at], np.concatenate(nexts))
 
 
