@@ -49,6 +49,17 @@ def cuda_available() -> bool:
     return cupy_or_none() is not None
 
 
+def cuda_index(device: str) -> int | None:
+    """The device number of ``"cuda:N"``; None for ``"cuda"`` (CuPy's current device)."""
+    name = str(device)
+    if ":" not in name:
+        return None
+    number = name.split(":", 1)[1]
+    if not number.isdigit():
+        raise ValueError(f"device = {device!r} is invalid: allowed is 'cuda' or 'cuda:N'")
+    return int(number)
+
+
 def require_cupy(what: str) -> Any:
     """Return ``cupy`` or raise a RuntimeError that says how to get it."""
     cp = cupy_or_none()
@@ -86,8 +97,6 @@ def load_module(
     """
     source = Path(source)
     cp = require_cupy(f"compiling {source.name}")
-    if not source.exists():
-        raise FileNotFoundError(f"kernel file {str(source)!r} not found")
     key = (
         (source, tuple(defines), tuple(options), tuple(include_dirs)),
         cp.cuda.runtime.getDevice(),
@@ -97,6 +106,8 @@ def load_module(
     with lock:
         module = _MODULES.get(key)
         if module is None:
+            if not source.exists():
+                raise FileNotFoundError(f"kernel file {str(source)!r} not found")
             header = "".join(f"#define {k} {v}\n" for k, v in defines)
             code = header + source.read_text()
             folders = (source.parent, INCLUDE_DIR, *include_dirs)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_runtime.device import cuda_index
 from gpu_trading_env.backends.base import Backend
 from gpu_trading_env.core.config import EnvConfig, config_field_names
 
@@ -133,6 +134,5 @@ def make_backend(device: Any, data: Any, config: EnvConfig, num_envs: int) -> Ba
     if name == "cuda" or name.startswith("cuda:"):
         from gpu_trading_env.backends.cuda_backend import CudaBackend
 
-        index = int(name.split(":")[1]) if ":" in name else None
-        return CudaBackend(data, config, num_envs, device_index=index)
+        return CudaBackend(data, config, num_envs, device_index=cuda_index(name))
     raise ValueError(f"device = {device!r} is invalid: allowed is 'cpu', 'cuda' or 'cuda:N'")

@@ -166,17 +166,13 @@ def features_predict_returns(train: MarketData) -> dict[str, float] | None:
     "df", "p_value", "bars"}``; None where the window has too few bars for the regression
     (at most two per feature: the test would say nothing), and step 3 is not taken."""
     close = np.asarray(train.close, dtype=np.float64)
-    features = np.asarray(train.features, dtype=np.float64)
-    rows, nexts = [], []
-    for k in range(train.n_instruments):
-        part = train.instrument_rows(k)
-        idx = np.arange(part.start, part.stop)
-        rows.append(idx[:-1])
-        nexts.append(np.log(close[idx[1:]] / close[idx[:-1]]))
-    at = np.concatenate(rows)
-    if len(at) <= 2 * train.n_features:
+    # Row t against the return from t to t + 1; an instrument's last row has none in ``train``.
+    has_next = np.ones(train.n_bars - 1, dtype=bool)
+    has_next[np.asarray(train.instrument_offsets[1:-1]) - 1] = False
+    if has_next.sum() <= 2 * train.n_features:
         return None
-    return regression_slopes_test(features[at], np.concatenate(nexts))
+    features = np.asarray(train.features, dtype=np.float64)[:-1][has_next]
+    return regression_slopes_test(features, np.log(close[1:] / close[:-1])[has_next])
 
 
 def network_beats_baseline(
@@ -208,13 +204,11 @@ def network_beats_baseline(
         np.stack([c.returns for c in pool]), per_year, level=GATE_LEVEL, chosen=chosen
     )
     predictable = predictability is not None and predictability["p_value"] < predictability_level
-    beat_flat_by = (
-        "significant"
-        if vs_flat["low"] > 0.0
-        else "predictable"
-        if predictable and vs_flat["adjusted"] > 0.0
-        else None
-    )
+    beat_flat_by = None
+    if vs_flat["low"] > 0.0:
+        beat_flat_by = "significant"
+    elif predictable and vs_flat["adjusted"] > 0.0:
+        beat_flat_by = "predictable"
     if name == "flat":
         return GateVerdict(
             beat_flat_by is not None, name, vs_flat, vs_flat, predictability, beat_flat_by

@@ -29,7 +29,7 @@ from agents.replay.tree_kernels import tree_module_spec
 from agents.rollouts.acting import GreedyActor, cast_module_spec
 from agents.rollouts.episode_ring import EpisodeRing, ring_module_spec
 from gpu_runtime.cuda_graph import GraphRunner
-from gpu_runtime.device import ModuleSpec, compile_in_background, cupy_or_none
+from gpu_runtime.device import ModuleSpec, compile_in_background, cuda_index, cupy_or_none
 from gpu_runtime.precision import Precision, check_precision
 
 
@@ -58,8 +58,10 @@ def start_compiling_kernels(device: str) -> list[Any]:
     cp = cupy_or_none()
     if cp is None:
         return []
-    index = int(str(device).split(":", 1)[1]) if ":" in str(device) else cp.cuda.runtime.getDevice()
-    return compile_in_background(fused_path_kernels(), index)
+    index = cuda_index(device)
+    return compile_in_background(
+        fused_path_kernels(), cp.cuda.runtime.getDevice() if index is None else index
+    )
 
 
 class FusedRollout:
