@@ -414,6 +414,17 @@ def test_bad_num_envs_and_device():
         TradingVectorEnv(
             1, "tpu", data=hand_market(wavy_close()), episode_length=5, curiosity_state_dims=7
         )
+    # A CUDA device number that is not a number is refused by name, before CuPy is needed.
+    with pytest.raises(ValueError, match=r"device = 'cuda:1:2' is invalid"):
+        TradingVectorEnv(1, "cuda:1:2", data=hand_market(wavy_close()), episode_length=5)
+
+
+def test_cuda_index_reads_the_device_number() -> None:
+    from gpu_runtime.device import cuda_index
+
+    assert cuda_index("cuda") is None and cuda_index("cuda:0") == 0 and cuda_index("cuda:3") == 3
+    with pytest.raises(ValueError, match="'cuda:x' is invalid"):
+        cuda_index("cuda:x")
 
 
 def test_episode_longer_than_data_is_rejected():
