@@ -3,37 +3,44 @@
 ``benchmarks/regime_learnability.py`` found that the forward filter with parameters fitted by EM
 on the training bars reaches 0.79 of the true filter's out-of-sample Sharpe, while regressions
 on the 51 features find nothing. This script measures the next step: the zoo's runs
-(``agents.pipelines.zoo.run_one``, every ``train`` default) with two inputs appended to the 51
-features, both from a 3-state Gaussian filter fitted by EM on the run's training bars alone and
-run forward over every bar (bar ``t`` uses bars <= t):
+(``agents.pipelines.zoo.run_one``, every ``train`` default) with inputs appended to the 51
+features, all from a 3-state Gaussian HMM fitted by EM on the run's training bars alone and run
+forward over every bar (row ``t`` uses bars <= t; the fitted transition matrix, not only its
+diagonal). The variants (``--variants``):
 
-- ``regime_expected_return``: the filter's forecast of the next log return, ``sum_k p_k mu_k``;
-- ``regime_expected_volatility``: its forecast of the next bar's volatility, ``sum_k p_k sigma_k``;
+- ``er``: the filter's forecast of the next log return, ``sum_k p_k mu_k``;
+- ``er_vol``: that, and its forecast of the next bar's volatility, ``sum_k p_k sigma_k``;
+- ``probs``: the forecast, and the predicted probability of each regime (ordered by fitted mean).
 
-each z-scored with the training bars' mean and standard deviation and clipped as the features
-are. Each market and seed runs twice, with and without them, on the same bars; the table gives
-the agent's out-of-sample Sharpe over the reference's and whether the network was kept. The
-markets without regimes show what the inputs cost where they carry nothing.
+Forecasts are z-scored with the training bars' mean and standard deviation and clipped as the
+features are; probabilities are given as they are, in [0, 1]. The default inputs are the zoo's own
+rows (``gpu-trading-env zoo``), not run again here. Runs go to ``--workers`` processes, the first
+alone (it fills the compilation caches), as the zoo's do.
 
-    python benchmarks/regime_features_lab.py --device cuda --markets regime builtin gbm_flat
-    python benchmarks/regime_features_lab.py --device cpu --seeds 0 1   # the CPU budget
+    python benchmarks/regime_features_lab.py --device cuda --markets regime --variants er er_vol probs
+    python benchmarks/regime_features_lab.py --device cpu --seeds 0 1 --workers 1   # the CPU budget
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import multiprocessing as mp
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
-from regime_learnability import fit_hmm
 
-from agents.pipelines.zoo import MARKETS_BY_NAME, run_one
-from gpu_trading_env.data.features import CLIP
-from gpu_trading_env.data.market_data import MarketData
-from gpu_trading_env.data.synthetic import regime_filter_expected_return
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from regime_learnability import fit_hmm  # noqa: E402
 
-NAMES = ("regime_expected_return", "regime_expected_volatility")
+from agents.pipelines.zoo import MARKETS_BY_NAME, run_one  # noqa: E402
+from gpu_trading_env.data.features import CLIP  # noqa: E402
+from gpu_trading_env.data.market_data import MarketData  # noqa: E402
+
+VARIANTS = ("er", "er_vol", "probs")
 
 
 def _joined(train: MarketData, test: MarketData, features: np.ndarray) -> MarketData:
@@ -50,24 +57,52 @@ def _joined(train: MarketData, test: MarketData, features: np.ndarray) -> Market
     )
 
 
-def with_regime_filter(train: MarketData, test: MarketData) -> tuple[MarketData, MarketData]:
-    """``train`` and ``test`` with the two filter inputs appended (see the module doc)."""
+def predicted_regimes(
+    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray, trans: np.ndarray
+) -> np.ndarray:
+    """``P(regime_{t+1} = k | r_1..r_t)``, float64 [n, k]: the forward filter of a Gaussian HMM
+    (row 0 has seen no return: the uniform prior pushed one step)."""
+    k = len(mus)
+    loglik = -0.5 * ((r[:, None] - mus[None, :]) / sigmas[None, :]) ** 2 - np.log(sigmas)[None, :]
+    lik = np.exp(loglik - loglik.max(axis=1, keepdims=True))
+    out = np.empty((len(r), k))
+    prior = np.full(k, 1.0 / k)
+    for t in range(len(r)):
+        post = prior if t == 0 else prior * lik[t]
+        post = post / post.sum()
+        prior = post @ trans
+        out[t] = prior
+    return out
+
+
+def with_regime_filter(
+    train: MarketData, test: MarketData, variant: str = "er"
+) -> tuple[MarketData, MarketData]:
+    """``train`` and ``test`` with the variant's filter inputs appended (see the module doc)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant = {variant!r} is invalid: allowed are {VARIANTS}")
     if train.n_instruments != 1 or test.n_instruments != 1:
         raise ValueError("the lab's filter inputs are for one instrument (the zoo's markets)")
     close = np.asarray(train.close, dtype=np.float64)
     fit = fit_hmm(np.log(close[1:] / close[:-1]))
-    persistence = float(np.clip(np.diag(fit["trans"]).mean(), 0.0, 0.9999))
-    both = _joined(train, test, np.r_[train.features, test.features])
-    cols = np.stack(
-        [
-            regime_filter_expected_return(both, fit["mus"], fit["sigmas"], persistence),
-            regime_filter_expected_return(both, fit["sigmas"], fit["sigmas"], persistence),
-        ],
-        axis=1,
-    )
+    order = np.argsort(fit["mus"])
+    mus, sigmas = fit["mus"][order], fit["sigmas"][order]
+    trans = fit["trans"][np.ix_(order, order)]
+    all_close = np.r_[close, np.asarray(test.close, dtype=np.float64)]
+    r = np.r_[0.0, np.diff(np.log(all_close))]
+    probs = predicted_regimes(r, mus, sigmas, trans)
+    forecasts = [probs @ mus]
+    names = ["regime_expected_return"]
+    if variant == "er_vol":
+        forecasts.append(probs @ sigmas)
+        names.append("regime_expected_volatility")
+    cols = np.stack(forecasts, axis=1)
     n = train.n_bars
     mean, sd = cols[:n].mean(axis=0), cols[:n].std(axis=0)
     z = np.clip((cols - mean) / np.where(sd > 0, sd, 1.0), -CLIP, CLIP)
+    if variant == "probs":
+        z = np.c_[z, probs]
+        names += [f"regime_{i}_probability" for i in range(len(mus))]
     out = []
     for part, rows in ((train, slice(0, n)), (test, slice(n, None))):
         out.append(
@@ -81,47 +116,75 @@ def with_regime_filter(train: MarketData, test: MarketData) -> tuple[MarketData,
                 timestamps=part.timestamps,
                 instrument_offsets=part.instrument_offsets,
                 instruments=part.instruments,
-                feature_names=(*part.feature_names, *NAMES),
+                feature_names=(*part.feature_names, *names),
                 metadata={
                     **part.metadata,
-                    "regime_filter": {k: v.tolist() for k, v in fit.items()},
+                    "regime_filter": {
+                        "mus": mus.tolist(),
+                        "sigmas": sigmas.tolist(),
+                        "trans": trans.tolist(),
+                    },
                 },
             )
         )
     return out[0], out[1]
 
 
+def _run(market: str, seed: int, device: str, variant: str) -> dict:
+    row = run_one(
+        market, seed, device, inputs=functools.partial(with_regime_filter, variant=variant)
+    )
+    row["inputs"] = variant
+    for k in ("evaluations", "learning_curve", "curves"):
+        row.pop(k, None)
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--markets", nargs="+", default=["regime", "builtin", "gbm_flat"])
+    p.add_argument("--markets", nargs="+", default=["regime"])
+    p.add_argument("--variants", nargs="+", default=["er"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--workers", type=int, default=4)
     p.add_argument("--out", default=None, help="a JSON file for every run's row")
     args = p.parse_args()
     for m in args.markets:
         if m not in MARKETS_BY_NAME:
             p.error(f"--markets {m!r} is invalid: allowed are {sorted(MARKETS_BY_NAME)}")
-    rows = []
+    for v in args.variants:
+        if v not in VARIANTS:
+            p.error(f"--variants {v!r} is invalid: allowed are {list(VARIANTS)}")
+    if args.workers < 1:
+        p.error(f"--workers {args.workers} is invalid: allowed is >= 1")
+    jobs = [(m, s, v) for m in args.markets for v in args.variants for s in args.seeds]
     print(
         f"{'market':16s} {'seed':>4s} {'inputs':>8s} {'ratio':>6s} {'network':>8s} {'kept':>10s} {'s':>5s}"
     )
+    rows = []
+
+    def show(row: dict) -> None:
+        rows.append(row)
+        ratio, net = row["sharpe_ratio"], row["network_sharpe_ratio"]
+        print(
+            f"{row['market']:16s} {row['seed']:4d} {row['inputs']:>8s} "
+            f"{'n/a' if ratio is None else f'{ratio:6.2f}':>6s} "
+            f"{'n/a' if net is None else f'{net:8.2f}':>8s} {row['kept']:>10s} "
+            f"{row['seconds']:5.0f}",
+            flush=True,
+        )
+
+    if args.workers == 1:
+        for job in jobs:
+            show(_run(*job[:2], args.device, job[2]))
+    else:
+        with ProcessPoolExecutor(args.workers, mp_context=mp.get_context("spawn")) as pool:
+            show(pool.submit(_run, jobs[0][0], jobs[0][1], args.device, jobs[0][2]).result())
+            futures = [pool.submit(_run, m, s, args.device, v) for m, s, v in jobs[1:]]
+            for fut in as_completed(futures):
+                show(fut.result())
     for market in args.markets:
-        for seed in args.seeds:
-            for label, inputs in (("51", None), ("51 + 2", with_regime_filter)):
-                row = run_one(market, seed, args.device, inputs=inputs)
-                row["inputs"] = label
-                rows.append(row)
-                ratio = row["sharpe_ratio"]
-                net = row["network_sharpe_ratio"]
-                print(
-                    f"{market:16s} {seed:4d} {label:>8s} "
-                    f"{'n/a' if ratio is None else f'{ratio:6.2f}':>6s} "
-                    f"{'n/a' if net is None else f'{net:8.2f}':>8s} {row['kept']:>10s} "
-                    f"{row['seconds']:5.0f}",
-                    flush=True,
-                )
-    for market in args.markets:
-        for label in ("51", "51 + 2"):
+        for label in args.variants:
             mine = [r for r in rows if r["market"] == market and r["inputs"] == label]
             ratios = [r["sharpe_ratio"] for r in mine if r["sharpe_ratio"] is not None]
             nets = [
