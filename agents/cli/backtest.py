@@ -74,6 +74,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         model = GpuDQN.load(args.model, device="cpu", allow_pickle=args.allow_pickle)
     except ArchiveError as exc:  # refused pickle, damaged file: one line naming the file
         raise UsageError(f"--model: {exc}") from exc
+    selection = getattr(model, "input_selection", None)
+    if selection is not None:
+        # The inputs chosen on the model's training bars, given to these bars the same way.
+        from agents.pipelines.input_selection import InputSelection, apply_inputs
+
+        try:
+            part = apply_inputs(part, InputSelection.from_dict(selection))
+        except ValueError as exc:
+            raise UsageError(f"--model {args.model}: {exc}") from exc
     if model.observation_space.shape != (part.n_features + N_PORTFOLIO_FEATURES,):
         raise UsageError(
             f"--model {args.model} expects {model.observation_space.shape[0]} observation "

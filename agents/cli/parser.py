@@ -215,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
             "at 95%% one-sided confidence; 0 turns the test off",
         )
         g.add_argument(
+            "--all-inputs",
+            action="store_true",
+            help="give the network every feature (default: only those whose slope on the next "
+            "bar's return is significant on the training bars, Holm-corrected, and a fitted "
+            "regime filter's forecast where it predicts out of its fitting sample; the rest are "
+            "zeros; agents/pipelines/input_selection.py)",
+        )
+        g.add_argument(
             "--net-width",
             type=_int,
             default=TrainSettings.net_width,

@@ -83,6 +83,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         train_precision=args.train_precision,
         fallback=not args.no_fallback,
         predictability_level=args.predictability_level,
+        select_inputs=not args.all_inputs,
         net_width=args.net_width,
         weight_decay=args.weight_decay,
         reward_scale=args.reward_scale,

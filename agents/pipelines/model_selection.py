@@ -31,6 +31,7 @@ from agents.pipelines.baseline_policies import (
     network_beats_baseline,
     set_constant_policy,
 )
+from agents.pipelines.input_selection import apply_inputs, select_inputs
 from agents.pipelines.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
@@ -62,15 +63,26 @@ def train_selected(
     :param resume_from: a checkpoint (folder) of a run with the same data, config, settings and
         seed, from which this run continues as if it had not stopped; ``ValueError`` naming
         what differs otherwise.
+    With ``settings.select_inputs`` the network's inputs are chosen on ``train`` first
+    (:mod:`agents.pipelines.input_selection`), and ``train`` and ``test`` get them.
+
     :returns: ``{"model", "test": BacktestResult, "network_test", "kept", "gate",
         "last_test": BacktestResult, "validation": BacktestResult (the kept policy on the
         validation window), "curve", "evals", "selected_step", "train_seconds",
-        "timesteps"}``; ``model`` holds the kept policy: the snapshot best on validation, or,
+        "timesteps", "inputs" (the input selection's ``to_dict``, or None)}``; ``model`` holds the kept policy: the snapshot best on validation, or,
         with ``settings.fallback``, the parameter-free baseline where that snapshot does not
         beat it on validation (``kept`` names which; ``gate`` holds the evidence, see
         :mod:`agents.pipelines.baseline_policies`). ``test`` is the kept policy's out-of-sample backtest,
         ``network_test`` the snapshot's.
     """
+    selection = None
+    if settings.select_inputs:
+        from agents.rollouts.fused import start_compiling_kernels
+
+        # The kernels compile on their threads while the regime filter is fitted here.
+        start_compiling_kernels(settings.device)
+        selection = select_inputs(train)
+        train, test = apply_inputs(train, selection), apply_inputs(test, selection)
     n = int(train.bars_per_instrument.min())
     n_val = max(int(round(settings.val_fraction * n)), 2)
     fit, val = train.split(float(n - n_val) / n)
@@ -91,9 +103,11 @@ def train_selected(
         resume_from=resume_from,
     )
     choice = choose_baseline(train, config, per_year)
-    predictability = (
-        features_predict_returns(train) if settings.predictability_level > 0.0 else None
-    )
+    predictability = None
+    if settings.predictability_level > 0.0:
+        predictability = (
+            features_predict_returns(train) if selection is None else selection.predictability()
+        )
     base_action = baseline_action(choice.name, config)
     k = len(cb.snapshots)
     (val_runs, base_val), (test_runs, base_test) = _backtest_snapshots(
@@ -145,6 +159,8 @@ def train_selected(
             predictability_level=settings.predictability_level,
         )
     model.policy.load_state_dict(cb.snapshots[best][2])
+    # Saved with the model: new bars need the same inputs (apply_inputs) before it acts on them.
+    model.input_selection = None if selection is None else selection.to_dict()
     deployed, deployed_val = test_runs[best], val_runs[best]
     if settings.fallback and not verdict.keep_network:
         set_constant_policy(model, base_action)
@@ -164,6 +180,7 @@ def train_selected(
         "validation": deployed_val,
         "train_seconds": wall,  # the kept network's training; the second's is in cross_fit
         "timesteps": int(model.num_timesteps),
+        "inputs": None if selection is None else selection.to_dict(),
         "cross_fit": None
         if cross is None
         else {

@@ -39,6 +39,10 @@ class TrainSettings:
     # fallback keeps a network whose validation Sharpe is positive allowing for its choice among
     # snapshots, without significance (agents.pipelines.baseline_policies, step 3); 0: off.
     predictability_level: float = 0.01
+    # Give the network only the inputs that predict the next return on the training bars, and a
+    # fitted regime filter's forecast among them (agents.pipelines.input_selection); False: every
+    # feature, no forecast (the releases before).
+    select_inputs: bool = True
     # Dueling network: trunk [w, w], value and advantage heads [w / 2]; 0: no hidden layers. 32
     # fitted the zoo's weak edges out of sample where 64 and 256 fitted more of the training
     # bars' noise (docs/ZOO.md, "Reward scale, width and budget", "Validation window and actions").

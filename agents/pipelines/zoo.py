@@ -248,6 +248,9 @@ def run_one(
         "edge_over_flat_claimed": bool(vs_flat["low"] > 0.0),
         "gate": run["gate"],
         "selected_step": run["selected_step"],
+        "inputs": None
+        if run["inputs"] is None
+        else {k: run["inputs"][k] for k in ("kept", "regime_p_value", "p_value")},
         "evaluations": run["evals"],
         "learning_curve": run["curve"],
         "train_seconds": run["train_seconds"],

@@ -85,7 +85,7 @@ _CSV_FIELDS = [
     "network_sharpe_ratio", "agent_return", "reference_return", "buy_and_hold_return",
     "agent_turnover", "agent_costs", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
     "validation_p_vs_flat", "validation_p_vs_baseline", "validation_adjusted_sharpe",
-    "features_predict_p", "beat_flat_by", "seconds", "error",
+    "features_predict_p", "beat_flat_by", "inputs_kept", "regime_filter_p", "seconds", "error",
 ]  # fmt: skip
 
 
@@ -118,6 +118,9 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
         ),
         "features_predict_p": (r["gate"].get("features_predict_next_return") or {}).get("p_value"),
         "beat_flat_by": r["gate"].get("beat_flat_by") or "",
+        # The input selection (None: --all-inputs, or a row of a release before it).
+        "inputs_kept": " ".join((r.get("inputs") or {}).get("kept", ["(all)"])),
+        "regime_filter_p": (r.get("inputs") or {}).get("regime_p_value"),
         "seconds": r["seconds"],
         "error": "",
     }

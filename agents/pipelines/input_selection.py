@@ -1,0 +1,286 @@
+"""The network's inputs, chosen on the training bars: the features that predict the next return,
+and a fitted regime filter's forecast.
+
+A Q-network fed every feature fits the noise of those that carry nothing, and on a market whose
+edge sits in a slowly moving hidden state it fits nothing else. On the zoo's regime market a
+regression of the next return on the 51 features and a fitted filter's forecast lost out of
+sample in four seeds of five, linear or not, while the same regression on the forecast alone
+reached the true filter's Sharpe (docs/ZOO.md, "The regime market"): the features are persistent
+over the regimes' hundreds of bars, so the training window holds a few dozen independent
+episodes of them, not 16,000 bars. So ``train`` gives the network only what the training bars
+show to predict:
+
+1. **A regime filter's forecast.** A 3-state Gaussian HMM is fitted by EM to the training bars'
+   log returns (:mod:`gpu_trading_env.data.regime_filter`); its filtered forecast of the next
+   return, ``regime_expected_return``, z-scored on the training bars, is appended to the
+   features. It is kept where it predicts the next return **out of the sample it was fitted
+   on**: fitted on each half of the training bars and tested on the other (the slope of the
+   next return on the forecast, HC3-robust; the two halves' t-statistics summed, one-sided).
+   Tested on the bars it was fitted on, the forecast "predicted" a driftless random walk in 20%
+   of draws at 1%: EM finds the walk's runs and calls them regimes.
+2. **The features**: each feature's slope on the next return, HC3-robust, two-sided, with
+   Holm's step-down correction over the features.
+
+The two families split :data:`SELECTION_LEVEL` between them (half each), so where nothing
+predicts the returns the network sees any input at all in at most 1% of markets. The columns not
+kept stay in the observation as zeros, so the observation's shape does not depend on the data.
+The selection's family-wise p-value is the fallback's predictability test (step 3 of
+:mod:`agents.pipelines.baseline_policies`).
+
+The selection is saved with the model (``model.input_selection``), and
+:func:`apply_inputs` gives new bars the same inputs (``gpu-trading-env evaluate`` does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpu_trading_env.data.features import CLIP
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.data.regime_filter import GaussianHMM, fit_gaussian_hmm, predicted_regimes
+from gpu_trading_env.reports.metrics import regression_slopes_test
+
+__all__ = [
+    "MIN_REGIME_BARS",
+    "MIN_TEST_BARS",
+    "REGIME_INPUT",
+    "SELECTION_LEVEL",
+    "InputSelection",
+    "apply_inputs",
+    "select_inputs",
+]
+
+REGIME_INPUT = "regime_expected_return"
+# Family-wise level of the selection: where no input predicts the next return, the probability
+# that any is kept.
+SELECTION_LEVEL = 0.01
+# Bars each half of the training window needs for the regime filter to be fitted and tested
+# (regimes last hundreds of bars; fewer bars than this hold too few of them to fit three).
+MIN_REGIME_BARS = 2_000
+# Bars with a next return the features' tests need (each is a regression on one feature). A
+# window this short keeps a feature only where its slope is far beyond chance.
+MIN_TEST_BARS = 10
+
+
+@dataclass(frozen=True)
+class InputSelection:
+    """What :func:`select_inputs` chose, and the evidence; JSON-ready through :meth:`to_dict`."""
+
+    feature_names: tuple[str, ...]  # the data's own features, in order
+    kept: tuple[str, ...]  # inputs given to the network (REGIME_INPUT among them if kept)
+    regime: GaussianHMM | None  # fitted on every training bar; None: too few bars
+    regime_mean: float  # z-score of the forecast over the training bars
+    regime_std: float
+    regime_p_value: float | None  # one-sided, cross-fitted; None: not tested
+    feature_p_values: dict[str, float] = field(default_factory=dict)  # two-sided, unadjusted
+    p_value: float = 1.0  # family-wise: below the level, some input is kept
+    bars: int = 0
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The observation's feature columns: the data's, then the forecast."""
+        return (*self.feature_names, REGIME_INPUT)
+
+    def predictability(self) -> dict[str, float]:
+        """The fallback's step 3 test (``features_predict_returns``' keys)."""
+        return {
+            "statistic": float(len(self.kept)),
+            "df": float(len(self.feature_names) + 1),
+            "p_value": float(self.p_value),
+            "bars": float(self.bars),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feature_names": list(self.feature_names),
+            "kept": list(self.kept),
+            "regime": None if self.regime is None else self.regime.to_dict(),
+            "regime_mean": self.regime_mean,
+            "regime_std": self.regime_std,
+            "regime_p_value": self.regime_p_value,
+            "feature_p_values": dict(self.feature_p_values),
+            "p_value": self.p_value,
+            "bars": self.bars,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> InputSelection:
+        """The inverse of :meth:`to_dict` (a model file's ``input_selection``)."""
+        try:
+            regime = d["regime"]
+            model = None
+            if regime is not None:
+                model = GaussianHMM(
+                    mus=np.asarray(regime["mus"], dtype=np.float64),
+                    sigmas=np.asarray(regime["sigmas"], dtype=np.float64),
+                    transition=np.asarray(regime["transition"], dtype=np.float64),
+                    initial=np.asarray(regime["initial"], dtype=np.float64),
+                    log_likelihood=float(regime["log_likelihood"]),
+                    iterations=int(regime["iterations"]),
+                )
+            sel = cls(
+                feature_names=tuple(d["feature_names"]),
+                kept=tuple(d["kept"]),
+                regime=model,
+                regime_mean=float(d["regime_mean"]),
+                regime_std=float(d["regime_std"]),
+                regime_p_value=None if d["regime_p_value"] is None else float(d["regime_p_value"]),
+                feature_p_values={str(k): float(v) for k, v in d["feature_p_values"].items()},
+                p_value=float(d["p_value"]),
+                bars=int(d["bars"]),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"input_selection is malformed: {exc!r}") from exc
+        unknown = sorted(set(sel.kept) - set(sel.input_names))
+        if unknown:
+            raise ValueError(f"input_selection keeps {unknown}, which are not among its inputs")
+        return sel
+
+
+def _instrument_returns(data: MarketData) -> list[tuple[int, int, np.ndarray]]:
+    """``(start, stop, r)`` per instrument, ``r[j]`` the log return into row ``start + j``
+    (``r[0] = 0``: the first row has no previous close in ``data``)."""
+    close = np.asarray(data.close, dtype=np.float64)
+    offsets = np.asarray(data.instrument_offsets)
+    out = []
+    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
+        r = np.zeros(int(b - a))
+        r[1:] = np.diff(np.log(close[a:b]))
+        out.append((int(a), int(b), r))
+    return out
+
+
+def _forecast(data: MarketData, model: GaussianHMM) -> np.ndarray:
+    """The filter's expected next log return at every row of ``data``: float64 [n_bars]; each
+    instrument's filter starts from the model's initial probabilities at its first row."""
+    out = np.empty(data.n_bars)
+    for a, b, r in _instrument_returns(data):
+        out[a:b] = predicted_regimes(r, model) @ model.mus
+    return out
+
+
+def _slope_z(x: np.ndarray, y: np.ndarray) -> float:
+    """Signed HC3-robust z-statistic of the slope of ``y`` on ``x`` (0 where ``x`` is constant)."""
+    test = regression_slopes_test(x[:, None], y)
+    if test["df"] == 0:
+        return 0.0
+    cx = x - x.mean()
+    return math.copysign(math.sqrt(test["statistic"]), float(cx @ (y - y.mean())))
+
+
+def _regime_p_value(pieces: list[np.ndarray]) -> float | None:
+    """The forecast's cross-fitted one-sided p-value (module doc, step 1); None where a half of
+    the training bars is shorter than MIN_REGIME_BARS."""
+    halves = [(r[: len(r) // 2], r[len(r) // 2 :]) for r in pieces]
+    if min(len(h) for pair in halves for h in pair) < MIN_REGIME_BARS:
+        return None
+    z = 0.0
+    for fit_side in (0, 1):
+        model = fit_gaussian_hmm([pair[fit_side] for pair in halves])
+        xs, ys = [], []
+        for pair in halves:
+            r = pair[1 - fit_side]
+            forecast = predicted_regimes(np.r_[0.0, r], model) @ model.mus
+            xs.append(forecast[:-1])  # made before bar t's return, compared with it
+            ys.append(r)
+        z += _slope_z(np.concatenate(xs), np.concatenate(ys))
+    return 0.5 * math.erfc(z / math.sqrt(2.0) / math.sqrt(2.0))
+
+
+def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSelection:
+    """Choose the network's inputs on the training bars ``train`` (module doc).
+
+    :param level: family-wise level in (0, 1), split evenly between the forecast and the
+        features.
+    :raises ValueError: on a bad ``level`` (named), or training bars too few for the tests.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level = {level!r} is invalid: allowed is a number in (0, 1)")
+    # Row t's inputs against the return from t to t + 1, within each instrument.
+    rows = _instrument_returns(train)
+    x_rows, y_rows, pieces = [], [], []
+    features = np.asarray(train.features, dtype=np.float64)
+    for a, b, r in rows:
+        x_rows.append(features[a : b - 1])
+        y_rows.append(r[1:])
+        pieces.append(r[1:])
+    x = np.concatenate(x_rows)
+    y = np.concatenate(y_rows)
+    k = train.n_features
+    if len(y) < MIN_TEST_BARS:
+        raise ValueError(
+            f"train has {len(y)} bars with a next return: allowed is at least {MIN_TEST_BARS} "
+            "to test what predicts it (--all-inputs skips the selection)"
+        )
+    p_features = {}
+    for j, name in enumerate(train.feature_names):
+        test = regression_slopes_test(x[:, j : j + 1], y)
+        p_features[name] = float(test["p_value"]) if test["df"] > 0 else 1.0
+    # Holm's step-down over the features, at half the level.
+    ordered = sorted(p_features, key=p_features.__getitem__)
+    kept_features = []
+    for i, name in enumerate(ordered):
+        if p_features[name] * (k - i) >= level / 2.0:
+            break
+        kept_features.append(name)
+    p_regime = _regime_p_value(pieces)
+    model = None
+    mean, std = 0.0, 1.0
+    if p_regime is not None:
+        model = fit_gaussian_hmm(pieces)
+        forecast = _forecast(train, model)
+        mean, std = float(forecast.mean()), float(forecast.std())
+        std = std if std > 0.0 else 1.0
+    keep_regime = p_regime is not None and p_regime < level / 2.0
+    smallest = min(p_features.values()) * k if p_features else 1.0
+    family = min(1.0, 2.0 * smallest, 2.0 * (1.0 if p_regime is None else p_regime))
+    kept = tuple(n for n in train.feature_names if n in kept_features)
+    return InputSelection(
+        feature_names=tuple(train.feature_names),
+        kept=(*kept, REGIME_INPUT) if keep_regime else kept,
+        regime=model,
+        regime_mean=mean,
+        regime_std=std,
+        regime_p_value=p_regime,
+        feature_p_values=p_features,
+        p_value=family,
+        bars=len(y),
+    )
+
+
+def apply_inputs(data: MarketData, selection: InputSelection) -> MarketData:
+    """``data`` with the selection's inputs: the forecast appended (z-scored as on the training
+    bars, clipped as the features are), and every column not kept set to zero.
+
+    :raises ValueError: where ``data``'s features are not those the selection was made on.
+    """
+    if tuple(data.feature_names) != selection.feature_names:
+        raise ValueError(
+            f"data has features {list(data.feature_names)[:5]}... ({data.n_features}); the "
+            f"input selection was made on {list(selection.feature_names)[:5]}... "
+            f"({len(selection.feature_names)}): allowed is data with the same features"
+        )
+    column = np.zeros(data.n_bars)
+    if selection.regime is not None and REGIME_INPUT in selection.kept:
+        z = (_forecast(data, selection.regime) - selection.regime_mean) / selection.regime_std
+        column = np.clip(z, -CLIP, CLIP)
+    mask = np.array([n in selection.kept for n in selection.feature_names], dtype=np.float32)
+    return MarketData(
+        features=np.c_[np.asarray(data.features, dtype=np.float32) * mask, column].astype(
+            np.float32
+        ),
+        open=data.open,
+        high=data.high,
+        low=data.low,
+        close=data.close,
+        volume=data.volume,
+        timestamps=data.timestamps,
+        instrument_offsets=data.instrument_offsets,
+        instruments=data.instruments,
+        feature_names=selection.input_names,
+        metadata={**data.metadata, "input_selection": list(selection.kept)},
+    )

@@ -1,0 +1,221 @@
+"""A Gaussian hidden Markov model of per-bar log returns: fitted by EM, run forward as a filter.
+
+Markets that switch between regimes (bull, bear, sideways) carry their edge in a hidden state
+that persists for hundreds of bars. The indicator features, whose windows are at most 100 bars
+and which are z-scored over the last 1,000, do not summarise that state: on the zoo's regime
+market a regression of the next return on them finds nothing out of sample, while the forward
+filter of a 3-state Gaussian HMM fitted by EM on the same training bars reaches 0.79 of the true
+filter's Sharpe (``benchmarks/regime_learnability.py``). This module holds that model:
+
+- :func:`fit_gaussian_hmm`: Baum-Welch on one series of log returns (or several, one per
+  instrument), regimes ordered by their mean;
+- :func:`predicted_regimes`: the forward filter, ``P(regime_{t+1} = k | r_1..r_t)`` for every
+  bar, so that row ``t`` uses bars ``<= t`` only.
+
+Both recursions are linear in the unnormalised probabilities (``alpha_t = alpha_{t-1} A
+diag(lik_t)``), so they are computed as a blocked scan: products of the per-bar matrices within
+blocks of :data:`SCAN_BLOCK` bars, vectorised over the blocks, then one pass over the blocks. A
+16,000-bar series takes milliseconds an EM iteration in NumPy instead of a Python loop over the
+bars. Any positive factor on a bar's row drops out where it is normalised, so every product is
+rescaled as it is formed and nothing under- or overflows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "RESCALE_EVERY",
+    "SCAN_BLOCK",
+    "GaussianHMM",
+    "fit_gaussian_hmm",
+    "predicted_regimes",
+]
+
+SCAN_BLOCK = 128
+# A bar's matrix has entries <= 1 and a largest entry >= the regime's probability of staying,
+# and a product of n of them no entry below the smallest transition probability to the n-th
+# power: rescaled every 16 bars, nothing comes near float64's range (about 1e-308).
+RESCALE_EVERY = 16
+# A regime's volatility is kept above this fraction of the series' own: without a floor EM can
+# shrink one regime onto a few nearly equal returns and its likelihood grows without bound.
+SIGMA_FLOOR = 0.05
+
+
+@dataclass(frozen=True)
+class GaussianHMM:
+    """A fitted model: regime ``k`` has per-bar log-return mean ``mus[k]`` and standard
+    deviation ``sigmas[k]`` (float64 [K], ``mus`` ascending); ``transition[i, j]`` is
+    ``P(regime_{t+1} = j | regime_t = i)`` (float64 [K, K], rows sum to 1); ``initial`` the first
+    bar's regime probabilities (float64 [K])."""
+
+    mus: np.ndarray
+    sigmas: np.ndarray
+    transition: np.ndarray
+    initial: np.ndarray
+    log_likelihood: float
+    iterations: int
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready parameters."""
+        return {
+            "mus": self.mus.tolist(),
+            "sigmas": self.sigmas.tolist(),
+            "transition": self.transition.tolist(),
+            "initial": self.initial.tolist(),
+            "log_likelihood": self.log_likelihood,
+            "iterations": self.iterations,
+        }
+
+
+def _prefix_products(start: np.ndarray, mats: np.ndarray) -> np.ndarray:
+    """Rows ``v_t = v_{t-1} @ mats[t-1]`` from ``v_0 = start``, each normalised to sum 1:
+    float64 [n + 1, K] for ``mats`` [n, K, K] with non-negative entries."""
+    n, k, _ = mats.shape
+    out = np.empty((n + 1, k))
+    out[0] = start / start.sum()
+    if n == 0:
+        return out
+    blocks = -(-n // SCAN_BLOCK)
+    padded = np.broadcast_to(np.eye(k), (blocks * SCAN_BLOCK, k, k)).copy()
+    padded[:n] = mats
+    padded = padded.reshape(blocks, SCAN_BLOCK, k, k)
+    local = np.empty_like(padded)
+    local[:, 0] = padded[:, 0] / padded[:, 0].max(axis=(1, 2), keepdims=True)
+    for j in range(1, SCAN_BLOCK):
+        np.matmul(local[:, j - 1], padded[:, j], out=local[:, j])
+        if j % RESCALE_EVERY == 0:
+            local[:, j] /= local[:, j].max(axis=(1, 2), keepdims=True)
+    carry = np.empty((blocks, k))
+    carry[0] = out[0]
+    for b in range(1, blocks):
+        v = carry[b - 1] @ local[b - 1, -1]
+        carry[b] = v / v.sum()
+    rows = np.einsum("bi,bjik->bjk", carry, local).reshape(blocks * SCAN_BLOCK, k)[:n]
+    out[1:] = rows / rows.sum(axis=1, keepdims=True)
+    return out
+
+
+def _likelihoods(r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bar Gaussian likelihoods under each regime, each row divided by its largest entry
+    (float64 [T, K]), and the log of that divisor (float64 [T])."""
+    loglik = -0.5 * ((r[:, None] - mus[None, :]) / sigmas[None, :]) ** 2 - np.log(sigmas)[None, :]
+    top = loglik.max(axis=1)
+    return np.exp(loglik - top[:, None]), top - 0.5 * np.log(2.0 * np.pi)
+
+
+def _forward_backward(
+    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray, trans: np.ndarray, initial: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Posterior regime probabilities (float64 [T, K]), expected transition counts (float64
+    [K, K]) and the log-likelihood of one series."""
+    lik, offset = _likelihoods(r, mus, sigmas)
+    # alpha_t ∝ P(regime_t, r_1..r_t); beta_t ∝ P(r_{t+1}..r_T | regime_t).
+    alpha = _prefix_products(initial * lik[0], trans[None, :, :] * lik[1:, None, :])
+    beta_rev = _prefix_products(
+        np.ones(len(mus)), (trans[None, :, :] * lik[:0:-1, None, :]).transpose(0, 2, 1)
+    )
+    beta = beta_rev[::-1]
+    gamma = alpha * beta
+    gamma /= gamma.sum(axis=1, keepdims=True)
+    xi = alpha[:-1, :, None] * trans[None] * (lik[1:] * beta[1:])[:, None, :]
+    xi /= xi.sum(axis=(1, 2), keepdims=True)
+    # log P(r_t | r_1..r_{t-1}) from the normalised forward rows.
+    step = np.empty(len(r))
+    step[0] = (initial * lik[0]).sum()
+    step[1:] = ((alpha[:-1] @ trans) * lik[1:]).sum(axis=1)
+    return gamma, xi.sum(axis=0), float(np.log(step).sum() + offset.sum())
+
+
+def fit_gaussian_hmm(
+    returns: np.ndarray | Sequence[np.ndarray],
+    n_regimes: int = 3,
+    *,
+    max_iterations: int = 60,
+    tolerance: float = 1e-8,
+) -> GaussianHMM:
+    """Baum-Welch (EM) fit of a ``n_regimes``-state Gaussian HMM to per-bar log returns.
+
+    Started from regimes that differ in volatility only (quantiles of the absolute return,
+    zero means, each regime kept with probability 0.99 a bar), which is what separates bull,
+    bear and sideways markets first. Stops when the log-likelihood gains less than
+    ``tolerance`` times the number of bars in an iteration, or after ``max_iterations``.
+
+    :param returns: float [T] log returns, or one such array per instrument (each its own
+        chain, the parameters shared); finite; at least ``10 * n_regimes`` bars in all.
+    :raises ValueError: on a bad argument, naming it.
+    """
+    series = [returns] if isinstance(returns, np.ndarray) else list(returns)
+    series = [np.asarray(s, dtype=np.float64).ravel() for s in series]
+    series = [s for s in series if len(s) > 0]
+    if not isinstance(n_regimes, int) or n_regimes < 2:
+        raise ValueError(f"n_regimes = {n_regimes!r} is invalid: allowed is an int >= 2")
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations = {max_iterations!r} is invalid: allowed is >= 1")
+    total = sum(len(s) for s in series)
+    if total < 10 * n_regimes:
+        raise ValueError(
+            f"returns has {total} bars: allowed is at least {10 * n_regimes} for {n_regimes} regimes"
+        )
+    for s in series:
+        if not np.isfinite(s).all():
+            raise ValueError("returns holds non-finite values: allowed are finite log returns")
+    flat = np.concatenate(series)
+    scale = float(flat.std())
+    if scale == 0.0:
+        raise ValueError("returns is constant: a regime model needs returns that vary")
+    sigmas = np.quantile(np.abs(flat - flat.mean()), np.linspace(0.3, 0.9, n_regimes)) * 1.25
+    sigmas = np.maximum(sigmas, SIGMA_FLOOR * scale)
+    mus = np.full(n_regimes, flat.mean())
+    trans = np.full((n_regimes, n_regimes), 0.01 / (n_regimes - 1))
+    np.fill_diagonal(trans, 0.99)
+    initial = np.full(n_regimes, 1.0 / n_regimes)
+    previous = -np.inf
+    loglik = -np.inf
+    iterations = 0
+    for iterations in range(1, max_iterations + 1):
+        gammas, counts, loglik = [], np.zeros((n_regimes, n_regimes)), 0.0
+        for s in series:
+            g, c, ll = _forward_backward(s, mus, sigmas, trans, initial)
+            gammas.append(g)
+            counts += c
+            loglik += ll
+        gamma = np.concatenate(gammas)
+        weight = gamma.sum(axis=0)
+        mus = (gamma * flat[:, None]).sum(axis=0) / weight
+        sigmas = np.sqrt((gamma * (flat[:, None] - mus) ** 2).sum(axis=0) / weight)
+        sigmas = np.maximum(sigmas, SIGMA_FLOOR * scale)
+        trans = counts / counts.sum(axis=1, keepdims=True)
+        initial = np.mean([g[0] for g in gammas], axis=0)
+        if loglik - previous < tolerance * total:
+            break
+        previous = loglik
+    order = np.argsort(mus)
+    return GaussianHMM(
+        mus=mus[order],
+        sigmas=sigmas[order],
+        transition=trans[np.ix_(order, order)],
+        initial=initial[order],
+        log_likelihood=float(loglik),
+        iterations=iterations,
+    )
+
+
+def predicted_regimes(returns: np.ndarray, model: GaussianHMM) -> np.ndarray:
+    """The forward filter's ``P(regime_{t+1} = k | r_1..r_t)``: float64 [T, K].
+
+    ``returns[t]`` is bar ``t``'s log return (``returns[0]``, which has no previous bar, is not
+    read: row 0 is the model's initial probabilities pushed one bar). Row ``t`` depends on
+    ``returns[:t + 1]`` only, so the filter can run over training and later bars as one series.
+    """
+    r = np.asarray(returns, dtype=np.float64).ravel()
+    if len(r) == 0:
+        return np.empty((0, len(model.mus)))
+    if not np.isfinite(r).all():
+        raise ValueError("returns holds non-finite values: allowed are finite log returns")
+    lik, _ = _likelihoods(r, model.mus, model.sigmas)
+    filtered = _prefix_products(model.initial, model.transition[None] * lik[1:, None, :])
+    return filtered @ model.transition
