@@ -99,7 +99,9 @@ def _prefix_products(start: np.ndarray, mats: np.ndarray) -> np.ndarray:
     return out
 
 
-def _likelihoods(r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _likelihoods(
+    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-bar Gaussian likelihoods under each regime, each row divided by its largest entry
     (float64 [T, K]), and the log of that divisor (float64 [T])."""
     loglik = -0.5 * ((r[:, None] - mus[None, :]) / sigmas[None, :]) ** 2 - np.log(sigmas)[None, :]
@@ -176,7 +178,8 @@ def fit_gaussian_hmm(
     previous = -np.inf
     loglik = -np.inf
     iterations = 0
-    for iterations in range(1, max_iterations + 1):
+    while iterations < max_iterations:
+        iterations += 1
         gammas, counts, loglik = [], np.zeros((n_regimes, n_regimes)), 0.0
         for s in series:
             g, c, ll = _forward_backward(s, mus, sigmas, trans, initial)
