@@ -37,8 +37,10 @@ So ``train`` keeps the network only when it beats the best policy that has nothi
    check's point estimate, ``adjusted``) is above zero, the hold condition unchanged. On a
    market without an edge this adds at most ``predictability_level`` to the chance of keeping
    a network, whatever the network does: both tests must pass, and the first fails that
-   often. A market whose edge is not linear in the features (the zoo's regime market) gains
-   nothing from it.
+   often. With ``train``'s input selection (:mod:`agents.pipelines.input_selection`, the
+   default) the test is the selection's family-wise p-value instead: the features' slopes one
+   by one with Holm's correction, and a fitted regime filter's forecast tested out of its
+   fitting sample, which carries the regime market's edge where no feature does linearly.
 
 Costs are in every curve, so a network that trades an edge too small to pay for its turnover
 loses to the baseline too.
