@@ -27,18 +27,16 @@ import argparse
 import functools
 import json
 import multiprocessing as mp
-import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regime_learnability import fit_hmm  # noqa: E402
-
-from agents.pipelines.zoo import MARKETS_BY_NAME, run_one  # noqa: E402
-from gpu_trading_env.data.features import CLIP  # noqa: E402
-from gpu_trading_env.data.market_data import MarketData  # noqa: E402
+from agents.pipelines.zoo import MARKETS_BY_NAME, run_one
+from gpu_trading_env.data.features import CLIP
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.data.regime_filter import fit_gaussian_hmm
+from gpu_trading_env.data.regime_filter import predicted_regimes as forward_filter
 
 VARIANTS = ("er", "er_vol", "probs")
 
@@ -57,24 +55,6 @@ def _joined(train: MarketData, test: MarketData, features: np.ndarray) -> Market
     )
 
 
-def predicted_regimes(
-    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray, trans: np.ndarray
-) -> np.ndarray:
-    """``P(regime_{t+1} = k | r_1..r_t)``, float64 [n, k]: the forward filter of a Gaussian HMM
-    (row 0 has seen no return: the uniform prior pushed one step)."""
-    k = len(mus)
-    loglik = -0.5 * ((r[:, None] - mus[None, :]) / sigmas[None, :]) ** 2 - np.log(sigmas)[None, :]
-    lik = np.exp(loglik - loglik.max(axis=1, keepdims=True))
-    out = np.empty((len(r), k))
-    prior = np.full(k, 1.0 / k)
-    for t in range(len(r)):
-        post = prior if t == 0 else prior * lik[t]
-        post = post / post.sum()
-        prior = post @ trans
-        out[t] = prior
-    return out
-
-
 def with_regime_filter(
     train: MarketData, test: MarketData, variant: str = "er"
 ) -> tuple[MarketData, MarketData]:
@@ -84,13 +64,10 @@ def with_regime_filter(
     if train.n_instruments != 1 or test.n_instruments != 1:
         raise ValueError("the lab's filter inputs are for one instrument (the zoo's markets)")
     close = np.asarray(train.close, dtype=np.float64)
-    fit = fit_hmm(np.log(close[1:] / close[:-1]))
-    order = np.argsort(fit["mus"])
-    mus, sigmas = fit["mus"][order], fit["sigmas"][order]
-    trans = fit["trans"][np.ix_(order, order)]
+    fit = fit_gaussian_hmm(np.log(close[1:] / close[:-1]))
+    mus, sigmas = fit.mus, fit.sigmas
     all_close = np.r_[close, np.asarray(test.close, dtype=np.float64)]
-    r = np.r_[0.0, np.diff(np.log(all_close))]
-    probs = predicted_regimes(r, mus, sigmas, trans)
+    probs = forward_filter(np.r_[0.0, np.diff(np.log(all_close))], fit)
     forecasts = [probs @ mus]
     names = ["regime_expected_return"]
     if variant == "er_vol":
@@ -119,11 +96,7 @@ def with_regime_filter(
                 feature_names=(*part.feature_names, *names),
                 metadata={
                     **part.metadata,
-                    "regime_filter": {
-                        "mus": mus.tolist(),
-                        "sigmas": sigmas.tolist(),
-                        "trans": trans.tolist(),
-                    },
+                    "regime_filter": fit.to_dict(),
                 },
             )
         )

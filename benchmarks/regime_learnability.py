@@ -25,7 +25,7 @@ import numpy as np
 
 from agents.pipelines.zoo import MARKETS_BY_NAME, market_data, reference_exposures
 from gpu_trading_env.data.features import FEATURE_NAMES
-from gpu_trading_env.data.synthetic import regime_filter_expected_return
+from gpu_trading_env.data.regime_filter import fit_gaussian_hmm, predicted_regimes
 
 COST = 1e-4  # 1 bp of traded notional
 TRAIN = 16_000  # the zoo's training bars (80% of 20,000)
@@ -36,46 +36,6 @@ def sharpe_after_costs(exposure: np.ndarray, returns: np.ndarray, per_year: floa
     """Annualised Sharpe of ``exposure * returns`` minus 1 bp per unit of exposure traded."""
     pnl = exposure * returns - np.abs(np.diff(np.r_[0.0, exposure])) * COST
     return float(pnl.mean() / pnl.std(ddof=1) * math.sqrt(per_year))
-
-
-def fit_hmm(r: np.ndarray, k: int = 3, iters: int = 60, seed: int = 0) -> dict[str, np.ndarray]:
-    """Gaussian HMM by EM on log returns ``r``: means, standard deviations, transition matrix.
-
-    Started from regimes sorted by volatility (quantiles of the absolute return), which is what
-    separates them here; scaled forward-backward.
-    """
-    n = len(r)
-    sd = np.quantile(np.abs(r), np.linspace(0.3, 0.9, k)) * 1.25
-    mu = np.zeros(k)
-    trans = np.full((k, k), 0.01 / (k - 1))
-    np.fill_diagonal(trans, 0.99)
-    pi = np.full(k, 1.0 / k)
-    for _ in range(iters):
-        lik = np.exp(-0.5 * ((r[:, None] - mu) / sd) ** 2) / sd
-        alpha = np.empty((n, k))
-        scale = np.empty(n)
-        a = pi * lik[0]
-        for t in range(n):
-            if t:
-                a = (alpha[t - 1] @ trans) * lik[t]
-            scale[t] = a.sum()
-            alpha[t] = a / scale[t]
-        beta = np.empty((n, k))
-        beta[-1] = 1.0
-        for t in range(n - 2, -1, -1):
-            beta[t] = trans @ (lik[t + 1] * beta[t + 1]) / scale[t + 1]
-        gamma = alpha * beta
-        gamma /= gamma.sum(axis=1, keepdims=True)
-        xi = (alpha[:-1, :, None] * trans[None] * (lik[1:] * beta[1:])[:, None, :]) / scale[
-            1:, None, None
-        ]
-        trans = xi.sum(axis=0)
-        trans /= trans.sum(axis=1, keepdims=True)
-        w = gamma.sum(axis=0)
-        mu = (gamma * r[:, None]).sum(axis=0) / w
-        sd = np.sqrt((gamma * (r[:, None] - mu) ** 2).sum(axis=0) / w)
-        pi = gamma[0]
-    return {"mus": mu, "sigmas": sd, "trans": trans}
 
 
 def ridge_forecast(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, lam: float) -> np.ndarray:
@@ -98,11 +58,10 @@ def one_seed(seed: int) -> dict[str, float]:
     }
     out = {"true filter": max(truth.values())}
     # EM on the training bars' log returns, then the forward filter over every bar with the
-    # fitted parameters (its diagonal persistence, as the generator's switching is symmetric).
-    logr = np.log(close[1:TRAIN] / close[: TRAIN - 1])
-    fit = fit_hmm(logr, seed=seed)
-    persistence = float(np.clip(np.diag(fit["trans"]).mean(), 0.0, 0.9999))
-    m = regime_filter_expected_return(data, fit["mus"], fit["sigmas"], persistence)
+    # fitted parameters (gpu_trading_env.data.regime_filter, as train's input selection).
+    logr = np.r_[0.0, np.log(close[1:] / close[:-1])]
+    fit = fit_gaussian_hmm(logr[1:TRAIN])
+    m = predicted_regimes(logr, fit) @ fit.mus
     out["EM-fitted filter"] = sharpe_after_costs(np.sign(m[:-1][test]), ret[test], per_year)
     x = np.asarray(data.features, dtype=np.float64)[:-1]
     vol = [FEATURE_NAMES.index(f) for f in VOL_FEATURES]
