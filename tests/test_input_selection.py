@@ -174,3 +174,16 @@ def test_eval_gives_a_model_the_inputs_it_was_trained_with(tmp_path, monkeypatch
     assert every.input_selection is None
     assert model.observation_space.shape[0] == every.observation_space.shape[0] + 1
     capsys.readouterr()
+
+
+def test_train_says_what_the_network_was_given():
+    from agents.cli.train import describe_inputs
+
+    assert describe_inputs([], 51, REGIME_INPUT).startswith(
+        "0 of 51 features: nothing predicted the next return"
+    )
+    line = describe_inputs(["a", "b", "c", "d", "e", REGIME_INPUT], 51, REGIME_INPUT)
+    assert line.startswith("5 of 51 features (a, b, c, d, ...) and the fitted regime filter's")
+    assert describe_inputs([REGIME_INPUT], 51, REGIME_INPUT).startswith(
+        "0 of 51 features and the fitted regime filter's forecast (--all-inputs"
+    )

@@ -107,6 +107,21 @@ def resume_folder(given: str) -> Path:
         raise UsageError(f"--resume {given}: {exc}") from exc
 
 
+def describe_inputs(kept: list[str], n_features: int, regime: str) -> str:
+    """One line on what the input selection gave the network."""
+    features = [k for k in kept if k != regime]
+    parts = [f"{len(features)} of {n_features} features"]
+    if features:
+        shown = ", ".join(features[:4]) + (", ..." if len(features) > 4 else "")
+        parts[0] += f" ({shown})"
+    if regime in kept:
+        parts.append("the fitted regime filter's forecast")
+    text = " and ".join(parts)
+    if not kept:
+        text += ": nothing predicted the next return on the training bars"
+    return text + " (--all-inputs gives every feature)"
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from agents.pipelines.backtest_policies import known_rule
     from agents.pipelines.model_selection import train_selected
@@ -186,6 +201,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         "data": describe_data(data),
         "order_cost_bps": args.config.order_cost_bps,
     }
+    if run["inputs"] is not None:
+        from agents.pipelines.input_selection import REGIME_INPUT
+
+        sel = run["inputs"]
+        extra["inputs"] = {k: sel[k] for k in ("kept", "p_value", "regime_p_value", "bars")}
+        print(
+            f"network inputs: {describe_inputs(sel['kept'], len(sel['feature_names']), REGIME_INPUT)}"
+        )
     if run["kept"] != "network":
         print(
             f"kept policy: {run['kept']} (the network did not beat it on the validation window; "
