@@ -179,11 +179,19 @@ def kept_policy_note(learning: dict[str, Any]) -> str:
     predict = gate.get("features_predict_next_return")
     if predict is not None:
         pv = predict["p_value"]
-        evidence += (
-            "; the features predict the next bar's return on the training bars with "
-            f"{f'p = {pv:.2g}' if pv >= 1e-16 else 'p < 1e-16'} (robust Wald test, "
-            f"{predict['df']} slopes)"
-        )
+        shown = f"p = {pv:.2g}" if pv >= 1e-16 else "p < 1e-16"
+        if learning.get("inputs") is not None:
+            kept = len(learning["inputs"]["kept"])
+            evidence += (
+                f"; the network's inputs, {kept} kept of {int(predict['df'])}, predict the next "
+                f"bar's return on the training bars with {shown} (the input selection's "
+                "family-wise test)"
+            )
+        else:
+            evidence += (
+                f"; the features predict the next bar's return on the training bars with {shown} "
+                f"(robust Wald test, {predict['df']} slopes)"
+            )
     if gate.get("beat_flat_by") == "predictable":
         test = (
             "beat flat on the validation window allowing for its choice among the snapshots "
