@@ -72,6 +72,7 @@ TRAIN = ["train", "--device", "cpu", "--out", "out"]
         (TRAIN + ["--timesteps", "abc"], ["'abc' is not an integer"]),
         (TRAIN + ["--num-envs", "0"], ["--num-envs 0 is invalid"]),
         (TRAIN + ["--batch-size", "0"], ["--batch-size 0 is invalid"]),
+        (TRAIN + ["--gradient-steps", "0"], ["--gradient-steps 0 is invalid", "1 to 1,024"]),
         (TRAIN + ["--train-fraction", "1.0"], ["--train-fraction 1.0 is invalid", "(0, 1)"]),
         (TRAIN + ["--train-fraction", "0"], ["--train-fraction 0.0 is invalid"]),
         (TRAIN + ["--episode-length", "1"], ["--episode-length 1 is invalid"]),

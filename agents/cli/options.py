@@ -115,6 +115,7 @@ INT_RANGES: dict[str, tuple[int, int, str]] = {
     "timesteps": (1, 10**10, ""),
     "num_envs": (1, 2**24, ""),
     "batch_size": (1, 2**20, ""),
+    "gradient_steps": (1, 1024, ""),
     "eval_every": (1, 10**10, "env steps between snapshots; default a tenth of --timesteps"),
     "steps": (1, 10**6, "env steps per measurement"),
     "folds": (1, 1000, "test windows"),

@@ -166,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         g.add_argument("--learning-rate", type=float, default=3e-4, help="Adam step size")
         g.add_argument(
+            "--gradient-steps",
+            type=_int,
+            default=None,
+            help=f"gradient steps per vector step of the envs {_by_device('gradient_steps')}",
+        )
+        g.add_argument(
             "--final-learning-rate",
             type=float,
             default=TrainSettings.final_learning_rate,

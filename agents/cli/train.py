@@ -19,7 +19,13 @@ from agents.cli.run_folder import claim_out
 # On the CPU the gradient steps are most of the time (one per vector step): 24 envs make a
 # third fewer of them than 16 for the same env steps, and the agent's out-of-sample return was
 # no lower over two seeds (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores").
-CPU_DEFAULTS = {"num_envs": 24, "timesteps": 200_000, "batch_size": 128, "buffer_size": 200_000}
+CPU_DEFAULTS = {
+    "num_envs": 24,
+    "timesteps": 200_000,
+    "batch_size": 128,
+    "buffer_size": 200_000,
+    "gradient_steps": 1,
+}
 # 6M env steps on the GPU: about 470 passes over the 12,800 fit bars of the built-in data. Four
 # times as many fitted their noise; on the market zoo the agent did no better with them
 # (docs/ZOO.md, "Reward scale, width and budget").
@@ -28,6 +34,7 @@ GPU_DEFAULTS = {
     "timesteps": 6_000_000,
     "batch_size": 4096,
     "buffer_size": 2_000_000,
+    "gradient_steps": 1,
 }
 # walkforward trains folds x seeds models: a smaller budget per model on the CPU.
 WALKFORWARD_CPU_TIMESTEPS = 50_000
@@ -74,6 +81,7 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
         batch_size=args.batch_size or defaults["batch_size"],
         buffer_size=defaults["buffer_size"],
         learning_rate=args.learning_rate,
+        gradient_steps=args.gradient_steps or defaults["gradient_steps"],
         final_learning_rate=args.final_learning_rate,
         gamma=args.gamma,
         eval_every=args.eval_every,

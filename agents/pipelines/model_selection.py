@@ -329,7 +329,7 @@ def _train_with_snapshots(
             gamma=settings.gamma,
             reward_scale=reward_scale,
             train_freq=1,
-            gradient_steps=1,
+            gradient_steps=settings.gradient_steps,
             target_update_interval=max(steps // 50, settings.num_envs),
             exploration_fraction=0.3,
             exploration_final_eps=0.02,

@@ -20,6 +20,8 @@ class TrainSettings:
     batch_size: int
     buffer_size: int
     learning_rate: float = 3e-4
+    # Gradient steps per vector step of the envs (SB3's gradient_steps with train_freq=1).
+    gradient_steps: int = 1
     # Adam's step size at the end of training, reached linearly from learning_rate (SB3's
     # LinearSchedule); None keeps it constant.
     final_learning_rate: float | None = None
