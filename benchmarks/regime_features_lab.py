@@ -41,20 +41,6 @@ from gpu_trading_env.data.regime_filter import predicted_regimes as forward_filt
 VARIANTS = ("er", "er_vol", "probs")
 
 
-def _joined(train: MarketData, test: MarketData, features: np.ndarray) -> MarketData:
-    """One instrument's training and test bars as one series (the filter runs over both)."""
-    return MarketData(
-        features=features,
-        **{k: np.r_[getattr(train, k), getattr(test, k)] for k in ("open", "high", "low", "close")},
-        volume=np.r_[train.volume, test.volume],
-        timestamps=np.r_[train.timestamps, test.timestamps],
-        instrument_offsets=[0, train.n_bars + test.n_bars],
-        instruments=train.instruments,
-        feature_names=train.feature_names,
-        metadata=train.metadata,
-    )
-
-
 def with_regime_filter(
     train: MarketData, test: MarketData, variant: str = "er"
 ) -> tuple[MarketData, MarketData]:

@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 
 from agents.cli.train import CPU_DEFAULTS, train_settings
-from agents.pipelines.input_selection import REGIME_INPUT, apply_inputs, select_inputs
+from agents.pipelines.input_selection import REGIME_INPUT, InputSelection, apply_inputs
 from agents.pipelines.model_selection import train_selected
 from agents.pipelines.zoo import MARKETS_BY_NAME, ZooBudget, market_data, train_args
 from gpu_trading_env.reports.metrics import bars_per_year
@@ -42,7 +42,7 @@ def main() -> None:
         seed=args.seed,
         per_year=bars_per_year(test.timestamps),
     )
-    selection = select_inputs(train)
+    selection = InputSelection.from_dict(run["inputs"])
     if REGIME_INPUT not in selection.kept:
         print(f"seed {args.seed}: the forecast was not kept (p = {selection.regime_p_value})")
     forecast = apply_inputs(test, selection).features[:-1, -1]
