@@ -215,8 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
             "--predictability-level",
             type=float,
             default=TrainSettings.predictability_level,
-            help="where the features predict the next bar's return on the training bars at this "
-            "level (a robust Wald test), the fallback keeps a network whose validation Sharpe, "
+            help="where the network's inputs predict the next bar's return on the training bars "
+            "at this level (the input selection's family-wise test; with --all-inputs a robust "
+            "Wald test of every feature), the fallback keeps a network whose validation Sharpe, "
             "allowing for its choice among snapshots, is above zero; elsewhere it must beat flat "
             "at 95%% one-sided confidence; 0 turns the test off",
         )

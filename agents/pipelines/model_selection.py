@@ -75,12 +75,13 @@ def train_selected(
         :mod:`agents.pipelines.baseline_policies`). ``test`` is the kept policy's out-of-sample backtest,
         ``network_test`` the snapshot's.
     """
+    from agents.rollouts.fused import start_compiling_kernels
+
+    # On a GPU the fused path's kernels compile on their threads from here on, beside the input
+    # selection's regime fit and the env's setup (a new machine's first run waited ~7 s for them).
+    start_compiling_kernels(settings.device)
     selection = None
     if settings.select_inputs:
-        from agents.rollouts.fused import start_compiling_kernels
-
-        # The kernels compile on their threads while the regime filter is fitted here.
-        start_compiling_kernels(settings.device)
         selection = select_inputs(train)
         train, test = apply_inputs(train, selection), apply_inputs(test, selection)
     n = int(train.bars_per_instrument.min())
@@ -160,7 +161,8 @@ def train_selected(
         )
     model.policy.load_state_dict(cb.snapshots[best][2])
     # Saved with the model: new bars need the same inputs (apply_inputs) before it acts on them.
-    model.input_selection = None if selection is None else selection.to_dict()
+    inputs = None if selection is None else selection.to_dict()
+    model.input_selection = inputs
     deployed, deployed_val = test_runs[best], val_runs[best]
     if settings.fallback and not verdict.keep_network:
         set_constant_policy(model, base_action)
@@ -180,7 +182,7 @@ def train_selected(
         "validation": deployed_val,
         "train_seconds": wall,  # the kept network's training; the second's is in cross_fit
         "timesteps": int(model.num_timesteps),
-        "inputs": None if selection is None else selection.to_dict(),
+        "inputs": inputs,
         "cross_fit": None
         if cross is None
         else {
@@ -277,9 +279,6 @@ def _train_with_snapshots(
 
     import gpu_trading_env  # noqa: F401  (registers the env)
     from agents import GpuDQN
-    from agents.rollouts.fused import start_compiling_kernels
-
-    start_compiling_kernels(settings.device)
 
     env = gym.make_vec(
         "GpuTrading-v0",
