@@ -141,24 +141,11 @@ class InputSelection:
         return sel
 
 
-def _instrument_returns(data: MarketData) -> list[tuple[int, int, np.ndarray]]:
-    """``(start, stop, r)`` per instrument, ``r[j]`` the log return into row ``start + j``
-    (``r[0] = 0``: the first row has no previous close in ``data``)."""
-    close = np.asarray(data.close, dtype=np.float64)
-    offsets = np.asarray(data.instrument_offsets)
-    out = []
-    for a, b in zip(offsets[:-1], offsets[1:], strict=True):
-        r = np.zeros(int(b - a))
-        r[1:] = np.diff(np.log(close[a:b]))
-        out.append((int(a), int(b), r))
-    return out
-
-
 def _forecast(data: MarketData, model: GaussianHMM) -> np.ndarray:
     """The filter's expected next log return at every row of ``data``: float64 [n_bars]; each
     instrument's filter starts from the model's initial probabilities at its first row."""
     out = np.empty(data.n_bars)
-    for a, b, r in _instrument_returns(data):
+    for a, b, r in data.instrument_log_returns():
         out[a:b] = predicted_regimes(r, model) @ model.mus
     return out
 
@@ -201,7 +188,7 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
     if not 0.0 < level < 1.0:
         raise ValueError(f"level = {level!r} is invalid: allowed is a number in (0, 1)")
     # Row t's inputs against the return from t to t + 1, within each instrument.
-    rows = _instrument_returns(train)
+    rows = train.instrument_log_returns()
     x_rows, y_rows, pieces = [], [], []
     features = np.asarray(train.features, dtype=np.float64)
     for a, b, r in rows:

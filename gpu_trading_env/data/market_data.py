@@ -143,6 +143,20 @@ class MarketData:
         """int64 [I]: rows of each instrument."""
         return np.diff(self.instrument_offsets)
 
+    def instrument_log_returns(self) -> list[tuple[int, int, np.ndarray]]:
+        """``(start, stop, r)`` per instrument: rows ``[start, stop)`` and the close-to-close
+        log returns of those rows, float64, ``r[j] = log(close_j / close_{j-1})`` (``r[0] = 0``:
+        an instrument's first row has no previous close here)."""
+        close = np.asarray(self.close, dtype=np.float64)
+        offsets = np.asarray(self.instrument_offsets)
+        out = []
+        for k in range(len(offsets) - 1):
+            a, b = int(offsets[k]), int(offsets[k + 1])
+            r = np.zeros(b - a)
+            r[1:] = np.diff(np.log(close[a:b]))
+            out.append((a, b, r))
+        return out
+
     def __len__(self) -> int:
         return self.n_bars
 

@@ -251,21 +251,6 @@ def planted_rule_exposure(data: MarketData) -> np.ndarray:
     return exposure
 
 
-def _instrument_log_returns(data: MarketData) -> list[tuple[int, int, np.ndarray]]:
-    """``(start, stop, r)`` per instrument: rows ``[start, stop)`` of ``data`` and the
-    close-to-close log returns ``r[j] = log(close_j / close_{j-1})`` of those rows (``r[0] = 0``,
-    as the instrument's first row has no previous close in ``data``)."""
-    close = np.asarray(data.close, dtype=np.float64)
-    offsets = np.asarray(data.instrument_offsets)
-    out = []
-    for k in range(len(offsets) - 1):
-        a, b = int(offsets[k]), int(offsets[k + 1])
-        r = np.zeros(b - a)
-        r[1:] = np.diff(np.log(close[a:b]))
-        out.append((a, b, r))
-    return out
-
-
 def planted_conviction_exposure(data: MarketData, phi: float, sigma: float) -> np.ndarray:
     """The planted market's conviction-sized rule: float64 [n_bars] in [-1, 1].
 
@@ -279,7 +264,7 @@ def planted_conviction_exposure(data: MarketData, phi: float, sigma: float) -> n
         raise ValueError(f"phi = {phi!r} is invalid: allowed is a number in (-1, 0) or (0, 1)")
     s = sigma / math.sqrt(1.0 - phi * phi)
     exposure = np.zeros(data.n_bars, dtype=np.float64)
-    for a, b, r in _instrument_log_returns(data):
+    for a, b, r in data.instrument_log_returns():
         exposure[a:b] = np.clip(phi * r / (abs(phi) * s), -1.0, 1.0)
         exposure[a] = 0.0
     return exposure
@@ -310,7 +295,7 @@ def regime_filter_expected_return(
     trans = np.full((k, k), (1.0 - persistence) / (k - 1))
     np.fill_diagonal(trans, persistence)
     forecast = np.zeros(data.n_bars, dtype=np.float64)
-    for a, b, r in _instrument_log_returns(data):
+    for a, b, r in data.instrument_log_returns():
         # Log-likelihoods of every row under every regime, then the forward recursion in
         # probability space, renormalised each row (no underflow: one row's factor at a time).
         loglik = -0.5 * ((r[:, None] - mu[None, :]) / sg[None, :]) ** 2 - np.log(sg)[None, :]
