@@ -213,14 +213,15 @@ def test_the_report_names_the_test_that_was_run(selected):
 
 
 def test_gradient_steps_reach_the_model(tmp_path, monkeypatch):
-    """--gradient-steps sets SB3's gradient_steps of the trained model (default 1 per device)."""
+    """--gradient-steps sets SB3's gradient_steps of the trained model (default: per device)."""
     from agents.cli.parser import build_parser
-    from agents.cli.train import CPU_DEFAULTS, train_settings
+    from agents.cli.train import CPU_DEFAULTS, GPU_DEFAULTS, train_settings
 
     args = build_parser().parse_args(["train", "--gradient-steps", "3"])
     assert train_settings(args, "cpu", 1000).gradient_steps == 3
     args = build_parser().parse_args(["train"])
     assert train_settings(args, "cpu", 1000).gradient_steps == CPU_DEFAULTS["gradient_steps"]
+    assert train_settings(args, "cuda", 1000).gradient_steps == GPU_DEFAULTS["gradient_steps"] == 2
     monkeypatch.chdir(tmp_path)
     _csv(tmp_path / "t.csv", 1_200)
     assert cli.main([*TINY, "--data", "t.csv", "--gradient-steps", "2", "--out", "g"]) == 0

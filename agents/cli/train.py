@@ -28,13 +28,16 @@ CPU_DEFAULTS = {
 }
 # 6M env steps on the GPU: about 470 passes over the 12,800 fit bars of the built-in data. Four
 # times as many fitted their noise; on the market zoo the agent did no better with them
-# (docs/ZOO.md, "Reward scale, width and budget").
+# (docs/ZOO.md, "Reward scale, width and budget"). Two gradient steps per vector step (about
+# 2,900 a run, against the CPU's 8,300): with one, the regime market's networks failed to use the
+# filter's forecast (0.49 of the reference against 0.65 with two; docs/ZOO.md, "The number of
+# updates").
 GPU_DEFAULTS = {
     "num_envs": 4096,
     "timesteps": 6_000_000,
     "batch_size": 4096,
     "buffer_size": 2_000_000,
-    "gradient_steps": 1,
+    "gradient_steps": 2,
 }
 # walkforward trains folds x seeds models: a smaller budget per model on the CPU.
 WALKFORWARD_CPU_TIMESTEPS = 50_000
