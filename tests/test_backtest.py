@@ -62,28 +62,3 @@ def test_batch_rejects_a_bad_k(k) -> None:
     data = MarketData.synthetic(kind="regime", n_bars=50, n_instruments=1, seed=1)
     with pytest.raises(ValueError, match=r"k = .* is invalid: allowed is an int >= 1"):
         backtest_batch(lambda obs, bar: np.zeros(1), k, data)
-
-
-def test_pyplot_loads_in_the_background_with_a_new_font_cache(tmp_path) -> None:
-    """start_loading_pyplot imports pyplot (Agg) on its thread, building a new machine's font
-    cache there; a later plot in the main thread then finds both ready."""
-    import os
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from gpu_trading_env.reports.report import start_loading_pyplot\n"
-        "assert 'matplotlib.pyplot' not in sys.modules\n"
-        "t = start_loading_pyplot()\n"
-        "assert t.daemon\n"
-        "t.join(120)\n"
-        "assert not t.is_alive()\n"
-        "import matplotlib\n"
-        "assert 'matplotlib.pyplot' in sys.modules, 'pyplot was not imported'\n"
-        "assert matplotlib.get_backend().lower() == 'agg', matplotlib.get_backend()\n"
-    )
-    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path)}  # no font cache: built on the thread
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert any(p.name.startswith("fontlist") for p in tmp_path.iterdir())

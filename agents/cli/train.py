@@ -136,7 +136,6 @@ def describe_inputs(kept: list[str], n_features: int, regime: str) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     from agents.pipelines.backtest_policies import known_rule
     from agents.pipelines.model_selection import train_selected
-    from gpu_trading_env.reports.report import start_loading_pyplot
 
     data = load_data(args)
     used = data if args.instrument is None else data.instrument(args.instrument)
@@ -170,7 +169,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = claim_out(args, "train")
     if tensorboard_installed():
         settings.tensorboard_log = str(out / "tensorboard")
-    start_loading_pyplot()  # a new machine's font cache builds while the model trains
     run = train_selected(
         train_data,
         evaluated,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,6 @@ __all__ = [
     "plot_folds",
     "plot_learning_curve",
     "plot_position",
-    "start_loading_pyplot",
     "write_html",
     "write_json",
 ]
@@ -49,27 +47,6 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def start_loading_pyplot() -> threading.Thread:
-    """Start importing pyplot (Agg backend) on a daemon thread, and return the thread.
-
-    matplotlib builds its font cache at its first import on a machine: 9 s of a new H200
-    host's first ``train`` (under cProfile), after the training and before the first plot.
-    Started before training, it runs while the GPU trains and Inductor's workers compile. A
-    plot made before it ends waits on the import lock; a failure here is left to that plot's
-    own import to raise.
-    """
-
-    def work() -> None:
-        try:
-            _pyplot()
-        except Exception:  # the report's own import raises it, with its context
-            pass
-
-    thread = threading.Thread(target=work, name="import pyplot", daemon=True)
-    thread.start()
-    return thread
 
 
 def _save(fig: Any, path: Path, dates: bool = False) -> None:
