@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from gpu_trading_env.data.regime_filter import GaussianHMM, predicted_regimes
+
 if TYPE_CHECKING:
     from gpu_trading_env.data.market_data import MarketData
 
@@ -294,16 +296,10 @@ def regime_filter_expected_return(
         raise ValueError(f"persistence = {persistence!r} is invalid: allowed is [0, 1)")
     trans = np.full((k, k), (1.0 - persistence) / (k - 1))
     np.fill_diagonal(trans, persistence)
+    # The library's forward filter (the one the input selection runs with fitted parameters),
+    # here with the generator's true ones.
+    truth = GaussianHMM(mu, sg, trans, np.full(k, 1.0 / k), log_likelihood=0.0, iterations=0)
     forecast = np.zeros(data.n_bars, dtype=np.float64)
     for a, b, r in data.instrument_log_returns():
-        # Log-likelihoods of every row under every regime, then the forward recursion in
-        # probability space, renormalised each row (no underflow: one row's factor at a time).
-        loglik = -0.5 * ((r[:, None] - mu[None, :]) / sg[None, :]) ** 2 - np.log(sg)[None, :]
-        lik = np.exp(loglik - loglik.max(axis=1, keepdims=True))
-        prior = np.full(k, 1.0 / k)
-        for j in range(b - a):
-            post = prior if j == 0 else prior * lik[j]
-            post = post / post.sum()
-            prior = post @ trans
-            forecast[a + j] = prior @ mu
+        forecast[a:b] = predicted_regimes(r, truth) @ mu
     return forecast
