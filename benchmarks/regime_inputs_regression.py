@@ -28,7 +28,7 @@ import torch as th
 
 from agents.pipelines.zoo import MARKETS_BY_NAME, market_data
 from gpu_trading_env.data.features import CLIP
-from gpu_trading_env.data.regime_filter import fit_gaussian_hmm, predicted_regimes
+from gpu_trading_env.data.regime_filter import expected_next_returns, fit_gaussian_hmm
 from gpu_trading_env.data.synthetic import regime_filter_expected_return
 
 TRAIN, FIT = 16_000, 9_600
@@ -80,7 +80,7 @@ def one_seed(seed: int) -> dict[str, float]:
     logr = np.r_[0.0, np.diff(np.log(close))]
     ret = close[1:] / close[:-1] - 1.0  # ret[t]: from bar t to t + 1, traded on row t
     model = fit_gaussian_hmm(logr[1:TRAIN])
-    forecast = predicted_regimes(logr, model) @ model.mus
+    forecast = expected_next_returns(data, model)
     z = (forecast - forecast[:TRAIN].mean()) / forecast[:TRAIN].std()
     z = np.clip(z, -CLIP, CLIP)[:, None]
     features = np.asarray(data.features, dtype=np.float64)

@@ -25,7 +25,7 @@ import numpy as np
 
 from agents.pipelines.zoo import MARKETS_BY_NAME, market_data, reference_exposures
 from gpu_trading_env.data.features import FEATURE_NAMES
-from gpu_trading_env.data.regime_filter import fit_gaussian_hmm, predicted_regimes
+from gpu_trading_env.data.regime_filter import expected_next_returns, fit_gaussian_hmm
 
 COST = 1e-4  # 1 bp of traded notional
 TRAIN = 16_000  # the zoo's training bars (80% of 20,000)
@@ -61,7 +61,7 @@ def one_seed(seed: int) -> dict[str, float]:
     # fitted parameters (gpu_trading_env.data.regime_filter, as train's input selection).
     logr = np.r_[0.0, np.log(close[1:] / close[:-1])]
     fit = fit_gaussian_hmm(logr[1:TRAIN])
-    m = predicted_regimes(logr, fit) @ fit.mus
+    m = expected_next_returns(data, fit)
     out["EM-fitted filter"] = sharpe_after_costs(np.sign(m[:-1][test]), ret[test], per_year)
     x = np.asarray(data.features, dtype=np.float64)[:-1]
     vol = [FEATURE_NAMES.index(f) for f in VOL_FEATURES]

@@ -167,14 +167,10 @@ def features_predict_returns(train: MarketData) -> dict[str, float] | None:
     slope (:func:`gpu_trading_env.reports.metrics.regression_slopes_test`): ``{"statistic",
     "df", "p_value", "bars"}``; None where the window has too few bars for the regression
     (at most two per feature: the test would say nothing), and step 3 is not taken."""
-    close = np.asarray(train.close, dtype=np.float64)
-    # Row t against the return from t to t + 1; an instrument's last row has none in ``train``.
-    has_next = np.ones(train.n_bars - 1, dtype=bool)
-    has_next[np.asarray(train.instrument_offsets[1:-1]) - 1] = False
-    if has_next.sum() <= 2 * train.n_features:
+    features, next_returns = train.features_and_next_returns()
+    if len(next_returns) <= 2 * train.n_features:
         return None
-    features = np.asarray(train.features, dtype=np.float64)[:-1][has_next]
-    return regression_slopes_test(features, np.log(close[1:] / close[:-1])[has_next])
+    return regression_slopes_test(features, next_returns)
 
 
 def network_beats_baseline(

@@ -41,7 +41,12 @@ import numpy as np
 
 from gpu_trading_env.data.features import CLIP
 from gpu_trading_env.data.market_data import MarketData
-from gpu_trading_env.data.regime_filter import GaussianHMM, fit_gaussian_hmm, predicted_regimes
+from gpu_trading_env.data.regime_filter import (
+    GaussianHMM,
+    expected_next_returns,
+    fit_gaussian_hmm,
+    predicted_regimes,
+)
 from gpu_trading_env.reports.metrics import regression_slopes_test
 
 __all__ = [
@@ -112,16 +117,7 @@ class InputSelection:
         """The inverse of :meth:`to_dict` (a model file's ``input_selection``)."""
         try:
             regime = d["regime"]
-            model = None
-            if regime is not None:
-                model = GaussianHMM(
-                    mus=np.asarray(regime["mus"], dtype=np.float64),
-                    sigmas=np.asarray(regime["sigmas"], dtype=np.float64),
-                    transition=np.asarray(regime["transition"], dtype=np.float64),
-                    initial=np.asarray(regime["initial"], dtype=np.float64),
-                    log_likelihood=float(regime["log_likelihood"]),
-                    iterations=int(regime["iterations"]),
-                )
+            model = None if regime is None else GaussianHMM.from_dict(regime)
             sel = cls(
                 feature_names=tuple(d["feature_names"]),
                 kept=tuple(d["kept"]),
@@ -139,15 +135,6 @@ class InputSelection:
         if unknown:
             raise ValueError(f"input_selection keeps {unknown}, which are not among its inputs")
         return sel
-
-
-def _forecast(data: MarketData, model: GaussianHMM) -> np.ndarray:
-    """The filter's expected next log return at every row of ``data``: float64 [n_bars]; each
-    instrument's filter starts from the model's initial probabilities at its first row."""
-    out = np.empty(data.n_bars)
-    for a, b, r in data.instrument_log_returns():
-        out[a:b] = predicted_regimes(r, model) @ model.mus
-    return out
 
 
 def _slope_z(x: np.ndarray, y: np.ndarray) -> float:
@@ -188,15 +175,8 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
     if not 0.0 < level < 1.0:
         raise ValueError(f"level = {level!r} is invalid: allowed is a number in (0, 1)")
     # Row t's inputs against the return from t to t + 1, within each instrument.
-    rows = train.instrument_log_returns()
-    x_rows, y_rows, pieces = [], [], []
-    features = np.asarray(train.features, dtype=np.float64)
-    for a, b, r in rows:
-        x_rows.append(features[a : b - 1])
-        y_rows.append(r[1:])
-        pieces.append(r[1:])
-    x = np.concatenate(x_rows)
-    y = np.concatenate(y_rows)
+    x, y = train.features_and_next_returns()
+    pieces = [r[1:] for _, _, r in train.instrument_log_returns()]
     k = train.n_features
     if len(y) < MIN_TEST_BARS:
         raise ValueError(
@@ -219,7 +199,7 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
     mean, std = 0.0, 1.0
     if p_regime is not None:
         model = fit_gaussian_hmm(pieces)
-        forecast = _forecast(train, model)
+        forecast = expected_next_returns(train, model)
         mean, std = float(forecast.mean()), float(forecast.std())
         std = std if std > 0.0 else 1.0
     keep_regime = p_regime is not None and p_regime < level / 2.0
@@ -253,8 +233,8 @@ def apply_inputs(data: MarketData, selection: InputSelection) -> MarketData:
         )
     column = np.zeros(data.n_bars)
     if selection.regime is not None and REGIME_INPUT in selection.kept:
-        z = (_forecast(data, selection.regime) - selection.regime_mean) / selection.regime_std
-        column = np.clip(z, -CLIP, CLIP)
+        forecast = expected_next_returns(data, selection.regime)
+        column = np.clip((forecast - selection.regime_mean) / selection.regime_std, -CLIP, CLIP)
     mask = np.array([n in selection.kept for n in selection.feature_names], dtype=np.float32)
     return MarketData(
         features=np.c_[np.asarray(data.features, dtype=np.float32) * mask, column].astype(

@@ -157,6 +157,15 @@ class MarketData:
             out.append((a, b, r))
         return out
 
+    def features_and_next_returns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's features against the log return from that row's close to the next, within
+        its instrument (an instrument's last row has no next return here and is left out):
+        features float64 [N, F] and returns float64 [N], N = n_bars - n_instruments."""
+        rows = self.instrument_log_returns()
+        features = np.asarray(self.features, dtype=np.float64)
+        x = np.concatenate([features[a : b - 1] for a, b, _ in rows])
+        return x, np.concatenate([r[1:] for _, _, r in rows])
+
     def __len__(self) -> int:
         return self.n_bars
 

@@ -11,6 +11,9 @@ filter's Sharpe (``benchmarks/regime_learnability.py``). This module holds that 
   instrument), regimes ordered by their mean;
 - :func:`predicted_regimes`: the forward filter, ``P(regime_{t+1} = k | r_1..r_t)`` for every
   bar, so that row ``t`` uses bars ``<= t`` only.
+- :func:`expected_next_returns`: that filter's forecast of the next log return at every row of
+  a ``MarketData``, each instrument its own chain (the input selection's forecast with fitted
+  parameters, the zoo's regime reference with the generator's true ones).
 
 Both recursions are linear in the unnormalised probabilities (``alpha_t = alpha_{t-1} A
 diag(lik_t)``), so they are computed as a blocked scan: products of the per-bar matrices within
@@ -24,13 +27,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gpu_trading_env.data.market_data import MarketData
 
 __all__ = [
     "RESCALE_EVERY",
     "SCAN_BLOCK",
     "GaussianHMM",
+    "expected_next_returns",
     "fit_gaussian_hmm",
     "predicted_regimes",
 ]
@@ -69,6 +77,18 @@ class GaussianHMM:
             "log_likelihood": self.log_likelihood,
             "iterations": self.iterations,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GaussianHMM:
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            mus=np.asarray(d["mus"], dtype=np.float64),
+            sigmas=np.asarray(d["sigmas"], dtype=np.float64),
+            transition=np.asarray(d["transition"], dtype=np.float64),
+            initial=np.asarray(d["initial"], dtype=np.float64),
+            log_likelihood=float(d["log_likelihood"]),
+            iterations=int(d["iterations"]),
+        )
 
 
 def _prefix_products(start: np.ndarray, mats: np.ndarray) -> np.ndarray:
@@ -222,3 +242,13 @@ def predicted_regimes(returns: np.ndarray, model: GaussianHMM) -> np.ndarray:
     lik, _ = _likelihoods(r, model.mus, model.sigmas)
     filtered = _prefix_products(model.initial, model.transition[None] * lik[1:, None, :])
     return filtered @ model.transition
+
+
+def expected_next_returns(data: MarketData, model: GaussianHMM) -> np.ndarray:
+    """The filter's expected next log return at every row of ``data``: float64 [n_bars], row
+    ``t`` from bars ``<= t`` of its instrument; each instrument's filter starts from
+    ``model.initial`` at its first row."""
+    out = np.empty(data.n_bars)
+    for a, b, r in data.instrument_log_returns():
+        out[a:b] = predicted_regimes(r, model) @ model.mus
+    return out

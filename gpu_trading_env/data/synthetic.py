@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from gpu_trading_env.data.regime_filter import GaussianHMM, predicted_regimes
+from gpu_trading_env.data.regime_filter import GaussianHMM, expected_next_returns
 
 if TYPE_CHECKING:
     from gpu_trading_env.data.market_data import MarketData
@@ -299,7 +299,4 @@ def regime_filter_expected_return(
     # The library's forward filter (the one the input selection runs with fitted parameters),
     # here with the generator's true ones.
     truth = GaussianHMM(mu, sg, trans, np.full(k, 1.0 / k), log_likelihood=0.0, iterations=0)
-    forecast = np.zeros(data.n_bars, dtype=np.float64)
-    for a, b, r in data.instrument_log_returns():
-        forecast[a:b] = predicted_regimes(r, truth) @ mu
-    return forecast
+    return expected_next_returns(data, truth)
