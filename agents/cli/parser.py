@@ -217,9 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
             default=TrainSettings.predictability_level,
             help="where the network's inputs predict the next bar's return on the training bars "
             "at this level (the input selection's family-wise test; with --all-inputs a robust "
-            "Wald test of every feature), the fallback keeps a network whose validation Sharpe, "
-            "allowing for its choice among snapshots, is above zero; elsewhere it must beat flat "
-            "at 95%% one-sided confidence; 0 turns the test off",
+            "Wald test of every feature), the fallback deploys a network that beats flat on the "
+            "validation window, allowing for its choice among snapshots, at 75%% one-sided "
+            "confidence; elsewhere it must beat flat at 95%%; 0 turns the test off",
         )
         g.add_argument(
             "--all-inputs",
@@ -311,18 +311,27 @@ def build_parser() -> argparse.ArgumentParser:
         f"env steps per fold and seed (default: {WALKFORWARD_CPU_TIMESTEPS:,} on the CPU, "
         f"{GPU_DEFAULTS['timesteps']:,} on a GPU)",
     )
-    w.add_argument("--folds", type=_int, default=4, help="number of test windows")
+    w.add_argument("--folds", type=_int, default=6, help="number of test windows")
     w.add_argument(
         "--train-bars",
         type=_int,
         default=None,
-        help="bars of each training window (default: the bars before the first test window)",
+        help="bars of the first training window; later folds train on every bar before their "
+        "test window, or on this many with --rolling (default: the bars before the first test "
+        "window)",
     )
     w.add_argument(
         "--test-bars",
         type=_int,
         default=None,
-        help="bars of each test window (default: bars / (folds + 1))",
+        help="bars of each test window (default: the second half of the bars split into "
+        "--folds windows, or (bars - train bars) / folds where --train-bars is given)",
+    )
+    w.add_argument(
+        "--rolling",
+        action="store_true",
+        help="train each fold on the --train-bars bars just before its test window "
+        "(default: on every bar before it)",
     )
     w.add_argument("--seeds", type=_int, nargs="+", default=[0], help="one model per seed")
     w.add_argument(

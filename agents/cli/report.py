@@ -154,63 +154,17 @@ def report_notes(
 
 
 def kept_policy_note(learning: dict[str, Any]) -> str:
-    """What the model acts as, in words: the network snapshot, or the baseline that the
-    snapshot did not beat on the validation window (agents/pipelines/baseline_policies.py)."""
-    gate = learning["gate"]
-    flat = gate["network_minus_flat_validation_sharpe"]
-    level = f"{(1 + gate['level']) / 2:.0%}"
-    evidence = (
-        f"validation Sharpe of the network minus flat's: {flat['difference']:+.2f}, "
-        f"{gate['level']:.0%} interval [{flat['low']:+.2f}, {flat['high']:+.2f}]"
-    )
-    if flat.get("candidates", 1) > 1:
-        evidence += f" allowing for its choice among {flat['candidates']} snapshots"
-    cross = learning.get("cross_fit")
-    if cross:
-        evidence += (
-            f"; with a second network trained on {cross['fit_bars']:,} later bars and judged on "
-            f"the {cross['validation_bars']:,} before them (cross-fitted)"
-        )
-    if gate["baseline"] != "flat":
-        ci = gate["network_minus_baseline_validation_sharpe"]
-        evidence += f"; minus {gate['baseline']}'s: {ci['difference']:+.2f}"
-    hold = gate["baseline"] != "flat"
-    test = f"beat flat on the validation window at {level} one-sided confidence"
-    predict = gate.get("features_predict_next_return")
-    if predict is not None:
-        pv = predict["p_value"]
-        shown = f"p = {pv:.2g}" if pv >= 1e-16 else "p < 1e-16"
-        if learning.get("inputs") is not None:
-            kept = len(learning["inputs"]["kept"])
-            evidence += (
-                f"; the network's inputs, {kept} kept of {int(predict['df'])}, predict the next "
-                f"bar's return on the training bars with {shown} (the input selection's "
-                "family-wise test)"
-            )
-        else:
-            evidence += (
-                f"; the features predict the next bar's return on the training bars with {shown} "
-                f"(robust Wald test, {predict['df']} slopes)"
-            )
-    if gate.get("beat_flat_by") == "predictable":
-        test = (
-            "beat flat on the validation window allowing for its choice among the snapshots "
-            f"({flat['adjusted']:+.2f}), which suffices where the features predict the returns"
-        )
-
-    def also(verb: str) -> str:
-        return f" and {verb} at least as well as {gate['baseline']} there" if hold else ""
-
-    if learning["kept"] == "network":
-        return (
-            f"Model: the network's weights at env step {learning['selected_step']:,} (best "
-            f"validation Sharpe); it {test}{also('did')} ({evidence})."
-        )
-    return (
-        f"Model: {learning['kept']}. The network's best snapshot did not {test}{also('do')} "
-        f"({evidence}), so the saved model acts as "
-        f"{learning['kept']} on every bar; --no-fallback keeps the network."
-    )
+    """What the model acts as and why, in words: the run's deployment verdict (its headline,
+    then the evidence; agents/pipelines/deployment.py)."""
+    deployment = learning["deployment"]
+    text = f"Verdict: {deployment.headline}."
+    if deployment.details:
+        text += " " + " ".join(deployment.details)
+    if deployment.kept != "network" and deployment.trained:
+        text += f" The saved model acts as {deployment.kept} on every bar; --no-fallback keeps the network."
+    elif not deployment.trained:
+        text += f" The saved model acts as {deployment.kept} on every bar; --all-inputs trains a network on every feature."
+    return text
 
 
 def single_report(
@@ -268,7 +222,7 @@ def single_report(
         )
     plot_position(result.timestamps, result.exposure, out / "position.png", synthetic=synthetic)
     images.append(("position.png", "Exposure held after each bar's trade"))
-    if learning is not None:
+    if learning is not None and learning["selected_step"] is not None:
         curve = learning["curve"]
         steps, rets = zip(*curve, strict=True) if curve else ((), ())
         plot_learning_curve(
@@ -287,8 +241,8 @@ def single_report(
         }
     write_json(metrics, out / "metrics.json")
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
-    if learning is not None and "gate" in learning:
-        notes.append(kept_policy_note(learning))
+    if learning is not None and "deployment" in learning:
+        notes.insert(0, kept_policy_note(learning))
     page = write_html(out, title, notes, results_table(rows), images)
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):

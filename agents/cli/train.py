@@ -186,10 +186,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         "num_envs": settings.num_envs,
         "timesteps": run["timesteps"],
         "train_seconds": run["train_seconds"],
-        "env_steps_per_second": run["timesteps"] / run["train_seconds"],
+        "env_steps_per_second": run["timesteps"] / run["train_seconds"]
+        if run["train_seconds"] > 0
+        else None,
         "seed": args.seed,
         "instruments": instruments,
-        "model_selection": "best validation Sharpe (last "
+        "model_selection": "no network trained (no input kept)"
+        if run["selected_step"] is None
+        else "best validation Sharpe (last "
         f"{settings.val_fraction:.0%} of the training bars"
         + (
             f", and a second network's on the first {settings.val_fraction:.0%}"
@@ -199,9 +203,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         + f"), at step {run['selected_step']}",
         "cross_fit": run["cross_fit"],
         "kept_policy": run["kept"],
+        "deployment": run["deployment"].to_dict(),
+        "baseline": run["baseline"],
+        "deflated_sharpe": run["deflated_sharpe"],
         "fallback_test": run["gate"],
-        "network_strategy": run["network_test"].strategy.to_dict(),
-        "last_model_strategy": run["last_test"].strategy.to_dict(),
+        "network_strategy": None
+        if run["network_test"] is None
+        else run["network_test"].strategy.to_dict(),
+        "last_model_strategy": None
+        if run["last_test"] is None
+        else run["last_test"].strategy.to_dict(),
         # What chose the model: its figures on the validation window (the sweep ranks on them).
         "validation": {
             **run["validation"].to_dict(),
@@ -220,11 +231,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(
             f"network inputs: {describe_inputs(sel['kept'], len(sel['feature_names']), REGIME_INPUT)}"
         )
-    if run["kept"] != "network":
-        print(
-            f"kept policy: {run['kept']} (the network did not beat it on the validation window; "
-            "--no-fallback keeps the network)"
-        )
+    print(f"verdict: {run['deployment'].headline}")
     rule = known_rule(evaluated, args.config)
     if rule is not None:
         rule_return = rule.strategy.total_return

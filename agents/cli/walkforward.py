@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 
@@ -12,6 +13,22 @@ from agents.cli.options import UsageError
 from agents.cli.report import report_notes, results_table, summary_lines
 from agents.cli.run_folder import claim_out
 from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
+
+
+def fold_verdicts(folds: list[dict[str, Any]]) -> list[str]:
+    """One line per fold and seed: the test window, the policy deployed and why, its
+    out-of-sample return beside its baseline's and buy-and-hold's."""
+    lines = []
+    for f in folds:
+        for s in f["seeds"]:
+            lines.append(
+                f"Fold {f['fold'] + 1} ({f['test']['start'][:10]} to {f['test']['end'][:10]}), "
+                f"seed {s['seed']}: {s['verdict']}; out of sample "
+                f"{100 * s['strategy']['total_return']:+.1f}% against {s['baseline']}'s "
+                f"{100 * s['baseline_strategy']['total_return']:+.1f}% and buy-and-hold's "
+                f"{100 * f['buy_and_hold']['total_return']:+.1f}%."
+            )
+    return lines
 
 
 def cmd_walkforward(args: argparse.Namespace) -> int:
@@ -28,8 +45,12 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     data = load_data(args)
     one = data.instrument(args.instrument or 0)
     per_year = per_year_of(args, one)
+    test_bars = args.test_bars
+    if test_bars is None and args.train_bars is None and args.folds >= 1:
+        # The first half of the bars trains the first fold: long enough for train's own tests.
+        test_bars = max((one.n_bars - one.n_bars // 2) // args.folds, 1)
     try:  # the windows, checked before any training
-        one.walk_forward(args.folds, args.train_bars, args.test_bars)
+        one.walk_forward(args.folds, args.train_bars, test_bars, expanding=not args.rolling)
     except ValueError as exc:
         raise UsageError(f"{exc}: pass fewer --folds or smaller --train-bars/--test-bars") from None
     settings = train_settings(args, args.device, WALKFORWARD_CPU_TIMESTEPS)
@@ -40,10 +61,11 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         settings,
         folds=args.folds,
         train_bars=args.train_bars,
-        test_bars=args.test_bars,
+        test_bars=test_bars,
         seeds=args.seeds,
         warm_start=args.warm_start,
         per_year=per_year,
+        expanding=not args.rolling,
     )
     synthetic = is_synthetic(data)
     st = res["stitched"]
@@ -121,8 +143,9 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         "settings": {
             **res["settings"],
             "folds": args.folds,
-            "train_bars": args.train_bars,
-            "test_bars": args.test_bars,
+            "train_bars": res["folds"][0]["train"]["bars"],
+            "test_bars": res["folds"][0]["test"]["bars"],
+            "expanding": not args.rolling,
             "seeds": args.seeds,
             "warm_start": args.warm_start,
             "env": {k: str(v) for k, v in asdict(args.config).items()},
@@ -136,15 +159,19 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         from agents.pipelines.backtest_policies import RULE_EXPOSURE
 
         rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", agg["rule"]))
-    notes = report_notes(data, per_year, args, args.config) + [
-        f"{args.folds} folds; each trains from {'the previous fold (warm start)' if args.warm_start else 'scratch'} "
-        f"for {settings.timesteps} env steps per seed; the model kept is the one with the best "
-        f"Sharpe on the last {settings.val_fraction:.0%} of its training window (validation), "
-        "never the out-of-sample window.",
-        f"Sharpe of the seed-averaged strategy minus buy-and-hold's: {ci['difference']:+.2f}, "
-        f"{ci['level']:.0%} block-bootstrap interval [{ci['low']:+.2f}, {ci['high']:+.2f}] "
-        f"(blocks of {ci['block']} bars, {ci['n_boot']} resamples, costs in both).",
-    ]
+    notes = (
+        fold_verdicts(res["folds"])
+        + report_notes(data, per_year, args, args.config)
+        + [
+            f"{args.folds} folds, {'rolling' if args.rolling else 'expanding'} training windows; each trains from {'the previous fold (warm start)' if args.warm_start else 'scratch'} "
+            f"for {settings.timesteps} env steps per seed; the model kept is the one with the best "
+            f"Sharpe on the last {settings.val_fraction:.0%} of its training window (validation), "
+            "never the out-of-sample window.",
+            f"Sharpe of the seed-averaged strategy minus buy-and-hold's: {ci['difference']:+.2f}, "
+            f"{ci['level']:.0%} block-bootstrap interval [{ci['low']:+.2f}, {ci['high']:+.2f}] "
+            f"(blocks of {ci['block']} bars, {ci['n_boot']} resamples, costs in both).",
+        ]
+    )
     page = write_html(out, title, notes, results_table(rows), images)
     print(f"walk-forward out-of-sample ({one.instruments[0]}, {args.folds} folds, costs in):")
     for line in summary_lines(rows):
@@ -153,6 +180,8 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         f"  Sharpe minus buy-and-hold: {ci['difference']:+.2f}, {ci['level']:.0%} interval "
         f"[{ci['low']:+.2f}, {ci['high']:+.2f}]"
     )
+    for line in fold_verdicts(res["folds"]):
+        print(f"  {line}")
     beats = res["beats_buy_and_hold_every_fold"]
     print(
         f"  beats buy-and-hold in every fold: {', '.join(f'seed {s}: {b}' for s, b in beats.items())}"

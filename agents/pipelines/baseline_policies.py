@@ -1,49 +1,34 @@
-"""Parameter-free baselines, and the test a trained network must pass to be kept over them.
+"""Parameter-free baselines, and the tests a trained network must pass to be deployed over them.
 
-A Q-network trained on a few thousand bars fits their noise as well as their edge: on a market
-with no edge it still finds bars where one action looks better than another and trades on them,
-paying costs out of sample (on a driftless random walk the agent of release 0.1 traded away 23%
-of its capital). Model selection on a validation window does not stop this by itself: the best
-of several snapshots is the best of several noisy draws.
-
-So ``train`` keeps the network only when it beats the best policy that has nothing to fit:
+A Q-network trained on a few thousand bars fits their noise as well as their edge, and an edge
+the training bars show is often gone in the bars after them. Model selection on a validation
+window does not stop either by itself: the best of several snapshots is the best of several
+noisy draws. So ``train`` deploys the network only where the edge held up, and otherwise the
+best policy that has nothing to fit:
 
 1. **The baseline** is chosen on the whole training window (fit and validation bars): hold long
-   if holding is significantly better than staying flat there (the circular block bootstrap of
-   the Sharpe difference, :func:`gpu_trading_env.reports.metrics.sharpe_difference_interval`,
-   lower bound of the two-sided ``level`` interval above zero), hold short if significantly
-   worse, else flat. Choosing among three fixed policies on all the training bars barely
-   overfits, and all the bars give the drift test its power.
-2. **The network** (the snapshot best on validation) is kept if, on the validation window, its
-   Sharpe beats flat's (zero) by White's reality check over every snapshot it was chosen from
-   (:func:`gpu_trading_env.reports.metrics.best_sharpe_reality_check`: the best of ten noisy
-   snapshots beats zero by chance far more often than one does; on ten unrelated noise
-   strategies the plain test of the best passed 40% of the time, the reality check 4%) and,
-   where the baseline is a hold, its Sharpe there is at least the hold's; otherwise the model
-   is made to act as the baseline
-   (:func:`set_constant_policy`), and the report says so. The hold is not a bar the network
-   must clear with significance: a drift that passed the test on the training bars may be
-   noise (on an AR(1) market with no drift, one seed in five chose hold long, and its network,
-   0.68 of the known rule's Sharpe out of sample, was replaced by a losing hold), while a
-   network that loses to a real drift on validation is not kept.
-3. **Where the features predict the next return**, the validation evidence the network needs is
-   less. A weak edge after costs is about 1.5 standard errors wide over the validation window
-   even for the known rule (the zoo's phi 0.05 market: the rule passed step 2 in 48% of
-   seeds), while the same market's predictability before costs is about 6 standard errors wide
-   over all the training bars. So the training window is tested first: if the robust Wald test
-   that the features' regression slopes on the next bar's log return are all zero
-   (:func:`features_predict_returns`) rejects at ``predictability_level`` (1%), the network is
-   kept where its validation Sharpe allowing for the choice among snapshots (the reality
-   check's point estimate, ``adjusted``) is above zero, the hold condition unchanged. On a
-   market without an edge this adds at most ``predictability_level`` to the chance of keeping
-   a network, whatever the network does: both tests must pass, and the first fails that
-   often. With ``train``'s input selection (:mod:`agents.pipelines.input_selection`, the
-   default) the test is the selection's family-wise p-value instead: the features' slopes one
-   by one with Holm's correction, and a fitted regime filter's forecast tested out of its
-   fitting sample, which carries the regime market's edge where no feature does linearly.
+   where holding beats staying flat there (the circular block bootstrap of the Sharpe
+   difference, :func:`gpu_trading_env.reports.metrics.sharpe_difference_interval`, lower bound
+   of the two-sided ``GATE_LEVEL`` interval above zero) **and** in each half of it (one-sided at
+   ``STABILITY_LEVEL``); hold short where both are worse; flat otherwise. A drift that flips
+   sign inside the training bars is no reason to hold.
+2. **No input, no network.** Where the input selection (:mod:`agents.pipelines.input_selection`,
+   the default) keeps no input, the network would see nothing that predicted a return on the
+   training bars; ``train`` deploys the baseline without training one.
+3. **The network** (the snapshot best on validation) is deployed where, on the validation
+   window, its Sharpe beats flat's (zero) by White's reality check over every snapshot it was
+   chosen from (:func:`gpu_trading_env.reports.metrics.best_sharpe_reality_check`, the lower
+   bound of its ``GATE_LEVEL`` interval above zero: "significant") and, where the baseline is a
+   hold, its Sharpe there is at least the hold's.
+4. **Where the inputs predict the next return** on the training bars (the selection's
+   family-wise p-value below ``predictability_level``), the validation evidence the network
+   needs is less, since a weak edge after costs is only one or two standard errors wide over
+   the validation window even for the best rule: the reality check's p-value below
+   ``PREDICTABLE_P_VALUE`` (a one-sided level of a quarter: "predictable"). A validation Sharpe
+   barely above zero allowing for the choice is not enough.
 
 Costs are in every curve, so a network that trades an edge too small to pay for its turnover
-loses to the baseline too.
+loses to the baseline too. :class:`Deployment` says in one line what was deployed and why.
 """
 
 from __future__ import annotations
@@ -67,11 +52,14 @@ __all__ = [
     "BASELINE_EXPOSURE",
     "GATE_LEVEL",
     "PREDICTABILITY_LEVEL",
+    "PREDICTABLE_P_VALUE",
+    "STABILITY_LEVEL",
     "BaselineChoice",
     "GateVerdict",
     "ValidationReturns",
     "baseline_action",
     "baseline_backtest",
+    "baseline_config",
     "choose_baseline",
     "features_predict_returns",
     "network_beats_baseline",
@@ -82,12 +70,13 @@ __all__ = [
 BASELINE_EXPOSURE = {"flat": 0.0, "hold long": 1.0, "hold short": -1.0}
 # Two-sided interval level of both tests: a lower bound above zero is a one-sided test at 5%.
 GATE_LEVEL = 0.90
-# Level of the training window's test that the features predict the next bar's return, below
-# which the network needs only a positive validation Sharpe allowing for its choice (step 3 of
-# the module doc). On 100 markets each of 16,000 training bars (benchmarks/predictability_power.py)
-# it rejected on 82% of phi 0.05 AR(1)s and on 1%, 1% and 0% of driftless and drifting random
-# walks and of regime switching without drift.
+# Level of the training window's test that the inputs predict the next bar's return, below
+# which the network needs less validation evidence (step 4 of the module doc).
 PREDICTABILITY_LEVEL = 0.01
+# The reality check's p-value (twice the one-sided share) that step 4 requires on validation.
+PREDICTABLE_P_VALUE = 0.5
+# One-sided level at which an edge must hold in each part of the training bars it is checked on.
+STABILITY_LEVEL = 0.10
 
 
 @dataclass(frozen=True)
@@ -96,6 +85,8 @@ class BaselineChoice:
 
     name: str  # a key of BASELINE_EXPOSURE
     hold_vs_flat: dict[str, float]  # sharpe_difference_interval of holding long against flat
+    # The same test on each half of the training window, at the one-sided STABILITY_LEVEL.
+    halves: tuple[dict[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,7 +108,7 @@ class GateVerdict:
     validation_vs_flat: dict[str, float]  # best_sharpe_reality_check of the snapshots: the test
     # features_predict_returns on the training window, or None where not tested
     predictability: dict[str, float] | None = None
-    # How flat was beaten: "significant" (step 2), "predictable" (step 3) or None (it was not)
+    # How flat was beaten: "significant" (step 3), "predictable" (step 4) or None (it was not)
     beat_flat_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,16 +123,27 @@ class GateVerdict:
         }
 
 
+def baseline_config(config: EnvConfig) -> EnvConfig:
+    """The env configuration the baselines act in: ``config`` with the triple barrier off (a
+    barrier hit ends the episode, and a hold would be sold and bought again each time), one
+    episode as long as the env allows (each new one starts flat) and ``sizing="equity"`` at
+    leverage 1, so that "hold long" is buy-and-hold: all of the value in the instrument from the
+    first bar to the last, and "hold short" its mirror."""
+    return config.replace(barriers=False, sizing="equity", leverage=1.0, episode_length=2**31 - 1)
+
+
 def baseline_backtest(
     name: str, data: MarketData, config: EnvConfig, per_year: float
 ) -> BacktestResult:
-    """The backtest of baseline ``name`` (a key of :data:`BASELINE_EXPOSURE`) on ``data``."""
+    """The backtest of baseline ``name`` (a key of :data:`BASELINE_EXPOSURE`) on ``data``, in
+    :func:`baseline_config` of ``config``."""
     if name not in BASELINE_EXPOSURE:
         raise ValueError(
             f"baseline = {name!r} is invalid: allowed is one of {sorted(BASELINE_EXPOSURE)}"
         )
+    held = baseline_config(config)
     exposure = np.full(data.n_bars, BASELINE_EXPOSURE[name])
-    return backtest(exposure_policy(exposure, config), data, config, per_year=per_year)
+    return backtest(exposure_policy(exposure, held), data, held, per_year=per_year)
 
 
 def baseline_action(name: str, config: EnvConfig) -> int:
@@ -152,21 +154,33 @@ def baseline_action(name: str, config: EnvConfig) -> int:
 
 
 def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> BaselineChoice:
-    """Flat, hold long or hold short, from the whole training window (see the module doc)."""
+    """Flat, hold long or hold short, from the whole training window and each of its halves
+    (step 1 of the module doc)."""
     hold = baseline_backtest("hold long", train, config, per_year)
-    ci = sharpe_difference_interval(
-        hold.returns, np.zeros_like(hold.returns), per_year, level=GATE_LEVEL
-    )
-    name = "hold long" if ci["low"] > 0.0 else "hold short" if ci["high"] < 0.0 else "flat"
-    return BaselineChoice(name, ci)
+    r = hold.returns
+    ci = sharpe_difference_interval(r, np.zeros_like(r), per_year, level=GATE_LEVEL)
+    halves: tuple[dict[str, float], ...] = ()
+    if len(r) >= 8:
+        mid = len(r) // 2
+        halves = tuple(
+            sharpe_difference_interval(h, np.zeros_like(h), per_year, level=1 - 2 * STABILITY_LEVEL)
+            for h in (r[:mid], r[mid:])
+        )
+    if ci["low"] > 0.0 and halves and all(h["low"] > 0.0 for h in halves):
+        name = "hold long"
+    elif ci["high"] < 0.0 and halves and all(h["high"] < 0.0 for h in halves):
+        name = "hold short"
+    else:
+        name = "flat"
+    return BaselineChoice(name, ci, halves)
 
 
 def features_predict_returns(train: MarketData) -> dict[str, float] | None:
-    """Step 3's test on the training window: the robust Wald test that the regression of each
+    """Step 4's test on the training window: the robust Wald test that the regression of each
     bar's next log return (close to close, within its instrument) on that bar's features has no
     slope (:func:`gpu_trading_env.reports.metrics.regression_slopes_test`): ``{"statistic",
     "df", "p_value", "bars"}``; None where the window has too few bars for the regression
-    (at most two per feature: the test would say nothing), and step 3 is not taken."""
+    (at most two per feature: the test would say nothing), and step 4 is not taken."""
     features, next_returns = train.features_and_next_returns()
     if len(next_returns) <= 2 * train.n_features:
         return None
@@ -186,9 +200,9 @@ def network_beats_baseline(
     backtests of the same validation window; ``candidates`` are the backtests there of every
     snapshot ``network`` was chosen from as the best (``network`` among them; ``None``: it
     alone), which the test against flat allows for. ``predictability`` is
-    :func:`features_predict_returns` of the training window (``None``: step 3 is not taken);
-    below ``predictability_level`` (0 turns step 3 off) its p-value lets a positive
-    choice-adjusted validation Sharpe beat flat."""
+    :func:`features_predict_returns` of the training window (``None``: step 4 is not taken);
+    below ``predictability_level`` (0 turns step 4 off) its p-value lets a reality-check
+    p-value below ``PREDICTABLE_P_VALUE`` beat flat."""
     if not 0.0 <= predictability_level < 1.0:
         raise ValueError(
             f"predictability_level = {predictability_level!r} is invalid: allowed is a number "
@@ -205,7 +219,7 @@ def network_beats_baseline(
     beat_flat_by = None
     if vs_flat["low"] > 0.0:
         beat_flat_by = "significant"
-    elif predictable and vs_flat["adjusted"] > 0.0:
+    elif predictable and vs_flat["p_value"] < PREDICTABLE_P_VALUE and vs_flat["adjusted"] > 0.0:
         beat_flat_by = "predictable"
     if name == "flat":
         return GateVerdict(

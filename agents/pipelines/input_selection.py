@@ -19,12 +19,15 @@ show to predict:
    Tested on the bars it was fitted on, the forecast "predicted" a driftless random walk in 20%
    of draws at 1%: EM finds the walk's runs and calls them regimes.
 2. **The features**: each feature's slope on the next return, HC3-robust, two-sided, with
-   Holm's step-down correction over the features.
+   Holm's step-down correction over the features; a feature so kept must also predict in the
+   most recent :data:`RECENT_FRACTION` of the training bars, with the same sign, at the
+   one-sided :data:`~agents.pipelines.baseline_policies.STABILITY_LEVEL`: an edge the early
+   training bars show and the late ones no longer do is gone before the bars it would trade.
 
 The two families split :data:`SELECTION_LEVEL` between them (half each), so where nothing
 predicts the returns the network sees any input at all in at most 1% of markets. The columns not
 kept stay in the observation as zeros, so the observation's shape does not depend on the data.
-The selection's family-wise p-value is the fallback's predictability test (step 3 of
+The selection's family-wise p-value is the fallback's predictability test (step 4 of
 :mod:`agents.pipelines.baseline_policies`).
 
 The selection is saved with the model (``model.input_selection``), and
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.pipelines.baseline_policies import STABILITY_LEVEL
 from gpu_trading_env.data.features import CLIP
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.data.regime_filter import (
@@ -52,6 +56,7 @@ from gpu_trading_env.reports.metrics import regression_slopes_test
 __all__ = [
     "MIN_REGIME_BARS",
     "MIN_TEST_BARS",
+    "RECENT_FRACTION",
     "REGIME_INPUT",
     "SELECTION_LEVEL",
     "InputSelection",
@@ -66,6 +71,8 @@ SELECTION_LEVEL = 0.01
 # Bars each half of the training window needs for the regime filter to be fitted and tested
 # (regimes last hundreds of bars; fewer bars than this hold too few of them to fit three).
 MIN_REGIME_BARS = 2_000
+# The most recent part of the training bars in which a kept feature must still predict.
+RECENT_FRACTION = 1.0 / 3.0
 # Bars with a next return the features' tests need (each is a regression on one feature). A
 # window this short keeps a feature only where its slope is far beyond chance.
 MIN_TEST_BARS = 10
@@ -82,6 +89,8 @@ class InputSelection:
     regime_std: float
     regime_p_value: float | None  # one-sided, cross-fitted; None: not tested
     feature_p_values: dict[str, float] = field(default_factory=dict)  # two-sided, unadjusted
+    # One-sided p-values, in the recent bars, of the features Holm's step kept (same sign).
+    recent_p_values: dict[str, float] = field(default_factory=dict)
     p_value: float = 1.0  # family-wise: below the level, some input is kept
     bars: int = 0
 
@@ -91,7 +100,7 @@ class InputSelection:
         return (*self.feature_names, REGIME_INPUT)
 
     def predictability(self) -> dict[str, float]:
-        """The fallback's step 3 test (``features_predict_returns``' keys)."""
+        """The fallback's step 4 test (``features_predict_returns``' keys)."""
         return {
             "statistic": float(len(self.kept)),
             "df": float(len(self.feature_names) + 1),
@@ -108,6 +117,7 @@ class InputSelection:
             "regime_std": self.regime_std,
             "regime_p_value": self.regime_p_value,
             "feature_p_values": dict(self.feature_p_values),
+            "recent_p_values": dict(self.recent_p_values),
             "p_value": self.p_value,
             "bars": self.bars,
         }
@@ -126,6 +136,7 @@ class InputSelection:
                 regime_std=float(d["regime_std"]),
                 regime_p_value=None if d["regime_p_value"] is None else float(d["regime_p_value"]),
                 feature_p_values={str(k): float(v) for k, v in d["feature_p_values"].items()},
+                recent_p_values={str(k): float(v) for k, v in d.get("recent_p_values", {}).items()},
                 p_value=float(d["p_value"]),
                 bars=int(d["bars"]),
             )
@@ -165,6 +176,33 @@ def _regime_p_value(pieces: list[np.ndarray]) -> float | None:
     return 0.5 * math.erfc(z / math.sqrt(2.0) / math.sqrt(2.0))
 
 
+def _recent_p_values(
+    train: MarketData, x: np.ndarray, y: np.ndarray, names: list[str]
+) -> dict[str, float]:
+    """For each feature in ``names``: the one-sided p-value, over the last RECENT_FRACTION of
+    each instrument's rows of ``(x, y)`` (``features_and_next_returns``), of its slope having
+    the sign of its slope over all of them (1.0 where the recent rows are too few or the
+    feature is constant there)."""
+    if not names:
+        return {}
+    lengths = [max(int(n) - 1, 0) for n in train.bars_per_instrument]
+    rows, start = [], 0
+    for n in lengths:
+        rows.append(np.arange(start + n - max(int(round(RECENT_FRACTION * n)), 0), start + n))
+        start += n
+    recent = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    out = {}
+    for name in names:
+        j = list(train.feature_names).index(name)
+        if len(recent) < MIN_TEST_BARS:
+            out[name] = 1.0
+            continue
+        z_all = _slope_z(x[:, j], y)
+        z = math.copysign(1.0, z_all) * _slope_z(x[recent, j], y[recent])
+        out[name] = 0.5 * math.erfc(z / math.sqrt(2.0))
+    return out
+
+
 def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSelection:
     """Choose the network's inputs on the training bars ``train`` (module doc).
 
@@ -189,11 +227,13 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
         p_features[name] = float(test["p_value"]) if test["df"] > 0 else 1.0
     # Holm's step-down over the features, at half the level.
     ordered = sorted(p_features, key=p_features.__getitem__)
-    kept_features = []
+    holm = []
     for i, name in enumerate(ordered):
         if p_features[name] * (k - i) >= level / 2.0:
             break
-        kept_features.append(name)
+        holm.append(name)
+    recent = _recent_p_values(train, x, y, holm)
+    kept_features = [n for n in holm if recent[n] < STABILITY_LEVEL]
     p_regime = _regime_p_value(pieces)
     model = None
     mean, std = 0.0, 1.0
@@ -203,7 +243,7 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
         mean, std = float(forecast.mean()), float(forecast.std())
         std = std if std > 0.0 else 1.0
     keep_regime = p_regime is not None and p_regime < level / 2.0
-    smallest = min(p_features.values()) * k if p_features else 1.0
+    smallest = min((p_features[n] for n in kept_features), default=1.0) * k
     family = min(1.0, 2.0 * smallest, 2.0 * (1.0 if p_regime is None else p_regime))
     kept = tuple(n for n in train.feature_names if n in kept_features)
     return InputSelection(
@@ -214,6 +254,7 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
         regime_std=std,
         regime_p_value=p_regime,
         feature_p_values=p_features,
+        recent_p_values=recent,
         p_value=family,
         bars=len(y),
     )

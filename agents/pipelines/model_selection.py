@@ -24,19 +24,23 @@ import numpy as np
 
 from agents.pipelines.backtest_policies import greedy_batch_policy
 from agents.pipelines.baseline_policies import (
+    GATE_LEVEL,
+    BaselineChoice,
     ValidationReturns,
     baseline_action,
+    baseline_backtest,
     choose_baseline,
     features_predict_returns,
     network_beats_baseline,
     set_constant_policy,
 )
-from agents.pipelines.input_selection import apply_inputs, select_inputs
+from agents.pipelines.deployment import describe_deployment
+from agents.pipelines.input_selection import InputSelection, apply_inputs, select_inputs
 from agents.pipelines.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult, backtest_batch
-from gpu_trading_env.reports.metrics import returns_of, sharpe
+from gpu_trading_env.reports.metrics import returns_of, sharpe, sharpe_difference_interval
 
 __all__ = ["auto_reward_scale", "learning_rate_schedule", "train_selected"]
 
@@ -92,6 +96,9 @@ def train_selected(
             "cross_fit=True trains a second network that checkpoints do not hold: it cannot be "
             "combined with checkpoint_every or resume_from"
         )
+    choice = choose_baseline(train, config, per_year)
+    if settings.fallback and selection is not None and not selection.kept:
+        return _baseline_only(fit, val, test, config, settings, seed, per_year, choice, selection)
     model, env, cb, wall = _train_with_snapshots(
         fit,
         val,
@@ -103,7 +110,6 @@ def train_selected(
         checkpoint_dir=checkpoint_dir,
         resume_from=resume_from,
     )
-    choice = choose_baseline(train, config, per_year)
     predictability = None
     if settings.predictability_level > 0.0:
         predictability = (
@@ -111,9 +117,11 @@ def train_selected(
         )
     base_action = baseline_action(choice.name, config)
     k = len(cb.snapshots)
-    (val_runs, base_val), (test_runs, base_test) = _backtest_snapshots(
+    (val_runs, _), (test_runs, _) = _backtest_snapshots(
         cb.snapshots, base_action, (val, test), config, per_year
     )
+    base_val = baseline_backtest(choice.name, val, config, per_year)
+    base_test = baseline_backtest(choice.name, test, config, per_year)
     evals = {
         "timesteps": [step for step, _, _ in cb.snapshots],
         "validation": [r.strategy.sharpe for r in val_runs],
@@ -168,12 +176,28 @@ def train_selected(
         set_constant_policy(model, base_action)
         deployed = base_test
         deployed_val = base_val
+    kept = "network" if deployed is test_runs[best] else choice.name
+    gate = {**verdict.to_dict(), "hold_vs_flat_on_training_window": choice.hold_vs_flat}
+    vs_bh = _vs_buy_and_hold(val_runs[best], per_year)
+    deflated = _deflated(val_runs[best], val_runs, selection, train, per_year)
+    deployment = describe_deployment(
+        kept,
+        _choice_dict(choice),
+        gate=gate,
+        selection=inputs,
+        fallback=settings.fallback,
+        deflated=deflated,
+        vs_buy_and_hold=vs_bh,
+    )
     return {
         "model": model,
         "test": deployed,
         "network_test": test_runs[best],
-        "kept": "network" if deployed is test_runs[best] else choice.name,
-        "gate": {**verdict.to_dict(), "hold_vs_flat_on_training_window": choice.hold_vs_flat},
+        "kept": kept,
+        "deployment": deployment,
+        "baseline": _choice_dict(choice),
+        "deflated_sharpe": deflated,
+        "gate": gate,
         "last_test": test_runs[-1],
         "curve": cb.curve,
         "evals": evals,
@@ -190,6 +214,102 @@ def train_selected(
             "validation_bars": cross["validation_bars"],
             "train_seconds": cross["train_seconds"],
         },
+    }
+
+
+def _choice_dict(choice: BaselineChoice) -> dict[str, Any]:
+    return {"name": choice.name, "hold_vs_flat": choice.hold_vs_flat, "halves": list(choice.halves)}
+
+
+def _vs_buy_and_hold(result: BacktestResult, per_year: float) -> dict[str, float] | None:
+    """The validation Sharpe of ``result`` minus buy-and-hold's there (same bars, costs in)."""
+    bh = result.buy_and_hold[1:] / result.buy_and_hold[:-1] - 1.0
+    if len(bh) < 2 or len(bh) != len(result.returns):
+        return None
+    return sharpe_difference_interval(result.returns, bh, per_year, level=GATE_LEVEL)
+
+
+def _deflated(
+    chosen: BacktestResult,
+    snapshots: list[BacktestResult],
+    selection: InputSelection | None,
+    train: MarketData,
+    per_year: float,
+) -> dict[str, Any] | None:
+    """The deflated Sharpe ratio of the chosen snapshot's validation returns: trials are the
+    inputs the selection tested times the snapshots, the variance of the trials' Sharpe ratios
+    the snapshots' (per bar); None where it cannot be computed (too few bars, no variance)."""
+    from gpu_trading_env.reports.sharpe_inference import deflated_sharpe_ratio
+
+    inputs_tested = (len(selection.feature_names) + 1) if selection is not None else 1
+    per_bar = np.array([sharpe(r.returns, 1.0) for r in snapshots], dtype=np.float64)
+    per_bar = per_bar[np.isfinite(per_bar)]
+    variance = float(np.var(per_bar, ddof=1)) if len(per_bar) > 1 else 0.0
+    returns = np.asarray(chosen.returns, dtype=np.float64)
+    if len(returns) < 3 or not np.std(returns) > 0.0 or not variance > 0.0:
+        return None
+    try:
+        result = deflated_sharpe_ratio(
+            returns, n_trials=inputs_tested * len(snapshots), sr_variance=variance
+        )
+    except ValueError:
+        return None
+    return result.to_dict()
+
+
+def _baseline_only(
+    fit: MarketData,
+    val: MarketData,
+    test: MarketData,
+    config: EnvConfig,
+    settings: TrainSettings,
+    seed: int,
+    per_year: float,
+    choice: BaselineChoice,
+    selection: InputSelection,
+) -> dict[str, Any]:
+    """The run where the input selection kept no input: the baseline, deployed without training
+    a network (the model is an untrained dueling network made to act as the baseline)."""
+    # No experience is stored: the buffer needs only the batch's room.
+    model, env = _untrained_model(fit, config, settings, seed, buffer_size=settings.batch_size)
+    env.close()
+    action = baseline_action(choice.name, config)
+    set_constant_policy(model, action)
+    inputs = selection.to_dict()
+    model.input_selection = inputs
+    base_val = baseline_backtest(choice.name, val, config, per_year)
+    base_test = baseline_backtest(choice.name, test, config, per_year)
+    deployment = describe_deployment(
+        choice.name, _choice_dict(choice), gate=None, selection=inputs, fallback=True
+    )
+    return {
+        "model": model,
+        "test": base_test,
+        "network_test": None,
+        "kept": choice.name,
+        "deployment": deployment,
+        "baseline": _choice_dict(choice),
+        "deflated_sharpe": None,
+        "gate": {
+            "kept": choice.name,
+            "baseline": choice.name,
+            "level": GATE_LEVEL,
+            "network_minus_flat_validation_sharpe": None,
+            "network_minus_baseline_validation_sharpe": None,
+            "features_predict_next_return": selection.predictability(),
+            "beat_flat_by": None,
+            "hold_vs_flat_on_training_window": choice.hold_vs_flat,
+        },
+        "last_test": None,
+        "curve": [],
+        "evals": {"timesteps": [], "validation": [], "test": []},
+        "selected_step": None,
+        "validation_sharpe": base_val.strategy.sharpe,
+        "validation": base_val,
+        "train_seconds": 0.0,
+        "timesteps": 0,
+        "inputs": inputs,
+        "cross_fit": None,
     }
 
 
@@ -220,9 +340,10 @@ def _cross_fitted(
         late, early, config, settings, seed, init_from=init_from
     )
     env.close()
-    ((runs, base),) = _backtest_snapshots(
+    ((runs, _),) = _backtest_snapshots(
         cb.snapshots, baseline_action(baseline, config), (early,), config, per_year
     )
+    base = baseline_backtest(baseline, early, config, per_year)
     del model
     return {
         "runs": runs,
@@ -259,6 +380,73 @@ def _backtest_snapshots(
     return out
 
 
+def _make_env(fit: MarketData, config: EnvConfig, settings: TrainSettings) -> Any:
+    import gymnasium as gym
+
+    import gpu_trading_env  # noqa: F401  (registers the env)
+
+    return gym.make_vec(
+        "GpuTrading-v0",
+        num_envs=settings.num_envs,
+        device=settings.device,
+        data=fit,
+        config=config,
+    )
+
+
+def _untrained_model(
+    fit: MarketData,
+    config: EnvConfig,
+    settings: TrainSettings,
+    seed: int,
+    buffer_size: int | None = None,
+) -> tuple[Any, Any]:
+    """A new GpuDQN for ``settings`` on an env over ``fit``: ``(model, env)``.
+
+    :param buffer_size: the replay buffer's size; None: ``settings.buffer_size``.
+    """
+    from agents import GpuDQN
+
+    env = _make_env(fit, config, settings)
+    steps = settings.timesteps
+    width = int(settings.net_width)
+    hidden = ([width, width], [width // 2]) if width else ([], [])  # 0: Q linear in the obs
+    policy_kwargs: dict[str, Any] = {
+        "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
+    }
+    reward_scale = (
+        auto_reward_scale(fit) if settings.reward_scale is None else float(settings.reward_scale)
+    )
+    if settings.weight_decay:
+        policy_kwargs["optimizer_kwargs"] = {
+            "weight_decay": settings.weight_decay,
+            "decoupled_weight_decay": True,
+        }
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        policy_kwargs=policy_kwargs,
+        learning_rate=learning_rate_schedule(settings),
+        buffer_size=settings.buffer_size if buffer_size is None else int(buffer_size),
+        learning_starts=max(10 * settings.num_envs, 1000),
+        batch_size=settings.batch_size,
+        gamma=settings.gamma,
+        reward_scale=reward_scale,
+        train_freq=1,
+        gradient_steps=settings.gradient_steps,
+        target_update_interval=max(steps // 50, settings.num_envs),
+        exploration_fraction=0.3,
+        exploration_final_eps=0.02,
+        curiosity=settings.curiosity,
+        train_precision=settings.train_precision,
+        tensorboard_log=settings.tensorboard_log,
+        verbose=settings.verbose,
+        seed=seed,
+        device=settings.device,  # cpu, cuda or cuda:N, as the env
+    )
+    return model, env
+
+
 def _train_with_snapshots(
     fit: MarketData,
     val: MarketData,
@@ -274,39 +462,18 @@ def _train_with_snapshots(
     """Train a GpuDQN on ``fit`` (``val``: the validation bars, in the run's identity only) with
     a snapshot of its weights every ``eval_every`` env steps and at the end: ``(model, env,
     snapshots callback, training seconds)``. The options are :func:`train_selected`'s."""
-    import gymnasium as gym
     from stable_baselines3.common.callbacks import BaseCallback
 
-    import gpu_trading_env  # noqa: F401  (registers the env)
     from agents import GpuDQN
 
-    env = gym.make_vec(
-        "GpuTrading-v0",
-        num_envs=settings.num_envs,
-        device=settings.device,
-        data=fit,
-        config=config,
-    )
     steps = settings.timesteps
     eval_every = settings.eval_every or max(steps // 10, settings.num_envs)
-    width = int(settings.net_width)
-    hidden = ([width, width], [width // 2]) if width else ([], [])  # 0: Q linear in the obs
-    policy_kwargs: dict[str, Any] = {
-        "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
-    }
-    reward_scale = (
-        auto_reward_scale(fit) if settings.reward_scale is None else float(settings.reward_scale)
-    )
-    if settings.weight_decay:
-        policy_kwargs["optimizer_kwargs"] = {
-            "weight_decay": settings.weight_decay,
-            "decoupled_weight_decay": True,
-        }
     run_id = _run_identity(fit, val, config, settings, seed)
     resumed: dict[str, Any] | None = None
     if resume_from is not None:
         from agents.files.checkpoint import checkpoint_extra
 
+        env = _make_env(fit, config, settings)
         resumed = checkpoint_extra(resume_from)
         _check_same_run(resumed, run_id, resume_from)
         model = GpuDQN.load_checkpoint(
@@ -317,28 +484,7 @@ def _train_with_snapshots(
             verbose=settings.verbose,
         )
     else:
-        model = GpuDQN(
-            "DuelingPolicy",
-            env,
-            policy_kwargs=policy_kwargs,
-            learning_rate=learning_rate_schedule(settings),
-            buffer_size=settings.buffer_size,
-            learning_starts=max(10 * settings.num_envs, 1000),
-            batch_size=settings.batch_size,
-            gamma=settings.gamma,
-            reward_scale=reward_scale,
-            train_freq=1,
-            gradient_steps=settings.gradient_steps,
-            target_update_interval=max(steps // 50, settings.num_envs),
-            exploration_fraction=0.3,
-            exploration_final_eps=0.02,
-            curiosity=settings.curiosity,
-            train_precision=settings.train_precision,
-            tensorboard_log=settings.tensorboard_log,
-            verbose=settings.verbose,
-            seed=seed,
-            device=settings.device,  # cpu, cuda or cuda:N, as the env
-        )
+        model, env = _untrained_model(fit, config, settings, seed)
     if init_from is not None:
         model.policy.load_state_dict(init_from)
 

@@ -37,9 +37,9 @@ class TrainSettings:
     # Keep the network only where it beats the best parameter-free policy on validation
     # (agents.pipelines.baseline_policies); False keeps the best snapshot whatever it earned.
     fallback: bool = True
-    # Where the features predict the next bar's return on the training bars at this level, the
-    # fallback keeps a network whose validation Sharpe is positive allowing for its choice among
-    # snapshots, without significance (agents.pipelines.baseline_policies, step 3); 0: off.
+    # Where the inputs predict the next bar's return on the training bars at this level, the
+    # fallback needs less validation evidence of the network (agents.pipelines.baseline_policies,
+    # step 4); 0: off.
     predictability_level: float = 0.01
     # Give the network only the inputs that predict the next return on the training bars, and a
     # fitted regime filter's forecast among them (agents.pipelines.input_selection); False: every

@@ -1,9 +1,12 @@
 """Judge GpuDQN out of sample on rolling folds (``walk_forward``), each trained by
 :func:`agents.pipelines.model_selection.train_selected`.
 
-Walk-forward: fold k trains on the ``train_bars`` bars before its test window and is tested on
+Walk-forward: fold k trains on every bar before its test window (``expanding``, the default;
+the first fold on ``train_bars``) or on the ``train_bars`` bars just before it, and is tested on
 the next ``test_bars`` bars (``MarketData.walk_forward``); each fold starts from scratch, or with
-``warm_start`` from the previous fold's kept weights. Several seeds run per fold. The test
+``warm_start`` from the previous fold's kept weights. Each fold and seed records the policy
+``train`` deployed and why (:class:`~agents.pipelines.deployment.Deployment`), and that
+baseline's out-of-sample return beside the deployed policy's. Several seeds run per fold. The test
 windows' per-bar returns are stitched into one out-of-sample curve per seed; the seeds' mean
 return per bar is the "ensemble" curve (an equal-weight portfolio of the seeds' agents). Beside
 it: buy-and-hold with the same costs, a uniformly random policy through the same env, and on
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.backtest_policies import known_rule, random_policy
+from agents.pipelines.baseline_policies import baseline_backtest
 from agents.pipelines.model_selection import train_selected
 from agents.pipelines.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
@@ -55,6 +59,7 @@ def walk_forward(
     seeds: list[int],
     warm_start: bool,
     per_year: float,
+    expanding: bool = True,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Rolling-fold training and out-of-sample evaluation of one instrument (``data``).
@@ -64,7 +69,7 @@ def walk_forward(
         the stitched curves, costs in) and ``sharpe_vs_buy_and_hold`` (block-bootstrap interval
         of the ensemble's Sharpe minus buy-and-hold's).
     """
-    pieces = data.walk_forward(folds, train_bars, test_bars)
+    pieces = data.walk_forward(folds, train_bars, test_bars, expanding=expanding)
     fold_out: list[dict[str, Any]] = []
     by_seed: dict[int, list[BacktestResult]] = {s: [] for s in seeds}
     bench: dict[str, list[BacktestResult]] = {"buy_and_hold": [], "random": [], "rule": []}
@@ -103,8 +108,17 @@ def walk_forward(
                 "seeds": [
                     {
                         "seed": s,
+                        "kept": r["kept"],
+                        "verdict": r["deployment"].headline,
+                        "deployment": r["deployment"].to_dict(),
+                        "baseline": r["baseline"]["name"],
+                        "baseline_strategy": baseline_backtest(
+                            r["baseline"]["name"], test, config, per_year
+                        ).strategy.to_dict(),
                         "strategy": r["test"].strategy.to_dict(),
-                        "last_model_strategy": r["last_test"].strategy.to_dict(),
+                        "last_model_strategy": None
+                        if r["last_test"] is None
+                        else r["last_test"].strategy.to_dict(),
                         "selected_step": r["selected_step"],
                         "validation_sharpe": r["validation_sharpe"],
                         "train_seconds": r["train_seconds"],
@@ -168,6 +182,7 @@ def walk_forward(
         "sharpe_vs_buy_and_hold": ci,
         "beats_buy_and_hold_every_fold": dict(zip(map(str, seeds), beats, strict=True)),
         "settings": asdict(settings),
+        "expanding": bool(expanding),
     }
 
 

@@ -234,15 +234,19 @@ def run_one(
         "device": device,
         "kept": run["kept"],
         "agent": a.to_dict(),
-        "network": run["network_test"].strategy.to_dict(),
+        "network": None if run["network_test"] is None else run["network_test"].strategy.to_dict(),
         "reference_name": ref_name,
         "reference": r.to_dict(),
         "references": {k: v.strategy.to_dict() for k, v in refs.items()},
         "buy_and_hold": agent.benchmark.to_dict(),
         "sharpe_ratio": a.sharpe / r.sharpe if r.sharpe > 0 else None,
         "network_sharpe_ratio": (
-            run["network_test"].strategy.sharpe / r.sharpe if r.sharpe > 0 else None
+            run["network_test"].strategy.sharpe / r.sharpe
+            if r.sharpe > 0 and run["network_test"] is not None
+            else None
         ),
+        "deployment": run["deployment"].to_dict(),
+        "baseline": run["baseline"]["name"],
         "vs_flat": vs_flat,
         "vs_buy_and_hold": vs_bh,
         "edge_over_flat_claimed": bool(vs_flat["low"] > 0.0),

@@ -1,0 +1,183 @@
+"""What ``train`` deployed and why, in one line a reader can act on (:class:`Deployment`).
+
+The rule itself is :mod:`agents.pipelines.baseline_policies`'; this module states its outcome:
+a headline first ("no edge found: the model stays flat", "holds long: the training bars'
+drift", "a network: ..."), then the evidence with its intervals, and beside it the deflated
+Sharpe ratio of the network's validation returns with the count of trials behind it. Where an
+interval spans zero the text says so and nothing reassuring is said of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["OUTCOMES", "Deployment", "describe_deployment", "interval_text"]
+
+# Every kind of outcome, and the headline's opening words.
+OUTCOMES = {
+    "no_input": "no edge found",
+    "drift_no_input": "holds {side}: the training bars' drift",
+    "network": "a network",
+    "not_held": "no edge held up",
+    "drift_not_held": "holds {side}: the training bars' drift",
+    "no_fallback": "a network (the fallback is off)",
+}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The deployed policy and the reason, as :func:`describe_deployment` words it.
+
+    :param kept: ``"network"`` or the baseline's name (``"flat"``, ``"hold long"``, ``"hold
+        short"``).
+    :param outcome: a key of :data:`OUTCOMES`.
+    :param headline: one line: what the model does and why.
+    :param details: the evidence in sentences (intervals, p-values, trial counts).
+    :param trained: whether a network was trained at all.
+    """
+
+    kept: str
+    outcome: str
+    headline: str
+    details: tuple[str, ...]
+    trained: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["details"] = list(self.details)
+        return d
+
+
+def interval_text(ci: dict[str, float], what: str = "Sharpe") -> str:
+    """``+0.42 [-0.10, +0.95]`` of a ``{"difference", "low", "high", "level"}`` interval, with
+    the words "the interval spans zero" where it does."""
+    text = (
+        f"{ci['difference']:+.2f} {what} ({ci['level']:.0%} interval "
+        f"[{ci['low']:+.2f}, {ci['high']:+.2f}]"
+    )
+    if ci["low"] <= 0.0 <= ci["high"]:
+        text += "; the interval spans zero"
+    return text + ")"
+
+
+def _side(kept: str) -> str:
+    return "long" if kept == "hold long" else "short"
+
+
+def _drift_sentence(choice: dict[str, Any]) -> str:
+    ci = choice["hold_vs_flat"]
+    halves = choice.get("halves") or []
+    text = f"holding long minus flat over the training bars: {interval_text(ci)}"
+    if halves:
+        text += "; in each half: " + ", ".join(f"{h['difference']:+.2f}" for h in halves)
+    return text
+
+
+def describe_deployment(
+    kept: str,
+    baseline: dict[str, Any],
+    *,
+    gate: dict[str, Any] | None,
+    selection: dict[str, Any] | None,
+    fallback: bool = True,
+    deflated: dict[str, Any] | None = None,
+    vs_buy_and_hold: dict[str, float] | None = None,
+) -> Deployment:
+    """Word the outcome of one ``train`` run.
+
+    :param kept: what the model acts as: ``"network"`` or a baseline's name.
+    :param baseline: the baseline choice: ``{"name", "hold_vs_flat", "halves"}``
+        (:class:`~agents.pipelines.baseline_policies.BaselineChoice` as a dict).
+    :param gate: :meth:`GateVerdict.to_dict` of the validation test, None where no network was
+        trained.
+    :param selection: the input selection's ``to_dict``, None with ``--all-inputs``.
+    :param deflated: the deflated Sharpe ratio of the network's validation returns
+        (:class:`~gpu_trading_env.reports.sharpe_inference.DeflatedSharpe` as a dict), or None.
+    :param vs_buy_and_hold: the network's validation Sharpe minus buy-and-hold's, or None.
+    """
+    details: list[str] = []
+    name = baseline["name"]
+    if selection is not None:
+        p = float(selection["p_value"])
+        shown = f"p = {p:.2g}" if p >= 1e-16 else "p < 1e-16"
+        n_inputs = len(selection["feature_names"]) + 1
+        details.append(
+            f"Input selection on the training bars: {len(selection['kept'])} of {n_inputs} "
+            f"inputs kept (family-wise {shown})."
+        )
+    if name != "flat":
+        details.append(f"Baseline {name}: {_drift_sentence(baseline)}.")
+    else:
+        details.append(
+            f"Baseline flat: no drift held over the training bars and each half of them "
+            f"({_drift_sentence(baseline)})."
+        )
+    if gate is None:
+        if name == "flat":
+            return Deployment(
+                kept,
+                "no_input",
+                "no edge found: the model stays flat (no input predicted the next return on the "
+                "training bars, so no network was trained)",
+                tuple(details),
+                False,
+            )
+        return Deployment(
+            kept,
+            "drift_no_input",
+            f"holds {_side(name)}: the training bars' drift ({interval_text(baseline['hold_vs_flat'])}"
+            "); no input predicted the next return, so no network was trained",
+            tuple(details),
+            False,
+        )
+    flat = gate["network_minus_flat_validation_sharpe"]
+    evidence = (
+        f"the network's validation Sharpe minus flat's, allowing for its choice among "
+        f"{flat.get('candidates', 1)} snapshots: {interval_text(flat)}, reality-check "
+        f"p = {flat['p_value']:.2g}"
+    )
+    if vs_buy_and_hold is not None:
+        evidence += f"; minus buy-and-hold's: {interval_text(vs_buy_and_hold)}"
+    if name != "flat":
+        evidence += (
+            f"; minus {name}'s: {interval_text(gate['network_minus_baseline_validation_sharpe'])}"
+        )
+    details.append(evidence[0].upper() + evidence[1:] + ".")
+    if deflated is not None:
+        details.append(
+            f"Deflated Sharpe ratio of the network's validation returns: {deflated['dsr']:.2f} "
+            f"(the probability that its Sharpe beats the best of {deflated['n_trials']} trials "
+            "by chance; trials: inputs tested x snapshots)."
+        )
+    if kept == "network":
+        how = gate.get("beat_flat_by")
+        if not fallback:
+            outcome, reason = "no_fallback", "kept whatever it earned on validation"
+        elif how == "significant":
+            outcome, reason = "network", "it beat flat on the validation window at 95% one-sided"
+        else:
+            outcome, reason = (
+                "network",
+                "it beat flat on the validation window at 75% one-sided, where its inputs "
+                "predict the next return on the training bars",
+            )
+        headline = f"{OUTCOMES[outcome]}: validation edge over flat {interval_text(flat)}; {reason}"
+        return Deployment(kept, outcome, headline, tuple(details), True)
+    if name == "flat":
+        return Deployment(
+            kept,
+            "not_held",
+            f"no edge held up: the model stays flat (the network's validation edge over flat, "
+            f"{interval_text(flat)}, was not enough)",
+            tuple(details),
+            True,
+        )
+    return Deployment(
+        kept,
+        "drift_not_held",
+        f"holds {_side(name)}: the training bars' drift; the network did not beat it on the "
+        f"validation window ({interval_text(gate['network_minus_baseline_validation_sharpe'])})",
+        tuple(details),
+        True,
+    )

@@ -1,0 +1,176 @@
+"""The deployment verdict: its wording for each kind of outcome, and the rule's parts that need
+no network (the baseline's stability, no input no network, the hold baseline is
+buy-and-hold)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agents.pipelines.baseline_policies import (
+    PREDICTABLE_P_VALUE,
+    baseline_backtest,
+    choose_baseline,
+    network_beats_baseline,
+)
+from agents.pipelines.deployment import OUTCOMES, describe_deployment, interval_text
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.data.market_data import MarketData
+
+SELECTION = {"feature_names": [f"f{i}" for i in range(51)], "kept": ["f3"], "p_value": 0.004}
+NONE_KEPT = {**SELECTION, "kept": [], "p_value": 0.6}
+
+
+def ci(d: float, lo: float, hi: float, level: float = 0.9) -> dict[str, float]:
+    return {"difference": d, "low": lo, "high": hi, "level": level, "p_value": 0.5}
+
+
+def baseline(name: str) -> dict:
+    return {"name": name, "hold_vs_flat": ci(0.8, 0.2, 1.4), "halves": [ci(1.0, 0.3, 1.7)] * 2}
+
+
+def gate(kept: str, by: str | None, flat: dict, vs_base: dict | None = None) -> dict:
+    return {
+        "kept": kept,
+        "baseline": "flat",
+        "level": 0.9,
+        "network_minus_flat_validation_sharpe": {**flat, "candidates": 10},
+        "network_minus_baseline_validation_sharpe": vs_base or flat,
+        "features_predict_next_return": None,
+        "beat_flat_by": by,
+    }
+
+
+def test_no_input_flat_says_no_edge_and_no_training():
+    d = describe_deployment("flat", baseline("flat"), gate=None, selection=NONE_KEPT)
+    assert d.outcome == "no_input" and not d.trained
+    assert d.headline.startswith("no edge found: the model stays flat")
+    assert "no network was trained" in d.headline
+
+
+def test_no_input_hold_says_drift():
+    d = describe_deployment("hold long", baseline("hold long"), gate=None, selection=NONE_KEPT)
+    assert d.outcome == "drift_no_input"
+    assert d.headline.startswith("holds long: the training bars' drift")
+
+
+def test_network_significant_headline_has_interval():
+    g = gate("network", "significant", ci(1.9, 0.4, 3.5))
+    d = describe_deployment("network", baseline("flat"), gate=g, selection=SELECTION)
+    assert d.outcome == "network" and d.trained
+    assert d.headline.startswith("a network: validation edge over flat +1.90 Sharpe")
+    assert "[+0.40, +3.50]" in d.headline and "spans zero" not in d.headline
+
+
+def test_network_predictable_says_interval_spans_zero():
+    g = gate("network", "predictable", ci(1.2, -0.3, 2.8))
+    d = describe_deployment("network", baseline("flat"), gate=g, selection=SELECTION)
+    assert "the interval spans zero" in d.headline
+    assert "75% one-sided" in d.headline
+    text = d.headline + " ".join(d.details)
+    assert "suffices" not in text
+
+
+def test_not_held_flat_and_drift_not_held():
+    g = gate("flat", None, ci(0.01, -0.68, 0.73))
+    d = describe_deployment("flat", baseline("flat"), gate=g, selection=SELECTION)
+    assert d.outcome == "not_held"
+    assert d.headline.startswith("no edge held up: the model stays flat")
+    assert "the interval spans zero" in d.headline
+    g = gate("hold long", "significant", ci(1.0, 0.1, 2.0), vs_base=ci(-0.4, -1.2, 0.5))
+    d = describe_deployment("hold long", baseline("hold long"), gate=g, selection=SELECTION)
+    assert d.outcome == "drift_not_held"
+    assert d.headline.startswith("holds long: the training bars' drift; the network did not")
+
+
+def test_no_fallback_is_named():
+    g = gate("network", None, ci(-0.5, -1.5, 0.4))
+    d = describe_deployment("network", baseline("flat"), gate=g, selection=None, fallback=False)
+    assert d.outcome == "no_fallback"
+    assert d.headline.startswith(OUTCOMES["no_fallback"])
+
+
+def test_every_outcome_is_worded():
+    seen = set()
+    for kept, base, g, sel, fb in [
+        ("flat", "flat", None, NONE_KEPT, True),
+        ("hold long", "hold long", None, NONE_KEPT, True),
+        ("network", "flat", gate("network", "significant", ci(2, 1, 3)), SELECTION, True),
+        ("flat", "flat", gate("flat", None, ci(0, -1, 1)), SELECTION, True),
+        ("hold short", "hold short", gate("hold short", None, ci(0, -1, 1)), SELECTION, True),
+        ("network", "flat", gate("network", None, ci(0, -1, 1)), SELECTION, False),
+    ]:
+        d = describe_deployment(kept, baseline(base), gate=g, selection=sel, fallback=fb)
+        seen.add(d.outcome)
+        assert d.to_dict()["headline"] == d.headline
+    assert seen == set(OUTCOMES)
+
+
+def test_interval_text_marks_zero():
+    assert "spans zero" in interval_text(ci(0.1, -0.2, 0.4))
+    assert "spans zero" not in interval_text(ci(0.5, 0.2, 0.9))
+
+
+def _bars(log_returns: np.ndarray) -> MarketData:
+    close = 100.0 * np.exp(np.cumsum(log_returns))
+    df = pd.DataFrame(
+        {
+            "open": close,
+            "high": close * 1.001,
+            "low": close * 0.999,
+            "close": close,
+            "volume": 1.0,
+        },
+        index=pd.date_range("2000-01-01", periods=len(close), freq="h"),
+    )
+    return MarketData.from_dataframe(df)
+
+
+def test_drift_that_flips_sign_is_no_reason_to_hold():
+    rng = np.random.default_rng(0)
+    n = 4000
+    up = _bars(1e-3 + 0.002 * rng.standard_normal(n))
+    flip = np.r_[3e-3 * np.ones(n // 2), -1e-3 * np.ones(n // 2)] + 0.002 * rng.standard_normal(n)
+    config = EnvConfig(episode_length=200)
+    assert choose_baseline(up, config, 8766.0).name == "hold long"
+    choice = choose_baseline(_bars(flip), config, 8766.0)
+    # Over all the bars the drift is up and significant; the second half's is down.
+    assert choice.hold_vs_flat["low"] > 0.0
+    assert choice.halves[1]["difference"] < 0.0
+    assert choice.name == "flat"
+
+
+def test_hold_long_baseline_is_buy_and_hold():
+    rng = np.random.default_rng(1)
+    data = _bars(2e-4 + 0.01 * rng.standard_normal(3000))
+    config = EnvConfig(episode_length=200)  # barriers on and unit sizing: not a hold
+    result = baseline_backtest("hold long", data, config, 8766.0)
+    assert result.episodes == 1
+    np.testing.assert_allclose(result.exposure, 1.0, atol=1e-9)
+    assert result.strategy.total_return == pytest.approx(result.benchmark.total_return, abs=2e-3)
+
+
+def test_predictable_path_needs_a_quarter_one_sided():
+    rng = np.random.default_rng(2)
+    t = 2000
+    noise = [rng.standard_normal(t) * 0.01 for _ in range(10)]
+    base = np.zeros(t)
+
+    class R:
+        def __init__(self, r):
+            self.returns = r
+
+    pool = [R(r) for r in noise]
+    best = max(pool, key=lambda c: c.returns.mean() / c.returns.std())
+    verdict = network_beats_baseline(
+        best,
+        R(base),
+        "flat",
+        8766.0,
+        candidates=pool,
+        predictability={"p_value": 1e-6, "statistic": 1.0, "df": 52.0, "bars": 2000.0},
+    )
+    flat = verdict.validation_vs_flat
+    expected = flat["low"] > 0.0 or (flat["p_value"] < PREDICTABLE_P_VALUE and flat["adjusted"] > 0)
+    assert verdict.keep_network == expected
