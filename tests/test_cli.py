@@ -214,6 +214,15 @@ def test_bench_runs_from_the_package(in_tmp, capsys):
     assert "numpy" in out and "SyncVectorEnv" in out
 
 
+def test_walkforward_default_windows_train_on_half_the_bars():
+    from agents.cli.walkforward import default_test_bars
+
+    n, folds = 2015, 6
+    test = default_test_bars(n, folds)
+    assert test == (n - n // 2) // folds
+    assert n - folds * test >= n // 2  # the first fold's training window
+
+
 @pytest.mark.slow
 def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     argv = [
@@ -244,6 +253,14 @@ def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     assert "report: wf/index.html" in out and "known rule" in out
     m = json.loads((in_tmp / "wf" / "metrics.json").read_text())
     assert len(m["folds"]) == 2 and len(m["folds"][0]["seeds"]) == 2
+    # Each fold and seed says what was deployed, why, and its baseline's return beside it.
+    for f in m["folds"]:
+        for s in f["seeds"]:
+            assert s["kept"] in ("network", "flat", "hold long", "hold short")
+            assert s["verdict"] == s["deployment"]["headline"] and s["verdict"]
+            assert "total_return" in s["baseline_strategy"]
+    assert out.count("Fold 1 (") == 2 and out.count("Fold 2 (") == 2
+    assert m["settings"]["expanding"] is True
     assert set(m["aggregate"]) >= {"ensemble", "buy_and_hold", "random", "rule", "seeds"}
     assert m["sharpe_vs_buy_and_hold"]["low"] <= m["sharpe_vs_buy_and_hold"]["high"]
     for k in range(2):

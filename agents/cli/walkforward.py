@@ -15,6 +15,13 @@ from agents.cli.run_folder import claim_out
 from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
 
 
+def default_test_bars(n_bars: int, folds: int) -> int:
+    """Bars of each test window where neither window's length is given: the second half of the
+    bars split into ``folds`` windows, so that the first fold trains on the first half (long
+    enough for ``train``'s own tests on years of daily bars) and later folds on more."""
+    return max((int(n_bars) - int(n_bars) // 2) // max(int(folds), 1), 1)
+
+
 def fold_verdicts(folds: list[dict[str, Any]]) -> list[str]:
     """One line per fold and seed: the test window, the policy deployed and why, its
     out-of-sample return beside its baseline's and buy-and-hold's."""
@@ -46,9 +53,8 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     one = data.instrument(args.instrument or 0)
     per_year = per_year_of(args, one)
     test_bars = args.test_bars
-    if test_bars is None and args.train_bars is None and args.folds >= 1:
-        # The first half of the bars trains the first fold: long enough for train's own tests.
-        test_bars = max((one.n_bars - one.n_bars // 2) // args.folds, 1)
+    if test_bars is None and args.train_bars is None:
+        test_bars = default_test_bars(one.n_bars, args.folds)
     try:  # the windows, checked before any training
         one.walk_forward(args.folds, args.train_bars, test_bars, expanding=not args.rolling)
     except ValueError as exc:
