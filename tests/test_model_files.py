@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import stable_baselines3
 import torch as th
+from crafted_archives import rewrite, set_attribute
 from stable_baselines3.common.save_util import save_to_pkl
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
@@ -83,6 +84,7 @@ def test_model_round_trips_exactly_in_the_weights_only_format(trained: GpuDQN, t
         assert sorted(zf.namelist()) == [
             "arrays.pt",
             "manifest.json",
+            "manifest.sha256",
             "params.pt",
             "pytorch_variables.pt",
         ]
@@ -192,32 +194,14 @@ def test_crafted_buffer_files_run_no_code(trained: GpuDQN, tmp_path) -> None:
         model.load_replay_buffer(tmp_path / "evil.pkl")
     # 2. A well-formed archive (checksums right) whose tensor member pickles the payload.
     trained.save_replay_buffer(tmp_path / "evil.rb.zip")
-    with zipfile.ZipFile(tmp_path / "evil.rb.zip") as zf:
-        manifest = json.loads(zf.read("manifest.json"))
     buf = io.BytesIO()
     th.save({"a0": WritesMarker(marker)}, buf)
-    forged = buf.getvalue()
-    import hashlib
-
-    manifest["members"]["arrays.pt"] = {
-        "sha256": hashlib.sha256(forged).hexdigest(),
-        "bytes": len(forged),
-    }
-    with zipfile.ZipFile(tmp_path / "evil.rb.zip", "w") as zf:
-        zf.writestr("manifest.json", json.dumps(manifest))
-        zf.writestr("arrays.pt", forged)
+    rewrite(tmp_path / "evil.rb.zip", lambda m: None, {"arrays.pt": buf.getvalue()})
     with pytest.raises(ArchiveError, match="evil.rb.zip.*weights-only"):
         model.load_replay_buffer(tmp_path / "evil.rb.zip")
     # 3. A manifest naming a class outside the allowed modules.
     trained.save_replay_buffer(tmp_path / "cls.rb.zip")
-    with zipfile.ZipFile(tmp_path / "cls.rb.zip") as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
-    manifest = json.loads(members["manifest.json"])
-    manifest["class"] = "os:system"
-    members["manifest.json"] = json.dumps(manifest).encode()
-    with zipfile.ZipFile(tmp_path / "cls.rb.zip", "w") as zf:
-        for name, content in members.items():
-            zf.writestr(name, content)
+    rewrite(tmp_path / "cls.rb.zip", lambda m: m.update({"class": "os:system"}))
     with pytest.raises(ArchiveError, match="'os:system' is not one the archive may name"):
         model.load_replay_buffer(tmp_path / "cls.rb.zip")
     assert not marker.exists()
@@ -359,16 +343,8 @@ def test_a_forged_class_name_is_refused(trained: GpuDQN, tmp_path) -> None:
     """A file may name networks, optimizers and buffers only: not, say, a logger whose
     construction writes a file wherever the forger wants."""
     trained.save(tmp_path / "m.zip")
-    with zipfile.ZipFile(tmp_path / "m.zip") as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
-    manifest = json.loads(members["manifest.json"])
-    manifest["data"]["policy_class"] = {
-        "__class__": "stable_baselines3.common.logger:CSVOutputFormat"
-    }
-    members["manifest.json"] = json.dumps(manifest).encode()
-    with zipfile.ZipFile(tmp_path / "m.zip", "w") as zf:
-        for name, content in members.items():
-            zf.writestr(name, content)
+    forged = {"__class__": "stable_baselines3.common.logger:CSVOutputFormat"}
+    rewrite(tmp_path / "m.zip", set_attribute("policy_class", forged))
     with pytest.raises(ArchiveError, match="policy_class.*CSVOutputFormat.*not one the archive"):
         GpuDQN.load(tmp_path / "m.zip", device="cpu")
 
@@ -383,11 +359,8 @@ def test_files_written_before_the_agents_rooms_still_load(trained: GpuDQN, tmp_p
     assert manifest["data"]["policy_class"] == {
         "__class__": "agents.algorithm.policies:DuelingDQNPolicy"
     }
-    manifest["data"]["policy_class"] = {"__class__": "agents.policies:DuelingDQNPolicy"}
-    members["manifest.json"] = json.dumps(manifest).encode()
-    with zipfile.ZipFile(tmp_path / "m.zip", "w") as zf:
-        for name, content in members.items():
-            zf.writestr(name, content)
+    old_name = {"__class__": "agents.policies:DuelingDQNPolicy"}
+    rewrite(tmp_path / "m.zip", set_attribute("policy_class", old_name))
     loaded = GpuDQN.load(tmp_path / "m.zip", device="cpu")
     assert loaded.policy_class is type(trained.policy)
     for name, value in trained.policy.state_dict().items():

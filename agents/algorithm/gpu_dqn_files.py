@@ -10,17 +10,187 @@ back into the env on load, the attributes that are rebuilt rather than saved, an
 
 from __future__ import annotations
 
+import inspect
 import io
+import math
+import os
 import pathlib
 from typing import Any, TypeVar
 
+import numpy as np
 import torch as th
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv as GymVectorEnv
-from stable_baselines3.common.type_aliases import GymEnv
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.type_aliases import GymEnv, TrainFreq
 
+from agents.algorithm.curiosity import check_positive_ints
+from agents.algorithm.hyperparameters import (
+    ROLLOUT_KERNELS,
+    check_choice,
+    check_dqn_hyperparameters,
+    check_flag,
+)
+from agents.algorithm.policies import DuelingDQNPolicy, resolve_dueling_arch
 from agents.files.model_files import WeightsOnlyFiles
+from agents.files.safe_archive import ArchiveError
+from gpu_runtime.precision import check_precision
 
-__all__ = ["GpuDQNFiles"]
+__all__ = ["GpuDQNFiles", "check_gpu_dqn_attributes", "memory_limit_bytes"]
+
+# Bytes per stored transition beyond its two observations: action, reward, done, timeout, and
+# the sum and min trees' two float64 nodes per leaf (their size is rounded up to a power of 2).
+TRANSITION_OVERHEAD_BYTES = 8 + 3 * 4 + 2 * 2 * 2 * 8
+DQN_NAMES = (
+    "learning_rate", "gamma", "tau", "exploration_fraction", "exploration_initial_eps",
+    "exploration_final_eps", "max_grad_norm", "train_freq", "gradient_steps", "batch_size",
+    "buffer_size", "learning_starts", "target_update_interval", "reward_scale",
+)  # fmt: skip
+
+
+def memory_limit_bytes(device: Any) -> int:
+    """The memory of ``device``: a CUDA device's total, else the host's physical memory."""
+    device = th.device(device)
+    if device.type == "cuda":
+        return int(th.cuda.get_device_properties(device).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _min_chain_weights(widths: list[int]) -> int:
+    """The weights of a chain of linear layers ``widths[0] -> widths[1] -> ...`` (no biases)."""
+    return sum(a * b for a, b in zip(widths, widths[1:], strict=False))
+
+
+def _network_weights(policy_class: type, obs_dim: int, n_actions: int, net_arch: Any) -> int:
+    """A lower bound of the weights of one Q-network of ``policy_class`` with ``net_arch``."""
+    if issubclass(policy_class, DuelingDQNPolicy):
+        arch = resolve_dueling_arch(net_arch)
+        trunk = arch["shared"][-1] if arch["shared"] else obs_dim
+        return (
+            _min_chain_weights([obs_dim, *arch["shared"]])
+            + _min_chain_weights([trunk, *arch["value"], 1])
+            + _min_chain_weights([trunk, *arch["advantage"], n_actions])
+        )
+    widths = [64, 64] if net_arch is None else list(net_arch)
+    if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+        raise ValueError(f"net_arch = {net_arch!r} is invalid: allowed is a list of ints >= 1")
+    return _min_chain_weights([obs_dim, *widths, n_actions])
+
+
+def _numel(state_dict: Any) -> int:
+    if not isinstance(state_dict, dict):
+        return 0
+    return sum(int(v.numel()) for v in state_dict.values() if isinstance(v, th.Tensor))
+
+
+def check_gpu_dqn_attributes(
+    data: dict[str, Any], params: dict[str, Any], device: Any, where: str
+) -> None:
+    """Raise :class:`~agents.files.safe_archive.ArchiveError` naming ``where`` and the first
+    attribute of a GpuDQN file (with load's keyword arguments) that GpuDQN's constructor would
+    refuse, or whose sizes do not fit: a network larger than the weights the file holds, a replay
+    buffer larger than ``device``'s memory, a curiosity model larger than its saved weights.
+    Called before anything is allocated."""
+    try:
+        values = {name: data[name] for name in DQN_NAMES if name in data}
+        freq = values.get("train_freq")
+        if isinstance(freq, TrainFreq):
+            values["train_freq"] = (freq.frequency, getattr(freq.unit, "value", freq.unit))
+        if len(values) == len(DQN_NAMES):
+            check_dqn_hyperparameters(**values)
+        check_positive_ints(
+            **{
+                k: data[k]
+                for k in (
+                    "curiosity_train_freq",
+                    "curiosity_batch_size",
+                    "curiosity_gradient_steps",
+                )
+                if k in data
+            }
+        )
+        if "curiosity_learning_rate" in data and not (
+            math.isfinite(float(data["curiosity_learning_rate"]))
+            and data["curiosity_learning_rate"] > 0
+        ):
+            raise ValueError(
+                f"curiosity_learning_rate = {data['curiosity_learning_rate']!r} is invalid: "
+                "allowed is a finite number > 0"
+            )
+        for name in ("rollout_kernel",):
+            if name in data:
+                check_choice(name, data[name], ROLLOUT_KERNELS)
+        if "train_precision" in data:
+            check_precision("train_precision", data["train_precision"], allow_auto=True)
+        for name in ("compile_train", "captured_train", "fused_rollout", "double_q", "curiosity"):
+            if name in data:
+                check_flag(name, data[name])
+        _check_sizes(data, params, device)
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, ArchiveError):
+            raise
+        raise ArchiveError(f"{where}: {exc}") from None
+    selection = data.get("input_selection")
+    if selection is not None and not isinstance(selection, dict):
+        raise ArchiveError(f"{where}: attribute 'input_selection' is not a dict")
+
+
+def _check_sizes(data: dict[str, Any], params: dict[str, Any], device: Any) -> None:
+    obs_space, action_space = data["observation_space"], data["action_space"]
+    if not isinstance(obs_space, spaces.Box) or not isinstance(action_space, spaces.Discrete):
+        raise ValueError(
+            f"observation_space {obs_space} and action_space {action_space}: allowed are a Box "
+            "and a Discrete space"
+        )
+    obs_dim, n_actions = int(np.prod(obs_space.shape)), int(action_space.n)
+    policy_kwargs = data.get("policy_kwargs") or {}
+    if not isinstance(policy_kwargs, dict):
+        raise ValueError(f"policy_kwargs = {policy_kwargs!r} is invalid: allowed is a dict")
+    needed = _network_weights(
+        data["policy_class"], obs_dim, n_actions, policy_kwargs.get("net_arch")
+    )
+    held = _numel(params.get("policy"))
+    if 2 * needed > held:  # the Q-network and its target
+        raise ValueError(
+            f"policy_kwargs net_arch = {policy_kwargs.get('net_arch')!r} with {obs_dim} inputs "
+            f"and {n_actions} actions needs at least {2 * needed} weights (network and target); "
+            f"the file's policy holds {held}"
+        )
+    n_envs = int(data.get("n_envs", 1))
+    slots = max(int(data["buffer_size"]) // n_envs, 1) * n_envs
+    item = np.dtype(obs_space.dtype).itemsize
+    buffer_bytes = slots * (2 * obs_dim * item + TRANSITION_OVERHEAD_BYTES)
+    limit = memory_limit_bytes(device)
+    if buffer_bytes > limit:
+        raise ValueError(
+            f"buffer_size = {data['buffer_size']!r} with {n_envs} envs and {obs_dim} observation "
+            f"values needs {buffer_bytes} bytes of replay buffer; the device {device} has "
+            f"{limit} (pass buffer_size= to load for a smaller one)"
+        )
+    buffer_class = data.get("replay_buffer_class")
+    if not (isinstance(buffer_class, type) and issubclass(buffer_class, ReplayBuffer)):
+        raise ValueError(f"replay_buffer_class = {buffer_class!r} is not a replay buffer class")
+    kwargs = data.get("replay_buffer_kwargs") or {}
+    accepted = set(inspect.signature(buffer_class.__init__).parameters) - {
+        "self", "buffer_size", "observation_space", "action_space", "device", "n_envs",
+        "optimize_memory_usage",
+    }  # fmt: skip
+    if not isinstance(kwargs, dict) or set(kwargs) - accepted:
+        raise ValueError(
+            f"replay_buffer_kwargs = {kwargs!r} is invalid: allowed are the keys {sorted(accepted)}"
+        )
+    dims = data.get("_curiosity_dims")
+    if data.get("curiosity") and dims is not None:
+        if not isinstance(dims, dict) or set(dims) != {"state_dims", "n_categories", "hidden"}:
+            raise ValueError(f"_curiosity_dims = {dims!r} is invalid")
+        check_positive_ints(**dims)
+        held = _numel(params.get("curiosity_model"))
+        if dims["hidden"] * dims["state_dims"] > held:
+            raise ValueError(
+                f"_curiosity_dims = {dims!r} needs more weights than the file's curiosity model "
+                f"holds ({held})"
+            )
+
 
 SelfGpuDQN = TypeVar("SelfGpuDQN", bound="GpuDQNFiles")
 
@@ -35,6 +205,18 @@ class GpuDQNFiles(WeightsOnlyFiles):
     curiosity_model: Any
     _total_timesteps: int
     num_timesteps: int
+
+    def extra_saved_attributes(self) -> tuple[str, ...]:
+        """``input_selection``: the inputs a pipeline chose for the network (a dict)."""
+        return ("input_selection",)
+
+    def check_loaded_attributes(
+        self, data: dict[str, Any], params: dict[str, Any], where: str
+    ) -> None:
+        """:meth:`WeightsOnlyFiles.check_loaded_attributes`, then GpuDQN's own options and sizes
+        (:func:`check_gpu_dqn_attributes`)."""
+        super().check_loaded_attributes(data, params, where)
+        check_gpu_dqn_attributes(data, params, self.device, where)
 
     def get_parameters(self) -> dict[str, dict]:
         """SB3's parameters; the captured step's Adam is saved as the plain Adam it replaced."""

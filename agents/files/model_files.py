@@ -17,6 +17,7 @@ Stable-Baselines3's pickle-based files load only with ``allow_pickle=True``
 from __future__ import annotations
 
 import io
+import math
 import os
 import pathlib
 import pickle
@@ -27,7 +28,9 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import stable_baselines3
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import recursive_getattr, recursive_setattr
 from stable_baselines3.common.utils import check_for_correct_spaces, get_device
 
@@ -37,6 +40,7 @@ from agents.files.safe_archive import (
     UnencodableValue,
     _class_name,
     _import_class,
+    _short,
     decode,
     encode,
     read_archive,
@@ -100,7 +104,135 @@ def _readable(path: Any, suffix: str) -> pathlib.Path | IO[bytes]:
     return path
 
 
+def _where(path: Any) -> str:
+    """``path`` for messages, quoted."""
+    if isinstance(path, str | os.PathLike):
+        return repr(str(path))
+    return repr(source_name(path))
+
+
 # ---------------------------------------------------------------------------------- models
+# Attributes that _setup_model (or an env) sets and a file holds, though a model constructed
+# without an env has none of them yet.
+SET_BY_SETUP = frozenset(
+    {
+        "lr_schedule",
+        "exploration_schedule",
+        "batch_norm_stats",
+        "batch_norm_stats_target",
+        "observation_space",
+        "action_space",
+        "n_envs",
+    }
+)
+# Counters of a run: ints >= 0.
+COUNTERS = frozenset(
+    {
+        "num_timesteps",
+        "_total_timesteps",
+        "_num_timesteps_at_start",
+        "_episode_num",
+        "_n_updates",
+        "_n_calls",
+        "_train_calls",
+    }
+)
+# Attributes whose type differs from the constructor's default, checked on their own.
+SPECIAL = frozenset(
+    {"train_freq", "max_grad_norm", "learning_rate", "start_time", "seed", "exploration_rate"}
+)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_)
+
+
+def _is_real(x: Any) -> bool:
+    return isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+
+
+def check_off_policy_attributes(model: Any, data: dict[str, Any], where: str) -> None:
+    """Raise :class:`ArchiveError` naming the file and the first attribute of ``data`` that a
+    freshly constructed ``model`` (of the loading class, no env) would not hold: an unknown name,
+    a type other than its default's (``batch_size = "32"``), a non-finite float, a counter < 0,
+    ``n_envs`` < 1, an exploration rate outside [0, 1], an observation or last observation
+    that does not match the spaces."""
+    fresh = vars(model)
+    allowed = set(fresh) | SET_BY_SETUP | set(model.extra_saved_attributes())
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ArchiveError(
+            f"{where}: attributes {unknown} are not ones {type(model).__name__} saves (a forged "
+            "or foreign file)"
+        )
+
+    def bad(name: str, allowed_text: str) -> ArchiveError:
+        return ArchiveError(
+            f"{where}, attribute {name!r} = {_short(data[name])} is invalid: allowed is "
+            f"{allowed_text}"
+        )
+
+    for name, value in data.items():
+        default = fresh.get(name)
+        if name in COUNTERS:
+            if not _is_int(value) or value < 0:
+                raise bad(name, "an int >= 0 (a counter of the run)")
+        elif name in SPECIAL or name in ("policy_class",):
+            continue
+        elif isinstance(default, bool):
+            if not isinstance(value, bool | np.bool_):
+                raise bad(name, "True or False")
+        elif _is_int(default):
+            if not _is_int(value):
+                raise bad(name, "an int")
+        elif isinstance(default, float):
+            if not _is_real(value) or not math.isfinite(float(value)):
+                raise bad(name, "a finite number")
+        elif isinstance(default, str):
+            if not isinstance(value, str):
+                raise bad(name, "a str")
+        elif isinstance(default, dict):
+            if not isinstance(value, dict):
+                raise bad(name, "a dict")
+    checks = [
+        ("n_envs", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+        ("_stats_window_size", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+        ("start_time", lambda v: _is_real(v) and math.isfinite(float(v)), "a finite number"),
+        ("seed", lambda v: v is None or _is_int(v), "None or an int"),
+        (
+            "exploration_rate",
+            lambda v: _is_real(v) and 0.0 <= float(v) <= 1.0,
+            "a probability in [0, 1]",
+        ),
+        (
+            "_current_progress_remaining",
+            lambda v: _is_real(v) and math.isfinite(float(v)) and float(v) <= 1.0,
+            "a finite number <= 1",
+        ),
+        ("action_noise", lambda v: v is None, "None"),
+        ("tensorboard_log", lambda v: v is None or isinstance(v, str), "None or a folder (str)"),
+        ("verbose", lambda v: _is_int(v) and 0 <= v <= 2, "0, 1 or 2"),
+    ]
+    for name, ok, allowed_text in checks:
+        if name in data and not ok(data[name]):
+            raise bad(name, allowed_text)
+    obs_space = data.get("observation_space")
+    if not isinstance(obs_space, spaces.Space):
+        raise bad("observation_space", "a Gymnasium space")
+    if not isinstance(data.get("action_space"), spaces.Space):
+        raise bad("action_space", "a Gymnasium space")
+    n_envs = data.get("n_envs", 1)
+    for name in ("_last_obs", "_last_original_obs"):
+        value = data.get(name)
+        if value is None or not isinstance(obs_space, spaces.Box):
+            continue
+        if not isinstance(value, np.ndarray) or value.shape != (n_envs, *obs_space.shape):
+            raise bad(name, f"None or an array of shape {(n_envs, *obs_space.shape)}")
+    starts = data.get("_last_episode_starts")
+    if starts is not None and (not isinstance(starts, np.ndarray) or starts.shape != (n_envs,)):
+        raise bad("_last_episode_starts", f"None or an array of shape ({n_envs},)")
+
+
 def model_payload(
     model: Any, exclude: Iterable[str] | None = None, include: Iterable[str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -230,10 +362,16 @@ def build_loaded_model(
     device: th.device | str,
     force_reset: bool,
     kwargs: dict[str, Any],
+    where: str = "the model file",
 ) -> Any:
     """The model from its attributes and state dicts, as SB3's ``BaseAlgorithm.load`` builds it
     after unpickling (same checks of the env's spaces, same ``_setup_model`` then
-    ``set_parameters``); the patches SB3 applies to files of its old versions do not apply."""
+    ``set_parameters``); the patches SB3 applies to files of its old versions do not apply.
+
+    Every attribute (the file's, then ``kwargs``) passes the model's
+    :meth:`WeightsOnlyFiles.check_loaded_attributes` before anything is allocated. A file's
+    ``tensorboard_log`` is not used (a warning names it): only ``kwargs`` sets one.
+    """
     policy_kwargs = data.get("policy_kwargs")
     if isinstance(policy_kwargs, dict):
         policy_kwargs.pop("device", None)
@@ -242,17 +380,34 @@ def build_loaded_model(
             "The specified policy kwargs do not equal the stored policy kwargs. Stored kwargs: "
             f"{data.get('policy_kwargs')}, specified kwargs: {kwargs['policy_kwargs']}"
         )
-    if "observation_space" not in data or "action_space" not in data:
-        raise KeyError("The observation_space and action_space were not saved")
+    for name in ("observation_space", "action_space", "policy_class"):
+        if name not in data:
+            raise ArchiveError(f"{where} lacks the attribute {name!r}")
     if env is not None:
         env = cls._wrap_env(env, data["verbose"])
         check_for_correct_spaces(env, data["observation_space"], data["action_space"])
         if force_reset:
             data["_last_obs"] = None  # the env is reset before training (SB3 issue 597)
         data["n_envs"] = env.num_envs
+    if not (
+        isinstance(data["policy_class"], type) and issubclass(data["policy_class"], BasePolicy)
+    ):
+        raise ArchiveError(
+            f"{where}, attribute 'policy_class': {data['policy_class']!r} is not a policy class"
+        )
     model = cls(policy=data["policy_class"], env=env, device=device, _init_setup_model=False)
-    model.__dict__.update(data)
-    model.__dict__.update(kwargs)
+    given_log = "tensorboard_log" in kwargs
+    saved_log = data.pop("tensorboard_log", None)
+    if saved_log is not None and not given_log:
+        warnings.warn(
+            f"{where} names the TensorBoard folder {saved_log!r}; a file does not choose where "
+            "the loaded model writes: pass tensorboard_log= to load to log there",
+            UserWarning,
+            stacklevel=4,
+        )
+    merged = {**data, **kwargs}
+    model.check_loaded_attributes(merged, params, where)
+    model.__dict__.update(merged)
     model._setup_model()
     model.set_parameters(params, exact_match=True, device=device)
     for name, value in (variables or {}).items():
@@ -416,6 +571,21 @@ class WeightsOnlyFiles:
     ``save`` / ``load`` and ``save_replay_buffer`` / ``load_replay_buffer`` use the weights-only
     format; SB3's pickle-based files load only with ``allow_pickle=True``."""
 
+    def extra_saved_attributes(self) -> tuple[str, ...]:
+        """Attributes a caller may set on the model for its file beyond the constructor's."""
+        return ()
+
+    def check_loaded_attributes(
+        self, data: dict[str, Any], params: dict[str, Any], where: str
+    ) -> None:
+        """Raise :class:`~agents.files.safe_archive.ArchiveError` naming ``where`` and the first
+        attribute of ``data`` (a file's, with load's keyword arguments) this freshly
+        constructed model would refuse; called before anything is allocated.
+
+        :param params: The file's state dicts (subclasses compare network sizes with them).
+        """
+        check_off_policy_attributes(self, data, where)
+
     def save(
         self,
         path: str | os.PathLike[str] | io.BufferedIOBase,
@@ -503,6 +673,6 @@ class WeightsOnlyFiles:
 
                 get_system_info()
             model = build_loaded_model(
-                cls, data, params, variables, env, device, force_reset, kwargs
+                cls, data, params, variables, env, device, force_reset, kwargs, _where(path)
             )
         return model

@@ -60,18 +60,40 @@ __all__ = [
 ]
 
 FORMAT = "gpu-trading-env"
-VERSION = 1
+VERSION = 2  # 2: the manifest has its own checksum member; 1 (read too): it has none
+READ_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest.sha256"  # the SHA-256 of manifest.json, as 64 hex digits
 ARRAYS = "arrays.pt"  # the tensors that encode() took out of the JSON values
 
-# Modules whose classes may be named in an archive (class references such as policy_class,
-# optimizer_class or activation_fn); importing them runs only installed, trusted code.
-CLASS_MODULE_PREFIXES = (
-    "agents.",
-    "gpu_trading_env.",
-    "stable_baselines3.",
-    "torch.nn",
-    "torch.optim",
+# The torch classes an archive may name (activations, optimizers), by their own module's name.
+_TORCH_CLASSES = (
+    th.nn.ReLU, th.nn.LeakyReLU, th.nn.Tanh, th.nn.ELU, th.nn.GELU, th.nn.SiLU, th.nn.Sigmoid,
+    th.nn.Softplus, th.nn.Mish, th.nn.SELU, th.nn.CELU, th.nn.Hardtanh, th.nn.ReLU6,
+    th.nn.Hardswish, th.nn.Hardsigmoid, th.nn.Identity, th.nn.Flatten,
+    th.optim.Adam, th.optim.AdamW, th.optim.SGD, th.optim.RMSprop,
+)  # fmt: skip
+
+# Every class an archive may name (policy_class, activation_fn, optimizer_class,
+# replay_buffer_class, features_extractor_class, a buffer file's class), exactly as
+# ``module:qualname``. A name is looked up here before anything is imported: a file cannot make
+# the loader import a module of its choosing (whose import could run code) or walk attributes
+# out of an allowed module.
+ALLOWED_CLASSES = frozenset(
+    {
+        "agents.algorithm.policies:DuelingDQNPolicy",
+        "agents.replay.prioritized_buffer:PrioritizedReplayBuffer",
+        "stable_baselines3.dqn.policies:DQNPolicy",
+        "stable_baselines3.dqn.policies:CnnPolicy",
+        "stable_baselines3.dqn.policies:MultiInputPolicy",
+        "stable_baselines3.common.buffers:ReplayBuffer",
+        "stable_baselines3.common.buffers:DictReplayBuffer",
+        "stable_baselines3.common.buffers:NStepReplayBuffer",
+        "stable_baselines3.common.torch_layers:FlattenExtractor",
+        "stable_baselines3.common.torch_layers:NatureCNN",
+        "stable_baselines3.common.torch_layers:CombinedExtractor",
+        *(f"{c.__module__}:{c.__qualname__}" for c in _TORCH_CLASSES),
+    }
 )
 
 # Where modules of the project went when agents/ was sorted into rooms: files written before
@@ -99,9 +121,7 @@ MOVED_MODULES = {
     **{f"agents.{m}": f"agents.files.{m}" for m in ("checkpoint", "model_files", "safe_archive")},
 }
 
-# What a class named in an archive must derive from: a file then chooses among networks,
-# optimizers and buffers, whose construction only allocates (a policy_class that writes files
-# on construction, say, cannot be smuggled in).
+# What a class named in an archive must derive from (a second check after the list).
 CLASS_BASES: tuple[type, ...] = (th.nn.Module, th.optim.Optimizer, BaseBuffer)
 
 # Objects rebuilt from their attributes (``__dict__``), or from their fields for a NamedTuple,
@@ -116,6 +136,12 @@ PLAIN_CLASSES = frozenset(
         "agents.replay.prioritized_buffer:LinearBetaSchedule",
     }
 )
+
+# Nesting of a JSON value: the files written hold 10 levels or fewer; deeper is a forged file
+# (Python's own limit would end the load with a RecursionError).
+MAX_DEPTH = 64
+# Size of a manifest: those written hold kilobytes of settings (arrays go into members).
+MAX_MANIFEST_BYTES = 16 << 20
 
 # A temporary file of atomic_write older than this is taken for the leftover of a killed save.
 STALE_SECONDS = 60.0
@@ -187,6 +213,19 @@ def tensors_from_bytes(data: bytes, where: str, map_location: Any = "cpu") -> An
     :raises ArchiveError: when the bytes are not a weights-only torch file.
     """
     try:
+        with zipfile.ZipFile(io.BytesIO(data)) as inner:
+            records = inner.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as exc:
+        raise ArchiveError(f"{where} is not a weights-only torch file: {exc}") from exc
+    if any(r.compress_type != zipfile.ZIP_STORED for r in records) or sum(
+        r.file_size for r in records
+    ) > len(data):
+        # torch's reader allocates a record's stated size before it inflates it.
+        raise ArchiveError(
+            f"{where} is not a weights-only torch file: its records are compressed or larger "
+            "than the member (torch.save stores them)"
+        )
+    try:
         return th.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
         raise ArchiveError(f"{where} is not a weights-only torch file: {exc}") from exc
@@ -197,27 +236,41 @@ def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _import_class(name: str, bases: tuple[type, ...] | None = None) -> type:
-    """The class ``module:qualname``, imported only from :data:`CLASS_MODULE_PREFIXES` and, unless
-    ``bases`` is None, only a subclass of ``bases`` (default :data:`CLASS_BASES`)."""
-    allowed_modules = CLASS_MODULE_PREFIXES
-    module_name, _, qualname = name.partition(":")
-    module_name = MOVED_MODULES.get(module_name, module_name)
-    if not qualname or not any(
-        module_name == p.rstrip(".") or module_name.startswith(p) for p in allowed_modules
-    ):
+def _import_class(
+    name: Any,
+    bases: tuple[type, ...] | None = CLASS_BASES,
+    allowed: frozenset[str] = ALLOWED_CLASSES,
+) -> type:
+    """The class ``module:qualname`` when that exact name (after :data:`MOVED_MODULES`) is in
+    ``allowed``; the module is imported only then. Unless ``bases`` is None, only a subclass of
+    ``bases``.
+
+    :raises UnencodableValue: for a name not in ``allowed`` (nothing imported), or one that does
+        not resolve to that very class.
+    """
+    if not isinstance(name, str):
         raise UnencodableValue(
-            f"class {name!r} is not one the archive may name: allowed are classes of the "
-            f"modules {', '.join(allowed_modules)} (pass other objects through custom_objects)"
+            f"class name {name!r} is invalid: allowed is a 'module:qualname' str"
         )
+    module_name, _, qualname = name.partition(":")
+    canonical = f"{MOVED_MODULES.get(module_name, module_name)}:{qualname}"
+    if canonical not in allowed:
+        raise UnencodableValue(
+            f"class {name!r} is not one the archive may name: allowed are the networks, "
+            "activations, optimizers, buffers and schedules of safe_archive.ALLOWED_CLASSES "
+            "and PLAIN_CLASSES (pass other objects through custom_objects)"
+        )
+    module_name, _, qualname = canonical.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
         raise UnencodableValue(f"class {name!r} does not exist in this installation") from exc
-    if not isinstance(obj, type):
-        raise UnencodableValue(f"{name!r} is not a class")
+    if not isinstance(obj, type) or _class_name(obj) != canonical:
+        raise UnencodableValue(
+            f"{name!r} does not name the class {canonical!r} in this installation"
+        )
     if bases is not None and not issubclass(obj, bases):
         raise UnencodableValue(
             f"class {name!r} is not one the archive may name: allowed are torch modules, "
@@ -251,21 +304,28 @@ def _encode_space(space: spaces.Space, arrays: dict[str, th.Tensor]) -> dict[str
     raise UnencodableValue(f"space {space!r}: allowed are Box, Discrete, MultiDiscrete, ...")
 
 
-def _decode_space(d: dict[str, Any], arrays: Mapping[str, Any]) -> spaces.Space:
+def _decode_space(d: dict[str, Any], arrays: Mapping[str, Any], depth: int) -> spaces.Space:
+    if not isinstance(d, dict) or depth > MAX_DEPTH:
+        raise ArchiveError(f"space {_short(d)} is not a dict of at most {MAX_DEPTH} levels")
     kind = d.get("type")
     if kind == "Box":
-        low, high = decode(d["low"], arrays), decode(d["high"], arrays)
-        return spaces.Box(low=low, high=high, shape=low.shape, dtype=np.dtype(d["dtype"]))
+        low, high = _decode(d["low"], arrays, depth), _decode(d["high"], arrays, depth)
+        dtype = np.dtype(d["dtype"])
+        if dtype.kind not in "biuf" or not isinstance(low, np.ndarray):
+            raise ArchiveError(f"Box of dtype {dtype} or bounds {_short(low)}: allowed are numbers")
+        return spaces.Box(low=low, high=high, shape=low.shape, dtype=dtype)
     if kind == "Discrete":
         return spaces.Discrete(int(d["n"]), start=int(d["start"]))
     if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(decode(d["nvec"], arrays), start=decode(d["start"], arrays))
+        return spaces.MultiDiscrete(
+            _decode(d["nvec"], arrays, depth), start=_decode(d["start"], arrays, depth)
+        )
     if kind == "MultiBinary":
-        return spaces.MultiBinary(decode(d["n"], arrays))
+        return spaces.MultiBinary(_decode(d["n"], arrays, depth))
     if kind == "Dict":
-        return spaces.Dict({k: _decode_space(s, arrays) for k, s in d["spaces"].items()})
+        return spaces.Dict({k: _decode_space(s, arrays, depth + 1) for k, s in d["spaces"].items()})
     if kind == "Tuple":
-        return spaces.Tuple([_decode_space(s, arrays) for s in d["spaces"]])
+        return spaces.Tuple([_decode_space(s, arrays, depth + 1) for s in d["spaces"]])
     raise ArchiveError(f"unknown space type {kind!r}")
 
 
@@ -323,57 +383,101 @@ def encode(value: Any, arrays: dict[str, th.Tensor]) -> Any:
 
 
 def decode(value: Any, arrays: Mapping[str, Any]) -> Any:
-    """The inverse of :func:`encode`; classes are imported by name only from the allowed modules.
+    """The inverse of :func:`encode`; classes are imported by name only from the allowed list.
 
-    :raises ArchiveError: for a value :func:`encode` does not write (a damaged or forged file).
+    :raises ArchiveError: for a value :func:`encode` does not write (a damaged or forged file),
+        or nested deeper than :data:`MAX_DEPTH`.
     """
+    return _decode(value, arrays, 0)
+
+
+def _decode(value: Any, arrays: Mapping[str, Any], depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise ArchiveError(
+            f"a value is nested deeper than {MAX_DEPTH} levels (allowed: {MAX_DEPTH})"
+        )
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    depth += 1
     if isinstance(value, list):
-        return [decode(v, arrays) for v in value]
+        return [_decode(v, arrays, depth) for v in value]
     if not isinstance(value, dict) or len(value) == 0:
-        raise ArchiveError(f"unexpected value {value!r}")
+        raise ArchiveError(f"unexpected value {_short(value)}")
     tag = next(iter(value))
     try:
         if tag == "__float__":
             if value[tag] not in ("nan", "inf", "-inf"):
-                raise ArchiveError(f"unexpected float {value[tag]!r}")
+                raise ArchiveError(f"unexpected float {_short(value[tag])}")
             return float(value[tag])
         if tag == "__npscalar__":
-            return decode(value[tag], arrays)[()]
+            scalar = _decode(value[tag], arrays, depth)
+            if not isinstance(scalar, np.ndarray) or scalar.shape != ():
+                raise ArchiveError(f"__npscalar__ {_short(value)} is not a 0-d array")
+            return scalar[()]
         if tag == "__array__":
             tensor = arrays[value[tag]]
+            if not isinstance(tensor, th.Tensor) or not isinstance(value["numpy"], bool):
+                raise ArchiveError(f"array reference {_short(value)} names no tensor")
             return tensor.cpu().numpy() if value["numpy"] else tensor
         if tag == "__device__":
             return th.device(value[tag])
         if tag == "__space__":
-            return _decode_space(value[tag], arrays)
+            return _decode_space(value[tag], arrays, depth)
         if tag == "__class__":
             return _import_class(value[tag], CLASS_BASES)
         if tag == "__deque__":
-            return collections.deque((decode(v, arrays) for v in value[tag]), value["maxlen"])
+            maxlen = value["maxlen"]
+            if maxlen is not None and not (isinstance(maxlen, int) and 0 <= maxlen):
+                raise ArchiveError(f"deque maxlen {_short(maxlen)}: allowed is None or an int >= 0")
+            return collections.deque((_decode(v, arrays, depth) for v in value[tag]), maxlen)
         if tag == "__tuple__":
-            return tuple(decode(v, arrays) for v in value[tag])
+            return tuple(_decode(v, arrays, depth) for v in value[tag])
         if tag == "__dict__":
-            return {k: decode(v, arrays) for k, v in value[tag].items()}
+            return {str(k): _decode(v, arrays, depth) for k, v in value[tag].items()}
         if tag == "__object__":
             if value[tag] not in PLAIN_CLASSES:
-                raise ArchiveError(f"object of class {value[tag]!r} is not allowed in an archive")
-            cls = _import_class(value[tag])
+                raise ArchiveError(
+                    f"object of class {_short(value[tag])} is not allowed in an archive"
+                )
+            cls = _import_class(value[tag], None, PLAIN_CLASSES)
             if issubclass(cls, enum.Enum):
-                return cls(decode(value["value"], arrays))
+                return cls(_decode(value["value"], arrays, depth))
             if "fields" in value:
-                return cls(*(decode(v, arrays) for v in value["fields"]))
-            obj = cls.__new__(cls)
-            obj.__dict__.update(decode(value["state"], arrays))
+                return cls(*(_decode(v, arrays, depth) for v in value["fields"]))
+            state = _decode(value["state"], arrays, depth)
+            if not isinstance(state, dict) or not all(map(_plain_field, state.values())):
+                raise ArchiveError(
+                    f"object {_short(value)}: allowed are fields of finite numbers and "
+                    "plain objects"
+                )
+            obj = cls(**state)  # the constructor's own checks
+            if set(vars(obj)) != set(state):
+                raise ArchiveError(
+                    f"object {_short(value)} does not hold the fields of {cls.__name__}"
+                )
             return obj
     except UnencodableValue as exc:
         raise ArchiveError(str(exc)) from exc
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, AssertionError) as exc:
         if isinstance(exc, ArchiveError):
             raise
-        raise ArchiveError(f"malformed value {value!r}: {exc!r}") from exc
-    raise ArchiveError(f"unexpected value {value!r}")
+        raise ArchiveError(f"malformed value {_short(value)}: {exc!r}") from exc
+    raise ArchiveError(f"unexpected value {_short(value)}")
+
+
+def _plain_field(value: Any) -> bool:
+    """Whether ``value`` may be a field of a plain object: a finite number or a plain object."""
+    if isinstance(value, bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return _class_name(type(value)) in PLAIN_CLASSES
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a forged value can be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ---------------------------------------------------------------------------------- archives
@@ -448,6 +552,7 @@ def write_archive(
     def write(fh: Any) -> None:
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             zf.writestr(MANIFEST, text)
+            zf.writestr(MANIFEST_DIGEST, hashlib.sha256(text).hexdigest())
             for name, data in members.items():
                 zf.writestr(name, data)
 
@@ -497,29 +602,92 @@ def read_archive(
         )
     try:
         with zipfile.ZipFile(path) as zf:
-            manifest = json.loads(zf.read(MANIFEST).decode("utf-8"))
-            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-                raise ArchiveError(f"{name!r}: {MANIFEST} does not describe a {FORMAT} file")
-            if manifest.get("kind") != kind:
-                raise ArchiveError(
-                    f"{name!r} holds a {manifest.get('kind')!r}, not a {kind!r}: pass a {kind} file"
-                )
-            if manifest.get("version") != VERSION:
-                raise ArchiveError(
-                    f"{name!r} has format version {manifest.get('version')!r}; this installation "
-                    f"reads version {VERSION}"
-                )
-            members = {}
-            for member, meta in manifest["members"].items():
-                data = zf.read(member)
-                if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-                    raise ArchiveError(
-                        f"{name!r} is damaged: the checksum (SHA-256) of its member {member!r} "
-                        "does not match the one recorded when it was saved"
-                    )
-                members[member] = data
+            return _read_open_archive(zf, name, kind)
     except ArchiveError:
         raise
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, TypeError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, KeyError, ValueError,
+            OSError, EOFError, TypeError, RecursionError) as exc:  # fmt: skip
         raise ArchiveError(f"{name!r} is damaged or truncated: {exc}") from exc
+
+
+def _read_open_archive(
+    zf: zipfile.ZipFile, name: str, kind: str
+) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """:func:`read_archive` of an open zip: every size checked before anything is read, the
+    manifest's checksum before it is parsed, each member's before it is returned."""
+    infos = {}
+    for info in zf.infolist():
+        if info.filename in infos:
+            raise ArchiveError(f"{name!r} holds the member {info.filename!r} twice (a forged file)")
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ArchiveError(
+                f"{name!r}: its member {info.filename!r} is compressed (zip method "
+                f"{info.compress_type}); allowed is stored, as save writes every member"
+            )
+        infos[info.filename] = info
+    if infos[MANIFEST].file_size > MAX_MANIFEST_BYTES:
+        raise ArchiveError(
+            f"{name!r}: {MANIFEST} has {infos[MANIFEST].file_size} bytes; allowed are at most "
+            f"{MAX_MANIFEST_BYTES} (the settings of a model, buffer or run state)"
+        )
+    text = zf.read(MANIFEST)
+    digest = None
+    if MANIFEST_DIGEST in infos:
+        if infos[MANIFEST_DIGEST].file_size != 64:
+            raise ArchiveError(f"{name!r}: {MANIFEST_DIGEST} is not 64 hex digits")
+        digest = zf.read(MANIFEST_DIGEST).decode("ascii")
+        if hashlib.sha256(text).hexdigest() != digest:
+            raise ArchiveError(
+                f"{name!r} is damaged: the checksum (SHA-256) of its {MANIFEST} does not match "
+                f"the one recorded in {MANIFEST_DIGEST} when it was saved"
+            )
+    try:
+        manifest = json.loads(text.decode("utf-8"))
+    except RecursionError:
+        raise ArchiveError(
+            f"{name!r}: {MANIFEST} is nested too deeply to be a file written by save"
+        ) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ArchiveError(f"{name!r}: {MANIFEST} does not describe a {FORMAT} file")
+    if manifest.get("kind") != kind:
+        raise ArchiveError(
+            f"{name!r} holds a {_short(manifest.get('kind'))}, not a {kind!r}: pass a {kind} file"
+        )
+    version = manifest.get("version")
+    if version not in READ_VERSIONS:
+        raise ArchiveError(
+            f"{name!r} has format version {_short(version)}; this installation reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}"
+        )
+    if version >= 2 and digest is None:
+        raise ArchiveError(f"{name!r} (format version {version}) lacks its {MANIFEST_DIGEST}")
+    listed = manifest.get("members")
+    if not isinstance(listed, dict):
+        raise ArchiveError(f"{name!r}: {MANIFEST}'s 'members' is not a dict of members")
+    present = set(infos) - {MANIFEST, MANIFEST_DIGEST}
+    if present != set(listed):
+        raise ArchiveError(
+            f"{name!r}: its members {sorted(present)} differ from those its {MANIFEST} lists "
+            f"{sorted(listed)}"
+        )
+    members = {}
+    for member, meta in listed.items():
+        size = meta.get("bytes") if isinstance(meta, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or size != infos[member].file_size:
+            raise ArchiveError(
+                f"{name!r}: member {member!r} has {infos[member].file_size} bytes; its "
+                f"{MANIFEST} records {_short(size)}"
+            )
+        sha = hashlib.sha256()
+        chunks = []
+        with zf.open(infos[member]) as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                sha.update(block)
+                chunks.append(block)
+        if sha.hexdigest() != meta.get("sha256"):
+            raise ArchiveError(
+                f"{name!r} is damaged: the checksum (SHA-256) of its member {member!r} "
+                "does not match the one recorded when it was saved"
+            )
+        members[member] = b"".join(chunks)
     return manifest, members

@@ -1,0 +1,64 @@
+"""Helpers that craft archives of agents.files.safe_archive: edit a saved file's manifest or
+members and write it back with every checksum recomputed, as a forger would."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def read_members(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as zf:
+        return {n: zf.read(n) for n in zf.namelist()}
+
+
+def write_members(
+    path: Path, members: dict[str, bytes], compression: int = zipfile.ZIP_STORED
+) -> Path:
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    return path
+
+
+def rewrite(
+    path: Path,
+    edit: Callable[[dict[str, Any]], Any],
+    members: dict[str, bytes] | None = None,
+    out: Path | None = None,
+    compression: int = zipfile.ZIP_STORED,
+) -> Path:
+    """``path`` (or ``out``) rewritten with ``edit(manifest)`` applied, member bytes replaced by
+    ``members``, and the members' and manifest's checksums recomputed (a valid forgery)."""
+    found = read_members(path)
+    manifest = json.loads(found.pop("manifest.json"))
+    found.pop("manifest.sha256", None)
+    found.update(members or {})
+    edit(manifest)
+    manifest["members"] = {
+        name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+        for name, data in found.items()
+    }
+    text = json.dumps(manifest).encode()
+    return write_members(
+        out or path,
+        {
+            "manifest.json": text,
+            "manifest.sha256": hashlib.sha256(text).hexdigest().encode(),
+            **found,
+        },
+        compression,
+    )
+
+
+def set_attribute(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """An edit of a model file's manifest: attribute ``name`` set to the JSON ``value``."""
+
+    def edit(manifest: dict[str, Any]) -> None:
+        manifest["data"][name] = value
+
+    return edit
