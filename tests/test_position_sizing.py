@@ -121,9 +121,9 @@ def test_units_sizing_above_the_cap_warns() -> None:
         make(hand_market([100.0, 100.0, 100.0]))  # default: 10 units = 1x
 
 
-def test_default_floor_of_one_unit_warns_on_dear_instrument() -> None:
-    # Price 50000 with capital 1000: the 1-unit floor is 50x leverage.
-    with pytest.warns(UserWarning, match=r"50x leverage on instrument 'b'"):
+def test_default_floor_of_one_unit_is_refused_on_dear_instrument() -> None:
+    # Price 50000 with capital 1000: the 1-unit floor would be 50x leverage.
+    with pytest.raises(ValueError, match=r"instrument 'b'.*50x leverage.*sizing='equity'"):
         make(two_instruments([100.0, 100.0, 100.0], [50000.0, 50000.0, 50000.0]), num_envs=2)
 
 

@@ -192,7 +192,9 @@ class Backend:
                     "(one episode plus the bar it is marked to)"
                 )
         offsets = np.asarray(data.instrument_offsets, dtype=np.int64)
-        self.max_position = resolve_max_positions(config, np.asarray(data.close), offsets)
+        self.max_position = resolve_max_positions(
+            config, np.asarray(data.close), offsets, data.instruments
+        )
         warn_leverage(
             config,
             data,

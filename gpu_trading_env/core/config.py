@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -357,9 +358,33 @@ def action_table(config: EnvConfig) -> ActionTable:
     return ActionTable(exposure=exposure, cost_rate=cost_rate, category=category)
 
 
-def resolve_max_positions(config: EnvConfig, close: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def sizing_price_limit(config: EnvConfig, units: float) -> float:
+    """The dearest close (currency per unit) at which full exposure of ``units`` units stays
+    within ``max_leverage`` x ``initial_capital``: max_leverage x capital / (units x
+    max|exposure|); ``inf`` with ``sizing="equity"``, whose notional follows the account."""
+    if config.sizing == "equity":
+        return math.inf
+    peak = max(abs(x) for x in config.exposure_levels)
+    if peak == 0.0:
+        return math.inf
+    return config.max_leverage * config.initial_capital / (units * peak)
+
+
+def resolve_max_positions(
+    config: EnvConfig,
+    close: np.ndarray,
+    offsets: np.ndarray,
+    instruments: Sequence[str] | None = None,
+) -> np.ndarray:
     """float64 [I]: ``max_position`` for every instrument, or per instrument k its default
-    floor(initial_capital / median close of k), at least 1 unit."""
+    floor(initial_capital / median close of k), at least 1 unit.
+
+    :param close: float64 [T], currency per unit; ``offsets`` int64 [I + 1].
+    :param instruments: names for the message (default: ``instrument <k>``).
+    :raises ValueError: where the default is 1 unit (the median close is above the capital)
+        and that unit at the median close is more than ``max_leverage`` x capital: the default
+        cannot size the instrument, and its accounting would run at that leverage.
+    """
     offsets = np.asarray(offsets, dtype=np.int64)
     n_inst = len(offsets) - 1
     if config.max_position is not None:
@@ -367,8 +392,26 @@ def resolve_max_positions(config: EnvConfig, close: np.ndarray, offsets: np.ndar
     close = np.asarray(close, dtype=np.float64)
     out = np.empty(n_inst, dtype=np.float64)
     for k in range(n_inst):
-        median = float(np.median(close[offsets[k] : offsets[k + 1]]))
+        bars = close[offsets[k] : offsets[k + 1]]
+        median = float(np.median(bars))
         out[k] = max(1.0, math.floor(config.initial_capital / median))
+        limit = sizing_price_limit(config, 1.0)
+        if median > limit:
+            name = repr(instruments[k]) if instruments is not None else f"{k}"
+            i = int(np.argmax(bars > limit))
+            peak = max(abs(x) for x in config.exposure_levels)
+            raise ValueError(
+                f"column 'close' of instrument {name} is too dear for the default "
+                f"max_position: its median close {median:g} (first above {limit:g}: "
+                f"{float(bars[i]):g} at its bar {i}) makes the 1-unit floor "
+                f"{peak * median / config.initial_capital:.4g}x leverage on initial_capital "
+                f"{config.initial_capital:g}, above EnvConfig.max_leverage = "
+                f"{config.max_leverage:g}; allowed is a median close up to {limit:g} "
+                "(docs/ENV_SPEC.md, 'Price range'): use sizing='equity' (notional = exposure x "
+                "leverage x equity, fractional units), a fractional max_position (e.g. "
+                f"{config.initial_capital / median:.3g}), or initial_capital >= "
+                f"{peak * median / config.max_leverage:.4g}"
+            )
     return out
 
 

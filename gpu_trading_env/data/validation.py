@@ -16,10 +16,10 @@ import pandas as pd
 
 OHLCV = ("open", "high", "low", "close", "volume")
 PRICES = ("open", "high", "low", "close")
-# Prices the env can hold in float64 money and float32 outputs (docs/ENV_SPEC.md, "Data bounds"):
-# one step's portfolio features and pnl are at most max_position x PRICE_MAX / initial_capital
-# <= 1e15 x 1e12 / 0.01 = 1e29, and a close-to-close ratio at most PRICE_MAX / PRICE_MIN = 1e24,
-# all far below float32's 3.4e38. A bar spiked x1e40 or prices near 1e302 gave -inf observations.
+# Prices whose float32 outputs stay finite under any EnvConfig (docs/ENV_SPEC.md, "Price range",
+# limit 3): a step's portfolio features and pnl are at most max_position x PRICE_MAX /
+# initial_capital <= 1e15 x 1e12 / 0.01 = 1e29 and a close-to-close ratio at most 1e24, far below
+# float32's 3.4e38; the config's own limit is checked where the env meets the data (config.py).
 PRICE_MIN = 1e-12
 PRICE_MAX = 1e12
 
