@@ -149,7 +149,10 @@ class InputSelection:
 
 
 def _slope_z(x: np.ndarray, y: np.ndarray) -> float:
-    """Signed HC3-robust z-statistic of the slope of ``y`` on ``x`` (0 where ``x`` is constant)."""
+    """Signed HC3-robust z-statistic of the slope of ``y`` on ``x`` (0 where ``x`` or ``y`` is
+    constant)."""
+    if np.ptp(y) == 0.0:  # nothing predicts a constant; its robust covariance is singular
+        return 0.0
     test = regression_slopes_test(x[:, None], y)
     if test["df"] == 0:
         return 0.0
@@ -203,6 +206,23 @@ def _recent_p_values(
     return out
 
 
+def _nothing_kept(train: MarketData, bars: int) -> InputSelection:
+    """The selection that keeps no input, every p-value 1 (the next returns are constant)."""
+    names = tuple(train.feature_names)
+    return InputSelection(
+        feature_names=names,
+        kept=(),
+        regime=None,
+        regime_mean=0.0,
+        regime_std=1.0,
+        regime_p_value=None,
+        feature_p_values=dict.fromkeys(names, 1.0),
+        recent_p_values={},
+        p_value=1.0,
+        bars=bars,
+    )
+
+
 def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSelection:
     """Choose the network's inputs on the training bars ``train`` (module doc).
 
@@ -221,6 +241,10 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
             f"train has {len(y)} bars with a next return: allowed is at least {MIN_TEST_BARS} "
             "to test what predicts it (--all-inputs skips the selection)"
         )
+    if np.ptp(y) == 0.0:
+        # Constant prices: no input predicts a constant next return, and every slope's robust
+        # covariance is zero, so the selection keeps nothing and the run proceeds flat.
+        return _nothing_kept(train, len(y))
     p_features = {}
     for j, name in enumerate(train.feature_names):
         test = regression_slopes_test(x[:, j : j + 1], y)

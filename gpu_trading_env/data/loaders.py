@@ -21,7 +21,9 @@ the file has them. Timestamp parsing is ``gpu_trading_env.data.timestamps``.
 
 from __future__ import annotations
 
+import gzip
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,7 +161,7 @@ def _read(path: Path, read_csv_kwargs: Mapping[str, Any] | None = None) -> pd.Da
                 raise DataError(
                     f"{path}: reading Parquet needs pyarrow (pip install 'gpu-trading-env[parquet]')"
                 ) from None
-            df = pd.read_parquet(path)
+            df = _read_parquet(path)
             if isinstance(df.index, pd.DatetimeIndex) and df.index.name is None:
                 df.index.name = "timestamp"  # a stored index holds the timestamps
             if not isinstance(df.index, pd.RangeIndex):
@@ -171,7 +173,37 @@ def _read(path: Path, read_csv_kwargs: Mapping[str, Any] | None = None) -> pd.Da
             return df
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: not a readable CSV ({str(exc).splitlines()[0]})") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        # A truncated or mislabelled .gz fails inside the decompressor, which names no file.
+        raise DataError(
+            f"{path}: not a readable gzip-compressed CSV ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})"
+        ) from None
     raise DataError(f"{path}: unknown file type {suffix!r}: allowed is .csv, .csv.gz or .parquet")
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """The table of a Parquet file; duplicate column names and unreadable files raise
+    ``DataError`` naming the file (pyarrow's own messages name neither)."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except (pyarrow.ArrowException, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: not a readable Parquet file ({first})") from None
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise DataError(
+            f"{path}: duplicate column names {dupes} in the Parquet file: allowed is one "
+            "column per name (rename or drop the copies)"
+        )
+    try:
+        return pd.read_parquet(path)
+    except (pyarrow.ArrowException, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: not a readable Parquet file ({first})") from None
 
 
 def _normalise(
