@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 from typing import Any, NoReturn
 
 from agents.cli.backtest import cmd_backtest, cmd_eval
@@ -28,18 +30,58 @@ DESCRIPTION = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr (argparse prints the usage block too), exit code 2.
+    """Usage errors as one line on stderr (argparse prints the usage block too), exit code 2,
+    with a "did you mean" for a mistyped option or subcommand.
 
     Options are never abbreviated: with argparse's prefix matching the typo ``--timestep 1000``
     would silently set ``--timesteps``, and a later option sharing the prefix would change what
-    an old command line means.
+    an old command line means. The typo is refused and the nearest option named instead.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.subcommands: dict[str, _Parser] = {}
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        action = super().add_subparsers(**kwargs)
+        self.subcommands = action.choices  # filled as add_parser is called
+        return action
+
+    def option_names(self) -> list[str]:
+        """Every long option string this parser accepts, its argument groups' included."""
+        return [s for s in self._option_string_actions if s.startswith("--")]
+
+    def suggestion(self, unknown: list[str]) -> str:
+        """' (did you mean --x?)' for the unknown options that are close to one of ours."""
+        hints = []
+        for arg in unknown:
+            name = arg.split("=", 1)[0]
+            if not name.startswith("-"):
+                continue  # a stray value, most often the unknown option's own
+            close = difflib.get_close_matches(name, self.option_names(), n=1, cutoff=0.6)
+            if close:
+                hints.append((name, close[0]))
+        if not hints:
+            return ""
+        if len(hints) == 1:
+            return f" (did you mean {hints[0][1]}?)"
+        return " (did you mean " + ", ".join(f"{c} for {n}" for n, c in hints) + "?)"
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            # The subcommand's parser knows its options (argparse reports them at the top).
+            target = self.subcommands.get(getattr(ns, "command", None) or "", self)
+            target.error(f"unrecognized arguments: {' '.join(extras)}{target.suggestion(extras)}")
+        return ns
 
     def error(self, message: str) -> NoReturn:
+        choice = re.search(r"invalid choice: '([^']*)'", message)
+        if choice and self.subcommands:
+            close = difflib.get_close_matches(choice.group(1), list(self.subcommands), n=1)
+            if close:
+                message += f" (did you mean {close[0]!r}?)"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
