@@ -253,9 +253,10 @@ def test_cli_train_resume_continues_the_run(tmp_path, monkeypatch, capsys, small
     from agents import cli
 
     monkeypatch.chdir(tmp_path)
+    # --all-inputs: a network is trained (and checkpointed) whatever the bars.
     argv = ["train", "--device", "cpu", "--timesteps", "1600", "--num-envs", "8",
             "--eval-every", "400", "--no-progress", "--torch-threads", "1",
-            "--data", str(small_bar_file), "--episode-length", "50"]  # fmt: skip
+            "--data", str(small_bar_file), "--episode-length", "50", "--all-inputs"]  # fmt: skip
     assert cli.main([*argv, "--checkpoint-every", "1200", "--out", "a"]) == 0
     assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == [
         "step-000000001200"
@@ -270,8 +271,8 @@ def test_cli_train_resume_continues_the_run(tmp_path, monkeypatch, capsys, small
     for key in ("strategy", "model_selection", "last_model_strategy", "learning_curve"):
         assert ma[key] == mb[key], key
     capsys.readouterr()
-    assert cli.main([*argv, "--seed", "1", "--resume", "a", "--out", "c"]) == 1
-    assert "the run differs in ['seed']" in capsys.readouterr().err
+    assert cli.main([*argv, "--seed", "1", "--resume", "a", "--out", "c"]) == 2
+    assert "the checkpoint's run had --seed 0 (given: 1)" in capsys.readouterr().err
     assert cli.main([*argv, "--resume", "nowhere", "--out", "d"]) == 2
     assert "--resume nowhere: no checkpoint folder 'nowhere'" in capsys.readouterr().err
     assert cli.main([*argv, "--checkpoint-every", "0", "--out", "e"]) == 2

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         # A file-system failure (a file that cannot be read or written, a full disk): the path
         # and the reason are what the user can act on.
+        release_unwritten()
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         # A folder the run made but wrote nothing to is removed: no empty runs/ entries.
-        release_unwritten()
+        release_unwritten("interrupted")
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:

@@ -1,4 +1,4 @@
-"""The report folder of a command run: claimed atomically, never shared, removed if left empty.
+"""The report folder of a command run: claimed under a lock, never shared, removed if left empty.
 
 - Without ``--out``, a run gets ``runs/<command>-<YYYYmmdd-HHMMSS>`` made with an exclusive
   ``mkdir``; when another run made that name first (two runs in the same second), ``-2``,
@@ -7,8 +7,16 @@
   refused unless ``--overwrite`` is given, which empties it first, and only when it is a folder
   a command wrote (it holds the claim file :data:`CLAIM`): ``--out ~ --overwrite`` must not
   wipe a home folder.
-- The claim file is created with ``O_EXCL`` in every folder a run takes, so of two runs given the
-  same ``--out`` at once exactly one proceeds; the other stops with a one-line error.
+- The claim is an exclusive lock (``flock``) on :data:`CLAIM`, taken before the folder's
+  contents are looked at and held until the run ends: of two runs given the same ``--out`` at
+  once exactly one proceeds, the other stops with a one-line error, and nothing is emptied by a
+  run that does not hold it. The operating system drops the lock when the process ends however
+  it ends (an error, Ctrl-C, ``kill -9``), so a run that stopped never blocks the next one. The
+  file itself stays as the mark of a command's folder; it holds the command, process id, start
+  time and how the run ended (``running``, ``completed``, ``failed``, ``interrupted``).
+- ``train --resume`` continues a run in its own folder (:func:`resumed_run_folder`), which is
+  claimed as it is: its checkpoints are kept, its report is replaced when the run ends.
+  ``--overwrite`` is refused there, since it would empty the checkpoints being resumed.
 - A path that is a file, a parent that cannot be written or is a file: a one-line error (exit 2).
 - A run that stops on an error or Ctrl-C before writing anything removes the folder it made
   (:func:`release_unwritten`), so an interrupted run leaves no empty folder behind.
@@ -20,33 +28,154 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from agents.cli.options import UsageError
 
-__all__ = ["CLAIM", "check_out", "claim_out", "release_unwritten"]
+try:
+    import fcntl
+except ImportError:  # Windows: msvcrt's byte-range lock instead
+    fcntl = None  # type: ignore[assignment]
+    import msvcrt
 
-CLAIM = ".gpu-trading-env-run"  # JSON: the command, its process id and start time
+__all__ = [
+    "CLAIM",
+    "check_out",
+    "claim_out",
+    "forget_claims",
+    "release_unwritten",
+    "resumed_run_folder",
+]
+
+CLAIM = ".gpu-trading-env-run"  # JSON: command, process id, host, start time, state
 RUNS_ROOT = Path("runs")
 _MAX_SUFFIX = 10_000
-
-# Folders this process claimed, with whether it made them (and the root it made, if any).
-_claimed: list[tuple[Path, bool]] = []
+CHECKPOINTS = "checkpoints"  # the train folder's checkpoint folder (agents.cli.train)
 
 
-def _problem(out: Path, overwrite: bool) -> str | None:
-    """Why ``out`` cannot be the run's folder, or None."""
+@dataclass
+class _Claim:
+    """A folder this process claimed: whether it made it, and the locked claim file."""
+
+    folder: Path
+    made: bool
+    fd: int | None  # None: the runs/ root this process made (released after its folders)
+    command: str = ""
+    started: float = 0.0
+
+
+# Released last-in first: a folder before the runs/ root it was made in.
+_claimed: list[_Claim] = []
+
+
+class _Held(Exception):
+    """The claim file is locked by another process (``pid`` from the file, when readable)."""
+
+    def __init__(self, pid: int | None) -> None:
+        super().__init__(pid)
+        self.pid = pid
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except OSError:
+        return False
+    return True
+
+
+def _locked(path: Path) -> bool:
+    """Whether another process holds the claim file ``path`` now."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        return not _try_lock(fd)
+    finally:
+        os.close(fd)  # closing drops the lock this test took
+
+
+def _read_claim(path: Path) -> dict | None:
+    """The claim's JSON, or None when the file is absent, empty or not a command's claim."""
+    try:
+        claim = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return claim if isinstance(claim, dict) and "command" in claim else None
+
+
+def _take_claim(out: Path) -> tuple[int, bool]:
+    """Open ``out/CLAIM`` (created if absent) and lock it: ``(fd, whether a command's claim was
+    there before)``. Raises :class:`_Held` when another process holds it."""
+    path = out / CLAIM
+    for _attempt in range(100):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue  # its holder removed the folder's claim meanwhile: look again
+        if not _try_lock(fd):
+            os.close(fd)
+            claim = _read_claim(path)
+            raise _Held(None if claim is None else claim.get("pid"))
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            # An empty claim file is one being created (or left by a claim that failed): only a
+            # written claim marks a command's folder.
+            return fd, _read_claim(path) is not None
+        os.close(fd)  # its holder removed it before this lock: lock the file there now
+    raise OSError(f"{path}: the claim file kept changing while it was locked")
+
+
+def _write_state(claim: _Claim, state: str) -> None:
+    """Record the run's command, process and ``state`` in its locked claim file."""
+    assert claim.fd is not None
+    record = {
+        "command": claim.command,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": claim.started,
+        "state": state,
+    }
+    if state != "running":
+        record["ended"] = time.time()
+    data = json.dumps(record).encode("utf-8")
+    os.ftruncate(claim.fd, 0)
+    os.lseek(claim.fd, 0, os.SEEK_SET)
+    os.write(claim.fd, data)
+
+
+def _held_message(out: Path, pid: int | None) -> str:
+    who = f"process {pid}" if pid is not None else "another process"
+    return f"--out {out}: a run that is still going ({who}) holds this folder; pass a new folder"
+
+
+def _entries(out: Path) -> list[Path]:
+    return [p for p in out.iterdir() if p.name != CLAIM]
+
+
+def _problem(out: Path, overwrite: bool, in_place: bool = False) -> str | None:
+    """Why ``out`` cannot be the run's folder, or None (checked again under the claim)."""
     if out.exists() and not out.is_dir():
         return "is a file, not a folder; pass a folder path"
     if out.is_dir():
-        entries = list(out.iterdir())
-        if entries and not overwrite:
-            return (
-                "the folder exists and is not empty; pass a new folder, or --overwrite to empty "
-                "it first"
-            )
-        if entries and not (out / CLAIM).is_file():
+        entries = _entries(out)
+        has_claim = (out / CLAIM).is_file()
+        if entries and not overwrite and not in_place:
+            return _occupied(out)
+        if entries and not has_claim:
             return (
                 f"--overwrite empties only a folder a command wrote (it holds {CLAIM}); this one "
                 "does not: pass a new folder, or empty it yourself"
@@ -62,33 +191,127 @@ def _problem(out: Path, overwrite: bool) -> str | None:
     return None
 
 
-def check_out(args: argparse.Namespace) -> None:
-    """Refuse a bad ``--out`` before any work starts (:func:`claim_out` checks again, atomically)."""
+def _occupied(out: Path) -> str:
+    """The refusal of a folder that is not empty, with the way to continue a stopped train run."""
+    claim = _read_claim(out / CLAIM)
+    if (
+        claim is not None
+        and claim.get("command") == "train"
+        and claim.get("state") in ("failed", "interrupted", "running")
+        and (out / CHECKPOINTS).is_dir()
+        and not _locked(out / CLAIM)
+    ):
+        return (
+            f"the folder holds a train run that stopped before its report "
+            f"({claim.get('state')}): pass --resume {out} to continue it from its checkpoints, "
+            "--overwrite to empty it first, or a new folder"
+        )
+    return "the folder exists and is not empty; pass a new folder, or --overwrite to empty it first"
+
+
+def resumed_run_folder(resume: str | os.PathLike[str]) -> Path | None:
+    """The train folder that ``--resume`` names or holds the checkpoints of (a train folder,
+    its ``checkpoints`` folder or one checkpoint in it), or None when it is not in one."""
+    path = Path(resume)
+    candidates = [path]
+    if path.name == CHECKPOINTS:
+        candidates.append(path.parent)
+    if path.parent.name == CHECKPOINTS:
+        candidates.append(path.parent.parent)
+    for folder in candidates:
+        if (folder / CLAIM).is_file():
+            return folder
+    return None
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
+
+
+def _inside(child: Path, folder: Path) -> bool:
+    return folder.resolve() in (child.resolve(), *child.resolve().parents)
+
+
+def _resume_target(args: argparse.Namespace) -> tuple[Path | None, bool]:
+    """``(the folder the run writes, whether it is the resumed run's own folder)``; the folder
+    is None for a run that gets a new ``runs/`` folder. Raises UsageError for ``--resume`` with
+    an ``--out`` that would destroy what it reads."""
     given = getattr(args, "out", None)
-    if given:
-        problem = _problem(Path(given), bool(getattr(args, "overwrite", False)))
-        if problem:
-            raise UsageError(f"--out {given}: {problem}")
-    elif getattr(args, "overwrite", False):
+    resume = getattr(args, "resume", None)
+    overwrite = bool(getattr(args, "overwrite", False))
+    if resume is None:
+        return (Path(given) if given else None), False
+    if not Path(resume).exists():
+        raise UsageError(f"--resume {resume}: no checkpoint folder {resume!r}")
+    run = resumed_run_folder(resume)
+    if not given:
+        if run is None:
+            raise UsageError(
+                f"--resume {resume}: it is not in a train run's folder (no {CLAIM} there or "
+                f"above its {CHECKPOINTS} folder); pass --out FOLDER for the resumed run's report"
+            )
+        if overwrite:
+            raise UsageError(_in_place_overwrite(resume, run))
+        return run, True
+    out = Path(given)
+    if run is not None and out.exists() and _same(out, run):
+        if overwrite:
+            raise UsageError(_in_place_overwrite(resume, run))
+        return out, True
+    if overwrite and out.exists() and _inside(Path(resume), out):
+        raise UsageError(
+            f"--out {given} --overwrite would empty {given}, which holds the checkpoint "
+            f"--resume {resume} reads: pass a new folder for --out"
+        )
+    return out, False
+
+
+def _in_place_overwrite(resume: str, run: Path) -> str:
+    return (
+        f"--resume {resume} continues the run in its folder {run} (its checkpoints kept, its "
+        "report replaced at the end); --overwrite would empty the checkpoints it reads: leave "
+        "out --overwrite, or pass --out NEW for a new folder"
+    )
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse a bad ``--out`` before any work starts (:func:`claim_out` checks again, under the
+    claim)."""
+    given = getattr(args, "out", None)
+    if not given and getattr(args, "overwrite", False) and getattr(args, "resume", None) is None:
         raise UsageError("--overwrite applies to --out: pass --out FOLDER with it")
+    out, in_place = _resume_target(args)
+    if out is not None:
+        problem = _problem(out, bool(getattr(args, "overwrite", False)), in_place)
+        if problem:
+            raise UsageError(f"--out {out}: {problem}")
 
 
 def claim_out(args: argparse.Namespace, command: str) -> Path:
-    """The run's folder (``--out``, or a new ``runs/<command>-<date>-<time>``), created now and
-    claimed by this process; raises UsageError naming the folder and the fix."""
-    given = getattr(args, "out", None)
+    """The run's folder (``--out``; the resumed run's own folder for ``train --resume`` without
+    ``--out``; else a new ``runs/<command>-<date>-<time>``), created now and claimed by this
+    process until it ends; raises UsageError naming the folder and the fix."""
+    out, in_place = _resume_target(args)
     try:
-        if given:
-            out = _claim_explicit(Path(given), bool(getattr(args, "overwrite", False)), command)
-        else:
-            out = _claim_default(command)
+        if out is not None:
+            return _claim_explicit(out, bool(getattr(args, "overwrite", False)), command, in_place)
+        return _claim_default(command)
     except OSError as exc:
-        where = given if given else str(RUNS_ROOT)
+        where = str(out) if out is not None else str(RUNS_ROOT)
         raise UsageError(
             f"--out {where}: cannot create the folder ({exc.strerror or exc}); pass a folder you "
             "can write"
         ) from None
-    return out
+
+
+def _register(out: Path, made: bool, fd: int, command: str) -> None:
+    claim = _Claim(out, made, fd, command, time.time())
+    try:
+        _write_state(claim, "running")
+    except BaseException:
+        os.close(fd)
+        raise
+    _claimed.append(claim)
 
 
 def _claim_default(command: str) -> Path:
@@ -96,6 +319,8 @@ def _claim_default(command: str) -> Path:
     if RUNS_ROOT.exists() and not RUNS_ROOT.is_dir():
         raise UsageError(f"{RUNS_ROOT} is a file: the default report folders go in it; pass --out")
     RUNS_ROOT.mkdir(parents=True, exist_ok=True)
+    if made_root:
+        _claimed.append(_Claim(RUNS_ROOT, True, None))
     base = f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
     for k in range(1, _MAX_SUFFIX):
         out = RUNS_ROOT / (base if k == 1 else f"{base}-{k}")
@@ -103,16 +328,21 @@ def _claim_default(command: str) -> Path:
             out.mkdir()  # exclusive: of two runs that pick this name, one gets it
         except FileExistsError:
             continue
-        if made_root:  # released after the folder in it (the list is released last-in first)
-            _claimed.append((RUNS_ROOT, True))
-        _claimed.append((out, True))
-        _write_claim(out, command)
+        try:
+            fd, _ = _take_claim(out)
+        except _Held:
+            continue  # an explicit --out of another run took the new folder first
+        _register(out, True, fd, command)
         return out
     raise UsageError(f"{RUNS_ROOT}/{base}: {_MAX_SUFFIX} folders of that name exist; pass --out")
 
 
-def _claim_explicit(out: Path, overwrite: bool, command: str) -> Path:
-    problem = _problem(out, overwrite)
+def claim_pause() -> None:
+    """Called with the claim held, before the folder is looked at (tests widen the race here)."""
+
+
+def _claim_explicit(out: Path, overwrite: bool, command: str, in_place: bool) -> Path:
+    problem = _problem(out, overwrite, in_place)
     if problem:
         raise UsageError(f"--out {out}: {problem}")
     made = False
@@ -122,53 +352,46 @@ def _claim_explicit(out: Path, overwrite: bool, command: str) -> Path:
             made = True
         except FileExistsError:
             pass  # another run made it meanwhile: the claim below decides who owns it
-    if overwrite and (out / CLAIM).is_file():
-        owner = _claim_owner(out)
-        if owner is not None and owner != os.getpid():
+    try:
+        fd, commands_folder = _take_claim(out)
+    except _Held as held:
+        if in_place:
+            who = f"process {held.pid}" if held.pid is not None else "another process"
             raise UsageError(
-                f"--out {out}: a run that is still going (process {owner}) writes this folder; "
-                "pass a new folder"
+                f"--resume: the run in {out} is still going ({who}) and writes its folder; pass "
+                "--out NEW to continue from its newest checkpoint in a new folder"
+            ) from None
+        raise UsageError(_held_message(out, held.pid)) from None
+    try:
+        claim_pause()
+        entries = _entries(out)
+        if entries and not commands_folder:
+            raise UsageError(
+                f"--out {out}: "
+                + (
+                    f"--overwrite empties only a folder a command wrote (it holds {CLAIM}); this "
+                    "one does not: pass a new folder, or empty it yourself"
+                    if overwrite
+                    else "the folder exists and is not empty; pass a new folder"
+                )
             )
-        for entry in out.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    elif any(out.iterdir()):
-        raise UsageError(
-            f"--out {out}: the folder exists and is not empty (another run took it); pass a new "
-            "folder"
-        )
-    try:
-        _write_claim(out, command)
-    except FileExistsError:
-        raise UsageError(
-            f"--out {out}: another run took this folder at the same time; pass a new folder"
-        ) from None
-    _claimed.append((out, made))
+        if entries and not in_place:
+            if not overwrite:
+                raise UsageError(f"--out {out}: {_occupied(out)}")
+            for entry in entries:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        _register(out, made, fd, command)
+    except BaseException:
+        if not commands_folder:
+            (out / CLAIM).unlink(missing_ok=True)  # the empty claim file this run created
+        os.close(fd)
+        if made:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return out
-
-
-def _write_claim(out: Path, command: str) -> None:
-    with open(out / CLAIM, "x", encoding="utf-8") as fh:  # "x": O_CREAT | O_EXCL
-        json.dump({"command": command, "pid": os.getpid(), "started": time.time()}, fh)
-
-
-def _claim_owner(out: Path) -> int | None:
-    """The process id in ``out``'s claim if that process is alive on this host, else None."""
-    try:
-        pid = int(json.loads((out / CLAIM).read_text(encoding="utf-8"))["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if os.name != "posix":
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except OSError:
-        return pid
-    return pid
 
 
 def _holds_output(folder: Path) -> bool:
@@ -179,30 +402,48 @@ def _holds_output(folder: Path) -> bool:
     return False
 
 
-def release_unwritten() -> list[Path]:
-    """Remove the folders this process claimed that hold nothing but the claim (a run stopped by
-    an error or Ctrl-C before its first file); an explicit ``--out`` that existed before the
-    run is only emptied of the claim. Returns the folders removed."""
+def release_unwritten(outcome: str = "failed") -> list[Path]:
+    """End the claims of a run stopped by an error (``outcome`` ``"failed"``) or Ctrl-C
+    (``"interrupted"``): a folder it made that holds nothing but the claim is removed, an
+    explicit ``--out`` that existed before the run is only emptied of the claim, and a folder
+    that holds the run's files keeps them with ``outcome`` in its claim. Every lock is
+    released. Returns the folders removed."""
     removed = []
     while _claimed:
-        folder, made = _claimed.pop()
+        claim = _claimed.pop()
+        folder = claim.folder
         try:
-            if folder == RUNS_ROOT:
-                if made and not any(folder.iterdir()):
+            if claim.fd is None:
+                if claim.made and folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
                 continue
-            if not folder.is_dir() or _holds_output(folder):
+            if not folder.is_dir():
                 continue
-            if made:
+            if _holds_output(folder):
+                _write_state(claim, outcome)
+            elif claim.made:
                 shutil.rmtree(folder)
                 removed.append(folder)
             else:
                 (folder / CLAIM).unlink(missing_ok=True)
         except OSError:
             continue  # best effort: never mask the error that stopped the run
+        finally:
+            if claim.fd is not None:
+                os.close(claim.fd)
     return removed
 
 
 def forget_claims() -> None:
-    """Keep every claimed folder (the run completed)."""
-    _claimed.clear()
+    """Keep every claimed folder and mark its run completed (the run finished); the locks are
+    released."""
+    while _claimed:
+        claim = _claimed.pop()
+        if claim.fd is None:
+            continue
+        try:
+            _write_state(claim, "completed")
+        except OSError:
+            pass  # the report is written; a claim file that cannot be updated changes nothing
+        finally:
+            os.close(claim.fd)

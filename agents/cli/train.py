@@ -6,14 +6,15 @@ The training budgets of ``train`` and ``walkforward`` (:func:`train_settings`) a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from agents.cli.data import load_data, per_year_of, split_data
-from agents.cli.options import UsageError, tensorboard_installed
+from agents.cli.options import PROG, UsageError, tensorboard_installed
 from agents.cli.report import describe_data, single_report
-from agents.cli.run_folder import claim_out
+from agents.cli.run_folder import CHECKPOINTS, claim_out
 
 # Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
 # On the CPU the gradient steps are most of the time (one per vector step): 24 envs make a
@@ -105,17 +106,90 @@ def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) ->
 
 
 def resume_folder(given: str) -> Path:
-    """The checkpoint ``--resume`` names: in a train folder's ``checkpoints``, a checkpoints
-    folder (the newest complete one) or one checkpoint."""
-    from agents.files.checkpoint import resolve_checkpoint
+    """The folder ``--resume`` names the checkpoints of: a train folder's ``checkpoints``, a
+    checkpoints folder or one checkpoint (:func:`~agents.files.checkpoint.pinned_checkpoint`
+    takes the newest complete one)."""
+    base = Path(given)
+    if not base.exists():
+        raise UsageError(f"--resume {given}: no checkpoint folder {given!r}")
+    return base / CHECKPOINTS if (base / CHECKPOINTS).is_dir() else base
+
+
+def pin_resumed(stack: contextlib.ExitStack, given: str) -> Path:
+    """The checkpoint ``--resume`` continues from, pinned until ``stack`` closes (a run still
+    writing there does not prune it meanwhile); raises UsageError naming ``--resume``."""
+    from agents.files.checkpoint import pinned_checkpoint
     from agents.files.safe_archive import ArchiveError
 
-    base = Path(given)
-    folder = base / "checkpoints" if (base / "checkpoints").is_dir() else base
     try:
-        return resolve_checkpoint(folder)
+        return stack.enter_context(pinned_checkpoint(resume_folder(given)))
     except (ArchiveError, FileNotFoundError) as exc:
         raise UsageError(f"--resume {given}: {exc}") from exc
+
+
+# The run identity's settings (agents.pipelines.model_selection) that an option sets.
+RESUMED_OPTIONS = {
+    "timesteps": "--timesteps",
+    "num_envs": "--num-envs",
+    "batch_size": "--batch-size",
+    "gradient_steps": "--gradient-steps",
+    "learning_rate": "--learning-rate",
+    "final_learning_rate": "--final-learning-rate",
+    "gamma": "--gamma",
+    "net_width": "--net-width",
+    "weight_decay": "--weight-decay",
+    "reward_scale": "--reward-scale",
+    "eval_every": "--eval-every",
+    "val_fraction": "--val-fraction",
+    "curiosity": "--curiosity",
+    "seed": "--seed",
+}
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "not given" if value is None else str(value)
+
+
+def check_resumed_options(given: str, checkpoint: Path, settings: Any, args: Any) -> None:
+    """Refuse ``--resume`` with a training option other than the checkpoint's run had: the
+    resumed run must train as that run did. One line names each option, the checkpoint's value
+    and the one given. Options that act only after training or on the files written
+    (``--checkpoint-every``, ``--no-fallback``, ``--predictability-level``, ``--device``,
+    ``--train-precision``) are honoured as given."""
+    from agents.files.checkpoint import checkpoint_extra
+    from agents.files.safe_archive import ArchiveError
+
+    try:
+        extra = checkpoint_extra(checkpoint)
+    except (ArchiveError, FileNotFoundError) as exc:
+        raise UsageError(f"--resume {given}: {exc}") from exc
+    saved = extra.get("run") if isinstance(extra, dict) else None
+    if not isinstance(saved, dict):
+        raise UsageError(
+            f"--resume {given}: {str(checkpoint)!r} is not a checkpoint of a train run (it holds "
+            "no run settings); pass a folder that train --checkpoint-every wrote"
+        )
+    now = {key: getattr(settings, key) for key in RESUMED_OPTIONS if key != "seed"}
+    now["seed"] = int(args.seed)
+    differ = [
+        f"{option} {_shown(saved[key])} (given: {_shown(now[key])})"
+        for key, option in RESUMED_OPTIONS.items()
+        if key in saved and saved[key] != now[key]
+    ]
+    if "buffer_size" in saved and saved["buffer_size"] != settings.buffer_size:
+        differ.append(
+            f"a replay buffer of {saved['buffer_size']:,} (given: {settings.buffer_size:,}, the "
+            f"default of --device {settings.device})"
+        )
+    if "config" in saved and saved["config"] != repr(args.config):
+        differ.append("other --env / --episode-length settings")
+    if differ:
+        raise UsageError(
+            f"--resume {given}: the checkpoint's run had {'; '.join(differ)}: pass the run's "
+            "options to continue it, or leave out --resume to start a new run"
+        )
 
 
 def describe_inputs(kept: list[str], n_features: int, regime: str) -> str:
@@ -131,6 +205,27 @@ def describe_inputs(kept: list[str], n_features: int, regime: str) -> str:
     if not kept:
         text += ": nothing predicted the next return on the training bars"
     return text + " (--all-inputs gives every feature)"
+
+
+def interrupted_note(out: Path, args: argparse.Namespace) -> str:
+    """One line on what a train run stopped by Ctrl-C left to continue from."""
+    from agents.files.checkpoint import INDEX_FILE, STEP_PREFIX
+
+    written = sorted((out / CHECKPOINTS).glob(f"{STEP_PREFIX}*/{INDEX_FILE}"))
+    if written:
+        return (
+            f"the newest checkpoint is {written[-1].parent}; train --resume {out} (with the same "
+            "options) continues the run"
+        )
+    if args.checkpoint_every is None:
+        return (
+            "no checkpoint was written, so the run cannot be resumed: --checkpoint-every N "
+            "writes one every N env steps, from which --resume continues"
+        )
+    return (
+        f"no checkpoint was written yet (the first comes after {args.checkpoint_every:,} env "
+        "steps, --checkpoint-every), so the run cannot be resumed"
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -156,30 +251,43 @@ def cmd_train(args: argparse.Namespace) -> int:
             "(--instrument NAME trains and evaluates one)"
         )
     settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
-    resume = resume_folder(args.resume) if args.resume is not None else None
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         raise UsageError(
             f"--checkpoint-every {args.checkpoint_every} is invalid: allowed is an integer >= 1"
         )
-    if settings.cross_fit and (args.checkpoint_every is not None or resume is not None):
+    if settings.cross_fit and (args.checkpoint_every is not None or args.resume is not None):
         raise UsageError(
             "--cross-fit trains a second network that checkpoints do not hold: it cannot be "
             "combined with --checkpoint-every or --resume"
         )
-    out = claim_out(args, "train")
-    if tensorboard_installed():
-        settings.tensorboard_log = str(out / "tensorboard")
-    run = train_selected(
-        train_data,
-        evaluated,
-        args.config,
-        settings,
-        seed=args.seed,
-        per_year=per_year,
-        checkpoint_every=args.checkpoint_every,
-        checkpoint_dir=out / "checkpoints",
-        resume_from=resume,
-    )
+    with contextlib.ExitStack() as pins:
+        resume = None
+        if args.resume is not None:
+            resume = pin_resumed(pins, args.resume)
+            check_resumed_options(args.resume, resume, settings, args)
+        out = claim_out(args, "train")
+        if tensorboard_installed():
+            settings.tensorboard_log = str(out / "tensorboard")
+        try:
+            run = train_selected(
+                train_data,
+                evaluated,
+                args.config,
+                settings,
+                seed=args.seed,
+                per_year=per_year,
+                checkpoint_every=args.checkpoint_every,
+                checkpoint_dir=out / CHECKPOINTS,
+                resume_from=resume,
+            )
+        except KeyboardInterrupt:
+            print(f"{PROG} train: {interrupted_note(out, args)}", file=sys.stderr)
+            raise
+    if args.checkpoint_every is not None:
+        from agents.files.checkpoint import DEFAULT_KEEP, prune_checkpoints
+
+        # The checkpoint resumed from was pinned while the run saved newer ones beside it.
+        prune_checkpoints(out / CHECKPOINTS, DEFAULT_KEEP)
     run["model"].save(out / "model.zip")
     extra = {
         "device": args.device,

@@ -15,6 +15,11 @@ A checkpoint is a folder of four files, each written atomically:
   whose files do not match it, is an unfinished checkpoint and is refused (or skipped, when
   :func:`load_checkpoint` picks the latest of a run's checkpoints).
 
+:func:`save_checkpoint` writes the four files into a new folder beside the destination and
+switches it in whole, so the destination always holds one complete checkpoint: the previous
+one until the new one is complete. :func:`prune_checkpoints` removes old ones except those a
+reader pinned with :func:`pinned_checkpoint` (a shared ``flock`` on the index).
+
 :class:`CheckpointEvery` writes one during ``learn`` every so many env steps, at the start of a
 rollout (between a gradient step and the next env step, where nothing is half done), into
 ``folder/step-<num_timesteps>`` and keeps the newest few. To continue::
@@ -28,12 +33,19 @@ With the same env settings, this reproduces the uninterrupted run bit for bit on
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
+import os
 import pathlib
 import random
+import secrets
 import shutil
+import socket
+import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -53,13 +65,30 @@ from agents.files.safe_archive import (
 )
 from gpu_trading_env.atomic_file import atomic_write
 
-__all__ = ["CheckpointEvery", "checkpoint_extra", "load_checkpoint", "save_checkpoint"]
+try:
+    import fcntl
+except ImportError:  # Windows: no pins (pruning does not wait for readers there)
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "CheckpointEvery",
+    "checkpoint_extra",
+    "load_checkpoint",
+    "pinned_checkpoint",
+    "prune_checkpoints",
+    "save_checkpoint",
+]
 
 MODEL_FILE = "model.zip"
 BUFFER_FILE = "replay_buffer.rb.zip"
 STATE_FILE = "run_state.zip"
 INDEX_FILE = "checkpoint.json"
 STEP_PREFIX = "step-"
+CHECKPOINT_FILES = (MODEL_FILE, BUFFER_FILE, STATE_FILE, INDEX_FILE)
+DEFAULT_KEEP = 2  # checkpoints CheckpointEvery keeps
+# The folder a save writes before its switch: .<name>.partial-<host>-<pid>-<random>.
+PARTIAL_MARK = ".partial-"
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def _sha256(path: pathlib.Path) -> str:
@@ -186,8 +215,15 @@ def _as_tuples(value: Any) -> Any:
 
 # ---------------------------------------------------------------------------------- files
 def save_checkpoint(model: Any, folder: str | pathlib.Path, extra: Any = None) -> pathlib.Path:
-    """Write a checkpoint of ``model`` into ``folder`` (created; its checkpoint files replaced).
+    """Write a checkpoint of ``model`` into ``folder``, replacing the checkpoint there if any.
 
+    The files are written into a new folder beside ``folder`` and switched in whole once all
+    four are complete (:func:`_switch`): a reader of ``folder`` sees the previous complete
+    checkpoint or the new one, never a mix, and a save that fails (a full disk, Ctrl-C) leaves
+    the previous checkpoint as it was and removes its own partial folder.
+
+    :param folder: A new folder, an empty one or a checkpoint folder; a folder holding other
+        files is refused (``FileExistsError`` naming them), since the switch replaces it whole.
     :param extra: Anything :func:`agents.files.safe_archive.encode` holds (numbers, strings, lists,
         dicts, tensors, arrays), read back with :func:`checkpoint_extra`: e.g. a callback's state.
     :return: ``folder``.
@@ -201,9 +237,29 @@ def save_checkpoint(model: Any, folder: str | pathlib.Path, extra: Any = None) -
     folder = pathlib.Path(folder)
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"cannot write a checkpoint to {str(folder)!r}: it is a file")
-    folder.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / INDEX_FILE).unlink()  # the folder is unfinished until the index is back
+    if folder.is_dir():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in CHECKPOINT_FILES)
+        if foreign:
+            raise FileExistsError(
+                f"cannot write a checkpoint to {str(folder)!r}: it holds files that are not a "
+                f"checkpoint's ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}), "
+                "which the checkpoint would replace; pass a new folder, an empty one or a "
+                "checkpoint folder"
+            )
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = folder.parent / f".{folder.name}{PARTIAL_MARK}{_HOST}-{os.getpid()}-{_token()}"
+    partial.mkdir()
+    try:
+        _write_checkpoint_files(model, partial, extra)
+        _switch(partial, folder)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return folder
+
+
+def _write_checkpoint_files(model: Any, folder: pathlib.Path, extra: Any) -> None:
+    """The four files of a checkpoint into the new folder ``folder``, the index last."""
     model.save(folder / MODEL_FILE)
     model.save_replay_buffer(folder / BUFFER_FILE)
     arrays: dict[str, th.Tensor] = {}
@@ -219,7 +275,228 @@ def save_checkpoint(model: Any, folder: str | pathlib.Path, extra: Any = None) -
     }
     with atomic_write(folder / INDEX_FILE, "w") as fh:
         json.dump(index, fh, indent=1)
-    return folder
+
+
+def _token() -> str:
+    return secrets.token_hex(4)
+
+
+def _fsync_dir(folder: pathlib.Path) -> None:
+    # A rename is durable only once its folder's entry is on disk (not possible on Windows).
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _exchange(a: pathlib.Path, b: pathlib.Path) -> bool:
+    """Swap the folders ``a`` and ``b`` in one step (Linux's ``renameat2(RENAME_EXCHANGE)``);
+    False where the system or the file system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    renameat2.restype = ctypes.c_int
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _switch(new: pathlib.Path, folder: pathlib.Path) -> None:
+    """Put the complete checkpoint folder ``new`` at ``folder``: a rename where ``folder`` is
+    absent or empty, else an atomic swap with the old checkpoint, which is then removed. Where
+    no swap exists, the old folder is renamed aside first: for that moment ``folder`` is absent,
+    and a crash there leaves the old checkpoint at ``.<name>.previous-...`` beside it."""
+    try:
+        os.rename(new, folder)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+            raise
+        if exchange_folders(new, folder):
+            shutil.rmtree(new, ignore_errors=True)  # `new` is the old checkpoint now
+        else:
+            aside = folder.parent / f".{folder.name}.previous-{os.getpid()}-{_token()}"
+            os.rename(folder, aside)
+            os.rename(new, folder)
+            shutil.rmtree(aside, ignore_errors=True)
+    _fsync_dir(folder.parent)
+
+
+# The swap _switch uses (tests replace it to take the path of systems without one).
+exchange_folders = _exchange
+
+
+# ---------------------------------------------------------------------------------- pruning
+def _step_number(folder: pathlib.Path) -> int:
+    tail = folder.name[len(STEP_PREFIX) :]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _step_folders(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The ``step-<n>`` folders in ``folder``, newest (largest n) first."""
+    return sorted(
+        (p for p in folder.glob(f"{STEP_PREFIX}*") if p.is_dir()), key=_step_number, reverse=True
+    )
+
+
+def _lock(fd: int, shared: bool) -> bool:
+    """A non-blocking ``flock`` on ``fd``; True where there is no ``flock`` (Windows)."""
+    if fcntl is None:
+        return True
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _pin(folder: pathlib.Path) -> int | None:
+    """A shared lock on ``folder``'s index (the file descriptor holding it), or None when the
+    folder has no index or is being pruned or was pruned since it was chosen."""
+    index = folder / INDEX_FILE
+    try:
+        fd = os.open(index, os.O_RDONLY)
+    except OSError:
+        return None
+    if _lock(fd, shared=True):
+        try:
+            if os.stat(index).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except OSError:
+            pass
+    os.close(fd)
+    return None
+
+
+def pin_hook(folder: pathlib.Path) -> None:
+    """Called after a checkpoint is chosen and before it is pinned (tests widen the race here)."""
+
+
+@contextlib.contextmanager
+def pinned_checkpoint(path: str | pathlib.Path, attempts: int = 5) -> Iterator[pathlib.Path]:
+    """The checkpoint folder of ``path`` (itself, or the newest complete ``step-<n>`` in it, as
+    :func:`resolve_checkpoint`), pinned for the ``with`` block: :func:`prune_checkpoints` (of
+    this process or another, e.g. the run still writing ``path``) does not remove it meanwhile.
+
+    A pin is a shared ``flock`` on the checkpoint's index; a pruned checkpoint's folder is
+    renamed away under an exclusive one, so a checkpoint chosen and then pruned before it was
+    pinned is seen as gone and the newest one is chosen again (up to ``attempts`` times).
+
+    :raises FileNotFoundError: naming ``path`` when it does not exist.
+    :raises ArchiveError: naming ``path`` and why when no complete checkpoint could be pinned.
+    """
+    folder = pathlib.Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder {str(folder)!r}")
+    single = (folder / INDEX_FILE).exists()
+    for _attempt in range(attempts):
+        listed = [folder] if single else _step_folders(folder)
+        for chosen in listed:
+            if not single and not (chosen / INDEX_FILE).exists():
+                continue  # unfinished: skipped, as resolve_checkpoint does
+            pin_hook(chosen)
+            fd = _pin(chosen)
+            if fd is None:
+                break  # pruned since it was listed: list again
+            try:
+                resolve_checkpoint(chosen)  # complete, its files matching the index
+            except ArchiveError:
+                os.close(fd)
+                if single:
+                    raise
+                continue  # damaged: the next older one, as resolve_checkpoint
+            try:
+                yield chosen
+                return
+            finally:
+                os.close(fd)
+        else:
+            resolve_checkpoint(folder)  # none is complete: its error says so
+        if single:
+            raise ArchiveError(
+                f"checkpoint {str(folder)!r} was removed as it was about to be read: the run "
+                "that wrote it keeps only its newest checkpoints and prunes the older ones; pass "
+                "the folder of its checkpoints (the newest is taken and kept while it is read)"
+            )
+    raise ArchiveError(
+        f"the checkpoints in {str(folder)!r} were pruned {attempts} times between choosing one "
+        "and pinning it (a run writing there saves faster than this one reads): pass one "
+        "checkpoint folder, or resume once that run has stopped"
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _abandoned_partial(path: pathlib.Path) -> bool:
+    """Whether ``path`` is the partial folder of a save whose process is gone (this host)."""
+    _, _, tail = path.name.partition(PARTIAL_MARK)
+    host, _, rest = tail.partition("-")
+    pid = rest.partition("-")[0]
+    return os.name == "posix" and host == _HOST and pid.isdigit() and not _pid_alive(int(pid))
+
+
+def prune_checkpoints(folder: str | pathlib.Path, keep: int) -> list[pathlib.Path]:
+    """Remove all but the ``keep`` newest ``step-<n>`` checkpoints in ``folder`` (and the
+    partial folders of saves killed on this host). A checkpoint a reader has pinned
+    (:func:`pinned_checkpoint`) is kept, for a later prune to remove; each removed one is first
+    renamed away under an exclusive lock on its index, so no reader ever opens half of it.
+
+    :returns: the checkpoint folders removed.
+    """
+    folder = pathlib.Path(folder)
+    removed = []
+    for old in _step_folders(folder)[keep:]:
+        fd = None
+        try:
+            fd = os.open(old / INDEX_FILE, os.O_RDONLY)
+        except FileNotFoundError:
+            pass  # unfinished or damaged: no reader pins it
+        except OSError:
+            continue
+        try:
+            if fd is not None and not _lock(fd, shared=False):
+                continue  # pinned by a reader
+            trash = old.parent / f".{old.name}.pruned-{os.getpid()}-{_token()}"
+            try:
+                os.rename(old, trash)
+            except FileNotFoundError:
+                continue  # another pruner took it
+            shutil.rmtree(trash, ignore_errors=True)
+            removed.append(old)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    for partial in folder.glob(f".*{PARTIAL_MARK}*"):
+        if partial.is_dir() and _abandoned_partial(partial):
+            shutil.rmtree(partial, ignore_errors=True)
+    return removed
 
 
 def _complete(folder: pathlib.Path) -> str | None:
@@ -317,12 +594,13 @@ class CheckpointEvery(BaseCallback):
     :param every: Env steps (of all envs) between checkpoints, ``>= 1``.
     :param folder: The run's checkpoint folder.
     :param keep: Checkpoints kept, ``>= 1`` (the older ones are removed after a new one is
-        complete, so a crash during a save always leaves one).
+        complete, so a crash during a save always leaves one; one a reader has pinned with
+        :func:`pinned_checkpoint` stays until a save after the reader is done).
     :param extra: A function returning the ``extra`` value to save (see :func:`save_checkpoint`).
     """
 
     def __init__(
-        self, every: int, folder: str | pathlib.Path, keep: int = 2, extra: Any = None
+        self, every: int, folder: str | pathlib.Path, keep: int = DEFAULT_KEEP, extra: Any = None
     ) -> None:
         super().__init__()
         for name, value in (("every", every), ("keep", keep)):
@@ -350,12 +628,7 @@ class CheckpointEvery(BaseCallback):
         folder = self.folder / f"{STEP_PREFIX}{int(self.model.num_timesteps):012d}"
         save_checkpoint(self.model, folder, None if self.extra is None else self.extra())
         self.saved.append(folder)
-        done = sorted(
-            (p for p in self.folder.glob(f"{STEP_PREFIX}*") if p.is_dir() and p != folder),
-            key=lambda p: p.name,
-        )
-        for old in done[: max(len(done) - (self.keep - 1), 0)]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_checkpoints(self.folder, self.keep)
         return folder
 
     def _on_step(self) -> bool:

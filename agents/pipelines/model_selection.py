@@ -624,6 +624,7 @@ def _run_identity(
         "num_envs",
         "batch_size",
         "buffer_size",
+        "gradient_steps",
         "learning_rate",
         "final_learning_rate",
         "gamma",
