@@ -41,6 +41,8 @@ __all__ = ["GpuDQNFiles", "check_gpu_dqn_attributes", "memory_limit_bytes"]
 # Bytes per stored transition beyond its two observations: action, reward, done, timeout, and
 # the sum and min trees' two float64 nodes per leaf (their size is rounded up to a power of 2).
 TRANSITION_OVERHEAD_BYTES = 8 + 3 * 4 + 2 * 2 * 2 * 8
+# States of a saved regime model (the input selection fits 3).
+MAX_REGIME_STATES = 16
 DQN_NAMES = (
     "learning_rate", "gamma", "tau", "exploration_fraction", "exploration_initial_eps",
     "exploration_final_eps", "max_grad_norm", "train_freq", "gradient_steps", "batch_size",
@@ -130,9 +132,39 @@ def check_gpu_dqn_attributes(
         if isinstance(exc, ArchiveError):
             raise
         raise ArchiveError(f"{where}: {exc}") from None
-    selection = data.get("input_selection")
-    if selection is not None and not isinstance(selection, dict):
+    _check_input_selection(data.get("input_selection"), where)
+
+
+def _check_input_selection(selection: Any, where: str) -> None:
+    """A pipeline's ``input_selection``: a dict whose regime model (if any) has at most
+    :data:`MAX_REGIME_STATES` states and parameters of the sizes of its state count."""
+    if selection is None:
+        return
+    if not isinstance(selection, dict):
         raise ArchiveError(f"{where}: attribute 'input_selection' is not a dict")
+    regime = selection.get("regime")
+    if regime is None:
+        return
+    try:
+        k = len(regime["mus"])
+        sizes = {
+            "sigmas": len(regime["sigmas"]),
+            "initial": len(regime["initial"]),
+            "transition": len(regime["transition"]),
+        }
+        rows = {len(row) for row in regime["transition"]}
+    except (KeyError, TypeError) as exc:
+        raise ArchiveError(f"{where}: input_selection's regime is malformed: {exc!r}") from None
+    if not 1 <= k <= MAX_REGIME_STATES:
+        raise ArchiveError(
+            f"{where}: input_selection's regime model has {k} states; allowed are 1 to "
+            f"{MAX_REGIME_STATES} (its forward filter needs memory in the square of the count)"
+        )
+    if set(sizes.values()) != {k} or rows != {k}:
+        raise ArchiveError(
+            f"{where}: input_selection's regime model has {k} means but parameters of sizes "
+            f"{sizes} (transition rows of {sorted(rows)})"
+        )
 
 
 def _check_sizes(data: dict[str, Any], params: dict[str, Any], device: Any) -> None:

@@ -71,7 +71,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     data, part, per_year = evaluated_instrument(args)
     try:
-        model = GpuDQN.load(args.model, device="cpu", allow_pickle=args.allow_pickle)
+        # eval only acts: a one-slot replay buffer, not the file's buffer_size, and no logs.
+        model = GpuDQN.load(
+            args.model,
+            device="cpu",
+            allow_pickle=args.allow_pickle,
+            buffer_size=1,
+            tensorboard_log=None,
+        )
     except ArchiveError as exc:  # refused pickle, damaged file: one line naming the file
         raise UsageError(f"--model: {exc}") from exc
     selection = getattr(model, "input_selection", None)

@@ -331,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="continue the run whose checkpoints are in DIR (a train folder, its checkpoints "
-        "folder or one checkpoint), as if it had not stopped; pass the same data and options "
+        "folder or one checkpoint), as if it had not stopped, in that train folder unless --out "
+        "names another; pass the same data and training options (a different one is refused) "
         "(default: start anew)",
     )
     t.add_argument(

@@ -89,6 +89,13 @@ DEFAULT_KEEP = 2  # checkpoints CheckpointEvery keeps
 # The folder a save writes before its switch: .<name>.partial-<host>-<pid>-<random>.
 PARTIAL_MARK = ".partial-"
 _HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+# What run_state() writes: a run-state file without one of them was not written by it.
+RUN_STATE_KEYS = frozenset(
+    {
+        "python_random", "numpy_global", "torch_cpu", "torch_cuda", "action_space",
+        "observation_space", "rollout_generator", "env", "monitor",
+    }
+)  # fmt: skip
 
 
 def _sha256(path: pathlib.Path) -> str:
@@ -549,18 +556,61 @@ def resolve_checkpoint(path: str | pathlib.Path) -> pathlib.Path:
     )
 
 
-def _read_state(folder: pathlib.Path) -> tuple[dict[str, Any], Any]:
+def _read_state(folder: pathlib.Path) -> tuple[dict[str, Any], Any, int]:
+    """``(state, extra, num_timesteps)`` of the checkpoint's run-state file."""
     path = folder / STATE_FILE
+    where = repr(str(path))
     manifest, members = read_archive(path, "run-state")
-    arrays = tensors_from_bytes(members[ARRAYS], f"{str(path)!r} member {ARRAYS!r}")
+    if set(members) != {ARRAYS}:
+        raise ArchiveError(f"{where} holds the members {sorted(members)}; allowed is {[ARRAYS]}")
+    arrays = tensors_from_bytes(members[ARRAYS], f"{where} member {ARRAYS!r}")
     try:
-        return decode(manifest["state"], arrays), decode(manifest["extra"], arrays)
+        state, extra = decode(manifest["state"], arrays), decode(manifest["extra"], arrays)
+        steps = manifest["num_timesteps"]
     except KeyError as exc:
-        raise ArchiveError(f"{str(path)!r} lacks {exc}") from exc
+        raise ArchiveError(f"{where} lacks {exc}") from exc
+    except ArchiveError as exc:
+        raise ArchiveError(f"{where}: {exc}") from exc
+    missing = sorted(RUN_STATE_KEYS - set(state)) if isinstance(state, dict) else ["all"]
+    if missing:
+        raise ArchiveError(f"{where}: its state lacks {missing}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise ArchiveError(f"{where}: num_timesteps = {steps!r} is invalid: allowed is an int >= 0")
+    return state, extra, steps
+
+
+def _check_counters(
+    model: Any, folder: pathlib.Path, state_steps: int, total_timesteps: int | None
+) -> None:
+    """The model's step counters against the checkpoint's index and run state, and the run's
+    total: a forged counter would make a resumed run stop at once or never."""
+    where = repr(str(folder))
+    index = json.loads((folder / INDEX_FILE).read_text(encoding="utf-8"))
+    steps, total = int(model.num_timesteps), int(model._total_timesteps)  # noqa: SLF001 (SB3's)
+    if not steps == state_steps == index.get("num_timesteps"):
+        raise ArchiveError(
+            f"{where}: num_timesteps differs between {MODEL_FILE} ({steps}), {STATE_FILE} "
+            f"({state_steps}) and {INDEX_FILE} ({index.get('num_timesteps')!r})"
+        )
+    if total_timesteps is not None and total != int(total_timesteps):
+        raise ArchiveError(
+            f"{where}: the model's _total_timesteps = {total} is not this run's total "
+            f"{int(total_timesteps)} (env steps)"
+        )
+    if steps > total + int(model.n_envs) * max(int(model.train_freq.frequency), 1):
+        raise ArchiveError(
+            f"{where}: num_timesteps = {steps} is past the run's total {total} by more than one "
+            "rollout"
+        )
 
 
 def load_checkpoint(
-    cls: type, path: str | pathlib.Path, env: Any = None, device: Any = "auto", **kwargs: Any
+    cls: type,
+    path: str | pathlib.Path,
+    env: Any = None,
+    device: Any = "auto",
+    total_timesteps: int | None = None,
+    **kwargs: Any,
 ) -> Any:
     """The model of a checkpoint with its replay buffer, its env's state put into ``env`` (of
     the same settings and number of envs) and this process's random generators as they were.
@@ -569,13 +619,25 @@ def load_checkpoint(
         complete one is used).
     :param env: The env to continue in; ``None`` loads the model and buffer only (for
         inspection: ``learn`` needs an env).
+    :param total_timesteps: The run's total env steps, when the caller knows it: the model's
+        ``_total_timesteps`` must equal it.
     :param kwargs: Passed to ``cls.load``.
+    :raises ArchiveError: for a damaged or forged file of the checkpoint, naming it, or step
+        counters that differ between its files or from ``total_timesteps``.
     """
     folder = resolve_checkpoint(path)
     model = cls.load(folder / MODEL_FILE, env=env, device=device, force_reset=False, **kwargs)
+    state, _, state_steps = _read_state(folder)
+    _check_counters(model, folder, state_steps, total_timesteps)
     model.load_replay_buffer(folder / BUFFER_FILE)
-    state, _ = _read_state(folder)
-    restore_run_state(model, state, repr(str(folder)))
+    try:
+        restore_run_state(model, state, repr(str(folder)))
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+        if isinstance(exc, ArchiveError):
+            raise
+        raise ArchiveError(
+            f"{str(folder / STATE_FILE)!r} holds a run state that cannot be restored: {exc!r}"
+        ) from exc
     return model
 
 

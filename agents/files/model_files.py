@@ -227,7 +227,11 @@ def check_off_policy_attributes(model: Any, data: dict[str, Any], where: str) ->
         if value is None or not isinstance(obs_space, spaces.Box):
             continue
         if not isinstance(value, np.ndarray) or value.shape != (n_envs, *obs_space.shape):
-            raise bad(name, f"None or an array of shape {(n_envs, *obs_space.shape)}")
+            raise bad(
+                name,
+                f"None or an array of shape {(n_envs, *obs_space.shape)} (n_envs = {n_envs}: a "
+                "file saved with another number of envs loads with an env of that many)",
+            )
     starts = data.get("_last_episode_starts")
     if starts is not None and (not isinstance(starts, np.ndarray) or starts.shape != (n_envs,)):
         raise bad("_last_episode_starts", f"None or an array of shape ({n_envs},)")
@@ -550,6 +554,7 @@ def _buffer_from_archive(
         state.get("action_space"),
         where,
     )
+    check_buffer_state(state, tree_state, where)
     state["device"] = device
     buffer = cls.__new__(cls)
     buffer.__dict__["device"] = device
@@ -561,6 +566,112 @@ def _buffer_from_archive(
     else:
         buffer.__dict__.update(state)
     return buffer
+
+
+def _host(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, th.Tensor) else np.asarray(x)
+
+
+def check_buffer_state(state: dict[str, Any], tree: dict[str, Any] | None, where: str) -> None:
+    """Raise :class:`ArchiveError` naming ``where`` and the first field of a replay buffer's
+    saved state that the buffer could not have written: sizes and position out of range,
+    storage of another shape or dtype, out-of-range actions, non-finite rewards or
+    observations, done flags other than 0 and 1, and (with ``tree``) priorities < 0, NaN,
+    zero on a written slot, non-zero on an empty one, or inner nodes that are not the sums and
+    minima of their children."""
+
+    def bad(field: str, allowed: str) -> ArchiveError:
+        return ArchiveError(
+            f"{where}: the buffer's {field} = {_short(state.get(field, '?'))} is invalid: "
+            f"allowed is {allowed}"
+        )
+
+    rows, n_envs, pos, full = (state.get(k) for k in ("buffer_size", "n_envs", "pos", "full"))
+    if not _is_int(rows) or rows < 1:
+        raise bad("buffer_size", "an int >= 1")
+    if not _is_int(n_envs) or n_envs < 1:
+        raise bad("n_envs", "an int >= 1")
+    if not isinstance(full, bool):
+        raise bad("full", "True or False")
+    if not _is_int(pos) or not 0 <= pos < rows:
+        raise bad("pos", f"an int in [0, {rows})")
+    obs_space, action_space = state.get("observation_space"), state.get("action_space")
+    obs_shape = tuple(getattr(obs_space, "shape", None) or ())
+    used = rows if full else pos
+    shapes = {
+        "observations": (rows, n_envs, *obs_shape),
+        "next_observations": (rows, n_envs, *obs_shape),
+        "actions": (rows, n_envs, state.get("action_dim", 1)),
+        "rewards": (rows, n_envs),
+        "dones": (rows, n_envs),
+        "timeouts": (rows, n_envs),
+    }
+    for field, shape in shapes.items():
+        value = state.get(field)
+        if field == "next_observations" and value is None and state.get("optimize_memory_usage"):
+            continue
+        if not isinstance(value, th.Tensor | np.ndarray) or tuple(value.shape) != shape:
+            raise ArchiveError(
+                f"{where}: the buffer's {field} has shape {tuple(getattr(value, 'shape', ()))}; "
+                f"a buffer of {rows} rows and {n_envs} envs stores {shape}"
+            )
+        written = _host(value[:used])
+        if field in ("observations", "next_observations", "rewards") and written.dtype.kind in "fc":
+            if not np.isfinite(written).all():
+                raise ArchiveError(f"{where}: the buffer's {field} hold NaN or infinite values")
+        if field in ("dones", "timeouts") and not np.isin(written, (0.0, 1.0)).all():
+            raise ArchiveError(f"{where}: the buffer's {field} hold values other than 0 and 1")
+        if field == "actions" and isinstance(action_space, spaces.Discrete):
+            lo, hi = int(action_space.start), int(action_space.start + action_space.n)
+            if written.size and not (
+                (written == np.round(written)).all() and written.min() >= lo and written.max() < hi
+            ):
+                raise ArchiveError(
+                    f"{where}: the buffer's actions hold values outside {lo}..{hi - 1}, the "
+                    "actions of its action space"
+                )
+    if tree is not None:
+        _check_tree(tree, rows * n_envs, used * n_envs, where)
+
+
+def _check_tree(tree: dict[str, Any], capacity: int, written: int, where: str) -> None:
+    if not isinstance(tree, dict) or tree.get("capacity") != capacity:
+        raise ArchiveError(
+            f"{where}: the buffer's tree has capacity {_short(tree.get('capacity'))}; its "
+            f"storage has {capacity} slots"
+        )
+    pow2 = 1 << max(capacity - 1, 0).bit_length()
+    sums, mins, top = (_host(tree.get(k)) for k in ("sum_tree", "min_tree", "max_value"))
+    for key, value in (("sum_tree", sums), ("min_tree", mins)):
+        if value.shape != (2 * pow2,) or value.dtype != np.float64:
+            raise ArchiveError(
+                f"{where}: the tree's {key} has shape {value.shape} and dtype {value.dtype}; a "
+                f"tree of capacity {capacity} has {2 * pow2} float64 nodes"
+            )
+    leaves = sums[pow2 : pow2 + capacity]
+    if not (np.isfinite(leaves).all() and (leaves >= 0).all()):
+        raise ArchiveError(f"{where}: the tree's priorities hold negative, NaN or infinite values")
+    if not (leaves[:written] > 0).all() or (sums[pow2 + written :] != 0).any():
+        raise ArchiveError(
+            f"{where}: the tree's priorities are 0 on written slots or non-zero on empty ones "
+            f"(the buffer has {written} written slots)"
+        )
+    if top.shape != (1,) or not (np.isfinite(top).all() and top[0] > 0):
+        raise ArchiveError(f"{where}: the tree's max_value {_short(top)} is not a number > 0")
+    level_sums, level_mins = sums[pow2:], np.where(sums[pow2:] > 0, sums[pow2:], np.inf)
+    if not np.array_equal(mins[pow2:], level_mins):
+        raise ArchiveError(f"{where}: the tree's min_tree leaves differ from its priorities")
+    start = pow2
+    while start > 1:
+        level_sums = level_sums[0::2] + level_sums[1::2]
+        level_mins = np.minimum(level_mins[0::2], level_mins[1::2])
+        start //= 2
+        if not np.allclose(sums[start : 2 * start], level_sums, rtol=1e-9, atol=0.0) or not (
+            np.array_equal(mins[start : 2 * start], level_mins)
+        ):
+            raise ArchiveError(
+                f"{where}: the tree's inner nodes are not the sums and minima of their children"
+            )
 
 
 SelfFiles = TypeVar("SelfFiles", bound="WeightsOnlyFiles")

@@ -480,6 +480,7 @@ def _train_with_snapshots(
             resume_from,
             env=env,
             device=settings.device,
+            total_timesteps=steps,
             tensorboard_log=settings.tensorboard_log,
             verbose=settings.verbose,
         )
