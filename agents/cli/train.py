@@ -193,15 +193,10 @@ def check_resumed_options(given: str, checkpoint: Path, settings: Any, args: Any
 
 
 def describe_inputs(kept: list[str], n_features: int, regime: str) -> str:
-    """One line on what the input selection gave the network."""
-    features = [k for k in kept if k != regime]
-    parts = [f"{len(features)} of {n_features} features"]
-    if features:
-        shown = ", ".join(features[:4]) + (", ..." if len(features) > 4 else "")
-        parts[0] += f" ({shown})"
-    if regime in kept:
-        parts.append("the fitted regime filter's forecast")
-    text = " and ".join(parts)
+    """One line on what the input selection gave the network (``regime``: the forecast's name)."""
+    from agents.pipelines.input_selection import REGIME_INPUT, kept_inputs_count
+
+    text = kept_inputs_count([REGIME_INPUT if k == regime else k for k in kept], n_features)
     if not kept:
         text += ": nothing predicted the next return on the training bars"
     return text + " (--all-inputs gives every feature)"

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agents.pipelines.input_selection import kept_inputs_count
+
 __all__ = ["OUTCOMES", "Deployment", "describe_deployment", "interval_text"]
 
 # Every kind of outcome, and the headline's opening words.
@@ -101,10 +103,9 @@ def describe_deployment(
     if selection is not None:
         p = float(selection["p_value"])
         shown = f"p = {p:.2g}" if p >= 1e-16 else "p < 1e-16"
-        n_inputs = len(selection["feature_names"]) + 1
+        counted = kept_inputs_count(selection["kept"], len(selection["feature_names"]))
         details.append(
-            f"Input selection on the training bars: {len(selection['kept'])} of {n_inputs} "
-            f"inputs kept (family-wise {shown})."
+            f"Input selection on the training bars: {counted} kept (family-wise {shown})."
         )
     if name != "flat":
         details.append(f"Baseline {name}: {_drift_sentence(baseline)}.")

@@ -37,6 +37,7 @@ The selection is saved with the model (``model.input_selection``), and
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +147,23 @@ class InputSelection:
         if unknown:
             raise ValueError(f"input_selection keeps {unknown}, which are not among its inputs")
         return sel
+
+
+def kept_inputs_count(kept: Sequence[str], n_features: int) -> str:
+    """How many inputs the selection kept, in the one wording the terminal and the report share:
+    ``"5 of 51 features (a, b, c, d, ...) and the fitted regime filter's forecast"`` (the names
+    of up to four features; the forecast only where it is kept).
+
+    :param kept: :attr:`InputSelection.kept` (feature names, then :data:`REGIME_INPUT`).
+    :param n_features: the features the selection chose from (the forecast not counted).
+    """
+    features = [k for k in kept if k != REGIME_INPUT]
+    text = f"{len(features)} of {n_features} features"
+    if features:
+        text += " (" + ", ".join(features[:4]) + (", ...)" if len(features) > 4 else ")")
+    if REGIME_INPUT in kept:
+        text += " and the fitted regime filter's forecast"
+    return text
 
 
 def _slope_z(x: np.ndarray, y: np.ndarray) -> float:

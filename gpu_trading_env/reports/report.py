@@ -4,7 +4,8 @@ Plots (matplotlib, Agg backend):
 
 - ``plot_equity``: value / initial capital of the strategy and its benchmarks over time (costs
   in, as the legend says), linear or log scale, with the drawdown below;
-- ``plot_position``: the exposure held over time;
+- ``plot_position``: the exposure held over time, every bar of a short series, else per period
+  with the share of time long, flat and short;
 - ``plot_learning_curve``: mean training episode return against env steps, with the greedy
   policy's validation and out-of-sample evaluations on a second axis and the selected point;
 - ``plot_folds``: one group of bars per walk-forward fold.
@@ -19,6 +20,7 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from gpu_trading_env.reports.backtest import BacktestResult
 
 __all__ = [
+    "ExposurePeriods",
+    "exposure_periods",
     "plot_curves",
     "plot_equity",
     "plot_folds",
@@ -49,8 +53,11 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path, dates: bool = False) -> None:
-    """Margins fixed in inches, then the PNG. ``tight_layout`` measured every label by drawing
+def _save(
+    fig: Any, path: Path, dates: bool = False, *, right: float = 0.0, below: float = 0.0
+) -> None:
+    """Margins fixed in inches (``right`` and ``below`` more for a legend outside the axes),
+    then the PNG. ``tight_layout`` measured every label by drawing
     the figure once more before saving it: a third of a report's plotting time, for margins that
     these figures' fixed sizes and labels make known (wider on the right for a twin y axis)."""
     if dates:
@@ -59,8 +66,8 @@ def _save(fig: Any, path: Path, dates: bool = False) -> None:
     w, h = fig.get_size_inches()
     fig.subplots_adjust(
         left=1.15 / w,
-        right=1.0 - (0.9 if right_axis else 0.25) / w,
-        bottom=(1.0 if dates else 0.6) / h,
+        right=1.0 - ((0.9 if right_axis else 0.25) + right) / w,
+        bottom=((1.0 if dates else 0.6) + below) / h,
         top=1.0 - 0.4 / h,
         hspace=0.1,
     )
@@ -136,6 +143,51 @@ def plot_equity(
     )
 
 
+# Up to this many bars a position plot draws every bar's exposure; above, one value per period.
+RAW_POSITION_BARS = 300
+# Periods a longer series is grouped into (equal numbers of consecutive bars).
+POSITION_PERIODS = 100
+
+
+@dataclass(frozen=True)
+class ExposurePeriods:
+    """Exposure grouped into periods of consecutive bars: arrays [P], float64 unless noted.
+
+    ``start``: int64 index of each period's first bar; ``mean``, ``low``, ``high``: the mean,
+    least and greatest exposure in it; ``long``, ``flat``, ``short``: the share of its bars
+    with exposure > 0, = 0 and < 0 (they sum to 1).
+    """
+
+    start: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    long: np.ndarray
+    flat: np.ndarray
+    short: np.ndarray
+
+
+def exposure_periods(exposure: np.ndarray, periods: int = POSITION_PERIODS) -> ExposurePeriods:
+    """Group ``exposure`` [T] (T >= 1) into ``min(periods, T)`` periods of consecutive bars
+    whose lengths differ by at most one."""
+    x = np.asarray(exposure, dtype=np.float64)
+    if x.ndim != 1 or len(x) == 0:
+        raise ValueError(f"exposure must be 1-D with at least one bar, got shape {x.shape}")
+    if isinstance(periods, bool) or not isinstance(periods, int) or periods < 1:
+        raise ValueError(f"periods = {periods!r} is invalid: allowed is an integer >= 1")
+    parts = np.array_split(x, min(periods, len(x)))
+    sizes = np.array([len(p) for p in parts])
+    return ExposurePeriods(
+        start=np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64),
+        mean=np.array([p.mean() for p in parts]),
+        low=np.array([p.min() for p in parts]),
+        high=np.array([p.max() for p in parts]),
+        long=np.array([(p > 0).mean() for p in parts]),
+        flat=np.array([(p == 0).mean() for p in parts]),
+        short=np.array([(p < 0).mean() for p in parts]),
+    )
+
+
 def plot_position(
     timestamps: np.ndarray,
     exposure: np.ndarray,
@@ -144,29 +196,52 @@ def plot_position(
     *,
     synthetic: bool = False,
 ) -> None:
-    """Exposure [T-1] (signed notional / value) held from bar t to t+1: a thin step line, and
-    its rolling mean over about 1% of the bars (at least 5) drawn over it.
+    """Exposure [T-1] (signed notional / value) held from bar t to t+1.
 
-    A policy that changes side every few bars fills thousands of bars' steps into a solid band;
-    the rolling mean shows where it leans long or short.
+    Up to :data:`RAW_POSITION_BARS` bars: every bar's exposure as a step line. Above, bar by bar
+    a policy that changes side every few bars draws a solid band, so the bars are grouped into
+    :data:`POSITION_PERIODS` periods (:func:`exposure_periods`): the mean exposure of each as a
+    step line over the band of its least to greatest, and below it the share of each period's
+    bars spent long, flat and short.
     """
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 2.8))
     exposure = np.asarray(exposure, dtype=np.float64)
-    ts = timestamps[: len(exposure)]
-    ax.step(ts, exposure, where="post", lw=0.4, color="C0", alpha=0.35, label="each bar")
-    window = max(5, len(exposure) // 100)
-    if len(exposure) >= window:
-        kernel = np.ones(window) / window
-        mean = np.convolve(exposure, kernel, mode="valid")  # mean of the window ending at t
-        ax.plot(ts[window - 1 :], mean, color="C3", lw=1.4, label=f"mean of {window} bars")
-        ax.legend(loc="upper left", fontsize=8, ncol=2)
+    ts = np.asarray(timestamps)[: len(exposure)]
+    if len(exposure) <= RAW_POSITION_BARS:
+        fig, ax = plt.subplots(figsize=(9, 2.8))
+        ax.step(ts, exposure, where="post", lw=1.0, color="C0", label="each bar")
+        share = None
+    else:
+        fig, (ax, share) = plt.subplots(
+            2, 1, figsize=(9, 4.6), sharex=True, gridspec_kw={"height_ratios": [1.6, 1]}
+        )
+        g = exposure_periods(exposure)
+        edges = np.r_[ts[g.start], ts[-1]]  # each period from its first bar to the next's
+        bars = len(exposure) // len(g.start)
+        low, high, mean = (np.r_[v, v[-1]] for v in (g.low, g.high, g.mean))
+        ax.fill_between(edges, low, high, step="post", color="C0", alpha=0.15, lw=0, label="range")
+        ax.step(edges, mean, where="post", color="C0", lw=1.4, label=f"mean of ~{bars} bars")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        bottom = np.zeros(len(g.start) + 1)
+        for name, part, color in (
+            ("long", g.long, "C2"),
+            ("flat", g.flat, "0.75"),
+            ("short", g.short, "C3"),
+        ):
+            top = bottom + np.r_[part, part[-1]]
+            share.fill_between(edges, bottom, top, step="post", color=color, lw=0, label=name)
+            bottom = top
+        share.set_ylim(0.0, 1.0)
+        share.set_ylabel("share of bars")
+        share.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        share.set_xlabel("bar timestamp")
     ax.axhline(0.0, color="k", lw=0.5)
     ax.set_ylabel("exposure\n(notional / value)")
-    ax.set_xlabel("bar timestamp")
+    if share is None:
+        ax.set_xlabel("bar timestamp")
     ax.set_title(title + _suffix(synthetic))
     ax.grid(alpha=0.3)
-    _save(fig, path, dates=True)
+    _save(fig, path, dates=True, right=0.0 if share is None else 1.3)
 
 
 def plot_learning_curve(
@@ -207,9 +282,11 @@ def plot_learning_curve(
         line = ax.axvline(selected, color="C2", ls=":", lw=1)
         handles.append(line)
         labels.append("model kept")
-    ax.legend(handles, labels, fontsize=8, loc="best")
+    # Below the axes, not over them: inside, "best" still covered the evaluation marks.
+    rows = math.ceil(len(handles) / 2)
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
     ax.set_title(title)
-    _save(fig, path)
+    _save(fig, path, below=0.2 * rows + 0.1)
 
 
 def plot_folds(
