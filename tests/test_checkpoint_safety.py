@@ -282,6 +282,19 @@ def test_pruning_keeps_a_pinned_checkpoint_until_it_is_released(tmp_path):
         assert GpuDQN.load_checkpoint(pinned, env=None, device="cpu").num_timesteps == 24
     assert prune_checkpoints(ck, 1) == [oldest]
     assert list(ck.iterdir()) == [newest]
+    # What a killed save or prune left is removed; a live process's partial folder is not.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = checkpoint_module._HOST
+    dead = ck / f".step-000000000096.partial-{host}-{gone.pid}-0a1b2c3d"
+    pruned = ck / f".step-000000000012.pruned-{host}-{gone.pid}-0a1b2c3d"
+    live = ck / f".step-000000000120.partial-{host}-{os.getpid()}-0a1b2c3d"
+    for left in (dead, pruned, live):
+        left.mkdir()
+    prune_checkpoints(ck, 1)
+    assert sorted(ck.iterdir()) == [live, newest]
+    with pytest.raises(ValueError, match="keep = -1 is invalid"):
+        prune_checkpoints(ck, -1)
 
 
 def test_a_checkpoint_pruned_between_choice_and_pin_is_chosen_again(tmp_path, monkeypatch):

@@ -86,8 +86,10 @@ INDEX_FILE = "checkpoint.json"
 STEP_PREFIX = "step-"
 CHECKPOINT_FILES = (MODEL_FILE, BUFFER_FILE, STATE_FILE, INDEX_FILE)
 DEFAULT_KEEP = 2  # checkpoints CheckpointEvery keeps
-# The folder a save writes before its switch: .<name>.partial-<host>-<pid>-<random>.
+# The folder a save writes before its switch: .<name>.partial-<host>-<pid>-<random>; a pruned
+# checkpoint's while it is removed: .<name>.pruned-<host>-<pid>-<random>.
 PARTIAL_MARK = ".partial-"
+PRUNED_MARK = ".pruned-"
 _HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
 # What run_state() writes: a run-state file without one of them was not written by it.
 RUN_STATE_KEYS = frozenset(
@@ -461,22 +463,25 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _abandoned_partial(path: pathlib.Path) -> bool:
-    """Whether ``path`` is the partial folder of a save whose process is gone (this host)."""
-    _, _, tail = path.name.partition(PARTIAL_MARK)
+def _abandoned(path: pathlib.Path, mark: str) -> bool:
+    """Whether ``path`` is the partial or pruned folder (``mark``) of a process that is gone
+    (this host)."""
+    _, _, tail = path.name.partition(mark)
     host, _, rest = tail.partition("-")
     pid = rest.partition("-")[0]
     return os.name == "posix" and host == _HOST and pid.isdigit() and not _pid_alive(int(pid))
 
 
 def prune_checkpoints(folder: str | pathlib.Path, keep: int) -> list[pathlib.Path]:
-    """Remove all but the ``keep`` newest ``step-<n>`` checkpoints in ``folder`` (and the
-    partial folders of saves killed on this host). A checkpoint a reader has pinned
+    """Remove all but the ``keep`` newest ``step-<n>`` checkpoints in ``folder`` (and what saves
+    and prunes killed on this host left). A checkpoint a reader has pinned
     (:func:`pinned_checkpoint`) is kept, for a later prune to remove; each removed one is first
     renamed away under an exclusive lock on its index, so no reader ever opens half of it.
 
     :returns: the checkpoint folders removed.
     """
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise ValueError(f"keep = {keep!r} is invalid: allowed is an integer >= 0")
     folder = pathlib.Path(folder)
     removed = []
     for old in _step_folders(folder)[keep:]:
@@ -490,7 +495,7 @@ def prune_checkpoints(folder: str | pathlib.Path, keep: int) -> list[pathlib.Pat
         try:
             if fd is not None and not _lock(fd, shared=False):
                 continue  # pinned by a reader
-            trash = old.parent / f".{old.name}.pruned-{os.getpid()}-{_token()}"
+            trash = old.parent / f".{old.name}{PRUNED_MARK}{_HOST}-{os.getpid()}-{_token()}"
             try:
                 os.rename(old, trash)
             except FileNotFoundError:
@@ -500,9 +505,10 @@ def prune_checkpoints(folder: str | pathlib.Path, keep: int) -> list[pathlib.Pat
         finally:
             if fd is not None:
                 os.close(fd)
-    for partial in folder.glob(f".*{PARTIAL_MARK}*"):
-        if partial.is_dir() and _abandoned_partial(partial):
-            shutil.rmtree(partial, ignore_errors=True)
+    for mark in (PARTIAL_MARK, PRUNED_MARK):
+        for left in folder.glob(f".*{mark}*"):
+            if left.is_dir() and _abandoned(left, mark):
+                shutil.rmtree(left, ignore_errors=True)
     return removed
 
 
