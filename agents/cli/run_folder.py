@@ -201,10 +201,11 @@ def _occupied(out: Path) -> str:
         and (out / CHECKPOINTS).is_dir()
         and not _locked(out / CLAIM)
     ):
+        how = {"running": "was killed", "failed": "failed", "interrupted": "was interrupted"}
         return (
-            f"the folder holds a train run that stopped before its report "
-            f"({claim.get('state')}): pass --resume {out} to continue it from its checkpoints, "
-            "--overwrite to empty it first, or a new folder"
+            f"the folder holds a train run that {how[claim['state']]} before its report: pass "
+            f"--resume {out} to continue it from its checkpoints, --overwrite to empty it "
+            "first, or a new folder"
         )
     return "the folder exists and is not empty; pass a new folder, or --overwrite to empty it first"
 
