@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch as th
 from crafted_archives import read_members, rewrite, set_attribute, write_members
@@ -305,6 +306,47 @@ def test_the_buffer_round_trips(trained, buffer_file) -> None:
     model.load_replay_buffer(buffer_file)
     assert model.replay_buffer.pos == trained.replay_buffer.pos
     assert th.equal(model.replay_buffer.observations, trained.replay_buffer.observations)
+
+
+@pytest.mark.gpu
+def test_a_cuda_buffer_round_trips_and_a_crafted_one_is_refused(tmp_path) -> None:
+    """The storage checks run on the device: a CUDA buffer saved now loads, with its tree; a
+    NaN reward in it is refused."""
+    env = gym.make_vec("GpuTrading-v0", num_envs=4, device="cuda", episode_length=30)
+    model = GpuDQN("DuelingPolicy", env, device="cuda", buffer_size=64, seed=0)
+    buf = model.replay_buffer
+    for _ in range(5):
+        buf.add(
+            np.zeros((4, *model.observation_space.shape), np.float32),
+            np.ones((4, *model.observation_space.shape), np.float32),
+            np.array([0, 1, 2, 3]),
+            np.array([0.5, 0.0, -1.0, 2.0], np.float32),
+            np.array([False, True, False, False]),
+            [{}] * 4,
+        )
+    model.save_replay_buffer(tmp_path / "b.rb.zip")
+    model.load_replay_buffer(tmp_path / "b.rb.zip")
+    assert model.replay_buffer.pos == 5 and model.replay_buffer.observations.is_cuda
+    _edit_buffer(tmp_path / "b.rb.zip", None, _nan_reward)
+    with pytest.raises(ArchiveError, match="rewards hold NaN"):
+        model.load_replay_buffer(tmp_path / "b.rb.zip")
+
+
+def test_prioritized_dqn_files_are_checked_too(tmp_path) -> None:
+    from agents import PrioritizedDQN
+
+    model = PrioritizedDQN(
+        "MlpPolicy", gym.make("CartPole-v1"), buffer_size=100, device="cpu", seed=0
+    )
+    model.save(tmp_path / "p.zip")
+    assert PrioritizedDQN.load(tmp_path / "p.zip", device="cpu").gamma == model.gamma
+    rewrite(tmp_path / "p.zip", set_attribute("gamma", 5.0))
+    with pytest.raises(ArchiveError, match=r"p\.zip.*gamma = 5.0 is invalid"):
+        PrioritizedDQN.load(tmp_path / "p.zip", device="cpu")
+    rewrite(tmp_path / "p.zip", set_attribute("gamma", 0.9))
+    rewrite(tmp_path / "p.zip", set_attribute("buffer_size", 10**11))
+    with pytest.raises(ArchiveError, match="buffer_size = 100000000000"):
+        PrioritizedDQN.load(tmp_path / "p.zip", device="cpu")
 
 
 # ------------------------------------------------------------------------------- checkpoints

@@ -36,7 +36,7 @@ from agents.files.model_files import WeightsOnlyFiles
 from agents.files.safe_archive import ArchiveError
 from gpu_runtime.precision import check_precision
 
-__all__ = ["GpuDQNFiles", "check_gpu_dqn_attributes", "memory_limit_bytes"]
+__all__ = ["GpuDQNFiles", "check_dqn_file_attributes", "memory_limit_bytes"]
 
 # Bytes per stored transition beyond its two observations: action, reward, done, timeout, and
 # the sum and min trees' two float64 nodes per leaf (their size is rounded up to a power of 2).
@@ -85,21 +85,21 @@ def _numel(state_dict: Any) -> int:
     return sum(int(v.numel()) for v in state_dict.values() if isinstance(v, th.Tensor))
 
 
-def check_gpu_dqn_attributes(
+def check_dqn_file_attributes(
     data: dict[str, Any], params: dict[str, Any], device: Any, where: str
 ) -> None:
     """Raise :class:`~agents.files.safe_archive.ArchiveError` naming ``where`` and the first
-    attribute of a GpuDQN file (with load's keyword arguments) that GpuDQN's constructor would
-    refuse, or whose sizes do not fit: a network larger than the weights the file holds, a replay
-    buffer larger than ``device``'s memory, a curiosity model larger than its saved weights.
-    Called before anything is allocated."""
+    attribute of a GpuDQN or PrioritizedDQN file (with load's keyword arguments, over the fresh
+    model's defaults) that GpuDQN's constructor would refuse, or whose sizes do not fit: a
+    network larger than the weights the file holds, a replay buffer larger than ``device``'s
+    memory, a curiosity model larger than its saved weights. Called before anything is
+    allocated."""
     try:
-        values = {name: data[name] for name in DQN_NAMES if name in data}
-        freq = values.get("train_freq")
+        values = {name: data.get(name, 1.0) for name in DQN_NAMES}  # reward_scale: GpuDQN's
+        freq = values["train_freq"]
         if isinstance(freq, TrainFreq):
             values["train_freq"] = (freq.frequency, getattr(freq.unit, "value", freq.unit))
-        if len(values) == len(DQN_NAMES):
-            check_dqn_hyperparameters(**values)
+        check_dqn_hyperparameters(**values)
         check_positive_ints(
             **{
                 k: data[k]
@@ -246,9 +246,10 @@ class GpuDQNFiles(WeightsOnlyFiles):
         self, data: dict[str, Any], params: dict[str, Any], where: str
     ) -> None:
         """:meth:`WeightsOnlyFiles.check_loaded_attributes`, then GpuDQN's own options and sizes
-        (:func:`check_gpu_dqn_attributes`)."""
+        (:func:`check_dqn_file_attributes`)."""
         super().check_loaded_attributes(data, params, where)
-        check_gpu_dqn_attributes(data, params, self.device, where)
+        defaults = {k: v for k, v in vars(self).items() if k in DQN_NAMES}
+        check_dqn_file_attributes({**defaults, **data}, params, self.device, where)
 
     def get_parameters(self) -> dict[str, dict]:
         """SB3's parameters; the captured step's Adam is saved as the plain Adam it replaced."""

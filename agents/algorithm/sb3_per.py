@@ -12,11 +12,14 @@ alone every priority stays at its initial value and sampling is uniform (the buf
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch as th
 from stable_baselines3 import DQN
 
 from agents.algorithm.dqn_loss import weighted_td_loss
+from agents.algorithm.gpu_dqn_files import DQN_NAMES, check_dqn_file_attributes
 from agents.files.model_files import WeightsOnlyFiles
 from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
 
@@ -38,6 +41,15 @@ class PrioritizedDQN(WeightsOnlyFiles, DQN):
     (:class:`~agents.files.model_files.WeightsOnlyFiles`): SB3's pickle-based zips and buffers load
     only with ``allow_pickle=True``.
     """
+
+    def check_loaded_attributes(
+        self, data: dict[str, Any], params: dict[str, Any], where: str
+    ) -> None:
+        """:meth:`WeightsOnlyFiles.check_loaded_attributes`, then the DQN hyperparameters and
+        sizes (:func:`~agents.algorithm.gpu_dqn_files.check_dqn_file_attributes`)."""
+        super().check_loaded_attributes(data, params, where)
+        defaults = {k: v for k, v in vars(self).items() if k in DQN_NAMES}
+        check_dqn_file_attributes({**defaults, **data}, params, self.device, where)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         buffer = self.replay_buffer

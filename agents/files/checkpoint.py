@@ -603,7 +603,9 @@ def _check_counters(
             f"{where}: the model's _total_timesteps = {total} is not this run's total "
             f"{int(total_timesteps)} (env steps)"
         )
-    if steps > total + int(model.n_envs) * max(int(model.train_freq.frequency), 1):
+    freq = model.train_freq
+    per_rollout = int(model.n_envs) * int(freq.frequency)
+    if getattr(freq.unit, "value", freq.unit) == "step" and steps > total + per_rollout:
         raise ArchiveError(
             f"{where}: num_timesteps = {steps} is past the run's total {total} by more than one "
             "rollout"

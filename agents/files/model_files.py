@@ -615,17 +615,20 @@ def check_buffer_state(state: dict[str, Any], tree: dict[str, Any] | None, where
                 f"{where}: the buffer's {field} has shape {tuple(getattr(value, 'shape', ()))}; "
                 f"a buffer of {rows} rows and {n_envs} envs stores {shape}"
             )
-        written = _host(value[:used])
-        if field in ("observations", "next_observations", "rewards") and written.dtype.kind in "fc":
-            if not np.isfinite(written).all():
+        # Checked where the storage lives (a GPU buffer is not copied to the host for this).
+        written = th.as_tensor(value[:used])
+        if (
+            field in ("observations", "next_observations", "rewards")
+            and written.is_floating_point()
+        ):
+            if not bool(th.isfinite(written).all()):
                 raise ArchiveError(f"{where}: the buffer's {field} hold NaN or infinite values")
-        if field in ("dones", "timeouts") and not np.isin(written, (0.0, 1.0)).all():
+        if field in ("dones", "timeouts") and not bool(((written == 0) | (written == 1)).all()):
             raise ArchiveError(f"{where}: the buffer's {field} hold values other than 0 and 1")
-        if field == "actions" and isinstance(action_space, spaces.Discrete):
+        if field == "actions" and isinstance(action_space, spaces.Discrete) and written.numel():
             lo, hi = int(action_space.start), int(action_space.start + action_space.n)
-            if written.size and not (
-                (written == np.round(written)).all() and written.min() >= lo and written.max() < hi
-            ):
+            whole = not written.is_floating_point() or bool((written == written.round()).all())
+            if not (whole and int(written.min()) >= lo and int(written.max()) < hi):
                 raise ArchiveError(
                     f"{where}: the buffer's actions hold values outside {lo}..{hi - 1}, the "
                     "actions of its action space"
