@@ -161,3 +161,46 @@ def test_the_terminal_and_the_page_count_the_kept_inputs_the_same_way():
     ).details[0]
     assert terminal.startswith(count) and count in page
     assert "31" not in page and "52" not in page
+
+
+# ------------------------------------------------------------- GpuDQN's log rate (verbose=1)
+
+
+def _learn_and_count_tables(capsys, **learn_kwargs) -> int:
+    import gymnasium as gym
+
+    import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+    from agents import GpuDQN
+
+    envs = gym.make_vec("GpuTrading-v0", num_envs=16, device="cpu")
+    model = GpuDQN(
+        "DuelingPolicy", envs, batch_size=32, buffer_size=20_000, learning_starts=16_000,
+        train_freq=1, verbose=1,
+    )  # fmt: skip
+    capsys.readouterr()
+    model.learn(total_timesteps=16_000, **learn_kwargs)
+    return capsys.readouterr().out.count("| time/")
+
+
+def test_learn_dumps_at_most_one_table_per_percent_of_the_run(capsys, monkeypatch):
+    import types
+
+    from agents.algorithm import gpu_dqn
+
+    clock = iter(range(0, 10**9, 100))  # 100 s between looks: only the 1% rule holds it back
+    monkeypatch.setattr(gpu_dqn, "time", types.SimpleNamespace(monotonic=lambda: next(clock)))
+    tables = _learn_and_count_tables(capsys)
+    assert 50 <= tables <= 101  # 1,000 rollouts of 16 steps, a table every 160, one at the end
+
+
+def test_learn_dumps_at_most_one_table_per_second(capsys):
+    import time
+
+    t0 = time.monotonic()
+    tables = _learn_and_count_tables(capsys)
+    assert 1 <= tables <= time.monotonic() - t0 + 2  # one a second, and one at the end
+
+
+def test_an_explicit_log_interval_keeps_sb3s_rule(capsys):
+    # Short episodes on 16 envs: SB3's every-4-episodes rule dumps hundreds of tables.
+    assert _learn_and_count_tables(capsys, log_interval=4) > 200

@@ -15,6 +15,7 @@ the captured gradient step in ``agents.algorithm.captured_step``, curiosity roun
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -22,7 +23,7 @@ import torch as th
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import (
@@ -65,6 +66,36 @@ SelfGpuDQN = TypeVar("SelfGpuDQN", bound="GpuDQN")
 # Modules whose forward depends on training mode.
 # torch names no public base class of the dropout and normalisation layers.
 MODE_DEPENDENT = (th.nn.modules.dropout._DropoutNd, th.nn.modules.batchnorm._NormBase)  # noqa: SLF001
+
+
+class LogEveryPercent(BaseCallback):
+    """Dumps the model's logs at the end of a rollout once at least 1% of ``total_timesteps``
+    env steps and one second have passed since the last dump, and at the end of training
+    (GpuDQN.learn's default)."""
+
+    def __init__(self, total_timesteps: int) -> None:
+        super().__init__()
+        self.every_steps = max(1, int(total_timesteps) // 100)
+        self.last_steps = 0
+        self.last_time = 0.0
+
+    def _on_training_start(self) -> None:
+        self.last_steps = self.model.num_timesteps
+        self.last_time = time.monotonic()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        now = time.monotonic()
+        steps = self.model.num_timesteps
+        if steps - self.last_steps >= self.every_steps and now - self.last_time >= 1.0:
+            self.model.dump_logs()
+            self.last_steps, self.last_time = steps, now
+
+    def _on_training_end(self) -> None:
+        if self.model.num_timesteps > self.last_steps:  # the run's last steps, or a short run's
+            self.model.dump_logs()
 
 
 class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
@@ -629,15 +660,34 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         self: SelfGpuDQN,
         total_timesteps: int,
         callback: MaybeCallback = None,
-        log_interval: int = 4,
+        log_interval: int | None = None,
         tb_log_name: str = "GpuDQN",
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfGpuDQN:
+        """SB3's ``learn``; the log table (``verbose=1``) and TensorBoard's scalars are written
+        at a readable rate by default.
+
+        :param log_interval: with ``None`` (the default) the logs are dumped at the end of a
+            rollout once at least 1% of ``total_timesteps`` and one second have passed since
+            the last dump, and once at the end: at most about 100 tables a run and one a
+            second. An integer keeps SB3's rule, a dump every ``log_interval`` episodes; with
+            thousands of envs ending short episodes, SB3's default 4 dumps every vector step.
+        """
+        if log_interval is None:
+            every = LogEveryPercent(total_timesteps)
+            if callback is None:
+                callback = every
+            elif isinstance(callback, list):
+                callback = [*callback, every]
+            elif isinstance(callback, BaseCallback):
+                callback = [callback, every]
+            else:
+                callback = [ConvertCallback(callback), every]
         super().learn(
             total_timesteps=total_timesteps,
             callback=callback,
-            log_interval=log_interval,
+            log_interval=log_interval,  # type: ignore[arg-type]  # SB3 reads None as never
             tb_log_name=tb_log_name,
             reset_num_timesteps=reset_num_timesteps,
             progress_bar=progress_bar,
