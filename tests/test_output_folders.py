@@ -66,6 +66,8 @@ def _train(seed: int, *extra: str) -> list[str]:
         "1",
         "--seed",
         str(seed),
+        # Random bars keep no input, and then no network is trained: these tests need one.
+        "--all-inputs",
         *extra,
     ]
 
