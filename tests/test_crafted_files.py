@@ -224,6 +224,7 @@ def test_deeply_nested_json_is_one_error_naming_the_file(model_file) -> None:
         ("action_space", {"__space__": {"type": "Discrete", "n": 10**9, "start": 0}}, "needs at"),
         ("replay_buffer_kwargs", {"__dict__": {"evil": 1}}, "replay_buffer_kwargs"),
         ("made_up", 1, "'made_up'.* not ones GpuDQN saves"),
+        ("device", {"__device__": "cuda:7"}, "'device'.* not ones GpuDQN saves"),
         ("policy_class", {"__class__": "torch.nn.modules.activation:ReLU"}, "not a policy class"),
         (
             "input_selection",
@@ -385,6 +386,15 @@ def test_a_garbage_run_state_is_one_error_naming_it(tmp_path) -> None:
         GpuDQN.load_checkpoint(folder, env=make_env())
     model.save_checkpoint(folder)
     rewrite(folder / "run_state.zip", lambda m: m["state"]["__dict__"].update(python_random=7))
+    _reindex(folder)
+    with pytest.raises(ArchiveError, match="run_state.zip' holds a run state that cannot"):
+        GpuDQN.load_checkpoint(folder, env=make_env())
+
+    def short_torch_state(arrays, manifest, ref):
+        arrays[ref(manifest["state"]["__dict__"]["torch_cpu"])] = th.zeros(3, dtype=th.uint8)
+
+    model.save_checkpoint(folder)
+    _edit_buffer(folder / "run_state.zip", None, short_torch_state)  # torch raises RuntimeError
     _reindex(folder)
     with pytest.raises(ArchiveError, match="run_state.zip' holds a run state that cannot"):
         GpuDQN.load_checkpoint(folder, env=make_env())

@@ -640,7 +640,7 @@ def load_checkpoint(
     model.load_replay_buffer(folder / BUFFER_FILE)
     try:
         restore_run_state(model, state, repr(str(folder)))
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, RuntimeError) as exc:
         if isinstance(exc, ArchiveError):
             raise
         raise ArchiveError(

@@ -158,7 +158,9 @@ def check_off_policy_attributes(model: Any, data: dict[str, Any], where: str) ->
     ``n_envs`` < 1, an exploration rate outside [0, 1], an observation or last observation
     that does not match the spaces."""
     fresh = vars(model)
-    allowed = set(fresh) | SET_BY_SETUP | set(model.extra_saved_attributes())
+    # What save leaves out (device, env, policy, ...) a file must not set either.
+    excluded = set(model._excluded_save_params())  # noqa: SLF001 (SB3's hook)
+    allowed = (set(fresh) - excluded) | SET_BY_SETUP | set(model.extra_saved_attributes())
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ArchiveError(
