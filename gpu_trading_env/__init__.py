@@ -9,13 +9,17 @@
     env = gym.make("GpuTrading-v0")
 """
 
-from gymnasium.envs.registration import register, registry
+from gpu_trading_env.gymnasium_version import check_gymnasium
 
-from gpu_trading_env.core.config import EnvConfig
-from gpu_trading_env.core.constants import COMPONENT_NAMES
-from gpu_trading_env.data.market_data import MarketData
-from gpu_trading_env.env import TradingEnv
-from gpu_trading_env.vector_env import TradingVectorEnv
+check_gymnasium()  # before anything imports a Gymnasium name that an old one lacks
+
+from gymnasium.envs.registration import register, registry  # noqa: E402
+
+from gpu_trading_env.core.config import EnvConfig  # noqa: E402
+from gpu_trading_env.core.constants import COMPONENT_NAMES  # noqa: E402
+from gpu_trading_env.data.market_data import MarketData  # noqa: E402
+from gpu_trading_env.env import TradingEnv  # noqa: E402
+from gpu_trading_env.vector_env import TradingVectorEnv  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["COMPONENT_NAMES", "EnvConfig", "MarketData", "TradingEnv", "TradingVectorEnv"]

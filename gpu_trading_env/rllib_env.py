@@ -10,7 +10,10 @@ not know the plain id there; RLlib then loses the runner and fails later with an
   (``ray.tune.registry.register_env``) reaches every runner of the cluster, and its runners
   build registered envs through :func:`rllib_env_creator` in every ``gym_env_vectorize_mode``.
 
-``ray`` is imported only by :func:`register_rllib_env`.
+``ray`` is imported only by :func:`register_rllib_env`. Installing ``ray[rllib]`` replaces
+Gymnasium with ray's pin; where that is older than this package needs, the package's import
+(``gpu_trading_env/gymnasium_version.py``, before this module's) raises an ``ImportError``
+naming both versions (docs/INTEGRATIONS.md, "Installing RLlib beside it").
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ same in the terminal and on the page."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -204,3 +206,55 @@ def test_learn_dumps_at_most_one_table_per_second(capsys):
 def test_an_explicit_log_interval_keeps_sb3s_rule(capsys):
     # Short episodes on 16 envs: SB3's every-4-episodes rule dumps hundreds of tables.
     assert _learn_and_count_tables(capsys, log_interval=4) > 200
+
+
+# ------------------------------------------------- the Gymnasium ray[rllib] may install over ours
+
+
+def test_the_gymnasium_floor_is_pyprojects():
+    import re
+    from pathlib import Path
+
+    import tomllib
+
+    from gpu_trading_env.gymnasium_version import MIN_GYMNASIUM
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (dep,) = [d for d in project["project"]["dependencies"] if d.startswith("gymnasium")]
+    assert re.fullmatch(r"gymnasium>=(\d+)\.(\d+)", dep).groups() == tuple(map(str, MIN_GYMNASIUM))
+
+
+@pytest.mark.parametrize(
+    ("version", "old"),
+    [("1.0.0", True), ("0.29.1", True), ("1.1.0rc1", False), ("1.2.2", False), ("1.4.0", False)],
+)
+def test_gymnasium_versions_are_compared_as_numbers(version, old):
+    from gpu_trading_env.gymnasium_version import check_gymnasium, gymnasium_too_old
+
+    assert gymnasium_too_old(version) is old
+    if old:
+        with pytest.raises(ImportError, match=rf"gymnasium {re.escape(version)} is installed"):
+            check_gymnasium(version)
+    else:
+        check_gymnasium(version)
+
+
+def test_an_old_gymnasium_gives_one_message_naming_rays_pin(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fake = tmp_path / "gymnasium"  # what an old ray's pin leaves: a Gymnasium before 1.1
+    fake.mkdir()
+    (fake / "__init__.py").write_text('__version__ = "1.0.0"\n')
+    root = Path(__file__).parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    run = subprocess.run(
+        [sys.executable, "-c", "import gpu_trading_env.rllib_env"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: gpu_trading_env needs gymnasium>=1.1, but gymnasium 1.0.0")
+    assert "ray[rllib]" in last and "gymnasium==1.2.2" in last
