@@ -103,3 +103,12 @@ def test_the_cli_prints_one_line_for_a_bad_file(tmp_path, monkeypatch, capsys) -
     assert cli.main(["backtest", "--data", "dup.parquet", "--out", "r"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dup.parquet: duplicate column names ['close']" in err[0]
+
+
+def test_the_wald_test_of_a_constant_series_is_no_evidence() -> None:
+    # --all-inputs tests the features' slopes on the next return with the same regression.
+    from gpu_trading_env.reports.metrics import regression_slopes_test
+
+    x = np.random.default_rng(2).normal(size=(200, 3))
+    test = regression_slopes_test(x, np.zeros(200))
+    assert test["statistic"] == 0.0 and test["p_value"] == 1.0 and test["df"] == 3

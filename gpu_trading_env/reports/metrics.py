@@ -460,7 +460,7 @@ def regression_slopes_test(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     :param x: float [T, K] regressors, finite.
     :param y: float [T] responses, finite; ``T > K + 1``.
     :returns: ``{"statistic", "df" (the span's dimension, at most K), "p_value", "bars"}``; a
-        ``df`` of 0 (every column constant) has statistic 0 and p-value 1.
+        ``df`` of 0 (every column constant) or a constant ``y`` has statistic 0 and p-value 1.
     """
     x = np.asarray(x, dtype=np.float64)
     y = finite_values(y, "y")
@@ -480,6 +480,8 @@ def regression_slopes_test(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     if rank == 0:
         return {"statistic": 0.0, "df": 0, "p_value": 1.0, "bars": int(t)}
     yc = y - y.mean()
+    if not yc.any():  # a constant y: no slope, and the robust covariance is zero (singular)
+        return {"statistic": 0.0, "df": rank, "p_value": 1.0, "bars": int(t)}
     coef = basis.T @ yc  # the slopes in the orthonormal basis
     resid = yc - basis @ coef
     leverage = 1.0 / t + np.einsum("ij,ij->i", basis, basis)
