@@ -400,6 +400,23 @@ def test_a_garbage_run_state_is_one_error_naming_it(tmp_path) -> None:
         GpuDQN.load_checkpoint(folder, env=make_env())
 
 
+def _many_envs(manifest) -> None:
+    manifest["data"].update(n_envs=10**7, _last_obs=None, _last_original_obs=None)
+    manifest["data"].update(_last_episode_starts=None)
+
+
+def test_loading_for_inference_builds_nothing_the_file_sizes(trained, model_file) -> None:
+    rewrite(model_file, _many_envs)
+    model = GpuDQN.load(model_file, device="cpu", for_inference=True)
+    assert model.n_envs == 1 and model.replay_buffer.buffer_size == 1
+    for name, value in trained.policy.state_dict().items():
+        assert th.equal(model.policy.state_dict()[name], value), name
+    obs = np.zeros((3, *trained.observation_space.shape), np.float32)
+    assert (
+        model.predict(obs, deterministic=True)[0] == trained.predict(obs, deterministic=True)[0]
+    ).all()
+
+
 # ------------------------------------------------------------------------------ peak memory
 PEAK = """
 import os, resource, subprocess, sys
@@ -413,9 +430,11 @@ sys.stderr.write(err.decode())
 
 def test_eval_on_each_crafted_file_stays_under_2_gb(model_file, tmp_path) -> None:
     """``eval`` (a subprocess; its peak resident memory from wait4) on the files the review
-    crafted: a 10**8-slot buffer_size, a 1 GiB deflated member, a 200-state regime model."""
+    crafted: a 10**8-slot buffer_size, a 1 GiB deflated member, a 200-state regime model; and
+    10**7 envs (a buffer row of 5 GB)."""
     crafted = {
         "buffer_size": rewrite(model_file, set_attribute("buffer_size", 10**8), out=tmp_path / "bs.zip"),
+        "n_envs": rewrite(model_file, _many_envs, out=tmp_path / "envs.zip"),
         "bomb": write_bomb(tmp_path / "bomb.zip", model_file, 1 << 30),
         "regime": rewrite(
             model_file,
@@ -437,7 +456,7 @@ def test_eval_on_each_crafted_file_stays_under_2_gb(model_file, tmp_path) -> Non
         code, peak = (int(x) for x in proc.stdout.split())
         assert peak <= PEAK_LIMIT_BYTES, (what, peak)
         assert code == 2 and "Traceback" not in proc.stderr, (what, proc.stderr)
-        if what == "buffer_size":  # loads (eval builds a one-slot buffer), then meets eval's env
+        if what in ("buffer_size", "n_envs"):  # loads (for inference), then meets eval's env
             assert "acts in 45 actions" in proc.stderr, proc.stderr
         else:  # refused: one line naming the file
             assert path.name in proc.stderr, proc.stderr

@@ -284,6 +284,7 @@ class GpuDQNFiles(WeightsOnlyFiles):
         print_system_info: bool = False,
         force_reset: bool = True,
         allow_pickle: bool = False,
+        for_inference: bool = False,
         **kwargs: Any,
     ) -> SelfGpuDQN:
         """:meth:`WeightsOnlyFiles.load`; with ``env`` given, the saved curiosity weights go back
@@ -296,6 +297,7 @@ class GpuDQNFiles(WeightsOnlyFiles):
             print_system_info=print_system_info,
             force_reset=force_reset,
             allow_pickle=allow_pickle,
+            for_inference=for_inference,
             **kwargs,
         )
         model._restore_curiosity_weights()  # noqa: SLF001 (GpuDQN's own step, split out here)

@@ -71,13 +71,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     data, part, per_year = evaluated_instrument(args)
     try:
-        # eval only acts: a one-slot replay buffer, not the file's buffer_size, and no logs.
         model = GpuDQN.load(
             args.model,
             device="cpu",
             allow_pickle=args.allow_pickle,
-            buffer_size=1,
-            tensorboard_log=None,
+            for_inference=True,
+            tensorboard_log=None,  # eval writes no training logs
         )
     except ArchiveError as exc:  # refused pickle, damaged file: one line naming the file
         raise UsageError(f"--model: {exc}") from exc

@@ -679,6 +679,14 @@ def _check_tree(tree: dict[str, Any], capacity: int, written: int, where: str) -
             )
 
 
+# What load(for_inference=True) sets over a file's attributes: what only training needs.
+INFERENCE_ATTRIBUTES: dict[str, Any] = {
+    "buffer_size": 1,
+    "_last_obs": None,
+    "_last_original_obs": None,
+    "_last_episode_starts": None,
+}
+
 SelfFiles = TypeVar("SelfFiles", bound="WeightsOnlyFiles")
 
 
@@ -756,6 +764,7 @@ class WeightsOnlyFiles:
         print_system_info: bool = False,
         force_reset: bool = True,
         allow_pickle: bool = False,
+        for_inference: bool = False,
         **kwargs: Any,
     ) -> SelfFiles:
         """Load a model saved by :meth:`save`.
@@ -768,10 +777,17 @@ class WeightsOnlyFiles:
         :param allow_pickle: Also read SB3's own zips, whose ``data`` member is a cloudpickle:
             unpickling runs any code the file holds, so only for files from a source you trust.
             Without it such a file raises :class:`~agents.files.safe_archive.PickleRefusedError`.
+        :param for_inference: The model only acts (``predict``, backtests): its replay buffer has
+            one slot instead of the file's ``buffer_size``, the saved last observations are
+            dropped and, without ``env``, it is built for one env (a file's sizes then cost no
+            memory beyond its weights); ``kwargs`` still override. Not for ``learn``.
         :raises FileNotFoundError: naming ``path`` as given.
         :raises agents.files.safe_archive.ArchiveError: for a damaged, truncated or empty file,
             naming it.
         """
+        if for_inference:
+            acting = dict(INFERENCE_ATTRIBUTES, **({} if env is not None else {"n_envs": 1}))
+            kwargs = {**acting, **kwargs}
         data, params, variables, sb3_zip = load_model_files(path, custom_objects, allow_pickle)
         if sb3_zip:
             model = super().load(
