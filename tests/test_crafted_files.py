@@ -137,6 +137,23 @@ def test_the_manifest_is_under_its_checksum(model_file) -> None:
         GpuDQN.load(model_file, device="cpu")
 
 
+def test_version_1_files_without_a_manifest_checksum_still_load(trained, model_file) -> None:
+    """Files written before the manifest had its own checksum (format version 1) load; a
+    version 2 file without it is refused."""
+    members = read_members(model_file)
+    del members["manifest.sha256"]
+    write_members(model_file, members)
+    with pytest.raises(ArchiveError, match=r"format version 2\) lacks its manifest.sha256"):
+        GpuDQN.load(model_file, device="cpu")
+    manifest = json.loads(members["manifest.json"])
+    manifest["version"] = 1
+    members["manifest.json"] = json.dumps(manifest).encode()
+    write_members(model_file, members)
+    loaded = GpuDQN.load(model_file, device="cpu")
+    for name, value in trained.policy.state_dict().items():
+        assert th.equal(loaded.policy.state_dict()[name], value), name
+
+
 def test_a_member_larger_than_recorded_is_refused_before_it_is_read(model_file) -> None:
     members = read_members(model_file)
     manifest = json.loads(members["manifest.json"])
