@@ -577,7 +577,7 @@ def _host(x: Any) -> np.ndarray:
 def check_buffer_state(state: dict[str, Any], tree: dict[str, Any] | None, where: str) -> None:
     """Raise :class:`ArchiveError` naming ``where`` and the first field of a replay buffer's
     saved state that the buffer could not have written: sizes and position out of range,
-    storage of another shape or dtype, out-of-range actions, non-finite rewards or
+    storage of another shape, out-of-range actions, non-finite rewards or
     observations, done flags other than 0 and 1, and (with ``tree``) priorities < 0, NaN,
     zero on a written slot, non-zero on an empty one, or inner nodes that are not the sums and
     minima of their children."""
@@ -640,10 +640,11 @@ def check_buffer_state(state: dict[str, Any], tree: dict[str, Any] | None, where
 
 
 def _check_tree(tree: dict[str, Any], capacity: int, written: int, where: str) -> None:
-    if not isinstance(tree, dict) or tree.get("capacity") != capacity:
+    saved = tree.get("capacity") if isinstance(tree, dict) else None
+    if saved != capacity:
         raise ArchiveError(
-            f"{where}: the buffer's tree has capacity {_short(tree.get('capacity'))}; its "
-            f"storage has {capacity} slots"
+            f"{where}: the buffer's tree has capacity {_short(saved)}; its storage has "
+            f"{capacity} slots"
         )
     pow2 = 1 << max(capacity - 1, 0).bit_length()
     sums, mins, top = (_host(tree.get(k)) for k in ("sum_tree", "min_tree", "max_value"))

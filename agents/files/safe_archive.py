@@ -7,11 +7,14 @@ tensors written by ``torch.save``. Nothing in it is a pickle of arbitrary object
   unpickler builds tensors and plain containers only and refuses every other global;
 - everything else (settings, hyperparameters, spaces, schedules, counters, generator states) is
   JSON through :func:`encode` / :func:`decode`: numbers, strings, lists, tuples, dicts, deques,
-  Gymnasium spaces, ``torch.device``, references to classes of the project, of
-  Stable-Baselines3 and of ``torch.nn`` / ``torch.optim`` (imported by name, never unpickled),
-  and instances of the few plain classes listed in :data:`PLAIN_CLASSES`;
-- the manifest records the SHA-256 of every member; :func:`read_archive` checks each one before
-  anything is decoded, so a flipped byte raises :class:`ArchiveError` naming the file and member.
+  Gymnasium spaces, ``torch.device``, references to the classes named exactly in
+  :data:`ALLOWED_CLASSES` (looked up there before anything is imported, never unpickled), and
+  instances of the few plain classes listed in :data:`PLAIN_CLASSES` (rebuilt through their
+  constructors), nested at most :data:`MAX_DEPTH` levels;
+- the manifest records the SHA-256 and size of every member, and ``manifest.sha256`` the
+  manifest's own; :func:`read_archive` checks every size in the zip directory before anything
+  is read (members are stored, never compressed) and every checksum before anything is
+  decoded, so a flipped byte raises :class:`ArchiveError` naming the file and member.
 
 Stable-Baselines3's own zips hold a cloudpickle (their ``data`` member) and SB3's replay
 buffers are pickles: reading either runs whatever code the file holds. They are recognised
