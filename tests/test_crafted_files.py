@@ -243,6 +243,12 @@ def test_deeply_nested_json_is_one_error_naming_the_file(model_file) -> None:
         ("made_up", 1, "'made_up'.* not ones GpuDQN saves"),
         ("device", {"__device__": "cuda:7"}, "'device'.* not ones GpuDQN saves"),
         ("policy_class", {"__class__": "torch.nn.modules.activation:ReLU"}, "not a policy class"),
+        ("replay_buffer_kwargs", {"__dict__": {"alpha": -1.0}}, "does not build.*alpha"),
+        (
+            "policy_kwargs",
+            {"__dict__": {"features_extractor_kwargs": {"__dict__": {"features_dim": 10**9}}}},
+            "does not build",
+        ),
         (
             "input_selection",
             {"__dict__": {"regime": {"__dict__": REGIME_200}}},

@@ -414,11 +414,16 @@ def build_loaded_model(
     merged = {**data, **kwargs}
     model.check_loaded_attributes(merged, params, where)
     model.__dict__.update(merged)
-    model._setup_model()
-    model.set_parameters(params, exact_match=True, device=device)
-    for name, value in (variables or {}).items():
-        if value is not None:
-            recursive_setattr(model, f"{name}.data", value.data)
+    try:
+        model._setup_model()
+        model.set_parameters(params, exact_match=True, device=device)
+        for name, value in (variables or {}).items():
+            if value is not None:
+                recursive_setattr(model, f"{name}.data", value.data)
+    except (ValueError, TypeError, KeyError, AttributeError, AssertionError, RuntimeError) as exc:
+        # The constructors' own checks (the buffer's alpha, the policy's arguments, the state
+        # dicts' shapes), named with the file.
+        raise ArchiveError(f"{where} does not build a model: {exc}") from exc
     if model.use_sde:
         model.policy.reset_noise()
     return model

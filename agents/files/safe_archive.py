@@ -79,7 +79,7 @@ _TORCH_CLASSES = (
 
 # Every class an archive may name (policy_class, activation_fn, optimizer_class,
 # replay_buffer_class, features_extractor_class, a buffer file's class), exactly as
-# ``module:qualname``. A name is looked up here before anything is imported: a file cannot make
+# ``module:qualname``: networks of flat observations, whose sizes load checks. A name is looked up here before anything is imported: a file cannot make
 # the loader import a module of its choosing (whose import could run code) or walk attributes
 # out of an allowed module.
 ALLOWED_CLASSES = frozenset(
@@ -87,14 +87,9 @@ ALLOWED_CLASSES = frozenset(
         "agents.algorithm.policies:DuelingDQNPolicy",
         "agents.replay.prioritized_buffer:PrioritizedReplayBuffer",
         "stable_baselines3.dqn.policies:DQNPolicy",
-        "stable_baselines3.dqn.policies:CnnPolicy",
-        "stable_baselines3.dqn.policies:MultiInputPolicy",
         "stable_baselines3.common.buffers:ReplayBuffer",
-        "stable_baselines3.common.buffers:DictReplayBuffer",
         "stable_baselines3.common.buffers:NStepReplayBuffer",
         "stable_baselines3.common.torch_layers:FlattenExtractor",
-        "stable_baselines3.common.torch_layers:NatureCNN",
-        "stable_baselines3.common.torch_layers:CombinedExtractor",
         *(f"{c.__module__}:{c.__qualname__}" for c in _TORCH_CLASSES),
     }
 )
