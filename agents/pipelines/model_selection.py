@@ -239,7 +239,10 @@ def _deflated(
     """The deflated Sharpe ratio of the chosen snapshot's validation returns: trials are the
     inputs the selection tested times the snapshots, the variance of the trials' Sharpe ratios
     the snapshots' (per bar); None where it cannot be computed (too few bars, no variance)."""
-    from gpu_trading_env.reports.sharpe_inference import deflated_sharpe_ratio
+    try:
+        from gpu_trading_env.reports.sharpe_inference import deflated_sharpe_ratio
+    except ImportError:  # the module is new; a tree without it reports no deflated ratio
+        return None
 
     inputs_tested = (len(selection.feature_names) + 1) if selection is not None else 1
     per_bar = np.array([sharpe(r.returns, 1.0) for r in snapshots], dtype=np.float64)
@@ -271,7 +274,8 @@ def _baseline_only(
     """The run where the input selection kept no input: the baseline, deployed without training
     a network (the model is an untrained dueling network made to act as the baseline)."""
     # No experience is stored: the buffer needs only the batch's room.
-    model, env = _untrained_model(fit, config, settings, seed, buffer_size=settings.batch_size)
+    room = max(settings.batch_size, settings.num_envs)
+    model, env = _untrained_model(fit, config, settings, seed, buffer_size=room)
     env.close()
     action = baseline_action(choice.name, config)
     set_constant_policy(model, action)
