@@ -192,24 +192,33 @@ def test_train_says_what_the_network_was_given():
 @pytest.mark.parametrize("selected", [True, False])
 def test_the_report_names_the_test_that_was_run(selected):
     from agents.cli.report import kept_policy_note
+    from agents.pipelines.deployment import describe_deployment
 
     gate = {
         "network_minus_flat_validation_sharpe": {
-            "difference": 1.2, "low": -0.1, "high": 2.5, "candidates": 10, "adjusted": 0.4,
+            "difference": 1.2, "low": -0.1, "high": 2.5, "level": 0.9, "candidates": 10,
+            "adjusted": 0.4, "p_value": 0.3,
         },
         "level": 0.9,
         "baseline": "flat",
         "features_predict_next_return": {"statistic": 1.0, "df": 52.0, "p_value": 3e-5, "bars": 9.0},
         "beat_flat_by": "predictable",
     }  # fmt: skip
-    learning = {"gate": gate, "kept": "network", "selected_step": 600, "cross_fit": None}
-    learning["inputs"] = {"kept": [REGIME_INPUT]} if selected else None
-    note = kept_policy_note(learning)
+    selection = (
+        {"feature_names": [f"f{i}" for i in range(51)], "kept": [REGIME_INPUT], "p_value": 3e-5}
+        if selected
+        else None
+    )
+    flat_ci = {"difference": 0.1, "low": -0.5, "high": 0.6, "level": 0.9}
+    baseline = {"name": "flat", "hold_vs_flat": flat_ci, "halves": []}
+    deployment = describe_deployment("network", baseline, gate=gate, selection=selection)
+    note = kept_policy_note({"deployment": deployment})
+    assert note.startswith("Verdict: a network")
     if selected:
-        assert "the network's inputs, 1 kept of 52, predict the next bar's return" in note
+        assert "0 of 51 features and the fitted regime filter's forecast kept" in note
         assert "p = 3e-05" in note and "Wald" not in note
     else:
-        assert "(robust Wald test, 52.0 slopes)" in note
+        assert "(robust Wald test, 52 slopes)" in note
 
 
 def test_gradient_steps_reach_the_model(tmp_path, monkeypatch):

@@ -189,7 +189,8 @@ def test_net_width_zero_is_a_linear_q_network_and_one_is_refused() -> None:
     bad = build_parser().parse_args(["train", "--device", "cpu", "--net-width", "1"])
     with pytest.raises(UsageError, match="--net-width 1 is invalid"):
         validate(bad)
-    row = run_one("gbm_flat", 0, "cpu", SMALL, ("--net-width", "0"))
+    # gbm_flat keeps no input, so --all-inputs: the linear network must be trained.
+    row = run_one("gbm_flat", 0, "cpu", SMALL, ("--net-width", "0", "--all-inputs"))
     assert "error" not in row and row["network"]["n_bars"] == SMALL.bars // 5
 
 

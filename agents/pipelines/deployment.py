@@ -107,6 +107,14 @@ def describe_deployment(
         details.append(
             f"Input selection on the training bars: {counted} kept (family-wise {shown})."
         )
+    predict = None if gate is None else gate.get("features_predict_next_return")
+    if selection is None and predict is not None:
+        p = float(predict["p_value"])
+        shown = f"p = {p:.2g}" if p >= 1e-16 else "p < 1e-16"
+        details.append(
+            f"The features predict the next bar's return on the training bars with {shown} "
+            f"(robust Wald test, {int(predict['df'])} slopes)."
+        )
     if name != "flat":
         details.append(f"Baseline {name}: {_drift_sentence(baseline)}.")
     else:

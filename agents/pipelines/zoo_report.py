@@ -85,7 +85,8 @@ _CSV_FIELDS = [
     "network_sharpe_ratio", "agent_return", "reference_return", "buy_and_hold_return",
     "agent_turnover", "agent_costs", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
     "validation_p_vs_flat", "validation_p_vs_baseline", "validation_adjusted_sharpe",
-    "features_predict_p", "beat_flat_by", "inputs_kept", "regime_filter_p", "seconds", "error",
+    "features_predict_p", "beat_flat_by", "inputs_kept", "regime_filter_p", "verdict", "seconds",
+    "error",
 ]  # fmt: skip
 
 
@@ -109,13 +110,17 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
         "vs_flat_p": r["vs_flat"]["p_value"],
         "vs_flat_low": r["vs_flat"]["low"],
         "vs_buy_and_hold_p": r["vs_buy_and_hold"]["p_value"],
-        "validation_p_vs_flat": r["gate"]["network_minus_flat_validation_sharpe"]["p_value"],
-        "validation_p_vs_baseline": r["gate"]["network_minus_baseline_validation_sharpe"][
+        # None where no network was trained (the selection kept no input).
+        "validation_p_vs_flat": (r["gate"]["network_minus_flat_validation_sharpe"] or {}).get(
             "p_value"
-        ],
-        "validation_adjusted_sharpe": r["gate"]["network_minus_flat_validation_sharpe"].get(
+        ),
+        "validation_p_vs_baseline": (
+            r["gate"]["network_minus_baseline_validation_sharpe"] or {}
+        ).get("p_value"),
+        "validation_adjusted_sharpe": (r["gate"]["network_minus_flat_validation_sharpe"] or {}).get(
             "adjusted"
         ),
+        "verdict": (r.get("deployment") or {}).get("headline", ""),
         "features_predict_p": (r["gate"].get("features_predict_next_return") or {}).get("p_value"),
         "beat_flat_by": r["gate"].get("beat_flat_by") or "",
         # The input selection (None: --all-inputs, or a row of a release before it).
@@ -190,12 +195,15 @@ def _plot_market(rows: list[dict[str, Any]], path: Path) -> None:
     ax2.set_xlabel("fraction of the out-of-sample window")
     ax2.legend(fontsize=8)
     ev = first["evaluations"]
-    ax3.plot(ev["timesteps"], ev["validation"], "o-", label="validation Sharpe")
-    ax3.plot(ev["timesteps"], ev["test"], "s--", label="out-of-sample Sharpe")
-    ax3.axvline(first["selected_step"], color="grey", lw=0.8, label="selected snapshot")
+    if first["selected_step"] is not None:
+        ax3.plot(ev["timesteps"], ev["validation"], "o-", label="validation Sharpe")
+        ax3.plot(ev["timesteps"], ev["test"], "s--", label="out-of-sample Sharpe")
+        ax3.axvline(first["selected_step"], color="grey", lw=0.8, label="selected snapshot")
+        ax3.legend(fontsize=8)
+    else:
+        ax3.text(0.5, 0.5, "no network trained:\nno input kept", ha="center", va="center")
     ax3.set_title(f"seed {first['seed']}: learning curve (kept: {first['kept']})")
     ax3.set_xlabel("env steps")
-    ax3.legend(fontsize=8)
     fig.suptitle(MARKETS_BY_NAME[first["market"]].title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
