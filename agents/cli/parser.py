@@ -463,7 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto (every visible GPU, else the CPU), cpu, cuda or cuda:N",
     )
-    z.add_argument("--markets", nargs="+", default=None, help="markets to run (default: all)")
+    z.add_argument(
+        "--markets", nargs="+", default=None, help="markets to run (default: all of the suite)"
+    )
     z.add_argument(
         "--seeds", type=_int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds per market"
     )
@@ -474,6 +476,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--small",
         action="store_true",
         help="the CPU check: 1,500 bars, 2,000 env steps a run (not a learning result)",
+    )
+    z.add_argument(
+        "--real",
+        action="store_true",
+        help="the real suite: real bar series from pip packages (pip install -e '.[real]') and "
+        "markets whose edge or drift changes (agents/pipelines/zoo.py); with --small: one "
+        "series and the shifting markets",
     )
     z.add_argument(
         "--train-args",

@@ -2,6 +2,8 @@
 
     gpu-trading-env zoo --device cuda                  # 8 markets x 5 seeds, a report
     gpu-trading-env zoo --small --markets builtin gbm_flat --seeds 0   # the CPU check of CI
+    gpu-trading-env zoo --real --device cuda           # real series and shifting markets
+    gpu-trading-env zoo --real --small --seeds 0       # its CPU check
 
 See :mod:`agents.pipelines.zoo` for the markets, their references and the targets.
 """
@@ -18,17 +20,47 @@ from agents.cli.run_folder import claim_out
 from agents.cli.run_progress import RunProgress
 
 
+def _check_real_packages(markets: list) -> None:
+    """One UsageError naming each missing package of the real series chosen, before any run."""
+    from gpu_trading_env.data.real_series import real_frame
+
+    missing = {}
+    for m in markets:
+        if m.kind == "real":
+            try:
+                real_frame(m.params["series"])
+            except ImportError:
+                missing[m.name] = m.title
+    if missing:
+        raise UsageError(
+            f"--markets: the real series {', '.join(missing)} need packages that are not "
+            f'installed ({"; ".join(missing.values())}): pip install -e ".[real]"'
+        )
+
+
 def cmd_zoo(args: argparse.Namespace) -> int:
     from agents.cli.sweep import resolve_devices
-    from agents.pipelines.zoo import MARKETS_BY_NAME, SMALL, ZooBudget, run_zoo, train_args
+    from agents.pipelines.zoo import (
+        MARKETS_BY_NAME,
+        SMALL,
+        SMALL_REAL_MARKETS,
+        SUITES,
+        ZooBudget,
+        run_zoo,
+        train_args,
+    )
     from agents.pipelines.zoo_report import summarize, summary_table, write_report
 
-    markets = args.markets or list(MARKETS_BY_NAME)
-    bad = [m for m in markets if m not in MARKETS_BY_NAME]
+    suite = [m.name for m in SUITES["real" if args.real else "zoo"]]
+    default = list(SMALL_REAL_MARKETS) if args.real and args.small else suite
+    markets = args.markets or default
+    bad = [m for m in markets if m not in suite]
     if bad:
+        flag = "--real" if args.real else "the zoo (without --real)"
         raise UsageError(
-            f"--markets {' '.join(bad)} is invalid: allowed are {', '.join(MARKETS_BY_NAME)}"
+            f"--markets {' '.join(bad)} is invalid for {flag}: allowed are {', '.join(suite)}"
         )
+    _check_real_packages([MARKETS_BY_NAME[m] for m in markets])
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         raise UsageError(f"--seeds {args.seeds} is invalid: allowed are distinct integers >= 0")
     if args.runs_per_device < 1:
@@ -84,6 +116,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         "devices": devices,
         "runs_per_device": args.runs_per_device,
         "small": bool(args.small),
+        "suite": "real" if args.real else "zoo",
         "train_args": list(extra),
         "wall_seconds": time.perf_counter() - start,
     }

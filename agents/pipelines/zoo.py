@@ -23,6 +23,24 @@ their Sharpe ratio, and the block-bootstrap test of the agent's Sharpe against f
 buy-and-hold (``sharpe_difference_interval``). Per market: the mean, spread and range over
 seeds, and the market's target. Runs go to worker processes, ``runs_per_device`` per device,
 like ``sweep``'s.
+
+The real suite (``REAL_MARKETS``, ``gpu-trading-env zoo --real``) holds markets whose best rule
+is not known or not constant:
+
+| market | data | reference | target |
+| --- | --- | --- | --- |
+| real series (``gpu_trading_env.data.real_series``) | the package's bars | flat or buy-and-hold | mean return >= the chosen baseline's - 2%, no run 10% below it |
+| vanishing edge | ``vanishing_edge`` | flat | mean return >= -3% |
+| appearing edge | ``appearing_edge`` | the true rule's sign exposure | Sharpe ratio >= 0.5 |
+| flipping drift | ``flipping_drift`` | flat | mean return >= -3% |
+| regime markets of other families (where ``gpu_trading_env.data.regime_markets`` exists) | its generators | the true filter | Sharpe ratio >= 0.6 |
+
+(``gpu_trading_env.data.shifting_markets`` states where each change lies in the training bars.)
+Each of its rows also holds the baseline that ``train`` chose on the training bars (the gate's
+``baseline``) and that baseline's out-of-sample backtest, flat's, and the deployed policy's
+Sharpe and total-return differences against the baseline with 95% block-bootstrap intervals.
+A real series' bars are the same for every seed; the seed changes the training only. The rows
+are dicts, so a walk-forward run of a real series adds its own keys beside these.
 """
 
 from __future__ import annotations
@@ -40,7 +58,10 @@ import numpy as np
 
 __all__ = [
     "MARKETS",
+    "REAL_MARKETS",
     "SMALL",
+    "SMALL_REAL_MARKETS",
+    "SUITES",
     "Market",
     "ZooBudget",
     "market_data",
@@ -59,13 +80,18 @@ class Market:
 
     :param name: short name (folder and CSV key).
     :param title: what the market is, in words.
-    :param kind: ``MarketData.synthetic`` kind: planted, gbm or regime.
-    :param params: the generator's parameters.
-    :param reference: ``"planted"``, ``"regime"``, ``"flat"`` or ``"hold"``.
+    :param kind: ``MarketData.synthetic`` kind (planted, gbm, regime, a shifting market's), or
+        ``"real"``: ``load_real_series(params["series"])``.
+    :param params: the generator's parameters (a real series: ``{"series": name}``).
+    :param reference: ``"planted"``, ``"regime"``, ``"regime_family"`` (the true filter of a
+        ``regime_markets`` kind), ``"flat"``, ``"hold"``, ``"shifting"`` (the true rule of a
+        shifting market) or ``"real"`` (flat and buy-and-hold).
     :param target: ``(measure, threshold)``: ``("sharpe_ratio", x)`` mean agent/reference
         Sharpe >= x; ``("return", x)`` mean agent return >= x and an edge over flat claimed in
-        at most one seed in five; ``("buy_and_hold_fraction", x)`` mean agent return >= x times
-        buy-and-hold's.
+        at most one seed in five; ``("mean_return", x)`` mean agent return >= x;
+        ``("buy_and_hold_fraction", x)`` mean agent return >= x times buy-and-hold's;
+        ``("baseline_return", x)`` mean agent return >= the chosen baseline's mean + x and no
+        run more than ``REAL_RUN_SHORTFALL`` below its baseline.
     :param cost_multiplier: the market's order costs as a multiple of the train defaults'
         (or of the ``--env order_cost_bps`` given).
     """
@@ -96,7 +122,56 @@ MARKETS: tuple[Market, ...] = (
     Market("gbm_drift", "GBM with drift (1 bp a bar, volatility 20 bps)", "gbm",
            {"mu": 1e-4, "sigma": 0.002}, "hold", ("buy_and_hold_fraction", 0.8)),
 )  # fmt: skip
-MARKETS_BY_NAME = {m.name: m for m in MARKETS}
+
+REAL_RUN_SHORTFALL = 0.10  # the most a real-series run may return below its chosen baseline
+
+
+def _real_markets() -> tuple[Market, ...]:
+    from gpu_trading_env.data.real_series import REAL_SERIES
+
+    return tuple(
+        Market(name, f"{s.title} ({s.package}, {s.licence})", "real", {"series": name}, "real",
+               ("baseline_return", -0.02))
+        for name, s in REAL_SERIES.items()
+    )  # fmt: skip
+
+
+SHIFTING_MARKETS: tuple[Market, ...] = (
+    Market("vanishing_edge", "AR(1) edge, phi 0.10, gone after half of the training bars",
+           "vanishing_edge", {}, "flat", ("mean_return", -0.03)),
+    Market("appearing_edge", "AR(1) edge, phi 0.10, from 72.5% of the training bars on",
+           "appearing_edge", {}, "shifting", ("sharpe_ratio", 0.5)),
+    Market("flipping_drift", "GBM drift +1 bp a bar, -1 bp after half of the training bars",
+           "flipping_drift", {}, "flat", ("mean_return", -0.03)),
+)  # fmt: skip
+
+
+def regime_family_markets() -> tuple[Market, ...]:
+    """The regime markets of other families, one ``Market`` per kind of
+    ``gpu_trading_env.data.regime_markets.KINDS`` (kind -> generator, each registered in
+    ``MarketData.synthetic``); none where that module is absent.
+
+    Each is held to its true filter (reference ``"regime_family"``: the forecast of
+    ``regime_markets.true_filter_expected_return``, its sign or sized by it), as the zoo's
+    regime market is to its own.
+    """
+    import importlib
+
+    try:
+        regime_markets = importlib.import_module("gpu_trading_env.data.regime_markets")
+    except ImportError:
+        return ()
+    return tuple(
+        Market(kind, f"regime market of another family: {kind}", kind, {}, "regime_family",
+               ("sharpe_ratio", 0.6))
+        for kind in getattr(regime_markets, "KINDS", {})
+    )  # fmt: skip
+
+
+REAL_MARKETS: tuple[Market, ...] = (*_real_markets(), *SHIFTING_MARKETS, *regime_family_markets())
+SMALL_REAL_MARKETS = ("googl", "vanishing_edge", "appearing_edge", "flipping_drift")
+SUITES: dict[str, tuple[Market, ...]] = {"zoo": MARKETS, "real": REAL_MARKETS}
+MARKETS_BY_NAME = {m.name: m for m in (*MARKETS, *REAL_MARKETS)}
 
 
 @dataclass(frozen=True)
@@ -121,8 +196,13 @@ SMALL = ZooBudget(
 
 def market_data(market: Market, seed: int, bars: int = ZOO_BARS) -> Any:
     """The market's ``MarketData`` for ``seed`` (the built-in market's seed 0 is the default
-    data)."""
+    data; a real series is the package's bars, whatever the seed and ``bars``)."""
     from gpu_trading_env.data.market_data import MarketData
+
+    if market.kind == "real":
+        from gpu_trading_env.data.real_series import load_real_series
+
+        return load_real_series(market.params["series"])
 
     return MarketData.synthetic(market.kind, bars, seed=int(seed), **market.params)
 
@@ -130,6 +210,7 @@ def market_data(market: Market, seed: int, bars: int = ZOO_BARS) -> Any:
 def reference_exposures(market: Market, data: Any) -> dict[str, np.ndarray]:
     """Candidate references of ``market`` on ``data``: name -> exposure float64 [n_bars] in
     [-1, 1], row ``t`` from bars <= t (see the module doc)."""
+    from gpu_trading_env.data.shifting_markets import shifting_rule_exposure
     from gpu_trading_env.data.synthetic import (
         planted_conviction_exposure,
         planted_rule_exposure,
@@ -154,6 +235,16 @@ def reference_exposures(market: Market, data: Any) -> dict[str, np.ndarray]:
         return {"flat": np.zeros(data.n_bars)}
     if market.reference == "hold":
         return {"hold": np.ones(data.n_bars)}
+    if market.reference == "regime_family":
+        from gpu_trading_env.data.regime_markets import true_filter_expected_return
+
+        m = true_filter_expected_return(data)
+        scale = max(abs(float(x)) for x in meta["mus"])
+        return {"filter sign": np.sign(m), "filter conviction": np.clip(m / scale, -1.0, 1.0)}
+    if market.reference == "shifting":
+        return {"true rule": shifting_rule_exposure(data)}
+    if market.reference == "real":
+        return {"flat": np.zeros(data.n_bars), "buy-and-hold": np.ones(data.n_bars)}
     raise ValueError(f"reference = {market.reference!r} is invalid")
 
 
@@ -184,6 +275,54 @@ def _thin(x: np.ndarray, n: int = 600) -> list[float]:
     return [float(v) for v in x[idx]]
 
 
+def return_difference_interval(
+    returns_a: np.ndarray,
+    returns_b: np.ndarray,
+    *,
+    level: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Circular block bootstrap of the total-return difference of two paired per-bar return
+    series (float64 [T], fractions a bar): ``prod(1 + a) - prod(1 + b)``, blocks of
+    ``ceil(T ** (1/3))`` bars, the same blocks for both.
+
+    :returns: ``{"difference", "low", "high", "level", "block", "n_boot"}`` (fractions).
+    :raises ValueError: series of other shapes, fewer than 4 bars, a return <= -1.
+    """
+    a = np.asarray(returns_a, dtype=np.float64)
+    b = np.asarray(returns_b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or len(a) < 4:
+        raise ValueError(
+            f"paired returns must be 1-D of one length >= 4, got {a.shape} and {b.shape}"
+        )
+    if not (np.isfinite(a).all() and np.isfinite(b).all() and (a > -1).all() and (b > -1).all()):
+        raise ValueError("returns must be finite and > -1 (a value cannot go below zero)")
+    t = len(a)
+    blk = max(1, math.ceil(t ** (1.0 / 3.0)))
+    starts = np.random.default_rng(seed).integers(0, t, size=(n_boot, math.ceil(t / blk)))
+    lengths = np.full(starts.shape[1], blk)
+    lengths[-1] = t - blk * (starts.shape[1] - 1)
+
+    def totals(x: np.ndarray) -> np.ndarray:
+        # Sums of log growth over the blocks, from prefix sums of the series wrapped in a circle.
+        g = np.concatenate([[0.0], np.cumsum(np.log1p(np.concatenate([x, x[:blk]])))])
+        return np.expm1((g[starts + lengths] - g[starts]).sum(axis=1))
+
+    diff = totals(a) - totals(b)
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(diff, [tail, 1.0 - tail])
+    point = float(np.expm1(np.log1p(a).sum()) - np.expm1(np.log1p(b).sum()))
+    return {
+        "difference": point,
+        "low": float(lo),
+        "high": float(hi),
+        "level": float(level),
+        "block": int(blk),
+        "n_boot": int(n_boot),
+    }
+
+
 def run_one(
     market_name: str,
     seed: int,
@@ -201,6 +340,7 @@ def run_one(
     :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
     """
     from agents.cli.train import CPU_DEFAULTS, train_settings
+    from agents.pipelines.baseline_policies import baseline_backtest, baseline_config
     from agents.pipelines.model_selection import train_selected
     from gpu_trading_env.reports.backtest import backtest, exposure_policy
     from gpu_trading_env.reports.metrics import bars_per_year, sharpe_difference_interval
@@ -217,8 +357,10 @@ def run_one(
     config = args.config
     run = train_selected(train, test, config, settings, seed=seed, per_year=per_year)
     agent = run["test"]
+    # Flat and buy-and-hold as references act as train's baselines do (no barrier, equity sized).
+    ref_config = baseline_config(config) if market.reference == "real" else config
     refs = {
-        name: backtest(exposure_policy(x, config), test, config, per_year=per_year)
+        name: backtest(exposure_policy(x, ref_config), test, ref_config, per_year=per_year)
         for name, x in reference_exposures(market, test).items()
     }
     ref_name = max(refs, key=lambda k: refs[k].strategy.sharpe)
@@ -228,8 +370,12 @@ def run_one(
     vs_flat = sharpe_difference_interval(agent.returns, flat, per_year)
     vs_bh = sharpe_difference_interval(agent.returns, bh, per_year)
     a, r = agent.strategy, ref.strategy
+    chosen = run["baseline"]["name"]
+    base = baseline_backtest(chosen, test, config, per_year)
+    vs_base = sharpe_difference_interval(agent.returns, base.returns, per_year)
     return {
         "market": market.name,
+        "suite": "real" if market in REAL_MARKETS else "zoo",
         "seed": int(seed),
         "device": device,
         "kept": run["kept"],
@@ -246,7 +392,11 @@ def run_one(
             else None
         ),
         "deployment": run["deployment"].to_dict(),
-        "baseline": run["baseline"]["name"],
+        "baseline": chosen,
+        "chosen_baseline": {"name": chosen, **base.strategy.to_dict()},
+        "flat": baseline_backtest("flat", test, config, per_year).strategy.to_dict(),
+        "vs_baseline": vs_base,
+        "return_vs_baseline": return_difference_interval(agent.returns, base.returns),
         "vs_flat": vs_flat,
         "vs_buy_and_hold": vs_bh,
         "edge_over_flat_claimed": bool(vs_flat["low"] > 0.0),
@@ -265,6 +415,7 @@ def run_one(
             "agent": _thin(agent.equity),
             "reference": _thin(ref.equity),
             "buy_and_hold": _thin(agent.buy_and_hold),
+            "baseline": _thin(base.equity),
         },
     }
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.pipelines.zoo import MARKETS, MARKETS_BY_NAME
+from agents.pipelines.zoo import MARKETS, MARKETS_BY_NAME, REAL_MARKETS, REAL_RUN_SHORTFALL
 
 __all__ = ["summarize", "summary_table", "write_report"]
 
@@ -34,7 +34,7 @@ def _stats(values: list[float]) -> dict[str, float | None]:
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per market: means and spreads over seeds, and whether the target holds."""
     out = []
-    for market in MARKETS:
+    for market in (*MARKETS, *REAL_MARKETS):
         mine = [r for r in rows if r["market"] == market.name and "error" not in r]
         failed = [r for r in rows if r["market"] == market.name and "error" in r]
         if not mine and not failed:
@@ -43,6 +43,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         bh = _stats([r["buy_and_hold"]["total_return"] for r in mine])
         ratio = _stats([r["sharpe_ratio"] for r in mine])
         claims = sum(r["edge_over_flat_claimed"] for r in mine)
+        base = _stats([r["chosen_baseline"]["total_return"] for r in mine])
+        shortfall = [
+            r["agent"]["total_return"] - r["chosen_baseline"]["total_return"] for r in mine
+        ]
         measure, threshold = market.target
         if not mine or failed:
             passed = None
@@ -50,6 +54,12 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             passed = ratio["mean"] is not None and ratio["mean"] >= threshold
         elif measure == "return":
             passed = ret["mean"] >= threshold and claims <= max(1, len(mine) // 5)
+        elif measure == "mean_return":
+            passed = ret["mean"] >= threshold
+        elif measure == "baseline_return":
+            passed = (
+                ret["mean"] >= base["mean"] + threshold and min(shortfall) >= -REAL_RUN_SHORTFALL
+            )
         else:
             passed = bh["mean"] > 0 and ret["mean"] >= threshold * bh["mean"]
         out.append(
@@ -67,6 +77,13 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "agent_return": ret,
                 "reference_return": _stats([r["reference"]["total_return"] for r in mine]),
                 "buy_and_hold_return": bh,
+                "baseline_return": base,
+                "baseline_sharpe": _stats([r["chosen_baseline"]["sharpe"] for r in mine]),
+                "return_minus_baseline": _stats(shortfall),
+                "baselines_chosen": {
+                    b: sum(r["baseline"] == b for r in mine)
+                    for b in sorted({r["baseline"] for r in mine})
+                },
                 "agent_turnover": _stats([r["agent"].get("turnover") for r in mine]),
                 "agent_costs": _stats([r["agent"].get("costs_paid") for r in mine]),
                 "edge_over_flat_claims": int(claims),
@@ -83,7 +100,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 _CSV_FIELDS = [
     "market", "seed", "kept", "agent_sharpe", "reference", "reference_sharpe", "sharpe_ratio",
     "network_sharpe_ratio", "agent_return", "reference_return", "buy_and_hold_return",
-    "agent_turnover", "agent_costs", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
+    "agent_turnover", "agent_costs", "suite", "chosen_baseline", "baseline_return",
+    "baseline_sharpe", "return_vs_baseline", "return_vs_baseline_low", "return_vs_baseline_high",
+    "vs_baseline_p", "vs_flat_p", "vs_flat_low", "vs_buy_and_hold_p",
     "validation_p_vs_flat", "validation_p_vs_baseline", "validation_adjusted_sharpe",
     "features_predict_p", "beat_flat_by", "inputs_kept", "regime_filter_p", "verdict", "seconds",
     "error",
@@ -107,6 +126,14 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
         "buy_and_hold_return": r["buy_and_hold"]["total_return"],
         "agent_turnover": r["agent"].get("turnover"),
         "agent_costs": r["agent"].get("costs_paid"),
+        "suite": r.get("suite", "zoo"),
+        "chosen_baseline": r["chosen_baseline"]["name"],
+        "baseline_return": r["chosen_baseline"]["total_return"],
+        "baseline_sharpe": r["chosen_baseline"]["sharpe"],
+        "return_vs_baseline": r["return_vs_baseline"]["difference"],
+        "return_vs_baseline_low": r["return_vs_baseline"]["low"],
+        "return_vs_baseline_high": r["return_vs_baseline"]["high"],
+        "vs_baseline_p": r["vs_baseline"]["p_value"],
         "vs_flat_p": r["vs_flat"]["p_value"],
         "vs_flat_low": r["vs_flat"]["low"],
         "vs_buy_and_hold_p": r["vs_buy_and_hold"]["p_value"],
@@ -143,6 +170,13 @@ def _target_text(t: dict[str, Any]) -> str:
         return f"Sharpe ratio >= {x:g}"
     if m == "return":
         return f"return >= {x:+.0%}, edge over flat claimed in <= 1 of 5 seeds"
+    if m == "mean_return":
+        return f"return >= {x:+.0%}"
+    if m == "baseline_return":
+        return (
+            f"return >= chosen baseline's {x:+.0%}, no run below it by more than "
+            f"{REAL_RUN_SHORTFALL:.0%}"
+        )
     return f"return >= {x:.0%} of buy-and-hold's"
 
 
@@ -150,7 +184,8 @@ def summary_table(summary: list[dict[str, Any]]) -> list[list[str]]:
     """Rows of the console and HTML table (header first)."""
     head = [
         "market", "agent Sharpe", "reference Sharpe", "agent / reference", "agent return",
-        "buy-and-hold return", "edge over flat claimed", "network kept", "target", "met",
+        "buy-and-hold return", "chosen baseline return", "edge over flat claimed",
+        "network kept", "target", "met",
     ]  # fmt: skip
     rows = [head]
     for s in summary:
@@ -162,6 +197,7 @@ def summary_table(summary: list[dict[str, Any]]) -> list[list[str]]:
                 _fmt(s["sharpe_ratio"]),
                 _fmt(s["agent_return"], ".1%"),
                 _fmt(s["buy_and_hold_return"], ".1%"),
+                _fmt(s["baseline_return"], ".1%"),
                 f"{s['edge_over_flat_claims']} of {s['seeds']}",
                 f"{s['kept_network']} of {s['seeds']}",
                 _target_text(s["target"]),
@@ -188,8 +224,13 @@ def _plot_market(rows: list[dict[str, Any]], path: Path) -> None:
     ax1.set_title("out-of-sample Sharpe, costs in")
     ax1.legend(fontsize=8)
     first = ok[0]
-    for name, style in (("agent", "-"), ("reference", "--"), ("buy_and_hold", ":")):
+    for name, style in (("agent", "-"), ("reference", "--"), ("buy_and_hold", ":"),
+                        ("baseline", "-.")):  # fmt: skip
+        if name not in first["curves"]:
+            continue
         curve = first["curves"][name]
+        if name == "baseline":
+            name = f"chosen baseline ({first['baseline']})"
         ax2.plot(np.linspace(0, 1, len(curve)), curve, style, label=name.replace("_", "-"))
     ax2.set_title(f"seed {first['seed']}: value / start, held-back bars")
     ax2.set_xlabel("fraction of the out-of-sample window")

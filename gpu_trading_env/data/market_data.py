@@ -26,6 +26,7 @@ import pandas as pd
 
 from gpu_trading_env.data.features import WARMUP_BARS
 from gpu_trading_env.data.frames import arrays_from_dataframe
+from gpu_trading_env.data.shifting_markets import SHIFTING_KINDS
 from gpu_trading_env.data.splits import (
     MIN_PIECE_BARS,
     slice_ranges,
@@ -43,6 +44,7 @@ _GENERATORS = {
     "gbm": gbm,
     "regime": regime_switching,
     "regime_switching": regime_switching,
+    **SHIFTING_KINDS,
 }
 
 DEFAULT_SYNTHETIC_BARS = 20_000
@@ -300,7 +302,9 @@ class MarketData:
 
         Args:
             kind: ``"planted"`` (AR(1) momentum with a known rule and return), ``"gbm"`` or
-                ``"regime"`` (Markov regime switching).
+                ``"regime"`` (Markov regime switching), or a non-stationary market of
+                ``gpu_trading_env.data.shifting_markets`` (``"vanishing_edge"``,
+                ``"appearing_edge"``, ``"flipping_drift"``).
             n_bars: rows per instrument AFTER the warm-up (``n_bars + WARMUP_BARS`` are drawn).
             n_instruments: independent instruments named ``f"{kind}_{k}"``; instrument k is drawn
                 with ``numpy.random.default_rng((seed, k))``.
@@ -311,7 +315,9 @@ class MarketData:
         ``rule_expected_return`` and ``rule_expected_log_return`` (per bar, close to close).
         """
         if kind not in _GENERATORS:
-            raise ValueError(f"unknown synthetic kind {kind!r}; choose planted, gbm or regime")
+            raise ValueError(
+                f"unknown synthetic kind {kind!r}; choose one of {', '.join(_GENERATORS)}"
+            )
         if int(n_instruments) != n_instruments or n_instruments < 1:
             raise ValueError(f"n_instruments must be an integer >= 1, got {n_instruments!r}")
         if int(n_bars) != n_bars or n_bars < MIN_PIECE_BARS:
