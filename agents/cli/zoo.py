@@ -94,7 +94,10 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             f"error {row['error']}"
             if "error" in row
             else f"agent Sharpe {row['agent']['sharpe']:.2f} vs reference "
-            f"{row['reference']['sharpe']:.2f} ({row['kept']} kept), {row['seconds']:.0f} s"
+            f"{row['reference']['sharpe']:.2f} ({row['kept']} kept), return "
+            f"{row['agent']['total_return']:+.1%} vs the chosen baseline's "
+            f"({row['baseline']}) {row['chosen_baseline']['total_return']:+.1%}, "
+            f"{row['seconds']:.0f} s"
         )
         line = f"{row['market']} seed {row['seed']}: {what}"
         progress.done(line)
