@@ -110,3 +110,31 @@ def test_real_command_refuses_zoo_markets_and_missing_packages(monkeypatch, caps
     assert main(["zoo", "--real", "--device", "cpu", "--markets", "sp500"]) == 2
     err = capsys.readouterr().err
     assert "the real series sp500 need packages" in err and ".[real]" in err
+
+
+def _run_small(tmp_path, capsys, device: str, markets: list[str], *extra: str) -> dict:
+    from agents.cli import main
+
+    out = tmp_path / "zoo"
+    code = main(
+        ["zoo", "--real", "--small", "--device", device, "--seeds", "0", "1", "--no-progress",
+         "--out", str(out), "--markets", *markets, *extra]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err[-2000:]
+    return json.loads((out / "zoo.json").read_text())
+
+
+@pytest.mark.slow
+def test_real_suite_in_worker_processes_keeps_the_row_order(tmp_path, capsys) -> None:
+    # Two CPU workers: the spawned-process path that --device cuda takes, one run per worker.
+    markets = ["flipping_drift", "vanishing_edge"]
+    doc = _run_small(tmp_path, capsys, "cpu", markets, "--runs-per-device", "2")
+    got = [(r["market"], r["seed"]) for r in doc["runs"]]
+    assert got == [(m, s) for m in markets for s in (0, 1)]
+    assert all("error" not in r for r in doc["runs"])
+
+
+@pytest.mark.gpu
+def test_real_small_suite_on_cuda(tmp_path, capsys) -> None:
+    doc = _run_small(tmp_path, capsys, "cuda", ["appearing_edge", "flipping_drift"])
+    assert all("error" not in r and r["device"] == "cuda" for r in doc["runs"])
