@@ -48,9 +48,8 @@ def test_train_writes_a_report_without_tensorboard(tmp_path, monkeypatch, capsys
     assert "tensorboard is not installed" in capsys.readouterr().out
     # The page says what the saved model acts as, and metrics.json holds the evidence.
     page = html.unescape((out / "index.html").read_text())
-    assert f"Model: {metrics['kept_policy']}" in page or (
-        metrics["kept_policy"] == "network" and "Model: the network's weights" in page
-    )
+    assert f"Verdict: {metrics['deployment']['headline']}" in page
+    assert metrics["deployment"]["kept"] == metrics["kept_policy"]
     gate = metrics["fallback_test"]
     assert gate["kept"] == metrics["kept_policy"] and gate["baseline"] in (
         "flat",
