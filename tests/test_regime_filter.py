@@ -150,3 +150,57 @@ def test_the_filter_refuses_non_finite_returns():
     with pytest.raises(ValueError, match="non-finite"):
         predicted_regimes(np.array([0.0, np.inf, 0.1]), model)
     assert predicted_regimes(np.array([]), model).shape == (0, 3)
+
+
+def test_the_student_t_fit_finds_the_tails_and_the_number_of_regimes():
+    from gpu_trading_env.data.regime_filter import fit_regime_model
+    from gpu_trading_env.data.regime_markets import four_state_regimes, student_t_regimes
+
+    t_market = np.diff(
+        np.log(
+            student_t_regimes(8_001, seed=1, dof=4.0, mus=(5e-4, -5e-4), sigmas=(0.004, 0.008))[
+                "close"
+            ].to_numpy()
+        )
+    )
+    model = fit_regime_model(t_market)
+    assert len(model.mus) == 2 and 3.0 <= model.dof <= 5.0
+    np.testing.assert_allclose(model.sigmas, [0.008, 0.004], rtol=0.1)  # bear, bull
+    np.testing.assert_allclose(model.mus, [-5e-4, 5e-4], atol=2.5e-4)
+    # A 3-state Gaussian market: thin tails (a large dof) and 3 regimes.
+    gauss = fit_regime_model(_returns(8_000))
+    assert len(gauss.mus) == 3 and gauss.dof >= 20.0
+    four = np.diff(np.log(four_state_regimes(16_001, seed=2)["close"].to_numpy()))
+    assert len(fit_regime_model(four).mus) == 4
+
+
+def test_a_student_t_model_survives_its_dict_and_an_old_dict_is_gaussian():
+    import json
+    import math
+
+    model = fit_gaussian_hmm(_returns(3_000), 2, dof="fit")
+    assert math.isfinite(model.dof)
+    back = GaussianHMM.from_dict(json.loads(json.dumps(model.to_dict())))
+    r = np.r_[0.0, _returns(500, seed=4)]
+    np.testing.assert_array_equal(predicted_regimes(r, back), predicted_regimes(r, model))
+    assert back.dof == model.dof
+    old = model.to_dict()
+    del old["dof"]  # as files written before Student-t errors
+    assert GaussianHMM.from_dict(old).dof == math.inf
+    gaussian = fit_gaussian_hmm(_returns(3_000))
+    assert gaussian.to_dict()["dof"] is None
+    assert GaussianHMM.from_dict(gaussian.to_dict()).dof == math.inf
+    with pytest.raises(ValueError, match="dof"):
+        GaussianHMM.from_dict({**old, "dof": -1.0})
+
+
+def test_a_warm_start_and_bad_dof_or_start_are_refused_by_name():
+    r = _returns(3_000)
+    two = fit_gaussian_hmm(r, 2, dof="fit")
+    again = fit_gaussian_hmm(r, 2, dof="fit", start=two)
+    assert again.log_likelihood >= two.log_likelihood - 1e-6 * len(r)
+    with pytest.raises(ValueError, match="start has 2 regimes"):
+        fit_gaussian_hmm(r, 3, start=two)
+    for bad in ("auto", 0.0, -3.0):
+        with pytest.raises(ValueError, match="dof"):
+            fit_gaussian_hmm(r, 2, dof=bad)

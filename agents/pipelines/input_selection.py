@@ -10,10 +10,12 @@ over the regimes' hundreds of bars, so the training window holds a few dozen ind
 episodes of them, not 16,000 bars. So ``train`` gives the network only what the training bars
 show to predict:
 
-1. **A regime filter's forecast.** A 3-state Gaussian HMM is fitted by EM to the training bars'
-   log returns (:mod:`gpu_trading_env.data.regime_filter`); its filtered forecast of the next
-   return, ``regime_expected_return``, z-scored on the training bars, is appended to the
-   features. It is kept where it predicts the next return **out of the sample it was fitted
+1. **A regime filter's forecast.** An HMM with Student-t errors is fitted by EM to the training
+   bars' log returns, its number of regimes (2, 3 or 4) and degrees of freedom chosen by BIC
+   (:func:`~gpu_trading_env.data.regime_filter.fit_regime_model`: markets of 2 or 4 regimes, or
+   of fat tails, are not the 3 Gaussian regimes of the zoo's market); its filtered forecast of
+   the next return, ``regime_expected_return``, z-scored on the training bars, is appended to
+   the features. It is kept where it predicts the next return **out of the sample it was fitted
    on**: fitted on each half of the training bars and tested on the other (the slope of the
    next return on the forecast, HC3-robust; the two halves' t-statistics summed, one-sided).
    Tested on the bars it was fitted on, the forecast "predicted" a driftless random walk in 20%
@@ -47,9 +49,11 @@ from agents.pipelines.baseline_policies import STABILITY_LEVEL
 from gpu_trading_env.data.features import CLIP
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.data.regime_filter import (
+    COMPARE_TOLERANCE,
     GaussianHMM,
     expected_next_returns,
     fit_gaussian_hmm,
+    fit_regime_model,
     predicted_regimes,
 )
 from gpu_trading_env.reports.metrics import regression_slopes_test
@@ -178,15 +182,24 @@ def _slope_z(x: np.ndarray, y: np.ndarray) -> float:
     return math.copysign(math.sqrt(test["statistic"]), float(cx @ (y - y.mean())))
 
 
-def _regime_p_value(pieces: list[np.ndarray]) -> float | None:
-    """The forecast's cross-fitted one-sided p-value (module doc, step 1); None where a half of
-    the training bars is shorter than MIN_REGIME_BARS."""
+def _regime_fit(pieces: list[np.ndarray]) -> tuple[float | None, GaussianHMM | None]:
+    """The forecast's cross-fitted one-sided p-value (module doc, step 1) and the model fitted
+    on every training bar; ``(None, None)`` where a half of the training bars is shorter than
+    MIN_REGIME_BARS.
+
+    Each half's model is :func:`fit_regime_model`'s (the number of regimes and the tails chosen
+    by BIC on that half alone, so the other half still tests it out of sample). The model of
+    every bar has the number of regimes chosen on the later half, and is started from that
+    half's fit.
+    """
     halves = [(r[: len(r) // 2], r[len(r) // 2 :]) for r in pieces]
     if min(len(h) for pair in halves for h in pair) < MIN_REGIME_BARS:
-        return None
+        return None, None
     z = 0.0
+    fits = []
     for fit_side in (0, 1):
-        model = fit_gaussian_hmm([pair[fit_side] for pair in halves])
+        model = fit_regime_model([pair[fit_side] for pair in halves], max_iterations=30)
+        fits.append(model)
         xs, ys = [], []
         for pair in halves:
             r = pair[1 - fit_side]
@@ -194,7 +207,15 @@ def _regime_p_value(pieces: list[np.ndarray]) -> float | None:
             xs.append(forecast[:-1])  # made before bar t's return, compared with it
             ys.append(r)
         z += _slope_z(np.concatenate(xs), np.concatenate(ys))
-    return 0.5 * math.erfc(z / math.sqrt(2.0) / math.sqrt(2.0))
+    full = fit_gaussian_hmm(
+        pieces,
+        len(fits[1].mus),
+        dof="fit",
+        start=fits[1],
+        tolerance=COMPARE_TOLERANCE,
+        max_iterations=30,
+    )
+    return 0.5 * math.erfc(z / math.sqrt(2.0) / math.sqrt(2.0)), full
 
 
 def _recent_p_values(
@@ -276,11 +297,9 @@ def select_inputs(train: MarketData, level: float = SELECTION_LEVEL) -> InputSel
         holm.append(name)
     recent = _recent_p_values(train, x, y, holm)
     kept_features = [n for n in holm if recent[n] < STABILITY_LEVEL]
-    p_regime = _regime_p_value(pieces)
-    model = None
+    p_regime, model = _regime_fit(pieces)
     mean, std = 0.0, 1.0
-    if p_regime is not None:
-        model = fit_gaussian_hmm(pieces)
+    if model is not None:
         forecast = expected_next_returns(train, model)
         mean, std = float(forecast.mean()), float(forecast.std())
         std = std if std > 0.0 else 1.0

@@ -26,6 +26,7 @@ import pandas as pd
 
 from gpu_trading_env.data.features import WARMUP_BARS
 from gpu_trading_env.data.frames import arrays_from_dataframe
+from gpu_trading_env.data.regime_markets import KINDS as REGIME_KINDS
 from gpu_trading_env.data.shifting_markets import SHIFTING_KINDS
 from gpu_trading_env.data.splits import (
     MIN_PIECE_BARS,
@@ -45,6 +46,7 @@ _GENERATORS = {
     "regime": regime_switching,
     "regime_switching": regime_switching,
     **SHIFTING_KINDS,
+    **REGIME_KINDS,
 }
 
 DEFAULT_SYNTHETIC_BARS = 20_000

@@ -1,4 +1,4 @@
-"""A Gaussian hidden Markov model of per-bar log returns: fitted by EM, run forward as a filter.
+"""A hidden Markov model of per-bar log returns: fitted by EM, run forward as a filter.
 
 Markets that switch between regimes (bull, bear, sideways) carry their edge in a hidden state
 that persists for hundreds of bars. The indicator features, whose windows are at most 100 bars
@@ -8,7 +8,10 @@ filter of a 3-state Gaussian HMM fitted by EM on the same training bars reaches 
 filter's Sharpe (``benchmarks/regime_learnability.py``). This module holds that model:
 
 - :func:`fit_gaussian_hmm`: Baum-Welch on one series of log returns (or several, one per
-  instrument), regimes ordered by their mean;
+  instrument), regimes ordered by their mean; with ``dof="fit"`` the regimes' errors are
+  Student-t, their shared degrees of freedom estimated (a Gaussian where the tails are thin);
+- :func:`fit_regime_model`: that Student-t fit for each number of regimes in a set, the one of
+  the lowest BIC kept (markets of 2 or 4 regimes, or fat-tailed errors, are not 3 Gaussians);
 - :func:`predicted_regimes`: the forward filter, ``P(regime_{t+1} = k | r_1..r_t)`` for every
   bar, so that row ``t`` uses bars ``<= t`` only.
 - :func:`expected_next_returns`: that filter's forecast of the next log return at every row of
@@ -25,6 +28,7 @@ rescaled as it is formed and nothing under- or overflows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,6 +44,7 @@ __all__ = [
     "GaussianHMM",
     "expected_next_returns",
     "fit_gaussian_hmm",
+    "fit_regime_model",
     "predicted_regimes",
 ]
 
@@ -51,14 +56,25 @@ RESCALE_EVERY = 16
 # A regime's volatility is kept above this fraction of the series' own: without a floor EM can
 # shrink one regime onto a few nearly equal returns and its likelihood grows without bound.
 SIGMA_FLOOR = 0.05
+# Degrees of freedom the Student-t fit chooses from (inf: Gaussian); a grid, since the
+# M-step's objective in the degrees of freedom is one-dimensional and flat near the optimum.
+DOF_GRID = (2.5, 3.0, 4.0, 6.0, 10.0, 30.0, math.inf)
+# Numbers of regimes fit_regime_model compares.
+REGIME_COUNTS = (2, 3, 4)
+# fit_regime_model's stopping rule (log-likelihood gain per bar): BICs differ by tens of nats
+# where a number of regimes is wrong, and a model with a regime too many creeps on for all its
+# iterations at fit_gaussian_hmm's default tolerance.
+COMPARE_TOLERANCE = 1e-5
 
 
 @dataclass(frozen=True)
 class GaussianHMM:
-    """A fitted model: regime ``k`` has per-bar log-return mean ``mus[k]`` and standard
-    deviation ``sigmas[k]`` (float64 [K], ``mus`` ascending); ``transition[i, j]`` is
+    """A fitted model: regime ``k`` has per-bar log-return mean ``mus[k]`` and scale
+    ``sigmas[k]`` (float64 [K], ``mus`` ascending where fitted); ``transition[i, j]`` is
     ``P(regime_{t+1} = j | regime_t = i)`` (float64 [K, K], rows sum to 1); ``initial`` the first
-    bar's regime probabilities (float64 [K])."""
+    bar's regime probabilities (float64 [K]). ``dof``: the errors' law, ``math.inf`` Gaussian
+    (``sigmas`` the standard deviations), else Student-t with ``dof`` degrees of freedom shared
+    by the regimes (a Gaussian scale mixture; ``sigmas`` the t's scales)."""
 
     mus: np.ndarray
     sigmas: np.ndarray
@@ -66,9 +82,21 @@ class GaussianHMM:
     initial: np.ndarray
     log_likelihood: float
     iterations: int
+    dof: float = math.inf
+
+    @property
+    def n_parameters(self) -> int:
+        """Free parameters (means, scales, transitions, initial probabilities, the degrees of
+        freedom where fitted), for the BIC."""
+        k = len(self.mus)
+        return 2 * k + k * (k - 1) + (k - 1) + (0 if math.isinf(self.dof) else 1)
+
+    def bic(self, n_bars: int) -> float:
+        """Schwarz's criterion ``-2 log L + n_parameters * log(n_bars)`` (lower is better)."""
+        return -2.0 * self.log_likelihood + self.n_parameters * math.log(n_bars)
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready parameters."""
+        """JSON-ready parameters (``dof`` None for Gaussian errors: JSON has no infinity)."""
         return {
             "mus": self.mus.tolist(),
             "sigmas": self.sigmas.tolist(),
@@ -76,11 +104,20 @@ class GaussianHMM:
             "initial": self.initial.tolist(),
             "log_likelihood": self.log_likelihood,
             "iterations": self.iterations,
+            "dof": None if math.isinf(self.dof) else float(self.dof),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GaussianHMM:
-        """The inverse of :meth:`to_dict`."""
+        """The inverse of :meth:`to_dict`; a dict without ``dof`` (files written before the
+        Student-t errors) is a Gaussian model.
+
+        :raises ValueError: where ``dof`` is not None or a number > 0.
+        """
+        dof = d.get("dof")
+        dof = math.inf if dof is None else float(dof)
+        if not dof > 0.0:
+            raise ValueError(f"dof = {d.get('dof')!r} is invalid: allowed is None or a number > 0")
         return cls(
             mus=np.asarray(d["mus"], dtype=np.float64),
             sigmas=np.asarray(d["sigmas"], dtype=np.float64),
@@ -88,6 +125,7 @@ class GaussianHMM:
             initial=np.asarray(d["initial"], dtype=np.float64),
             log_likelihood=float(d["log_likelihood"]),
             iterations=int(d["iterations"]),
+            dof=dof,
         )
 
 
@@ -119,22 +157,39 @@ def _prefix_products(start: np.ndarray, mats: np.ndarray) -> np.ndarray:
     return out
 
 
+def _log_densities(
+    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray, dof: float = math.inf
+) -> np.ndarray:
+    """Per-bar log densities under each regime (float64 [T, K]): Gaussian for ``dof`` inf,
+    else Student-t of location ``mus``, scale ``sigmas`` and ``dof`` degrees of freedom."""
+    z2 = ((r[:, None] - mus[None, :]) / sigmas[None, :]) ** 2
+    if math.isinf(dof):
+        return -0.5 * z2 - np.log(sigmas)[None, :] - 0.5 * math.log(2.0 * math.pi)
+    const = math.lgamma(0.5 * (dof + 1.0)) - math.lgamma(0.5 * dof) - 0.5 * math.log(dof * math.pi)
+    return const - np.log(sigmas)[None, :] - 0.5 * (dof + 1.0) * np.log1p(z2 / dof)
+
+
 def _likelihoods(
-    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray
+    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray, dof: float = math.inf
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-bar Gaussian likelihoods under each regime, each row divided by its largest entry
+    """Per-bar likelihoods under each regime, each row divided by its largest entry
     (float64 [T, K]), and the log of that divisor (float64 [T])."""
-    loglik = -0.5 * ((r[:, None] - mus[None, :]) / sigmas[None, :]) ** 2 - np.log(sigmas)[None, :]
+    loglik = _log_densities(r, mus, sigmas, dof)
     top = loglik.max(axis=1)
-    return np.exp(loglik - top[:, None]), top - 0.5 * np.log(2.0 * np.pi)
+    return np.exp(loglik - top[:, None]), top
 
 
 def _forward_backward(
-    r: np.ndarray, mus: np.ndarray, sigmas: np.ndarray, trans: np.ndarray, initial: np.ndarray
+    r: np.ndarray,
+    mus: np.ndarray,
+    sigmas: np.ndarray,
+    trans: np.ndarray,
+    initial: np.ndarray,
+    dof: float = math.inf,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Posterior regime probabilities (float64 [T, K]), expected transition counts (float64
     [K, K]) and the log-likelihood of one series."""
-    lik, offset = _likelihoods(r, mus, sigmas)
+    lik, offset = _likelihoods(r, mus, sigmas, dof)
     # alpha_t ∝ P(regime_t, r_1..r_t); beta_t ∝ P(r_{t+1}..r_T | regime_t).
     alpha = _prefix_products(initial * lik[0], trans[None, :, :] * lik[1:, None, :])
     beta_rev = _prefix_products(
@@ -152,31 +207,13 @@ def _forward_backward(
     return gamma, xi.sum(axis=0), float(np.log(step).sum() + offset.sum())
 
 
-def fit_gaussian_hmm(
-    returns: np.ndarray | Sequence[np.ndarray],
-    n_regimes: int = 3,
-    *,
-    max_iterations: int = 60,
-    tolerance: float = 1e-8,
-) -> GaussianHMM:
-    """Baum-Welch (EM) fit of a ``n_regimes``-state Gaussian HMM to per-bar log returns.
-
-    Started from regimes that differ in volatility only (quantiles of the absolute return,
-    zero means, each regime kept with probability 0.99 a bar), which is what separates bull,
-    bear and sideways markets first. Stops when the log-likelihood gains less than
-    ``tolerance`` times the number of bars in an iteration, or after ``max_iterations``.
-
-    :param returns: float [T] log returns, or one such array per instrument (each its own
-        chain, the parameters shared); finite; at least ``10 * n_regimes`` bars in all.
-    :raises ValueError: on a bad argument, naming it.
-    """
+def _check_returns(returns: np.ndarray | Sequence[np.ndarray], n_regimes: int) -> list[np.ndarray]:
+    """The non-empty float64 series of ``returns``; ValueError naming what is wrong."""
     series = [returns] if isinstance(returns, np.ndarray) else list(returns)
     series = [np.asarray(s, dtype=np.float64).ravel() for s in series]
     series = [s for s in series if len(s) > 0]
     if not isinstance(n_regimes, int) or n_regimes < 2:
         raise ValueError(f"n_regimes = {n_regimes!r} is invalid: allowed is an int >= 2")
-    if max_iterations < 1:
-        raise ValueError(f"max_iterations = {max_iterations!r} is invalid: allowed is >= 1")
     total = sum(len(s) for s in series)
     if total < 10 * n_regimes:
         raise ValueError(
@@ -185,16 +222,67 @@ def fit_gaussian_hmm(
     for s in series:
         if not np.isfinite(s).all():
             raise ValueError("returns holds non-finite values: allowed are finite log returns")
+    if float(np.concatenate(series).std()) == 0.0:
+        raise ValueError("returns is constant: a regime model needs returns that vary")
+    return series
+
+
+def _best_dof(flat: np.ndarray, gamma: np.ndarray, mus: np.ndarray, sigmas: np.ndarray) -> float:
+    """The grid's degrees of freedom of the highest expected complete-data log-likelihood."""
+    scores = [np.einsum("tk,tk->", gamma, _log_densities(flat, mus, sigmas, d)) for d in DOF_GRID]
+    return DOF_GRID[int(np.argmax(scores))]
+
+
+def fit_gaussian_hmm(
+    returns: np.ndarray | Sequence[np.ndarray],
+    n_regimes: int = 3,
+    *,
+    max_iterations: int = 60,
+    tolerance: float = 1e-8,
+    dof: float | str = math.inf,
+    start: GaussianHMM | None = None,
+) -> GaussianHMM:
+    """Baum-Welch (EM) fit of a ``n_regimes``-state HMM to per-bar log returns.
+
+    Started from regimes that differ in volatility only (quantiles of the absolute return,
+    zero means, each regime kept with probability 0.99 a bar), which is what separates bull,
+    bear and sideways markets first. Stops when the log-likelihood gains less than
+    ``tolerance`` times the number of bars in an iteration, or after ``max_iterations``.
+
+    :param returns: float [T] log returns, or one such array per instrument (each its own
+        chain, the parameters shared); finite; at least ``10 * n_regimes`` bars in all.
+    :param dof: the errors' degrees of freedom: ``math.inf`` Gaussian, a number > 0 Student-t
+        with it fixed, ``"fit"`` Student-t with it chosen from :data:`DOF_GRID` each iteration
+        (an ECM step: the means and scales from the t's weights ``(dof + 1) / (dof + z^2)``).
+    :param start: a model of ``n_regimes`` regimes to start from (a fit on part of the bars)
+        instead of the volatility quantiles; with ``dof="fit"`` its degrees of freedom too.
+    :raises ValueError: on a bad argument, naming it.
+    """
+    series = _check_returns(returns, n_regimes)
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations = {max_iterations!r} is invalid: allowed is >= 1")
+    fit_dof = isinstance(dof, str)
+    if fit_dof and dof != "fit" or not fit_dof and not float(dof) > 0.0:
+        raise ValueError(f"dof = {dof!r} is invalid: allowed is a number > 0, math.inf or 'fit'")
+    if start is not None and len(start.mus) != n_regimes:
+        raise ValueError(
+            f"start has {len(start.mus)} regimes: allowed is a model of n_regimes = {n_regimes}"
+        )
+    nu = DOF_GRID[len(DOF_GRID) // 2] if fit_dof else float(dof)
+    total = sum(len(s) for s in series)
     flat = np.concatenate(series)
     scale = float(flat.std())
-    if scale == 0.0:
-        raise ValueError("returns is constant: a regime model needs returns that vary")
-    sigmas = np.quantile(np.abs(flat - flat.mean()), np.linspace(0.3, 0.9, n_regimes)) * 1.25
+    if start is None:
+        sigmas = np.quantile(np.abs(flat - flat.mean()), np.linspace(0.3, 0.9, n_regimes)) * 1.25
+        mus = np.full(n_regimes, flat.mean())
+        trans = np.full((n_regimes, n_regimes), 0.01 / (n_regimes - 1))
+        np.fill_diagonal(trans, 0.99)
+        initial = np.full(n_regimes, 1.0 / n_regimes)
+    else:
+        mus, sigmas = start.mus.copy(), start.sigmas.copy()
+        trans, initial = start.transition.copy(), start.initial.copy()
+        nu = start.dof if fit_dof else nu
     sigmas = np.maximum(sigmas, SIGMA_FLOOR * scale)
-    mus = np.full(n_regimes, flat.mean())
-    trans = np.full((n_regimes, n_regimes), 0.01 / (n_regimes - 1))
-    np.fill_diagonal(trans, 0.99)
-    initial = np.full(n_regimes, 1.0 / n_regimes)
     previous = -np.inf
     loglik = -np.inf
     iterations = 0
@@ -202,20 +290,30 @@ def fit_gaussian_hmm(
         iterations += 1
         gammas, counts, loglik = [], np.zeros((n_regimes, n_regimes)), 0.0
         for s in series:
-            g, c, ll = _forward_backward(s, mus, sigmas, trans, initial)
+            g, c, ll = _forward_backward(s, mus, sigmas, trans, initial, nu)
             gammas.append(g)
             counts += c
             loglik += ll
         gamma = np.concatenate(gammas)
         weight = gamma.sum(axis=0)
-        mus = (gamma * flat[:, None]).sum(axis=0) / weight
-        sigmas = np.sqrt((gamma * (flat[:, None] - mus) ** 2).sum(axis=0) / weight)
+        if math.isinf(nu):
+            u = gamma
+        else:
+            z2 = ((flat[:, None] - mus) / sigmas) ** 2
+            u = gamma * (nu + 1.0) / (nu + z2)
+        mus = (u * flat[:, None]).sum(axis=0) / u.sum(axis=0)
+        sigmas = np.sqrt((u * (flat[:, None] - mus) ** 2).sum(axis=0) / weight)
         sigmas = np.maximum(sigmas, SIGMA_FLOOR * scale)
         trans = counts / counts.sum(axis=1, keepdims=True)
         initial = np.mean([g[0] for g in gammas], axis=0)
+        if fit_dof:
+            nu = _best_dof(flat, gamma, mus, sigmas)
         if loglik - previous < tolerance * total:
             break
         previous = loglik
+    if fit_dof:
+        # The log-likelihood of the parameters returned, not of the last E-step's.
+        loglik = sum(_forward_backward(s, mus, sigmas, trans, initial, nu)[2] for s in series)
     order = np.argsort(mus)
     return GaussianHMM(
         mus=mus[order],
@@ -224,7 +322,34 @@ def fit_gaussian_hmm(
         initial=initial[order],
         log_likelihood=float(loglik),
         iterations=iterations,
+        dof=nu,
     )
+
+
+def fit_regime_model(
+    returns: np.ndarray | Sequence[np.ndarray],
+    regime_counts: Sequence[int] = REGIME_COUNTS,
+    *,
+    max_iterations: int = 60,
+    tolerance: float = COMPARE_TOLERANCE,
+) -> GaussianHMM:
+    """The Student-t HMM (``fit_gaussian_hmm(..., dof="fit")``) of the lowest BIC among
+    ``regime_counts`` regimes: the number of regimes and the tails chosen by the data, each
+    candidate fitted to ``tolerance``.
+
+    :param returns: as :func:`fit_gaussian_hmm`'s; at least ``10 * max(regime_counts)`` bars.
+    :raises ValueError: on a bad argument, naming it.
+    """
+    counts = list(regime_counts)
+    if not counts:
+        raise ValueError("regime_counts is empty: allowed is a non-empty set of ints >= 2")
+    series = _check_returns(returns, max(counts))
+    total = sum(len(s) for s in series)
+    fits = [
+        fit_gaussian_hmm(series, k, max_iterations=max_iterations, tolerance=tolerance, dof="fit")
+        for k in counts
+    ]
+    return min(fits, key=lambda m: m.bic(total))
 
 
 def predicted_regimes(returns: np.ndarray, model: GaussianHMM) -> np.ndarray:
@@ -239,7 +364,7 @@ def predicted_regimes(returns: np.ndarray, model: GaussianHMM) -> np.ndarray:
         return np.empty((0, len(model.mus)))
     if not np.isfinite(r).all():
         raise ValueError("returns holds non-finite values: allowed are finite log returns")
-    lik, _ = _likelihoods(r, model.mus, model.sigmas)
+    lik, _ = _likelihoods(r, model.mus, model.sigmas, model.dof)
     filtered = _prefix_products(model.initial, model.transition[None] * lik[1:, None, :])
     return filtered @ model.transition
 
