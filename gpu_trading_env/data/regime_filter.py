@@ -65,6 +65,9 @@ REGIME_COUNTS = (2, 3, 4)
 # where a number of regimes is wrong, and a model with a regime too many creeps on for all its
 # iterations at fit_gaussian_hmm's default tolerance.
 COMPARE_TOLERANCE = 1e-5
+# Bars of the moving average that fit_regime_model's second start groups bars by (regimes last
+# hundreds of bars; a shorter average is mostly noise).
+TREND_WINDOW = 100
 
 
 @dataclass(frozen=True)
@@ -345,11 +348,59 @@ def fit_regime_model(
         raise ValueError("regime_counts is empty: allowed is a non-empty set of ints >= 2")
     series = _check_returns(returns, max(counts))
     total = sum(len(s) for s in series)
-    fits = [
-        fit_gaussian_hmm(series, k, max_iterations=max_iterations, tolerance=tolerance, dof="fit")
-        for k in counts
-    ]
+    fits = []
+    for k in counts:
+        # EM from regimes of different volatility and from regimes of different trend: where
+        # the regimes differ in their mean only, the first start ends at a split of the tails.
+        starts = [None, _trend_start(series, k)]
+        fits.append(
+            max(
+                (
+                    fit_gaussian_hmm(
+                        series,
+                        k,
+                        max_iterations=max_iterations,
+                        tolerance=tolerance,
+                        dof="fit",
+                        start=start,
+                    )
+                    for start in starts
+                ),
+                key=lambda m: m.log_likelihood,
+            )
+        )
     return min(fits, key=lambda m: m.bic(total))
+
+
+def _trend_start(series: list[np.ndarray], n_regimes: int) -> GaussianHMM:
+    """A model to start EM from: bars grouped by quantiles of their centred moving average over
+    :data:`TREND_WINDOW` bars (each series on its own), each group's mean and standard deviation
+    its regime's, each regime kept with probability 0.99 a bar, Student-t errors of the grid's
+    middle degrees of freedom."""
+    trend = np.concatenate(
+        [np.convolve(s, np.full(TREND_WINDOW, 1.0 / TREND_WINDOW), mode="same") for s in series]
+    )
+    flat = np.concatenate(series)
+    edges = np.quantile(trend, np.linspace(0.0, 1.0, n_regimes + 1)[1:-1])
+    group = np.searchsorted(edges, trend)
+    scale = float(flat.std())
+    mus = np.array(
+        [flat[group == g].mean() if (group == g).any() else 0.0 for g in range(n_regimes)]
+    )
+    sigmas = np.array(
+        [flat[group == g].std() if (group == g).sum() > 1 else scale for g in range(n_regimes)]
+    )
+    trans = np.full((n_regimes, n_regimes), 0.01 / (n_regimes - 1))
+    np.fill_diagonal(trans, 0.99)
+    return GaussianHMM(
+        mus=mus,
+        sigmas=np.maximum(sigmas, SIGMA_FLOOR * scale),
+        transition=trans,
+        initial=np.full(n_regimes, 1.0 / n_regimes),
+        log_likelihood=0.0,
+        iterations=0,
+        dof=DOF_GRID[len(DOF_GRID) // 2],
+    )
 
 
 def predicted_regimes(returns: np.ndarray, model: GaussianHMM) -> np.ndarray:
