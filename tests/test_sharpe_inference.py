@@ -60,18 +60,21 @@ def _psr_formula(sr: float, sr_star: float, n: int, skew: float, kurt: float) ->
 
 
 def test_paper_figure_needs_raw_kurtosis_not_excess():
-    """Handing the formula the excess kurtosis (10 - 3 = 7, pandas' and scipy's default, the
-    mistake of vectorbt and quantstats) misses the paper's 0.9004; with the raw 10 it matches.
-    Skew -3 with a kurtosis of 7 is not a distribution's (kurtosis >= 1 + skew^2 = 10), so the
-    module refuses it instead of returning the wrong figure."""
+    """Handing the formula the excess kurtosis (10 - 3 = 7, pandas' and scipy's default) misses
+    the paper's 0.9004; with the raw 10 it matches. quantstats' ``probabilistic_ratio`` writes the
+    variance as ``1 + sr^2/2 - skew sr + (k - 3)/4 sr^2`` (the raw-kurtosis form) and feeds it
+    pandas' excess kurtosis, which is this mistake. Skew -3 with a kurtosis of 7 is not a
+    distribution's (kurtosis >= 1 + skew^2 = 10), so the module refuses it."""
+    sr, n = PAPER["sr"], PAPER["n"]
     sr0 = expected_max_sharpe(PAPER["n_trials"], PAPER["sr_variance"])
-    raw = _psr_formula(PAPER["sr"], sr0, PAPER["n"], -3.0, 10.0)
-    excess = _psr_formula(PAPER["sr"], sr0, PAPER["n"], -3.0, 7.0)
+    raw = _psr_formula(sr, sr0, n, -3.0, 10.0)
+    excess = _psr_formula(sr, sr0, n, -3.0, 7.0)
+    quantstats_style = 1 + 0.5 * sr**2 + 3.0 * sr + (7.0 - 3) / 4 * sr**2
+    assert quantstats_style == pytest.approx(1 + 3.0 * sr + (7.0 - 1) / 4 * sr**2)
     assert round(raw, 4) == 0.9004
-    assert round(excess, 4) != 0.9004
-    assert excess - raw > 0.001
+    assert round(excess, 4) == 0.9018
     with pytest.raises(ValueError, match=r"kurtosis .*1 \+ skew\*\*2.*got 7\.0"):
-        probabilistic_sharpe_ratio(PAPER["sr"], sr0, PAPER["n"], -3.0, 7.0)
+        probabilistic_sharpe_ratio(sr, sr0, n, -3.0, 7.0)
 
 
 def test_moments_of_returns_are_raw_kurtosis():
