@@ -63,6 +63,10 @@ def interval_text(ci: dict[str, float], what: str = "Sharpe") -> str:
     return text + ")"
 
 
+def _p_text(p: float) -> str:
+    return f"p = {p:.2g}" if p >= 1e-16 else "p < 1e-16"
+
+
 def _side(kept: str) -> str:
     return "long" if kept == "hold long" else "short"
 
@@ -101,16 +105,14 @@ def describe_deployment(
     details: list[str] = []
     name = baseline["name"]
     if selection is not None:
-        p = float(selection["p_value"])
-        shown = f"p = {p:.2g}" if p >= 1e-16 else "p < 1e-16"
+        shown = _p_text(float(selection["p_value"]))
         counted = kept_inputs_count(selection["kept"], len(selection["feature_names"]))
         details.append(
             f"Input selection on the training bars: {counted} kept (family-wise {shown})."
         )
     predict = None if gate is None else gate.get("features_predict_next_return")
     if selection is None and predict is not None:
-        p = float(predict["p_value"])
-        shown = f"p = {p:.2g}" if p >= 1e-16 else "p < 1e-16"
+        shown = _p_text(float(predict["p_value"]))
         details.append(
             f"The features predict the next bar's return on the training bars with {shown} "
             f"(robust Wald test, {int(predict['df'])} slopes)."
