@@ -157,7 +157,7 @@ def test_the_terminal_and_the_page_count_the_kept_inputs_the_same_way():
     half = {"difference": 0.8, "low": 0.2, "high": 1.4, "level": 0.9, "p_value": 0.5}
     page = describe_deployment(
         "flat",
-        {"name": "flat", "hold_vs_flat": half, "halves": [half, half]},
+        {"name": "flat", "hold_vs_flat": half, "parts": [half, half, half]},
         gate=None,
         selection={"kept": kept, "feature_names": names, "p_value": 0.01},
     ).details[0]

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from agents.pipelines.baseline_policies import (
+    HOLD_PARTS,
     PREDICTABLE_P_VALUE,
     baseline_backtest,
     choose_baseline,
@@ -27,7 +28,7 @@ def ci(d: float, lo: float, hi: float, level: float = 0.9) -> dict[str, float]:
 
 
 def baseline(name: str) -> dict:
-    return {"name": name, "hold_vs_flat": ci(0.8, 0.2, 1.4), "halves": [ci(1.0, 0.3, 1.7)] * 2}
+    return {"name": name, "hold_vs_flat": ci(0.8, 0.2, 1.4), "parts": [ci(1.0, 0.3, 1.7)] * 3}
 
 
 def gate(kept: str, by: str | None, flat: dict, vs_base: dict | None = None) -> dict:
@@ -67,7 +68,7 @@ def test_network_predictable_says_interval_spans_zero():
     g = gate("network", "predictable", ci(1.2, -0.3, 2.8))
     d = describe_deployment("network", baseline("flat"), gate=g, selection=SELECTION)
     assert "the interval spans zero" in d.headline
-    assert "75% one-sided" in d.headline
+    assert "87.5% one-sided" in d.headline
     text = d.headline + " ".join(d.details)
     assert "suffices" not in text
 
@@ -135,10 +136,27 @@ def test_drift_that_flips_sign_is_no_reason_to_hold():
     config = EnvConfig(episode_length=200)
     assert choose_baseline(up, config, 8766.0).name == "hold long"
     choice = choose_baseline(_bars(flip), config, 8766.0)
-    # Over all the bars the drift is up and significant; the second half's is down.
+    # Over all the bars the drift is up and significant; the last third's is down.
     assert choice.hold_vs_flat["low"] > 0.0
-    assert choice.halves[1]["difference"] < 0.0
+    assert choice.parts[-1]["difference"] < 0.0
     assert choice.name == "flat"
+
+
+def test_drift_one_stretch_carries_is_no_reason_to_hold():
+    # Up for two thirds of the bars, slightly down in the last: both halves' drifts are up
+    # (the second half is half up-stretch), the last third's is not.
+    rng = np.random.default_rng(2)
+    n = 6000
+    mu = np.r_[2e-3 * np.ones(2 * n // 3), -2e-4 * np.ones(n - 2 * n // 3)]
+    choice = choose_baseline(_bars(mu + 0.002 * rng.standard_normal(n)), EnvConfig(), 8766.0)
+    assert len(choice.parts) == HOLD_PARTS == 3
+    assert choice.hold_vs_flat["low"] > 0.0 and choice.parts[1]["low"] > 0.0
+    assert choice.parts[2]["high"] < 0.0
+    assert choice.name == "flat"
+    assert (
+        "in each third"
+        in describe_deployment("flat", choice.to_dict(), gate=None, selection=None).details[0]
+    )
 
 
 def test_hold_long_baseline_is_buy_and_hold():

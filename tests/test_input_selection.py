@@ -210,7 +210,7 @@ def test_the_report_names_the_test_that_was_run(selected):
         else None
     )
     flat_ci = {"difference": 0.1, "low": -0.5, "high": 0.6, "level": 0.9}
-    baseline = {"name": "flat", "hold_vs_flat": flat_ci, "halves": []}
+    baseline = {"name": "flat", "hold_vs_flat": flat_ci, "parts": []}
     deployment = describe_deployment("network", baseline, gate=gate, selection=selection)
     note = kept_policy_note({"deployment": deployment})
     assert note.startswith("Verdict: a network")

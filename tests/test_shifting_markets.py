@@ -17,7 +17,7 @@ from gpu_trading_env.data.synthetic import planted_rule_expected_log_return
 
 
 @pytest.mark.parametrize(
-    ("kind", "at"), [("vanishing_edge", 0.40), ("appearing_edge", 0.58), ("flipping_drift", 0.40)]
+    ("kind", "at"), [("vanishing_edge", 0.40), ("appearing_edge", 0.36), ("flipping_drift", 0.40)]
 )
 def test_the_change_lies_at_its_fraction_of_the_kept_bars(kind: str, at: float) -> None:
     data = MarketData.synthetic(kind, 10_000, seed=3)
@@ -57,7 +57,7 @@ def test_seeded_and_the_change_is_in_the_metadata() -> None:
     b = MarketData.synthetic("appearing_edge", 2_000, seed=5)
     assert np.array_equal(a.close, b.close)
     assert a.metadata["phi_before"] == 0.0 and a.metadata["phi_after"] == 0.10
-    assert a.metadata["change_bar"] == WARMUP_BARS + int(0.58 * 2_000)
+    assert a.metadata["change_bar"] == WARMUP_BARS + int(0.36 * 2_000)
 
 
 def test_bad_parameters_name_the_field() -> None:

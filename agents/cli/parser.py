@@ -260,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="where the network's inputs predict the next bar's return on the training bars "
             "at this level (the input selection's family-wise test; with --all-inputs a robust "
             "Wald test of every feature), the fallback deploys a network that beats flat on the "
-            "validation window, allowing for its choice among snapshots, at 75%% one-sided "
+            "validation window, allowing for its choice among snapshots, at 87.5%% one-sided "
             "confidence; elsewhere it must beat flat at 95%%; 0 turns the test off",
         )
         g.add_argument(

@@ -9,9 +9,10 @@ best policy that has nothing to fit:
 1. **The baseline** is chosen on the whole training window (fit and validation bars): hold long
    where holding beats staying flat there (the circular block bootstrap of the Sharpe
    difference, :func:`gpu_trading_env.reports.metrics.sharpe_difference_interval`, lower bound
-   of the two-sided ``GATE_LEVEL`` interval above zero) **and** in each half of it (one-sided at
-   ``STABILITY_LEVEL``); hold short where both are worse; flat otherwise. A drift that flips
-   sign inside the training bars is no reason to hold.
+   of the two-sided ``GATE_LEVEL`` interval above zero) **and** in each of its ``HOLD_PARTS``
+   consecutive parts (one-sided at ``HOLD_PART_LEVEL``); hold short where all are worse; flat
+   otherwise. A drift that flips sign, or that one stretch of the training bars carries, is no
+   reason to hold.
 2. **No input, no network.** Where the input selection (:mod:`agents.pipelines.input_selection`,
    the default) keeps no input, the network would see nothing that predicted a return on the
    training bars; ``train`` deploys the baseline without training one.
@@ -24,7 +25,7 @@ best policy that has nothing to fit:
    family-wise p-value below ``predictability_level``), the validation evidence the network
    needs is less, since a weak edge after costs is only one or two standard errors wide over
    the validation window even for the best rule: the reality check's p-value below
-   ``PREDICTABLE_P_VALUE`` (a one-sided level of a quarter: "predictable"). A validation Sharpe
+   ``PREDICTABLE_P_VALUE`` (a one-sided level of an eighth: "predictable"). A validation Sharpe
    barely above zero allowing for the choice is not enough.
 
 Costs are in every curve, so a network that trades an edge too small to pay for its turnover
@@ -51,6 +52,8 @@ from gpu_trading_env.reports.metrics import (
 __all__ = [
     "BASELINE_EXPOSURE",
     "GATE_LEVEL",
+    "HOLD_PARTS",
+    "HOLD_PART_LEVEL",
     "PREDICTABILITY_LEVEL",
     "PREDICTABLE_P_VALUE",
     "STABILITY_LEVEL",
@@ -74,9 +77,14 @@ GATE_LEVEL = 0.90
 # which the network needs less validation evidence (step 4 of the module doc).
 PREDICTABILITY_LEVEL = 0.01
 # The reality check's p-value (twice the one-sided share) that step 4 requires on validation.
-PREDICTABLE_P_VALUE = 0.5
+PREDICTABLE_P_VALUE = 0.25
 # One-sided level at which an edge must hold in each part of the training bars it is checked on.
 STABILITY_LEVEL = 0.10
+# Consecutive parts of the training bars a hold's drift must show in, and the one-sided level
+# of each part's test: more parts at a looser level than the features' test, since each part
+# is shorter and a drift is one number, not a fitted rule.
+HOLD_PARTS = 3
+HOLD_PART_LEVEL = 0.20
 
 
 @dataclass(frozen=True)
@@ -85,8 +93,12 @@ class BaselineChoice:
 
     name: str  # a key of BASELINE_EXPOSURE
     hold_vs_flat: dict[str, float]  # sharpe_difference_interval of holding long against flat
-    # The same test on each half of the training window, at the one-sided STABILITY_LEVEL.
-    halves: tuple[dict[str, float], ...] = ()
+    # The same test on each of HOLD_PARTS consecutive parts of the training window, at the
+    # one-sided HOLD_PART_LEVEL (empty where the window is too short to cut).
+    parts: tuple[dict[str, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "hold_vs_flat": self.hold_vs_flat, "parts": list(self.parts)}
 
 
 @dataclass(frozen=True)
@@ -154,25 +166,24 @@ def baseline_action(name: str, config: EnvConfig) -> int:
 
 
 def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> BaselineChoice:
-    """Flat, hold long or hold short, from the whole training window and each of its halves
-    (step 1 of the module doc)."""
+    """Flat, hold long or hold short, from the whole training window and each of its
+    ``HOLD_PARTS`` parts (step 1 of the module doc)."""
     hold = baseline_backtest("hold long", train, config, per_year)
     r = hold.returns
     ci = sharpe_difference_interval(r, np.zeros_like(r), per_year, level=GATE_LEVEL)
-    halves: tuple[dict[str, float], ...] = ()
-    if len(r) >= 8:
-        mid = len(r) // 2
-        halves = tuple(
-            sharpe_difference_interval(h, np.zeros_like(h), per_year, level=1 - 2 * STABILITY_LEVEL)
-            for h in (r[:mid], r[mid:])
+    parts: tuple[dict[str, float], ...] = ()
+    if len(r) >= 4 * HOLD_PARTS:
+        parts = tuple(
+            sharpe_difference_interval(p, np.zeros_like(p), per_year, level=1 - 2 * HOLD_PART_LEVEL)
+            for p in np.array_split(r, HOLD_PARTS)
         )
-    if ci["low"] > 0.0 and halves and all(h["low"] > 0.0 for h in halves):
+    if ci["low"] > 0.0 and parts and all(p["low"] > 0.0 for p in parts):
         name = "hold long"
-    elif ci["high"] < 0.0 and halves and all(h["high"] < 0.0 for h in halves):
+    elif ci["high"] < 0.0 and parts and all(p["high"] < 0.0 for p in parts):
         name = "hold short"
     else:
         name = "flat"
-    return BaselineChoice(name, ci, halves)
+    return BaselineChoice(name, ci, parts)
 
 
 def features_predict_returns(train: MarketData) -> dict[str, float] | None:

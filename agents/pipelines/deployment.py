@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agents.pipelines.baseline_policies import PREDICTABLE_P_VALUE
 from agents.pipelines.input_selection import kept_inputs_count
 
 __all__ = ["OUTCOMES", "Deployment", "describe_deployment", "interval_text"]
@@ -71,12 +72,19 @@ def _side(kept: str) -> str:
     return "long" if kept == "hold long" else "short"
 
 
+# The one-sided confidence of the predictable path's test (its p-value is two-sided).
+PREDICTED_CONFIDENCE = f"{100 * (1 - PREDICTABLE_P_VALUE / 2):g}%"
+_PART_NAMES = {2: "half", 3: "third", 4: "quarter"}
+
+
 def _drift_sentence(choice: dict[str, Any]) -> str:
     ci = choice["hold_vs_flat"]
-    halves = choice.get("halves") or []
+    parts = choice.get("parts") or []
     text = f"holding long minus flat over the training bars: {interval_text(ci)}"
-    if halves:
-        text += "; in each half: " + ", ".join(f"{h['difference']:+.2f}" for h in halves)
+    if parts:
+        text += f"; in each {_PART_NAMES.get(len(parts), 'part')}: " + ", ".join(
+            f"{p['difference']:+.2f}" for p in parts
+        )
     return text
 
 
@@ -93,7 +101,7 @@ def describe_deployment(
     """Word the outcome of one ``train`` run.
 
     :param kept: what the model acts as: ``"network"`` or a baseline's name.
-    :param baseline: the baseline choice: ``{"name", "hold_vs_flat", "halves"}``
+    :param baseline: the baseline choice: ``{"name", "hold_vs_flat", "parts"}``
         (:class:`~agents.pipelines.baseline_policies.BaselineChoice` as a dict).
     :param gate: :meth:`GateVerdict.to_dict` of the validation test, None where no network was
         trained.
@@ -170,8 +178,8 @@ def describe_deployment(
         else:
             outcome, reason = (
                 "network",
-                "it beat flat on the validation window at 75% one-sided, where its inputs "
-                "predict the next return on the training bars",
+                f"it beat flat on the validation window at {PREDICTED_CONFIDENCE} one-sided, "
+                "where its inputs predict the next return on the training bars",
             )
         headline = f"{OUTCOMES[outcome]}: validation edge over flat {interval_text(flat)}; {reason}"
         return Deployment(kept, outcome, headline, tuple(details), True)

@@ -182,7 +182,7 @@ def train_selected(
     deflated = _deflated(val_runs[best], val_runs, selection, train, per_year)
     deployment = describe_deployment(
         kept,
-        _choice_dict(choice),
+        choice.to_dict(),
         gate=gate,
         selection=inputs,
         fallback=settings.fallback,
@@ -195,7 +195,7 @@ def train_selected(
         "network_test": test_runs[best],
         "kept": kept,
         "deployment": deployment,
-        "baseline": _choice_dict(choice),
+        "baseline": choice.to_dict(),
         "deflated_sharpe": deflated,
         "gate": gate,
         "last_test": test_runs[-1],
@@ -215,10 +215,6 @@ def train_selected(
             "train_seconds": cross["train_seconds"],
         },
     }
-
-
-def _choice_dict(choice: BaselineChoice) -> dict[str, Any]:
-    return {"name": choice.name, "hold_vs_flat": choice.hold_vs_flat, "halves": list(choice.halves)}
 
 
 def _vs_buy_and_hold(result: BacktestResult, per_year: float) -> dict[str, float] | None:
@@ -284,7 +280,7 @@ def _baseline_only(
     base_val = baseline_backtest(choice.name, val, config, per_year)
     base_test = baseline_backtest(choice.name, test, config, per_year)
     deployment = describe_deployment(
-        choice.name, _choice_dict(choice), gate=None, selection=inputs, fallback=True
+        choice.name, choice.to_dict(), gate=None, selection=inputs, fallback=True
     )
     return {
         "model": model,
@@ -292,7 +288,7 @@ def _baseline_only(
         "network_test": None,
         "kept": choice.name,
         "deployment": deployment,
-        "baseline": _choice_dict(choice),
+        "baseline": choice.to_dict(),
         "deflated_sharpe": None,
         "gate": {
             "kept": choice.name,

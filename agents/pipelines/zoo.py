@@ -139,7 +139,7 @@ def _real_markets() -> tuple[Market, ...]:
 SHIFTING_MARKETS: tuple[Market, ...] = (
     Market("vanishing_edge", "AR(1) edge, phi 0.10, gone after half of the training bars",
            "vanishing_edge", {}, "flat", ("mean_return", -0.03)),
-    Market("appearing_edge", "AR(1) edge, phi 0.10, from 72.5% of the training bars on",
+    Market("appearing_edge", "AR(1) edge, phi 0.10, from 45% of the training bars on",
            "appearing_edge", {}, "shifting", ("sharpe_ratio", 0.5)),
     Market("flipping_drift", "GBM drift +1 bp a bar, -1 bp after half of the training bars",
            "flipping_drift", {}, "flat", ("mean_return", -0.03)),

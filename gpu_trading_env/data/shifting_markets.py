@@ -14,7 +14,7 @@ lies at ``f / 0.8`` of the training bars.
 | kind | law before | law after | ``change_at`` | the answer |
 | --- | --- | --- | --- | --- |
 | ``vanishing_edge`` | AR(1), phi 0.10 | no edge (phi 0) | 0.40: half of the training bars | flat |
-| ``appearing_edge`` | no edge (phi 0) | AR(1), phi 0.10 | 0.58: 72.5% of the training bars | the sign rule |
+| ``appearing_edge`` | no edge (phi 0) | AR(1), phi 0.10 | 0.36: 45% of the training bars | the sign rule |
 | ``flipping_drift`` | GBM, drift +mu | GBM, drift -mu | 0.40: half of the training bars | flat |
 
 The AR(1) markets follow ``r_{t+1} = phi_{t+1} r_t + sigma eps_{t+1}`` with ``phi_t`` the phi in
@@ -130,15 +130,15 @@ def appearing_edge(
     *,
     phi: float = 0.10,
     sigma: float = 0.005,
-    change_at: float = 0.58,
+    change_at: float = 0.36,
     warmup_bars: int = WARMUP_BARS,
     start_price: float = 100.0,
     start: str | pd.Timestamp = "2020-01-01",
     freq: str = "1h",
 ) -> pd.DataFrame:
-    """No edge up to ``change_at`` of the kept bars (72.5% of ``train``'s default training
-    bars), AR(1) momentum ``phi`` from there to the end: the answer is the sign rule (see the
-    module doc)."""
+    """No edge up to ``change_at`` of the kept bars (45% of ``train``'s default training bars:
+    the edge is in the last quarter of its fit bars and all of its validation bars), AR(1)
+    momentum ``phi`` from there to the end: the answer is the sign rule (see the module doc)."""
     return _shifting_ar1(n_bars, seed, "appearing_edge", 0.0, phi, sigma, change_at,
                          warmup_bars, start, freq, start_price)  # fmt: skip
 
