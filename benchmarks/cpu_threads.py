@@ -1,7 +1,7 @@
 """Training throughput of the CPU quickstart's settings at 1 and 2 torch threads.
 
-    python benchmarks/cpu_threads.py                 # as the machine is
-    python benchmarks/cpu_threads.py --busy 1        # with one other CPU-bound process
+    python3 -m benchmarks.cpu_threads                 # as the machine is
+    python3 -m benchmarks.cpu_threads --busy 1        # with one other CPU-bound process
 
 ``GpuDQN`` with the CLI's CPU defaults (``CPU_DEFAULTS``' envs, batch and buffer; the 256-256
 dueling network) learns
@@ -16,11 +16,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _spin() -> None:

@@ -2,9 +2,9 @@
 
 Everything is measured in one run, side by side, with the same data and random actions:
 
-    python benchmarks/env_throughput.py                 # all backends this machine has
-    python benchmarks/env_throughput.py --backends numpy sync --out results.json
-    python benchmarks/env_throughput.py --backends modes --out modes.json   # < 60 s on a GPU
+    python3 -m benchmarks.env_throughput                 # all backends this machine has
+    python3 -m benchmarks.env_throughput --backends numpy sync --out results.json
+    python3 -m benchmarks.env_throughput --backends modes --out modes.json   # < 60 s on a GPU
 
 ``modes``: host time per ``env.step`` with owned outputs (the default), zero-copy outputs
 (``copy_outputs=False``) and ``step_into`` (what a CUDA graph captures), taking turns in blocks:
@@ -21,17 +21,13 @@ import argparse
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages
-
-from run_info import commit  # noqa: E402
-
-import gpu_trading_env  # noqa: E402, F401
-from gpu_runtime.device import cuda_available  # noqa: E402
-from gpu_trading_env import MarketData  # noqa: E402
-from gpu_trading_env.throughput import (  # noqa: E402
+import gpu_trading_env  # noqa: F401
+from benchmarks.run_info import commit
+from gpu_runtime.device import cuda_available
+from gpu_trading_env import MarketData
+from gpu_trading_env.throughput import (
     bench_cuda,
     bench_numpy,
     bench_output_modes,

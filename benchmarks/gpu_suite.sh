@@ -39,14 +39,14 @@ if want sanitize; then
       [[ $tool == initcheck && $script == sanitize_rollout ]] && args=(--train-precision tf32)
       (
         timeout --foreground "${SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" \
-          --error-exitcode 3 python3 "benchmarks/$script.py" "${args[@]}" >"$log" 2>&1
+          --error-exitcode 3 python3 -m "benchmarks.$script" "${args[@]}" >"$log" 2>&1
         echo "exit $?" >>"$log"
       ) &
       runs+=("$tool $script")
     done
   done
   if [[ " ${SANITIZE_TOOLS:-initcheck} " == *" initcheck "* ]]; then  # the record of why
-    compute-sanitizer --tool initcheck python3 benchmarks/initcheck_bf16_gemm.py \
+    compute-sanitizer --tool initcheck python3 -m benchmarks.initcheck_bf16_gemm \
       >"$OUT/sanitizer_initcheck_bf16_gemm.log" 2>&1
     echo "initcheck on plain torch bf16 products: $(grep -c "Uninitialized" \
       "$OUT/sanitizer_initcheck_bf16_gemm.log") reports" | tee -a "$OUT/sanitize_summary.txt"
@@ -72,17 +72,17 @@ if want sanitize; then
   fi
 fi
 if want env; then
-  timeout --foreground 150 python3 benchmarks/env_throughput.py --out "$OUT/env.json" 2>&1 | tee "$OUT/env.log"
+  timeout --foreground 150 python3 -m benchmarks.env_throughput --out "$OUT/env.json" 2>&1 | tee "$OUT/env.log"
 fi
 if want per; then
-  timeout --foreground 300 python3 benchmarks/per_throughput.py --reps 200 --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
+  timeout --foreground 300 python3 -m benchmarks.per_throughput --reps 200 --out "$OUT/per.json" 2>&1 | tail -40 | tee "$OUT/per.log"
 fi
 if want train; then
-  timeout --foreground 300 python3 benchmarks/train_throughput.py --out "$OUT/train.json" 2>&1 | grep -v Warn | tee "$OUT/train.log"
+  timeout --foreground 300 python3 -m benchmarks.train_throughput --out "$OUT/train.json" 2>&1 | grep -v Warn | tee "$OUT/train.log"
 fi
 if [[ $parts == *" scaling "* ]]; then  # not part of "all": needs 2 or more GPUs
   # GpuDQN.learn on 1 GPU and on every GPU of the host (NCCL), same per-GPU settings.
-  timeout --foreground 900 python3 benchmarks/scaling.py ${SCALING_ARGS:-} --out "$OUT/scaling.json" 2>&1 | grep -v Warn | tee "$OUT/scaling.log"
+  timeout --foreground 900 python3 -m benchmarks.scaling ${SCALING_ARGS:-} --out "$OUT/scaling.json" 2>&1 | grep -v Warn | tee "$OUT/scaling.log"
 fi
 if [[ $parts == *" tests1 "* ]]; then  # not part of "all": the GPU tier on cuda:1 (2-GPU host)
   GTE_TEST_DEVICE=1 timeout --foreground 600 python3 -m pytest -m gpu -q -p no:cacheprovider -rfEs --tb=short tests 2>&1 | grep -v "^  " | tail -40 | tee "$OUT/gpu_tests_cuda1.log"
@@ -109,13 +109,13 @@ if [[ $parts == *" sweep "* ]]; then  # not part of "all": the quickstart's sett
   tail -8 "$OUT/sweep.txt"
 fi
 if [[ $parts == *" profile "* ]]; then  # not part of "all": host profile of GpuDQN.learn
-  timeout --foreground 300 python3 benchmarks/learn_profile.py --iterations 1500 >"$OUT/learn_profile.txt" 2>&1
+  timeout --foreground 300 python3 -m benchmarks.learn_profile --iterations 1500 >"$OUT/learn_profile.txt" 2>&1
   head -3 "$OUT/learn_profile.txt"
 fi
 if [[ $parts == *" soak "* ]]; then  # not part of "all": only when asked for
   # Defaults: 1e11 env-steps at 2^20 envs (three autoreset modes, curiosity on), then 1e9
   # tree priority updates. SOAK_ARGS passes flags through (e.g. --device cuda:1).
-  python3 benchmarks/soak.py --device cuda ${SOAK_ARGS:-} --out "$OUT/soak.json" 2>&1 | tee "$OUT/soak.log"
+  python3 -m benchmarks.soak --device cuda ${SOAK_ARGS:-} --out "$OUT/soak.json" 2>&1 | tee "$OUT/soak.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 exit $status

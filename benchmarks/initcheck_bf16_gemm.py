@@ -1,6 +1,6 @@
 """Whether compute-sanitizer's initcheck flags torch's own bf16 products on this GPU.
 
-    compute-sanitizer --tool initcheck python benchmarks/initcheck_bf16_gemm.py
+    compute-sanitizer --tool initcheck python3 -m benchmarks.initcheck_bf16_gemm
 
 One bfloat16 linear layer and a leaky ReLU on its output, in plain torch, no kernel of this
 project. On an H200 (torch 2.11, CUDA 13) initcheck reports "uninitialized __global__ memory

@@ -13,7 +13,7 @@ settings). Three views:
   loop around the two graphs adds.
 - ``--view both`` (default): device and host.
 
-    python benchmarks/learn_profile.py --iterations 1500 [--precision tf32] [--trace t.json]
+    python3 -m benchmarks.learn_profile --iterations 1500 [--precision tf32] [--trace t.json]
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 
 import torch as th
 from torch.profiler import ProfilerActivity, profile
-from train_throughput import _model
 
+from benchmarks.train_throughput import _model
 from gpu_runtime.precision import PRECISIONS
 from gpu_trading_env import MarketData, TradingVectorEnv
 

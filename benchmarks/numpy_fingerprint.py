@@ -4,7 +4,7 @@ A refactoring that must keep behaviour bit-identical runs this before and after 
 printed lines: one per configuration, hashing every returned array, every info entry and the
 final ``EnvState`` arrays of ~300 steps of seeded random actions.
 
-    PYTHONPATH=$PWD python3 benchmarks/numpy_fingerprint.py
+    python3 -m benchmarks.numpy_fingerprint
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ waits for those writes (a stream sync); "gpu" is the CUDA-event time of the roun
 included. The process is pinned to one CPU core where the OS allows it, which takes most of
 the scheduler noise out of host-bound rounds. Usage::
 
-    python benchmarks/per_throughput.py --out per.json            # the full grid, on a GPU
-    python benchmarks/per_throughput.py --quick --out per.json    # small grid, CPU only
-    python benchmarks/per_throughput.py --cpu-vs-cpprb --out per_cpu.json   # CPU, interleaved
+    python3 -m benchmarks.per_throughput --out per.json            # the full grid, on a GPU
+    python3 -m benchmarks.per_throughput --quick --out per.json    # small grid, CPU only
+    python3 -m benchmarks.per_throughput --cpu-vs-cpprb --out per_cpu.json   # CPU, interleaved
 
 ``--cpu-vs-cpprb``: the NumPy tree's round against cpprb's ``PrioritizedReplayBuffer`` at batch
 256 and 4,096, capacity 2^20 (full), the two taking turns in blocks of rounds; the figure per
@@ -23,7 +23,7 @@ side is the median round, the ratio cpprb's time over the tree's (> 1: the tree 
 The tree runs numba's kernels where numba is installed (the ``cpu-replay`` extra), its NumPy
 code otherwise; the first line says which. ``--tree-path numba numpy`` times both in the run::
 
-    python benchmarks/per_throughput.py --cpu-vs-cpprb --tree-path numba numpy
+    python3 -m benchmarks.per_throughput --cpu-vs-cpprb --tree-path numba numpy
 """
 
 from __future__ import annotations
@@ -33,18 +33,14 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from run_info import commit  # noqa: E402
-
-from agents.replay.segment_tree import CudaSumMinTree, NumpySumMinTree  # noqa: E402
-from gpu_runtime.device import cupy_or_none  # noqa: E402
+from agents.replay.segment_tree import CudaSumMinTree, NumpySumMinTree
+from benchmarks.run_info import commit
+from gpu_runtime.device import cupy_or_none
 
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 

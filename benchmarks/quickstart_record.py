@@ -1,7 +1,7 @@
 """The README quickstart's first command, timed, and its figures recorded in docs/.
 
-    python benchmarks/quickstart_record.py                 # CPU: docs/quickstart_cpu.json
-    python benchmarks/quickstart_record.py --device cuda   # GPU: docs/quickstart_cuda.json
+    python3 -m benchmarks.quickstart_record                 # CPU: docs/quickstart_cpu.json
+    python3 -m benchmarks.quickstart_record --device cuda   # GPU: docs/quickstart_cuda.json
 
 Runs ``gpu-trading-env train`` with the defaults in a fresh process (imports, training, model
 selection and the report all count) and writes its wall time and the out-of-sample returns of
@@ -21,8 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_info import commit, machine  # noqa: E402
+from benchmarks.run_info import commit, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -35,13 +35,13 @@ if [ -n "$zoo" ]; then
   tail -14 "$OUT/zoo.log" | cut -c1-200
 fi
 
-timeout --foreground "${ENV_TIMEOUT:-90}" python3 benchmarks/env_throughput.py --backends modes \
+timeout --foreground "${ENV_TIMEOUT:-90}" python3 -m benchmarks.env_throughput --backends modes \
   --out "$OUT/env_modes.json" >"$LOGS/env_modes.log" 2>&1
 tail -16 "$LOGS/env_modes.log"
-timeout --foreground "${TRAIN_TIMEOUT:-150}" python3 benchmarks/train_throughput.py \
+timeout --foreground "${TRAIN_TIMEOUT:-150}" python3 -m benchmarks.train_throughput \
   --learner-only --defaults-only --out "$OUT/train.json" >"$LOGS/train.log" 2>&1
 tail -16 "$LOGS/train.log"
-timeout --foreground "${QUICKSTART_TIMEOUT:-90}" python3 benchmarks/quickstart_record.py \
+timeout --foreground "${QUICKSTART_TIMEOUT:-90}" python3 -m benchmarks.quickstart_record \
   --device cuda --out "$OUT/quickstart_cuda.json" >"$LOGS/quickstart.log" 2>&1
 tail -8 "$LOGS/quickstart.log"
 tar -czf "$OUT/logs.tar.gz" -C /tmp release-logs

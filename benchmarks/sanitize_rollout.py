@@ -1,7 +1,7 @@
 """The fused rollout (with its CUDA graph) and the monolithic rollout kernel for
 compute-sanitizer, each checked against the NumPy reference env::
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_rollout.py [--device cuda:1]
+    compute-sanitizer --tool memcheck python3 -m benchmarks.sanitize_rollout [--device cuda:1]
         [--train-precision tf32]
 
 The monolithic kernel's transitions are replayed action by action through the NumPy env;

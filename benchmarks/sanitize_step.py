@@ -5,8 +5,8 @@ Every autoreset mode, curiosity on, both sizing modes, three instruments, a part
 compared with the NumPy reference (bit for bit); any difference raises, so the sanitizer gate
 fails on a wrong result as well as on an error or a hazard::
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_step.py
-    compute-sanitizer --tool racecheck python benchmarks/sanitize_step.py
+    compute-sanitizer --tool memcheck python3 -m benchmarks.sanitize_step
+    compute-sanitizer --tool racecheck python3 -m benchmarks.sanitize_step
 """
 
 import numpy as np

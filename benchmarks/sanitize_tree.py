@@ -3,7 +3,7 @@ one-launch updates (sorted, unsorted, with duplicates, rejected), two-launch upd
 batches (sorted and unsorted), wrapping range fills, sampling, weights, and host views; a
 capacity that is not a power of two and one whose depth is not a multiple of four::
 
-    compute-sanitizer --tool memcheck python benchmarks/sanitize_tree.py
+    compute-sanitizer --tool memcheck python3 -m benchmarks.sanitize_tree
 """
 
 import numpy as np

@@ -18,11 +18,11 @@ configuration:
 
 On a host with 2 GPUs (or N)::
 
-    python benchmarks/scaling.py --nproc 2 --out scaling.json
+    python3 -m benchmarks.scaling --nproc 2 --out scaling.json
 
 A quick CPU run of the same code (gloo, tiny sizes; the SB3 loop instead of the fused one)::
 
-    python benchmarks/scaling.py --device cpu --backend gloo --nproc 2 --num-envs 16 \\
+    python3 -m benchmarks.scaling --device cpu --backend gloo --nproc 2 --num-envs 16 \\
         --batch-size 64 --probe-steps 100 --seconds 5 --out scaling_cpu.json
 """
 
@@ -43,8 +43,7 @@ import torch as th
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_info import machine  # noqa: E402
+from benchmarks.run_info import machine
 
 
 def _free_port() -> int:

@@ -7,7 +7,7 @@ machine hit both alike; the figure per env is the median block rate, and the rat
 GpuTrading's over gym-anytrading's::
 
     pip install gym-anytrading      # the comparison (skipped with a note without it)
-    python benchmarks/single_env_throughput.py --out single_env.json
+    python3 -m benchmarks.single_env_throughput --out single_env.json
 """
 
 from __future__ import annotations
@@ -16,18 +16,14 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages
-
-from run_info import commit  # noqa: E402
-
-import gpu_trading_env  # noqa: E402, F401  (registers GpuTrading-v0)
+import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
+from benchmarks.run_info import commit
 
 
 def _block_rate(env: gym.Env, actions: np.ndarray) -> float:

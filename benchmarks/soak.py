@@ -14,7 +14,7 @@ and read at every check interval:
 
 Smaller sizes by flags, e.g. the CPU smoke run of the test suite::
 
-    python benchmarks/soak.py --device cpu --num-envs 64 --env-steps 20000 \\
+    python3 -m benchmarks.soak --device cpu --num-envs 64 --env-steps 20000 \\
         --tree-capacity 1000 --tree-updates 50000 --tree-batch 256
 
 Prints the figures (env-steps/s, episodes, updates/s) and writes them as JSON with --out.

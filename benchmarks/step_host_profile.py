@@ -1,6 +1,6 @@
 """Where the host time of one CUDA ``env.step`` goes: its parts timed alone, side by side.
 
-    python benchmarks/step_host_profile.py --envs 4096 --out profile.json
+    python3 -m benchmarks.step_host_profile --envs 4096 --out profile.json
 
 Each part runs ``--calls`` times in a block, the parts take turns over ``--blocks`` blocks, and
 the median block's microseconds per call are reported (host time only: nothing waits for the
@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages
+import numpy as np
 
-import numpy as np  # noqa: E402
-from run_info import commit  # noqa: E402
-
-from gpu_runtime.device import current_stream  # noqa: E402
-from gpu_trading_env import MarketData  # noqa: E402
-from gpu_trading_env.vector_env import TradingVectorEnv  # noqa: E402
+from benchmarks.run_info import commit
+from gpu_runtime.device import current_stream
+from gpu_trading_env import MarketData
+from gpu_trading_env.vector_env import TradingVectorEnv
 
 
 def main() -> None:

@@ -11,9 +11,9 @@ One run, side by side, same network (the dueling 256-256 / 128 heads policy) thr
 4. with ``--profile DIR``: torch profiler tables (per-kernel GPU time and launch counts) of
    the eager and the captured train step.
 
-    python benchmarks/train_throughput.py --out train.json
-    python benchmarks/train_throughput.py --learner-only --profile prof/   # rows 2-4
-    python benchmarks/train_throughput.py --quick            # CPU-only smoke run
+    python3 -m benchmarks.train_throughput --out train.json
+    python3 -m benchmarks.train_throughput --learner-only --profile prof/   # rows 2-4
+    python3 -m benchmarks.train_throughput --quick            # CPU-only smoke run
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import torch as th
-from run_info import commit
 
 import gpu_trading_env  # noqa: F401
 from agents import GpuDQN
 from agents.algorithm.policies import DuelingDQNPolicy
+from benchmarks.run_info import commit
 from gpu_runtime.device import cuda_available
 from gpu_trading_env import MarketData, TradingVectorEnv
 

@@ -1,7 +1,7 @@
 """Two NCCL ranks of ``GpuDQN`` through each path in turn, each pair with a deadline: which one
 finishes, which one hangs (a 2-GPU host)::
 
-    python benchmarks/distributed_probe.py [allreduce sb3loop fused_eager nofused_captured full]
+    python3 -m experiments.distributed_probe [allreduce sb3loop fused_eager nofused_captured full]
 
 Per variant and rank, ``$OUT/probe_<variant>_r<rank>.log`` has timestamped progress lines and
 ``.stacks`` the Python stacks of every thread a few seconds before the deadline (faulthandler),
@@ -28,7 +28,6 @@ def log(rank, variant, msg):
 
 
 def worker(rank, variant, init, deadline):
-    sys.path.insert(0, os.getcwd())
     fh = open(OUT / f"probe_{variant}_r{rank}.stacks", "w")
     faulthandler.dump_traceback_later(deadline - 3, exit=False, file=fh)
     import torch as th

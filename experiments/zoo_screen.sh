@@ -3,7 +3,7 @@
 # (every market, the seeds given) with extra train options; the variants run at the same time,
 # WORKERS runs each on the one GPU. Results: $OUT/<variant>.tar.gz (the zoo's report folder and log).
 # MARKETS narrows the markets (default: all).
-# Usage: OUT=dir bash benchmarks/zoo_screen.sh "SEEDS" NAME='TRAIN ARGS' [NAME='TRAIN ARGS' ...]
+# Usage: OUT=dir bash experiments/zoo_screen.sh "SEEDS" NAME='TRAIN ARGS' [NAME='TRAIN ARGS' ...]
 set -uo pipefail
 OUT=${OUT:-zoo-screen}
 mkdir -p "$OUT"

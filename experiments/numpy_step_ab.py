@@ -7,7 +7,7 @@ with seeded random actions, so a slow phase of a shared machine hits them alike.
 median block's env-steps/s of each and its ratio to the first::
 
     git worktree add /tmp/old a1ca480
-    python benchmarks/numpy_step_ab.py old=/tmp/old new=. --copy-outputs 0 --blocks 31
+    python3 -m experiments.numpy_step_ab old=/tmp/old new=. --copy-outputs 0 --blocks 31
 """
 
 from __future__ import annotations

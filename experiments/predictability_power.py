@@ -21,8 +21,8 @@ forecast's own cross-fitted p-value beside it.
 No GPU. 2-core CPU: about 3 s a market (6 s with ``--test selection``), ``--seeds 100`` about
 ten minutes.
 
-    python benchmarks/predictability_power.py --seeds 100
-    python benchmarks/predictability_power.py --seeds 40 --test selection
+    python3 -m experiments.predictability_power --seeds 100
+    python3 -m experiments.predictability_power --seeds 40 --test selection
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """How often the fallback's test keeps the known rule of the zoo's phi 0.05 market, by the
 length of the validation window.
 
-    python benchmarks/gate_power.py              # 2-core CPU, a few minutes
-    python benchmarks/gate_power.py --market phi_0.10 --seeds 20
-    python benchmarks/gate_power.py --seeds 5 --per-seed   # the zoo's seeds, one by one
+    python3 -m experiments.gate_power              # 2-core CPU, a few minutes
+    python3 -m experiments.gate_power --market phi_0.10 --seeds 20
+    python3 -m experiments.gate_power --seeds 5 --per-seed   # the zoo's seeds, one by one
 
 The zoo's market, `train`'s env config and split (``agents.pipelines.zoo.train_args``), the
 sign rule (``planted_rule_exposure``) backtested over the training bars with that env's
@@ -15,16 +15,12 @@ docs/ZOO.md, "Validation window and actions".
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's packages
-
-from agents.pipelines.baseline_policies import GATE_LEVEL  # noqa: E402
-from agents.pipelines.zoo import MARKETS_BY_NAME, ZooBudget, market_data, train_args  # noqa: E402
-from gpu_trading_env.data.synthetic import planted_rule_exposure  # noqa: E402
-from gpu_trading_env.reports.backtest import backtest, exposure_policy  # noqa: E402
-from gpu_trading_env.reports.metrics import bars_per_year, best_sharpe_reality_check  # noqa: E402
+from agents.pipelines.baseline_policies import GATE_LEVEL
+from agents.pipelines.zoo import MARKETS_BY_NAME, ZooBudget, market_data, train_args
+from gpu_trading_env.data.synthetic import planted_rule_exposure
+from gpu_trading_env.reports.backtest import backtest, exposure_policy
+from gpu_trading_env.reports.metrics import bars_per_year, best_sharpe_reality_check
 
 WINDOWS = (3_200, 6_400, 12_800)
 

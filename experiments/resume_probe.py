@@ -11,9 +11,9 @@ generators. Every capture of the rollout's step graph is listed with the curiosi
 recorded. The report names the first step and parts that differ, then compares the whole runs
 (``test_resume._compare``). Always exits 0: a probe, not a test.
 
-    python3 benchmarks/resume_probe.py                      # the test's settings
-    python3 benchmarks/resume_probe.py --kw curiosity=False --steps 4
-    python3 benchmarks/resume_probe.py --sweep              # also: which settings resume equal
+    python3 -m experiments.resume_probe                      # the test's settings
+    python3 -m experiments.resume_probe --kw curiosity=False --steps 4
+    python3 -m experiments.resume_probe --sweep              # also: which settings resume equal
 """
 
 from __future__ import annotations
@@ -31,15 +31,12 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from gpu_trading_env.gpu.device import to_numpy
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's packages, and the test's run
-import test_resume as tr  # noqa: E402  (tests/ holds the run's settings and _compare)
-from gpu_trading_env.gpu.device import to_numpy  # noqa: E402
-
-from agents import CheckpointEvery, GpuDQN  # noqa: E402
-from agents.rollouts.fused import FusedRollout  # noqa: E402
-from gpu_trading_env.core.state import STATE_FIELDS  # noqa: E402
+from agents import CheckpointEvery, GpuDQN
+from agents.rollouts.fused import FusedRollout
+from gpu_trading_env.core.state import STATE_FIELDS
+from tests import test_resume as tr  # the test's run settings and its _compare
 
 TOTAL, EVERY = 400, 200
 ROWS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")

@@ -9,7 +9,7 @@
 4. ``sweep``: the quickstart (``gpu-trading-env train --device cuda``) over seeds and settings,
    whole-command wall time and the agent's return as a fraction of the known rule.
 
-    python benchmarks/learner_lab.py steps learn sweep --out lab/
+    python3 -m experiments.learner_lab steps learn sweep --out lab/
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import torch as th
-from train_throughput import _model, profile_train_step
 
+from benchmarks.train_throughput import _model, profile_train_step
 from gpu_trading_env import MarketData, TradingVectorEnv
 
 

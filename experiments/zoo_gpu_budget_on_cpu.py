@@ -7,7 +7,7 @@ backend's executable spec, so the GPU's configuration can be run here, about a m
 half a run on 2 cores, to study what the number of updates does without a GPU. Figures are not
 the H200's bit for bit (fp32 here, bf16 there; other random streams), only the same algorithm.
 
-    python benchmarks/zoo_gpu_budget_on_cpu.py --gradient-steps 4 regime:0 phi_0.05:1
+    python3 -m experiments.zoo_gpu_budget_on_cpu --gradient-steps 4 regime:0 phi_0.05:1
 """
 
 from __future__ import annotations

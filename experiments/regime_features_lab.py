@@ -1,6 +1,6 @@
 """Does the regime market's edge become learnable with a fitted regime filter as an input?
 
-``benchmarks/regime_learnability.py`` found that the forward filter with parameters fitted by EM
+``experiments/regime_learnability.py`` found that the forward filter with parameters fitted by EM
 on the training bars reaches 0.79 of the true filter's out-of-sample Sharpe, while regressions
 on the 51 features find nothing. This script measures the next step: the zoo's runs
 (``agents.pipelines.zoo.run_one``, every ``train`` default) with inputs appended to the 51
@@ -17,8 +17,8 @@ features are; probabilities are given as they are, in [0, 1]. The default inputs
 rows (``gpu-trading-env zoo``), not run again here. Runs go to ``--workers`` processes, the first
 alone (it fills the compilation caches), as the zoo's do.
 
-    python benchmarks/regime_features_lab.py --device cuda --markets regime --variants er er_vol probs
-    python benchmarks/regime_features_lab.py --device cpu --seeds 0 1 --workers 1   # the CPU budget
+    python3 -m experiments.regime_features_lab --device cuda --markets regime --variants er er_vol probs
+    python3 -m experiments.regime_features_lab --device cpu --seeds 0 1 --workers 1   # the CPU budget
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ takes it), for the zoo's seeds:
 
 No GPU, no RL: the ceiling a learner on these bars and features faces. 2-core CPU, about a minute.
 
-    python benchmarks/regime_learnability.py --seeds 0 1 2 3 4
+    python3 -m experiments.regime_learnability --seeds 0 1 2 3 4
 """
 
 from __future__ import annotations

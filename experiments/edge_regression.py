@@ -6,8 +6,8 @@ trades its sign with 1 bp costs on the last 4,000 bars, and prints its Sharpe be
 rule's for seeds 0 to 2. No TD targets, no exploration, one target for every exposure: what is
 left is the function class and its fitting. CPU; about 2 minutes at width 256.
 
-    python benchmarks/edge_regression.py --phi 0.10 --hidden 256 256 --weight-decay 0.1 --lr 3e-4
-    python benchmarks/edge_regression.py --phi 0.10 --hidden --lr 1e-3      # linear
+    python3 -m experiments.edge_regression --phi 0.10 --hidden 256 256 --weight-decay 0.1 --lr 3e-4
+    python3 -m experiments.edge_regression --phi 0.10 --hidden --lr 1e-3      # linear
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ decile of the input selection's forecast (``regime_expected_return``, z-scored o
 bars), beside its Sharpe and the step of the snapshot kept (the zoo's CSV gives the reference's). A policy that uses
 the forecast is short below the forecast's zero and long above it.
 
-    python benchmarks/regime_policy_map.py --seed 0 --device cuda
-    python benchmarks/regime_policy_map.py --seed 0 --device cpu --timesteps 1200000
+    python3 -m experiments.regime_policy_map --seed 0 --device cuda
+    python3 -m experiments.regime_policy_map --seed 0 --device cpu --timesteps 1200000
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ The sign of each fit is traded out of sample with 1 bp costs; the table gives it
 the true filter's sign rule's. It is what ``agents.pipelines.input_selection`` rests on: with
 every feature beside it the forecast is lost. CPU, about 3 minutes.
 
-    python benchmarks/regime_inputs_regression.py
+    python3 -m experiments.regime_inputs_regression
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The walk-forward reports in docs/: a daily stock-like series and the planted market.
 
-    python benchmarks/walkforward_figures.py --timesteps 30000 --seeds 0 1
-    python benchmarks/walkforward_figures.py --which planted --device cuda --timesteps 8000000
+    python3 -m experiments.walkforward_figures --timesteps 30000 --seeds 0 1
+    python3 -m experiments.walkforward_figures --which planted --device cuda --timesteps 8000000
 
 1. ``stock``: a seeded daily series in Yahoo's CSV layout (``Date,Open,High,Low,Close,Adj Close,
    Volume``) on the NYSE calendar of 2012-2023 (weekdays less US federal holidays), GARCH(1,1)
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,7 +78,6 @@ def main() -> None:
         "--extra", nargs=argparse.REMAINDER, default=[], help="more walkforward options, last"
     )
     args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
     from agents import cli
 
     work = ROOT / "runs" / "walkforward_figures"

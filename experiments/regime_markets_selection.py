@@ -9,9 +9,9 @@ default cost) of the sign of the fitted filter's forecast over the true filter's
 ``--null N``: the regime test alone on N draws of a driftless random walk and of a GARCH(1,1)
 walk (16,000 bars), the share of draws where the forecast would be kept (p < 0.005).
 
-    python benchmarks/regime_markets_selection.py --seeds 0 1 2 3 4
-    python benchmarks/regime_markets_selection.py --markets regime --seeds 0 1 2 3 4 5 6 7 8 9
-    python benchmarks/regime_markets_selection.py --markets --null 100
+    python3 -m experiments.regime_markets_selection --seeds 0 1 2 3 4
+    python3 -m experiments.regime_markets_selection --markets regime --seeds 0 1 2 3 4 5 6 7 8 9
+    python3 -m experiments.regime_markets_selection --markets --null 100
 """
 
 from __future__ import annotations
