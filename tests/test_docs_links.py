@@ -1,0 +1,66 @@
+"""Every relative link and every repository path named in README.md, CHANGELOG.md and docs/*.md
+exists: a moved or deleted file fails here instead of leaving a dead path in the docs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")])
+# Top-level folders of the repository: a path starting with one of them names a tracked file.
+TOP = ("agents", "benchmarks", "docs", "examples", "experiments", "gpu_runtime",
+       "gpu_trading_env", "tests", ".ci")  # fmt: skip
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
+PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(map(re.escape, TOP)) + r")/[\w./<>*{}$-]*)")
+MODULE = re.compile(r"-m ((?:benchmarks|experiments|agents|gpu_trading_env)(?:\.\w+)+)")
+
+
+def dead_paths(text: str, base: Path) -> list[str]:
+    """The links (relative to ``base``, the page's folder) and the backticked repository paths
+    and ``python -m`` modules (relative to the repository root) in ``text`` that do not exist.
+    """
+    dead = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL or an anchor on the same page
+        path = target.split("#", 1)[0]
+        if not (base / path).exists():
+            dead.append(target)
+    for span in CODE.findall(text):
+        for path in PATH.findall(span):
+            path = path.rstrip(".")
+            if any(c in path for c in "*<>{}$") or path.endswith("/-"):
+                continue  # a pattern, a placeholder or a shell variable, not one file
+            if not (ROOT / path).exists():
+                dead.append(path)
+        for module in MODULE.findall(span):
+            stem = ROOT / module.replace(".", "/")
+            if not (stem.with_suffix(".py").exists() or (stem / "__init__.py").exists()):
+                dead.append(f"-m {module}")
+    return dead
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_page_has_no_dead_path(page: Path) -> None:
+    dead = dead_paths(page.read_text(), page.parent)
+    assert not dead, f"{page.relative_to(ROOT)} names paths that do not exist: {dead}"
+
+
+def test_the_check_finds_dead_links_paths_and_modules() -> None:
+    text = (
+        "[ok](ZOO.md) [ok](ZOO.md#figures) [web](https://example.org) [gone](NOPE.md)\n"
+        "`benchmarks/soak.py` `benchmarks/gone.py --flag` `tests/test_soak.py::test_x` "
+        "`docs/figures/walkforward_<name>/`\n"
+        "```bash\npython3 -m benchmarks.soak && python3 -m experiments.gone\n```\n"
+        "a path outside backticks is prose: benchmarks/also_gone.py\n"
+    )
+    assert dead_paths(text, ROOT / "docs") == [
+        "NOPE.md",
+        "benchmarks/gone.py",
+        "-m experiments.gone",
+    ]
