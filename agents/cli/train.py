@@ -16,10 +16,8 @@ from agents.cli.options import PROG, UsageError, tensorboard_installed
 from agents.cli.report import describe_data, single_report
 from agents.cli.run_folder import CHECKPOINTS, claim_out
 
-# Budgets that finish in minutes: on two CPU cores (the README's quickstart), and on one GPU.
-# On the CPU the gradient steps are most of the time (one per vector step): 24 envs make a
-# third fewer of them than 16 for the same env steps, and the agent's out-of-sample return was
-# no lower over two seeds (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores").
+# Budgets that finish in minutes on two CPU cores and on one GPU; on the CPU the gradient steps
+# are most of the time, hence 24 envs (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores").
 CPU_DEFAULTS = {
     "num_envs": 24,
     "timesteps": 200_000,
@@ -27,12 +25,8 @@ CPU_DEFAULTS = {
     "buffer_size": 200_000,
     "gradient_steps": 1,
 }
-# 6M env steps on the GPU: about 470 passes over the 12,800 fit bars of the built-in data. Four
-# times as many fitted their noise; on the market zoo the agent did no better with them
-# (docs/ZOO.md, "Reward scale, width and budget"). Two gradient steps per vector step (about
-# 2,900 a run, against the CPU's 8,300): with one, the regime market's networks failed to use the
-# filter's forecast (0.49 of the reference against 0.65 with two; docs/ZOO.md, "The number of
-# updates").
+# The budget and the gradient steps per vector step the market zoo chose (docs/ZOO.md, "Reward
+# scale, width and budget" and "The number of updates").
 GPU_DEFAULTS = {
     "num_envs": 4096,
     "timesteps": 6_000_000,
@@ -42,15 +36,12 @@ GPU_DEFAULTS = {
 }
 # walkforward trains folds x seeds models: a smaller budget per model on the CPU.
 WALKFORWARD_CPU_TIMESTEPS = 50_000
-# Torch's intra-op threads on the CPU. The CPU defaults' gradient step (a 256-256 dueling MLP,
-# batch 128) gains little from a second thread on an idle 2-core machine and loses much when
-# one other CPU-bound process runs (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores"): one
-# thread degrades gracefully, and a sweep's parallel runs do not oversubscribe.
+# Torch's intra-op threads on the CPU: one degrades gracefully beside other CPU-bound jobs and
+# keeps a sweep's parallel runs from oversubscribing (docs/PERFORMANCE.md, "The CPU quickstart on
+# 2 cores").
 CPU_TORCH_THREADS = 1
-# Env steps a second of a training run, for the expected wall time of a large --timesteps:
-# 16 envs on 2 cores with one torch thread (24, the default, are somewhat faster), and the GPU
-# defaults on an H200
-# (docs/PERFORMANCE.md). A machine of another kind differs; the figure is an order of magnitude.
+# Env steps a second with the defaults, an order of magnitude for the expected wall time of a
+# large --timesteps (docs/PERFORMANCE.md).
 TRAIN_RATE = {"cpu": 1_500.0, "gpu": 1.0e7}
 # Runs expected to take longer than this get a warning with the expected wall time.
 WARN_ABOVE_SECONDS = 3600.0

@@ -2,13 +2,8 @@
 and a fitted regime filter's forecast.
 
 A Q-network fed every feature fits the noise of those that carry nothing, and on a market whose
-edge sits in a slowly moving hidden state it fits nothing else. On the zoo's regime market a
-regression of the next return on the 51 features and a fitted filter's forecast lost out of
-sample in four seeds of five, linear or not, while the same regression on the forecast alone
-reached the true filter's Sharpe (docs/ZOO.md, "The regime market"): the features are persistent
-over the regimes' hundreds of bars, so the training window holds a few dozen independent
-episodes of them, not 16,000 bars. So ``train`` gives the network only what the training bars
-show to predict:
+edge sits in a slowly moving hidden state it fits nothing else (docs/ZOO.md, "The regime
+market"). So ``train`` gives the network only what the training bars show to predict:
 
 1. **A regime filter's forecast.** An HMM with Student-t errors is fitted by EM to the training
    bars' log returns, its number of regimes (2, 3 or 4) and degrees of freedom chosen by BIC
@@ -17,9 +12,8 @@ show to predict:
    the next return, ``regime_expected_return``, z-scored on the training bars, is appended to
    the features. It is kept where it predicts the next return **out of the sample it was fitted
    on**: fitted on each half of the training bars and tested on the other (the slope of the
-   next return on the forecast, HC3-robust; the two halves' t-statistics summed, one-sided).
-   Tested on the bars it was fitted on, the forecast "predicted" a driftless random walk in 20%
-   of draws at 1%: EM finds the walk's runs and calls them regimes.
+   next return on the forecast, HC3-robust; the two halves' t-statistics summed, one-sided), as
+   on the bars it was fitted on EM finds a random walk's runs and calls them regimes.
 2. **The features**: each feature's slope on the next return, HC3-robust, two-sided, with
    Holm's step-down correction over the features; a feature so kept must also predict in the
    most recent :data:`RECENT_FRACTION` of the training bars, with the same sign, at the

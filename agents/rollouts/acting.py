@@ -10,8 +10,8 @@ form and not in the other; the rollout's products are rounded anyway (tf32 or bf
 In ``"bf16"``, one launch of ``kernels/bf16_cast.cu`` casts the layers' weights and biases and
 the observations into bfloat16 copies padded to multiples of 8 (zero padding: the products add
 exact zeros), then each layer is one cuBLAS product with its bias, each activation one launch,
-and one argmax. At 4,096 envs on an H200, the autocast forward of the whole dueling network it
-replaces took about 25 launches per vector step. In ``"tf32"`` and ``"fp32"`` the same chain
+and one argmax, where autocast would cast each weight in a launch of its own (docs/PERFORMANCE.md,
+"Figures behind choices in the code"). In ``"tf32"`` and ``"fp32"`` the same chain
 runs on the float32 parameters, without copies.
 
 Other Q-networks act through their own forward: ``q_net(obs).argmax(dim=1)``.

@@ -1,11 +1,9 @@
 """A hidden Markov model of per-bar log returns: fitted by EM, run forward as a filter.
 
 Markets that switch between regimes (bull, bear, sideways) carry their edge in a hidden state
-that persists for hundreds of bars. The indicator features, whose windows are at most 100 bars
-and which are z-scored over the last 1,000, do not summarise that state: on the zoo's regime
-market a regression of the next return on them finds nothing out of sample, while the forward
-filter of a 3-state Gaussian HMM fitted by EM on the same training bars reaches 0.79 of the true
-filter's Sharpe (``benchmarks/regime_learnability.py``). This module holds that model:
+that persists for hundreds of bars, which the indicator features do not summarise and a filter
+fitted on the training bars does (docs/ZOO.md, "The regime market"). This module holds that
+model:
 
 - :func:`fit_gaussian_hmm`: Baum-Welch on one series of log returns (or several, one per
   instrument), regimes ordered by their mean; with ``dof="fit"`` the regimes' errors are

@@ -57,9 +57,9 @@ def _save(
     fig: Any, path: Path, dates: bool = False, *, right: float = 0.0, below: float = 0.0
 ) -> None:
     """Margins fixed in inches (``right`` and ``below`` more for a legend outside the axes),
-    then the PNG. ``tight_layout`` measured every label by drawing
-    the figure once more before saving it: a third of a report's plotting time, for margins that
-    these figures' fixed sizes and labels make known (wider on the right for a twin y axis)."""
+    then the PNG. ``tight_layout`` measures every label by drawing the figure once more before
+    saving it, for margins that these figures' fixed sizes and labels make known (wider on the
+    right for a twin y axis)."""
     if dates:
         fig.autofmt_xdate()  # tick labels rotated; it sets a bottom margin, overridden below
     right_axis = any(ax.yaxis.get_label_position() == "right" for ax in fig.axes)
