@@ -20,5 +20,5 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"# env throughput on this machine (CUDA {'found' if gpu else 'not found'})")
     for line in format_rows(rows):
         print(line)
-    print("# the full sweep: python benchmarks/env_throughput.py (in a source checkout)")
+    print("# the full sweep: python3 -m benchmarks.env_throughput (in a source checkout)")
     return 0
