@@ -64,3 +64,13 @@ def test_the_check_finds_dead_links_paths_and_modules() -> None:
         "benchmarks/gone.py",
         "-m experiments.gone",
     ]
+
+
+def test_readme_stays_a_short_page() -> None:
+    """README is a user's page: at most 150 lines and no table cell over 200 characters (the
+    measurements live in docs/PERFORMANCE.md, itself at most 400 lines)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, len(lines)
+    cells = [c.strip() for line in lines if line.startswith("|") for c in line.split("|")]
+    assert max(map(len, cells)) <= 200, max(cells, key=len)
+    assert len((ROOT / "docs" / "PERFORMANCE.md").read_text().splitlines()) <= 400
