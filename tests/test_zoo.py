@@ -17,6 +17,7 @@ from agents.pipelines.baseline_policies import (
     network_beats_baseline,
     set_constant_policy,
 )
+from agents.pipelines.deployment import describe_deployment
 from agents.pipelines.zoo import MARKETS_BY_NAME, SMALL, market_data, reference_exposures, run_one
 from gpu_trading_env import EnvConfig, MarketData
 from gpu_trading_env.data.synthetic import (
@@ -199,16 +200,21 @@ def _returns(values: np.ndarray) -> BacktestResult:
     return SimpleNamespace(returns=np.asarray(values, dtype=np.float64))
 
 
-def test_gate_against_a_hold_baseline_needs_flat_beaten_and_the_hold_matched() -> None:
+def test_gate_against_a_hold_baseline_needs_flat_and_the_hold_beaten() -> None:
     rng = np.random.default_rng(0)
     noise = rng.normal(0.0, 0.01, 3_000)
     drift = 0.002 + rng.normal(0.0, 0.01, 3_000)  # a hold that earns a strong drift
     edge = 0.003 + rng.normal(0.0, 0.01, 3_000)  # a network that earns more than that
-    # A network with a real edge beside a hold baseline (chosen on a drift that was noise):
-    # kept, though it does not beat the hold with significance.
+    # A network above the hold but not significantly: the hold is kept.
     hold = 0.0028 + rng.normal(0.0, 0.01, 3_000)
     verdict = network_beats_baseline(_returns(edge), _returns(hold), "hold long", 8766.0)
     assert verdict.validation["low"] < 0 < verdict.validation["difference"]  # not significant
+    assert verdict.validation_vs_flat["low"] > 0 and verdict.held_in_halves
+    assert not verdict.keep_network and verdict.to_dict()["kept"] == "hold long"
+    # A network significantly above a weak hold, in both halves: kept.
+    weak = 0.0003 + rng.normal(0.0, 0.01, 3_000)
+    verdict = network_beats_baseline(_returns(edge), _returns(weak), "hold long", 8766.0)
+    assert verdict.validation["low"] > 0 and verdict.held_in_halves
     assert verdict.keep_network and verdict.to_dict()["kept"] == "network"
     # A network that beats flat but not the hold's real drift: the hold is kept.
     verdict = network_beats_baseline(_returns(edge - 0.0015), _returns(drift), "hold long", 8766.0)
@@ -221,6 +227,27 @@ def test_gate_against_a_hold_baseline_needs_flat_beaten_and_the_hold_matched() -
     assert not network_beats_baseline(
         _returns(noise), _returns(drift), "hold long", 8766.0
     ).keep_network
+
+
+def test_gate_needs_the_edge_in_each_half_of_validation() -> None:
+    rng = np.random.default_rng(3)
+    # An edge over flat over the whole window, all of it in the first half.
+    early = np.r_[0.004 * np.ones(1_500), -0.0005 * np.ones(1_500)] + rng.normal(0, 0.01, 3_000)
+    verdict = network_beats_baseline(_returns(early), _returns(0 * early), "flat", 8766.0)
+    assert verdict.validation_vs_flat["low"] > 0 and verdict.beat_flat_by == "significant"
+    assert verdict.halves[0] > 0 > verdict.halves[1] and not verdict.held_in_halves
+    assert not verdict.keep_network
+    d = verdict.to_dict()
+    assert d["network_minus_baseline_sharpe_in_validation_halves"] == list(verdict.halves)
+    text = describe_deployment(
+        "flat",
+        {"name": "flat", "hold_vs_flat": verdict.validation_vs_flat, "parts": []},
+        gate=d,
+        selection=None,
+    )
+    assert text.outcome == "not_held" and "not in each half of the validation window" in (
+        text.headline
+    )
 
 
 def test_gate_allows_for_the_choice_among_snapshots() -> None:
@@ -248,12 +275,14 @@ def test_gate_allows_for_the_choice_among_snapshots() -> None:
 
 
 def test_gate_takes_a_weak_validation_edge_where_the_features_predict_returns() -> None:
-    """Step 3 of the fallback: a network about one standard error above flat on validation is
-    not significant, and is kept only where the training bars' features predict the returns."""
+    """Step 4 of the fallback: a network 1.5 standard errors above flat on validation (in each
+    half) is not significant, and is kept only where the training bars' features predict the
+    returns."""
     rng = np.random.default_rng(2)
     flat = _returns(np.zeros(3_000))
     noise = rng.normal(0.0, 0.01, 3_000)
-    weak = _returns(noise - noise.mean() + noise.std() / math.sqrt(3_000))  # one SE above flat
+    centred = np.r_[noise[:1_500] - noise[:1_500].mean(), noise[1_500:] - noise[1_500:].mean()]
+    weak = _returns(centred + 1.5 * noise.std() / math.sqrt(3_000))
     predictable = {"statistic": 90.0, "df": 51, "p_value": 1e-4, "bars": 16_000}
     unpredictable = {**predictable, "statistic": 50.0, "p_value": 0.5}
     alone = network_beats_baseline(weak, flat, "flat", 8766.0)

@@ -19,8 +19,11 @@ best policy that has nothing to fit:
 3. **The network** (the snapshot best on validation) is deployed where, on the validation
    window, its Sharpe beats flat's (zero) by White's reality check over every snapshot it was
    chosen from (:func:`gpu_trading_env.reports.metrics.best_sharpe_reality_check`, the lower
-   bound of its ``GATE_LEVEL`` interval above zero: "significant") and, where the baseline is a
-   hold, its Sharpe there is at least the hold's.
+   bound of its ``GATE_LEVEL`` interval above zero: "significant"); where the baseline is a
+   hold, its Sharpe minus the hold's has the lower bound of its ``GATE_LEVEL`` interval above
+   zero too (a network replaces a hold only where it beats the hold, not only flat); and its
+   Sharpe is above the baseline's in each half of the validation window (an edge one stretch
+   of the window carries is not one that held up).
 4. **Where the inputs predict the next return** on the training bars (the selection's
    family-wise p-value below ``predictability_level``), the validation evidence the network
    needs is less, since a weak edge after costs is only one or two standard errors wide over
@@ -46,6 +49,7 @@ from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_
 from gpu_trading_env.reports.metrics import (
     best_sharpe_reality_check,
     regression_slopes_test,
+    sharpe,
     sharpe_difference_interval,
 )
 
@@ -122,6 +126,13 @@ class GateVerdict:
     predictability: dict[str, float] | None = None
     # How flat was beaten: "significant" (step 3), "predictable" (step 4) or None (it was not)
     beat_flat_by: str | None = None
+    # The network's Sharpe minus the baseline's in each half of the validation window
+    halves: tuple[float, ...] = ()
+
+    @property
+    def held_in_halves(self) -> bool:
+        """Whether the network's Sharpe is above the baseline's in each half of validation."""
+        return bool(self.halves) and all(h > 0.0 for h in self.halves)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +143,7 @@ class GateVerdict:
             "network_minus_baseline_validation_sharpe": self.validation,
             "features_predict_next_return": self.predictability,
             "beat_flat_by": self.beat_flat_by,
+            "network_minus_baseline_sharpe_in_validation_halves": list(self.halves),
         }
 
 
@@ -232,13 +244,27 @@ def network_beats_baseline(
         beat_flat_by = "significant"
     elif predictable and vs_flat["p_value"] < PREDICTABLE_P_VALUE and vs_flat["adjusted"] > 0.0:
         beat_flat_by = "predictable"
+    halves = _halves_difference(network.returns, baseline.returns, per_year)
+    held = bool(halves) and all(h > 0.0 for h in halves)
     if name == "flat":
-        return GateVerdict(
-            beat_flat_by is not None, name, vs_flat, vs_flat, predictability, beat_flat_by
-        )
+        keep = beat_flat_by is not None and held
+        return GateVerdict(keep, name, vs_flat, vs_flat, predictability, beat_flat_by, halves)
     ci = sharpe_difference_interval(network.returns, baseline.returns, per_year, level=GATE_LEVEL)
-    keep = bool(beat_flat_by is not None and ci["difference"] >= 0.0)
-    return GateVerdict(keep, name, ci, vs_flat, predictability, beat_flat_by)
+    keep = bool(beat_flat_by is not None and held and ci["low"] > 0.0)
+    return GateVerdict(keep, name, ci, vs_flat, predictability, beat_flat_by, halves)
+
+
+def _halves_difference(
+    network: np.ndarray, baseline: np.ndarray, per_year: float
+) -> tuple[float, ...]:
+    """Sharpe of ``network`` minus ``baseline``'s in each half of the bars (empty under 8)."""
+    if len(network) < 8:
+        return ()
+    mid = len(network) // 2
+    return tuple(
+        sharpe(network[a:b], per_year) - sharpe(baseline[a:b], per_year)
+        for a, b in ((0, mid), (mid, len(network)))
+    )
 
 
 def set_constant_policy(model: Any, action: int) -> None:

@@ -129,7 +129,8 @@ def describe_deployment(
         details.append(f"Baseline {name}: {_drift_sentence(baseline)}.")
     else:
         details.append(
-            f"Baseline flat: no drift held over the training bars and each half of them "
+            f"Baseline flat: no drift held over the training bars and each "
+            f"{_PART_NAMES.get(len(baseline.get('parts') or ()), 'part')} of them "
             f"({_drift_sentence(baseline)})."
         )
     if gate is None:
@@ -162,12 +163,17 @@ def describe_deployment(
         evidence += (
             f"; minus {name}'s: {interval_text(gate['network_minus_baseline_validation_sharpe'])}"
         )
+    halves = gate.get("network_minus_baseline_sharpe_in_validation_halves") or []
+    if halves:
+        evidence += f"; minus {name}'s in each half of the validation window: " + ", ".join(
+            f"{h:+.2f}" for h in halves
+        )
     details.append(evidence[0].upper() + evidence[1:] + ".")
     if deflated is not None:
         details.append(
             f"Deflated Sharpe ratio of the network's validation returns: {deflated['dsr']:.2f} "
-            f"(the probability that its Sharpe beats the best of {deflated['n_trials']} trials "
-            "by chance; trials: inputs tested x snapshots)."
+            f"(the probability that its true Sharpe is above the best of {deflated['n_trials']} "
+            "trials with no edge; trials: inputs tested x snapshots)."
         )
     if kept == "network":
         how = gate.get("beat_flat_by")
@@ -183,20 +189,34 @@ def describe_deployment(
             )
         headline = f"{OUTCOMES[outcome]}: validation edge over flat {interval_text(flat)}; {reason}"
         return Deployment(kept, outcome, headline, tuple(details), True)
+    split = ""
+    if gate.get("beat_flat_by") is not None and halves and not all(h > 0.0 for h in halves):
+        split = ", ".join(f"{h:+.2f}" for h in halves)
     if name == "flat":
+        why = (
+            f"was not in each half of the validation window ({split})"
+            if split
+            else "was not enough"
+        )
         return Deployment(
             kept,
             "not_held",
             f"no edge held up: the model stays flat (the network's validation edge over flat, "
-            f"{interval_text(flat)}, was not enough)",
+            f"{interval_text(flat)}, {why})",
             tuple(details),
             True,
         )
+    vs_hold = interval_text(gate["network_minus_baseline_validation_sharpe"])
+    why = (
+        f"its edge over the hold ({vs_hold}) was not in each half of the validation window "
+        f"({split})"
+        if split and gate["network_minus_baseline_validation_sharpe"]["low"] > 0.0
+        else f"the network did not beat it on the validation window ({vs_hold})"
+    )
     return Deployment(
         kept,
         "drift_not_held",
-        f"holds {_side(name)}: the training bars' drift; the network did not beat it on the "
-        f"validation window ({interval_text(gate['network_minus_baseline_validation_sharpe'])})",
+        f"holds {_side(name)}: the training bars' drift; {why}",
         tuple(details),
         True,
     )
