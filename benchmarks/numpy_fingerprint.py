@@ -142,8 +142,9 @@ def fingerprint(num_envs: int, n_instruments: int, curiosity: bool, overrides: d
         for a in (obs, reward, term, trunc):
             _hash_tree(h, a)
         _hash_tree(h, info)
-        if t == STEPS // 2 and env.autoreset_mode.name == "DISABLED":
-            obs, _ = env.reset(options={"reset_mask": np.asarray(term | trunc)})
+        ended = np.asarray(term | trunc)
+        if t == STEPS // 2 and env.autoreset_mode.name == "DISABLED" and ended.any():
+            obs, _ = env.reset(options={"reset_mask": ended})
             _hash_tree(h, obs)
     state = env.backend.state
     for f in fields(state):

@@ -81,7 +81,9 @@ while steps < args.total_steps:
     next_obs, reward, terminated, truncated, info = env.step(action)
     next_obs, reward = next_obs.to(dev), reward.to(dev)
     done = (terminated | truncated).to(dev)
-    real_next = torch.where(done[:, None], info["final_obs"].to(dev), next_obs)  # bootstrap target
+    real_next = next_obs  # the bootstrap target: the ended episodes' final observations
+    if "final_obs" in info:  # present on steps where an episode ended (on a GPU: every step)
+        real_next = torch.where(done[:, None], info["final_obs"].to(dev), next_obs)
     idx = (ptr + torch.arange(n, device=dev)) % cap
     rb_obs[idx], rb_next[idx], rb_act[idx] = obs, real_next, action
     rb_rew[idx], rb_term[idx] = reward, terminated.to(dev).float()  # truncation still bootstraps

@@ -40,6 +40,16 @@ from gpu_trading_env.output_pool import OutputPool, OutputSet, storage_use_count
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
 
+# The info arrays every step fills for every env, as (info key, step output field).
+STEP_INFO_FIELDS = (
+    ("reward_components", "components"),
+    ("portfolio_value", "portfolio_value"),
+    ("position", "position"),
+    ("barrier_label", "barrier_label"),
+)
+# SAME_STEP's keys of the ended episodes, left out where no episode ended (host flags only).
+FINAL_KEYS = ("final_obs", "_final_obs", "final_info", "_final_info")
+
 
 class TradingVectorEnv(VectorEnv):
     """N independent trading episodes stepped together, on the CPU (NumPy) or a CUDA GPU.
@@ -72,11 +82,18 @@ class TradingVectorEnv(VectorEnv):
     Spaces: observation ``Box(-inf, inf, (N, F+3), float32)``, action ``MultiDiscrete`` of N
     ``Discrete(n_actions)``.
 
-    Info keys (arrays with a leading N axis; ``_key`` is the bool mask of valid rows, as in
-    Gymnasium): ``reward_components`` [N, 5], ``portfolio_value``, ``position``,
-    ``barrier_label``, and ``episode_return``/``episode_length`` of the episodes that ended in
-    this step (each ended episode is reported once, masked by ``_episode_return``). The key
-    ``"episode"`` is left to Gymnasium's ``RecordEpisodeStatistics``.
+    Info keys (arrays with a leading N axis; each key ``k`` comes with ``_k``, the bool [N]
+    mask of its valid rows, as in Gymnasium): ``reward_components`` [N, 5], ``portfolio_value``,
+    ``position``, ``barrier_label`` (valid in every row: their masks are one all-True array of
+    the env, shared by every step, read-only with NumPy), and ``episode_return``/
+    ``episode_length`` of the episodes that ended in this step (each ended episode is reported
+    once, masked by ``_episode_return``). In SAME_STEP mode ``final_obs`` [N, obs_dim] and
+    ``final_info`` (the four step arrays) of the episodes that ended, masked by ``done``; where
+    the flags are host arrays (``device="cpu"`` or ``array_type="numpy"``) these keys are present
+    only on steps where an episode ended, as in Gymnasium; on a GPU with torch or CuPy arrays
+    they are present on every step (deciding would read the device; docs/INTEGRATIONS.md,
+    "Deviations from Gymnasium"). The key ``"episode"`` is left to Gymnasium's
+    ``RecordEpisodeStatistics``.
     """
 
     def __init__(
@@ -131,6 +148,9 @@ class TradingVectorEnv(VectorEnv):
         self.array_type = array_type
         # NumPy arrays of a GPU step: host copies, made anew every step.
         self._host_copies = array_type == "numpy" and self.device != "cpu"
+        # Flags on the host: whether an episode ended is known without a device read.
+        self._host_flags = array_type == "numpy" or self.device == "cpu"
+        self._all_rows = self._all_rows_mask()
         self.copy_outputs = bool(copy_outputs)
         self.autoreset_mode: AutoresetMode = self.config.autoreset_mode
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
@@ -164,7 +184,10 @@ class TradingVectorEnv(VectorEnv):
                 current streams; the first reset without a seed draws one from the OS).
             options: ``{"start_index": int or [N] ints, "reset_mask": bool [N]}``. start_index
                 pins the start bar, counted from the env's instrument's first bar, -1 = draw;
-                reset_mask resets only those envs (the others keep their state).
+                reset_mask (a NumPy, torch or CuPy bool [N] array with a True value) resets only
+                those envs (the others keep their state); it is checked as Gymnasium's
+                ``SyncVectorEnv`` checks it: TypeError for another type or dtype, ValueError
+                for another shape or an all-False mask.
         """
         self._check_open("reset")
         warn_if_skrl_steps_next_step(self)  # skrl would store the NEXT_STEP reset steps
@@ -193,7 +216,8 @@ class TradingVectorEnv(VectorEnv):
         """Advance every env by one bar.
 
         ``actions``: one integer per env (NumPy, torch or CuPy), shape ``(N,)`` or ``(N, 1)``;
-        another shape and any float dtype raise ValueError (``check_action_layout``).
+        another shape raises ValueError, a scalar or a non-integer dtype TypeError
+        (``check_action_layout``), as Gymnasium's vector envs do.
         """
         if self._needs_reset or self.closed:  # one test on the hot path
             self._check_open("step")
@@ -214,13 +238,7 @@ class TradingVectorEnv(VectorEnv):
                 if reused and "final_obs" in views:  # the step writes only the rows that ended
                     self._zero(views["final_obs"])
                 self.backend.step_bound(acts, out.bound, stream=stream)
-            return (
-                views["obs"],
-                views["reward"],
-                views["terminated"],
-                views["truncated"],
-                self._build_info(views),
-            )
+            info = self._build_info(views)
         else:
             out = self.backend.step(acts)
             views = self._output_views(out)
@@ -229,7 +247,11 @@ class TradingVectorEnv(VectorEnv):
                 info = self._infos[id(out)] = self._build_info(views)
             if self.autoreset_mode == AutoresetMode.DISABLED:
                 info = self._with_episode_mask(info, views)
-        return views["obs"], views["reward"], views["terminated"], views["truncated"], dict(info)
+            info = dict(info)
+        if self._host_flags and "final_obs" in info and not views["done"].any():
+            for key in FINAL_KEYS:  # Gymnasium reports final_obs only where an episode ended
+                del info[key]
+        return views["obs"], views["reward"], views["terminated"], views["truncated"], info
 
     def make_outputs(self) -> dict[str, Any]:
         """A set of output arrays for :meth:`step_into`, in the env's array type, all views of one
@@ -380,20 +402,44 @@ class TradingVectorEnv(VectorEnv):
         return tuple(a.data_ptr() for a in arrays if hasattr(a, "data_ptr"))
 
     def _build_info(self, views: dict[str, Any]) -> dict[str, Any]:
-        """The info dict of one set of output arrays."""
-        info: dict[str, Any] = {
-            "reward_components": views["components"],
-            "portfolio_value": views["portfolio_value"],
-            "position": views["position"],
-            "barrier_label": views["barrier_label"],
-        }
+        """The info dict of one set of output arrays, every key with its ``_key`` mask.
+
+        The step arrays are valid in every row (the cached all-True mask); in SAME_STEP mode
+        ``final_obs`` and ``final_info`` (this step's arrays: the last step's info of an ended
+        episode is this step's info at its row) are valid where ``done``.
+        """
+        info: dict[str, Any] = {}
+        for key, field in STEP_INFO_FIELDS:
+            info[key] = views[field]
+            info["_" + key] = self._all_rows
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
-            # The last step's info of an ended episode is this step's info at its row.
-            info["final_info"] = dict(info)
-            info["_final_info"] = views["done"]
+            done = views["done"]
+            final: dict[str, Any] = {}
+            for key, field in STEP_INFO_FIELDS:
+                final[key] = views[field]
+                final["_" + key] = done
+            info["final_info"] = final
+            info["_final_info"] = done
             info["final_obs"] = views["final_obs"]
-            info["_final_obs"] = views["done"]
+            info["_final_obs"] = done
         return self._with_episode_mask(info, views)
+
+    def _all_rows_mask(self) -> Any:
+        """bool [N] of True in the env's array type: the ``_key`` mask of the info arrays every
+        step fills for every env, made once (a new mask per step would allocate on the GPU).
+        The NumPy one is read-only, so that no caller can change what later steps report."""
+        n = self.num_envs
+        if self.array_type == "numpy":
+            mask = np.ones(n, dtype=np.bool_)
+            mask.flags.writeable = False
+            return mask
+        if self.array_type == "torch":
+            import torch
+
+            return torch.ones(n, dtype=torch.bool, device=self.device)
+        cp = self.backend.xp
+        with self.backend.device_scope(), self.backend.stream():
+            return cp.ones(n, dtype=cp.bool_)
 
     def _with_episode_mask(self, info: dict[str, Any], views: dict[str, Any]) -> dict[str, Any]:
         """Add the episode statistics; each ended episode is reported in one step only.
@@ -508,15 +554,29 @@ class TradingVectorEnv(VectorEnv):
         return arr.get() if hasattr(arr, "get") else np.asarray(arr)
 
     def _host_mask(self, mask: Any) -> np.ndarray:
+        """bool [N] of ``options["reset_mask"]`` (NumPy, torch or CuPy; None: every env), checked
+        as Gymnasium's ``SyncVectorEnv.reset`` checks it, with its messages and exception types:
+        another type or dtype raises TypeError, another shape or no True value ValueError."""
         n = self.num_envs
         if mask is None:
             return np.ones(n, dtype=bool)
         if hasattr(mask, "detach"):
             mask = mask.detach().cpu().numpy()
-        mask = self._host(mask)
-        if mask.shape != (n,) or mask.dtype != np.bool_:
+        elif hasattr(mask, "__cuda_array_interface__") and hasattr(mask, "get"):
+            mask = mask.get()  # a CuPy array
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(
+                "`options['reset_mask']` must be a numpy array (or a torch or CuPy array), got "
+                f"{type(mask)}"
+            )
+        if mask.shape != (n,):
+            raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+        if not mask.any():
             raise ValueError(
-                f"reset_mask of shape {mask.shape} and dtype {mask.dtype} is invalid: allowed is bool ({n},)"
+                "`options['reset_mask']` must contain a boolean array with at least one True "
+                f"value, got reset_mask={mask}"
             )
         return mask
 

@@ -316,7 +316,7 @@ def test_curiosity_model_matches_env_bonus_and_learns() -> None:
         actions = rng.integers(0, cfg.n_actions, 8)
         obs, _, term, trunc, info = env.step(actions)
         done = (term | trunc)[:, None]
-        next_obs = th.as_tensor(np.where(done, info["final_obs"], obs))
+        next_obs = th.as_tensor(np.where(done, info.get("final_obs", obs), obs))
         with th.no_grad():
             err = model.prediction_error(prev, th.as_tensor(actions), next_obs, table)
         expected = th.clamp(err, max=cfg.curiosity_max_reward) * cfg.curiosity_scale

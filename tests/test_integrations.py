@@ -877,7 +877,9 @@ def test_cleanrl_style_loop_data_equals_a_plain_env() -> None:
         action = torch.randint(0, env.single_action_space.n, (N,), generator=gen)
         next_obs, reward, terminated, truncated, info = env.step(action)
         done = terminated | truncated
-        real_next = torch.where(done[:, None], info["final_obs"], next_obs)  # as the script
+        real_next = next_obs  # as the script
+        if "final_obs" in info:
+            real_next = torch.where(done[:, None], info["final_obs"], next_obs)
         for key, value in zip(stored, (obs, real_next, reward, done, action), strict=True):
             stored[key].append(value.numpy().copy())
         running += reward.double()

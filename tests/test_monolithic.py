@@ -80,7 +80,7 @@ def test_monolithic_transitions_match_the_reference_env():
             out["reward"][:, t], reward, rtol=1e-6, atol=1e-8, err_msg=f"reward at {t}"
         )
         done = terminated | truncated
-        expected_next = np.where(done[:, None], info["final_obs"], obs)
+        expected_next = np.where(done[:, None], info.get("final_obs", obs), obs)
         np.testing.assert_allclose(out["next_obs"][:, t], expected_next, rtol=1e-6, atol=1e-7)
         np.testing.assert_array_equal(
             out["episode_length"][:, t], info["episode_length"], err_msg=f"length at {t}"

@@ -147,10 +147,10 @@ def test_integral_float_actions_are_refused_by_the_vector_and_the_single_env():
     import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 
     env = _vector_env()
-    with pytest.raises(ValueError, match="dtype float64 are invalid: allowed is an integer"):
+    with pytest.raises(TypeError, match="dtype float64 are invalid: allowed is an integer"):
         env.step(np.array([0.0, 1.0, 2.0, 3.0]))
     torch = pytest.importorskip("torch")
-    with pytest.raises(ValueError, match="dtype float32 are invalid"):
+    with pytest.raises(TypeError, match="dtype float32 are invalid"):
         env.step(torch.tensor([0.0, 1.0, 2.0, 3.0]))
     single = gym.make("GpuTrading-v0", episode_length=20).unwrapped
     single.reset(seed=0)
@@ -190,9 +190,9 @@ def test_cuda_refuses_the_same_actions_without_a_host_sync():
     env = _vector_env("cuda")
     with pytest.raises(ValueError, match=r"shape \(2, 2\) are invalid"):
         env.step(torch.zeros((2, 2), dtype=torch.int64, device="cuda"))
-    with pytest.raises(ValueError, match="dtype torch.float32 are invalid"):
+    with pytest.raises(TypeError, match="dtype torch.float32 are invalid"):
         env.step(torch.zeros(4, dtype=torch.float32, device="cuda"))
-    with pytest.raises(ValueError, match="dtype float64 are invalid"):
+    with pytest.raises(TypeError, match="dtype float64 are invalid"):
         env.step(np.zeros(4))
     with pytest.raises(ValueError, match=r"shape \(2, 2\) are invalid"):
         env.step(np.zeros((2, 2), dtype=np.int64))

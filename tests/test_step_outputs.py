@@ -93,9 +93,13 @@ def test_owned_outputs_share_no_memory_across_steps(mode: str) -> None:
 def test_same_step_final_obs_rows_that_did_not_end_are_zero() -> None:
     env = _env("cpu", "same_step")
     env.reset(seed=2)
+    ended_steps = 0
     for acts in _actions(env.single_action_space.n, N, 10):
         info = env.step(acts)[4]
-        assert not info["final_obs"][~info["_final_obs"]].any()
+        if "final_obs" in info:  # on the host: only on steps where an episode ended
+            ended_steps += 1
+            assert not info["final_obs"][~info["_final_obs"]].any()
+    assert ended_steps > 0
 
 
 def test_step_into_rejects_bad_outputs_and_leaves_state() -> None:
@@ -245,9 +249,9 @@ def test_numpy_step_around_waiting_envs_matches_the_reference(mode: str, case: i
     array, ring included, bit for bit as the reference step."""
     from dataclasses import fields
 
+    import step_oracle as ref
     from test_reference_step import random_config, same_bits
 
-    import gpu_trading_env.core.reference_step as ref
     from gpu_trading_env import EnvConfig, MarketData
     from gpu_trading_env.core.state import EnvState, StepOutputs
 

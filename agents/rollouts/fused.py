@@ -301,7 +301,10 @@ class FusedRollout:
         action = self.act(obs, epsilon, random_only)
         new_obs, reward, terminated, truncated, info = self.env.step(action)
         done = terminated | truncated
-        next_obs = th.where(done[:, None], info["final_obs"], new_obs)
+        # A host-flag env (device="cpu") reports final_obs only on steps where an episode ended.
+        next_obs = (
+            th.where(done[:, None], info["final_obs"], new_obs) if "final_obs" in info else new_obs
+        )
         self.model.replay_buffer.add_tensors(obs, next_obs, action, reward, terminated, truncated)
         self.ring.append(done, info["episode_return"], info["episode_length"])
         self.obs = new_obs

@@ -71,22 +71,29 @@ _F32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_action_layout(shape: Any, dtype: Any, is_integer: bool, num_envs: int) -> None:
-    """Raise ValueError unless actions are one integer per env: shape ``(N,)`` or the column
-    ``(N, 1)`` that some RL libraries use, of an integer dtype.
+    """Raise unless actions are one integer per env: shape ``(N,)`` or the column ``(N, 1)``
+    that some RL libraries use, of an integer dtype.
 
+    The exception types are Gymnasium's vector envs': TypeError for a scalar (one action for
+    a vector env) and for a non-integer dtype, ValueError for an array of another shape.
     Reads only the array's metadata, so the CUDA path calls it without a host sync. Any other
     shape of N elements (``[2, 2]`` for 4 envs) is refused rather than flattened, since which
     env gets which action would be a guess; floats are refused, integral or not, on every
     backend (a float policy output is a bug to cast explicitly, not to round).
     """
     shape = tuple(int(d) for d in shape)
+    if shape == ():
+        raise TypeError(
+            f"actions of shape () (a scalar) are invalid: allowed is an array of {num_envs} "
+            f"integers, shape ({num_envs},) or ({num_envs}, 1), one action per env"
+        )
     if shape not in ((num_envs,), (num_envs, 1)):
         raise ValueError(
             f"actions of shape {shape} are invalid: allowed is ({num_envs},) or "
             f"({num_envs}, 1), one action per env"
         )
     if not is_integer:
-        raise ValueError(
+        raise TypeError(
             f"actions of dtype {dtype} are invalid: allowed is an integer dtype (floats are "
             "refused even when integral: cast them, e.g. actions.astype(np.int64))"
         )
@@ -234,7 +241,8 @@ class Backend:
     def prepare_actions(self, actions: Any) -> Any:
         """Actions (NumPy, torch or CuPy, N integers) as the int64 [N] array :meth:`step` takes.
 
-        Raises ValueError naming the shape, dtype or first bad value; a backend that checks
+        Raises ValueError naming the shape or first bad value, TypeError naming a scalar or
+        a non-integer dtype (``check_action_layout``); a backend that checks
         values on its device instead reports them through :meth:`check_errors`.
         """
         raise NotImplementedError
