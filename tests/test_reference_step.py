@@ -1,4 +1,5 @@
-"""The tuned NumPy backend is bit-identical to the readable reference step, on random configs.
+"""The tuned NumPy backend is bit-identical to the readable step of ``step_oracle``, on random
+configs.
 
 Both are stepped in lockstep from the same state with the same random actions; every output
 field and every state array must agree bit for bit (``final_obs`` on the rows that ended, the
@@ -11,9 +12,9 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
+import step_oracle as ref
 
 from gpu_trading_env import EnvConfig, MarketData, TradingVectorEnv
-from gpu_trading_env.core import reference_step as ref
 from gpu_trading_env.core.state import EnvState, StepOutputs
 
 STEPS = 120
@@ -131,3 +132,73 @@ def test_numpy_start_bars_across_cache_refills_match_the_reference_draws():
     assert drawn.max() > 2 * numpy_backend.START_CACHE, "no env drew past its cache twice"
     # ... while others drew too few to be refilled in any pass (the partial refills).
     assert (drawn < numpy_backend.START_CACHE // 2).sum() >= 10
+
+
+@pytest.mark.parametrize("part", ["pnl", "barrier", "risk", "diversity", "curiosity", "total"])
+def test_the_numpy_step_takes_each_reward_part_from_core_reward(monkeypatch, part: str):
+    """The reward is written once for NumPy: a change to one function of ``core/reward.py``
+    reaches the NumPy backend's outputs (the recipe "Change the reward", docs/ARCHITECTURE.md)."""
+    from gpu_trading_env.core import reward
+    from gpu_trading_env.core.constants import COMPONENT_NAMES
+
+    config = EnvConfig(
+        risk_threshold=0.0,
+        risk_penalty_scale=0.5,
+        diversity_window=1,
+        diversity_min_entries=1,
+        autoreset_mode="same_step",  # every env steps at every step
+    )
+    data = MarketData.synthetic("gbm", n_bars=800, seed=1)
+    rng = np.random.default_rng(3)
+    d, h = config.curiosity_state_dims, config.curiosity_hidden
+    weights = (
+        rng.normal(0, 0.5, (h, d + 3)).astype(np.float32),
+        rng.normal(0, 0.1, h).astype(np.float32),
+        rng.normal(0, 0.5, (d, h)).astype(np.float32),
+        rng.normal(0, 0.1, d).astype(np.float32),
+    )
+    actions = [rng.integers(0, config.n_actions, 16) for _ in range(5)]
+
+    def run() -> tuple[np.ndarray, np.ndarray]:
+        env = TradingVectorEnv(16, data=data, config=config)
+        env.set_curiosity_weights(*weights)
+        env.reset(seed=0)
+        outs = [env.backend.step(env.backend.prepare_actions(a)) for a in actions]
+        return np.stack([o.reward for o in outs]), np.stack([o.components for o in outs])
+
+    reward0, comp0 = run()
+    original = getattr(reward, part)
+    monkeypatch.setattr(reward, part, lambda *args: original(*args) + 1.0)
+    reward1, comp1 = run()
+    if part == "total":
+        np.testing.assert_array_equal(comp1, comp0)
+        np.testing.assert_allclose(reward1, reward0 + 1.0, rtol=1e-5)
+    else:
+        k = COMPONENT_NAMES.index(part)
+        others = [j for j in range(len(COMPONENT_NAMES)) if j != k]
+        assert part != "pnl" or not np.array_equal(
+            comp1[..., 1], comp0[..., 1]
+        )  # pnl feeds barrier
+        if part != "pnl":
+            np.testing.assert_array_equal(comp1[..., others], comp0[..., others])
+        np.testing.assert_allclose(comp1[..., k], comp0[..., k] + 1.0, rtol=1e-5)
+        assert not np.array_equal(reward1, reward0)
+
+
+def test_the_reward_recipe_names_places_that_exist():
+    """docs/ARCHITECTURE.md's "Change the reward" names the module, the kernel section and the
+    parity test; each must exist under that name."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "ARCHITECTURE.md").read_text()
+    recipe = doc[doc.index("### Change the reward") :]
+    for path in (
+        "gpu_trading_env/core/reward.py",
+        "gpu_trading_env/backends/kernels/trading_env.cuh",
+        "tests/test_cuda_backend.py",
+    ):
+        assert f"`{path}" in recipe and (root / path).exists(), path
+    kernel = (root / "gpu_trading_env/backends/kernels/trading_env.cuh").read_text()
+    assert "// --- mark to market, reward" in kernel
+    assert "def test_cuda_matches_numpy(" in (root / "tests/test_cuda_backend.py").read_text()

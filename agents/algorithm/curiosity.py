@@ -1,9 +1,9 @@
 """ICM forward model (Pathak et al., 2017) that the trading env's curiosity bonus evaluates.
 
 The env computes ``bonus = min(MSE(f(s[:D], onehot(category(a))), s'[:D]), cap) * scale`` with
-``f = Linear(D+3, H) -> LeakyReLU(0.01) -> Linear(H, D)`` (``curiosity_bonus`` in
-``gpu_trading_env/core/reference_step.py`` and the CUDA kernel). This module is the trainable copy of
-``f``: :class:`CuriosityModel` learns it from replayed transitions and hands its weights to the
+``f = Linear(D+3, H) -> LeakyReLU(0.01) -> Linear(H, D)`` (``curiosity`` in
+``gpu_trading_env/core/reward.py`` and ``curiosity_bonus`` in the CUDA kernel). This module is the
+trainable copy of ``f``: :class:`CuriosityModel` learns it from replayed transitions and hands its weights to the
 env in torch's ``[out, in]`` layout, which is the layout the env reads.
 """
 
@@ -66,7 +66,7 @@ class CuriosityModel(nn.Module):
         """
         x = states[:, : self.state_dims].float()
         onehot = F.one_hot(categories.reshape(-1).long(), self.n_categories).to(x.dtype)
-        # The env's forward pass (curiosity_bonus in both backends) uses the same slope.
+        # The env's forward pass (the curiosity bonus of both backends) uses the same slope.
         h = F.leaky_relu(self.fc1(th.cat([x, onehot], dim=1)), negative_slope=LEAKY_RELU_SLOPE)
         return self.fc2(h)
 

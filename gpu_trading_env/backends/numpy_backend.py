@@ -1,10 +1,12 @@
-"""The NumPy backend: the env step tuned for the CPU, bit-identical to the reference step.
+"""The NumPy backend: the env step on the CPU, the reference the CUDA kernel matches.
 
-:func:`gpu_trading_env.core.reference_step.step` states the semantics plainly; this backend
-computes the same float64 operations in the same order, with in-place updates, lookup tables
-for the diversity entropy and a cache of start-bar draws (``tests/test_reference_step.py``
-holds the two bit-identical). The CUDA kernel (``kernels/trading_step.cu``) matches it too,
-compiled without fused multiply-add, so all three hold bit-identical positions and cash.
+One of the step's two implementations (the other is the CUDA kernel, ``kernels/trading_env.cuh``
+and ``kernels/trading_step.cu``, compiled without fused multiply-add so that both compute the
+same float64 operations in the same order and agree bit for bit). It is tuned for the CPU:
+in-place updates, lookup tables for the diversity entropy and a cache of start-bar draws. The
+reward's parts are :mod:`gpu_trading_env.core.reward`'s functions; ``tests/step_oracle.py``
+states the rest of the step plainly and ``tests/test_reference_step.py`` holds this backend
+bit-identical to it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from gpu_trading_env.backends.base import (
     check_curiosity_weights,
     check_output_arrays,
 )
-from gpu_trading_env.backends.numpy_step_parts import check_barriers, put_rows, take_rows, trade
+from gpu_trading_env.backends.numpy_step_parts import (
+    check_barriers,
+    draw_start_bars,
+    observation,
+    put_rows,
+    reset_rows,
+    take_rows,
+    trade,
+)
+from gpu_trading_env.core import reward
 from gpu_trading_env.core.constants import (
     LABEL_NONE,
     MODE_DISABLED,
@@ -29,12 +40,6 @@ from gpu_trading_env.core.constants import (
     RUNNING,
     WAIT_TERMINATED,
     WAIT_TRUNCATED,
-)
-from gpu_trading_env.core.reference_step import (
-    curiosity_bonus,
-    draw_start_bars,
-    observation,
-    reset_rows,
 )
 from gpu_trading_env.core.state import (
     OUTPUT_FIELDS,
@@ -391,14 +396,7 @@ class NumpyBackend(Backend):
         cash0 = s.cash
         value0 = cash0 + pos0 * close_t
         # --- risk (ENV_SPEC "Risk"), from the position feature before the trade
-        # excess = |pos0 / (c0 / close_t)| - threshold; risk = min(-(scale * excess), 0), which
-        # is -(scale * excess) where excess > 0; excess * -scale rounds to the same bits.
-        risk = c0 / close_t
-        np.divide(pos0, risk, out=risk)
-        np.abs(risk, out=risk)
-        risk -= p.risk_threshold
-        risk *= -p.risk_penalty_scale
-        np.minimum(risk, 0.0, out=risk)
+        risk = reward.risk(pos0 / (c0 / close_t), p.risk_threshold, p.risk_penalty_scale)
         obs0 = None
         if self.curiosity is not None:
             obs0 = observation(
@@ -447,25 +445,11 @@ class NumpyBackend(Backend):
         # --- action diversity (ENV_SPEC "Diversity")
         diversity = self._diversity(s, a, cat, rows)
 
-        # --- mark to market, reward (ENV_SPEC "Reward"), summed in the spec's order
+        # --- mark to market, reward (ENV_SPEC "Reward"): core/reward.py's parts
         value1 = s.cash + pos1 * close_1
-        pnl = (value1 - value0) / value0
+        pnl = reward.pnl(value0, value1)
         del value0
-        # barrier_scale: +-barrier_half_scale on a profit or stop label, else 0 (+-1 * h is exact).
-        barrier = closing_sign.astype(np.float64)  # (sign * h) * pnl: pnl * (sign * h)'s bits
-        barrier *= p.barrier_half_scale
-        barrier *= pnl
-        comp = out.components
-        reward = pnl + barrier
-        comp[:, 0] = pnl
-        comp[:, 1] = barrier
-        del pnl, barrier
-        reward += risk
-        comp[:, 2] = risk
-        del risk
-        reward += diversity
-        comp[:, 3] = diversity
-        del diversity
+        barrier = reward.barrier(pnl, closing_sign, p.barrier_half_scale)
         if obs0 is not None:
             obs1 = observation(
                 self.features,
@@ -478,14 +462,18 @@ class NumpyBackend(Backend):
                 px=close_1,
                 value=value1,
             )
-            curiosity = curiosity_bonus(self.curiosity, obs0, obs1, cat, p).astype(np.float64)
+            curiosity = reward.curiosity(self.curiosity, obs0, obs1, cat, p)
         else:
             curiosity = 0.0  # the scalar 0.0 adds as a zero array does (-0.0 + 0.0 is 0.0)
-        reward += curiosity
-        comp[:, 4] = curiosity
-        out.reward[...] = reward
-        s.episode_return += reward
-        del reward
+        parts = (pnl, barrier, risk, diversity, curiosity)  # COMPONENT_NAMES' order
+        total = reward.total(*parts)
+        comp = out.components
+        for k, part in enumerate(parts):
+            comp[:, k] = part
+        del parts, pnl, barrier, risk, diversity, curiosity
+        out.reward[...] = total
+        s.episode_return += total
+        del total
 
         steps = s.step_in_episode
         steps += 1
@@ -539,7 +527,6 @@ class NumpyBackend(Backend):
         """
         p = self.params
         window = p.diversity_window
-        n = cat.shape[0]
         n_all = s.div_hist.shape[1]
         ids = self._env_ids if rows is None else rows
         # Flat indices into the [window, N] ring and the [3, N] histogram: row * N + env.
@@ -570,7 +557,4 @@ class NumpyBackend(Backend):
         count = s.div_count
         count += 1
         np.minimum(count, window, out=count)
-        penalised = self.penalised_rows(count, h0, h1, h2)
-        diversity = np.zeros(n)  # a scatter: np.where costs several times more inside a step
-        diversity[penalised.nonzero()[0]] = -p.diversity_penalty
-        return diversity
+        return reward.diversity(self.penalised_rows(count, h0, h1, h2), p.diversity_penalty)

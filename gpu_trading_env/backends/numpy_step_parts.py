@@ -1,18 +1,106 @@
-"""Trade, barrier and row-subset helpers of the NumPy backend's tuned step.
+"""Parts of the NumPy backend's step: start-bar draws, observation rows, resets, the trade,
+the barriers and row subsets of a state.
 
-Each computes what :mod:`gpu_trading_env.core.reference_step` states, with the same float64
-operations in the same order, restricted to the rows that need them (reversals, opened
-positions) and updating the state in place.
+The trade and barrier helpers work on the rows that need them (reversals, opened positions)
+and update the state in place; ``tests/step_oracle.py`` states the same semantics plainly and
+``tests/test_reference_step.py`` holds the backend bit-identical to it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from gpu_runtime.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 from gpu_trading_env.backends.base import StepParams
-from gpu_trading_env.core.constants import BARRIER_ARMED
-from gpu_trading_env.core.reference_step import reversal_trade
+from gpu_trading_env.core.constants import BARRIER_ARMED, BARRIER_NONE, RUNNING
 from gpu_trading_env.core.state import EnvState
+
+
+def draw_start_bars(
+    seed: np.ndarray, env_id: np.ndarray, counter: np.ndarray, lo: np.ndarray, n_starts: np.ndarray
+) -> np.ndarray:
+    """Start bar of an episode: ``lo + uniform_index(philox(counter, env, STREAM).x0, n_starts)``.
+
+    Keyed by the env's seed; the counter is the number of draws the env has taken, so the k-th
+    episode of env i starts at the same bar on every backend and in every run. Arrays of one
+    shape (or broadcastable): seed uint64, env_id int, counter uint64, lo and n_starts int64.
+    """
+    k0, k1 = split_u64(seed)
+    c0, c1 = split_u64(counter)
+    x0, _, _, _ = philox4x32(c0, c1, env_id.astype(np.uint32), STREAM_START_BAR, k0, k1)
+    return lo + uniform_index(x0, n_starts)
+
+
+def observation(
+    padded_features: np.ndarray,
+    close: np.ndarray,
+    p: Any,
+    bar: np.ndarray,
+    cash: np.ndarray,
+    position: np.ndarray,
+    out: np.ndarray,
+    px: np.ndarray | None = None,
+    value: np.ndarray | None = None,
+) -> np.ndarray:
+    """Observation rows into ``out`` float32 [n, F+3]: features of ``bar``, then
+    value / initial capital, position / (initial capital / close), spread.
+
+    ``padded_features`` float32 [T, F+3] holds each bar's features, two columns this fills and
+    the spread, so whole rows are gathered into ``out`` in one contiguous take. Callers that
+    already hold ``px = close[bar]`` and ``value = cash + position * px`` pass them (same bits,
+    fewer ops).
+    """
+    n_f = padded_features.shape[1] - 3
+    np.take(padded_features, bar, axis=0, out=out, mode="clip")
+    if px is None:
+        px = close.take(bar)
+    if value is None:
+        value = cash + position * px
+    c0 = p.initial_capital
+    out[:, n_f] = value / c0
+    out[:, n_f + 1] = position / (c0 / px)
+    return out
+
+
+def reset_rows(s: EnvState, p: Any, rows: np.ndarray, start: np.ndarray) -> None:
+    """New episodes for ``rows`` of ``s`` (in place) at global bars ``start`` (ENV_SPEC "Reset")."""
+    s.bar[rows] = start
+    s.step_in_episode[rows] = 0
+    s.cash[rows] = p.initial_capital
+    s.position[rows] = 0.0
+    s.costs[rows] = 0.0
+    s.entry_price[rows] = 0.0
+    s.entry_bar[rows] = 0
+    s.barrier_status[rows] = BARRIER_NONE
+    s.div_cursor[rows] = 0
+    s.div_count[rows] = 0
+    for hist in s.div_hist:  # a 1-D scatter per category row beats one [:, rows] scatter
+        hist[rows] = 0
+    s.done_flag[rows] = RUNNING
+    s.episode_return[rows] = 0.0
+
+
+def reversal_trade(
+    pos: np.ndarray,
+    target: np.ndarray,
+    cash: np.ndarray,
+    fill: np.ndarray,
+    rate: np.ndarray,
+    reserve: np.ndarray | float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cash, position and cost after a reversal (ENV_SPEC "Trade"): close the position, then
+    open towards ``target`` (non-zero, of the other sign) what the cash pays for, in whole units.
+    """
+    close_cost = np.abs(pos) * fill * rate
+    cash_c = cash + pos * fill - close_cost
+    units = np.minimum(
+        np.floor(np.maximum(cash_c - reserve, 0.0) / (fill * (1.0 + rate))), np.abs(target)
+    )
+    new_pos = np.copysign(units, target)
+    open_cost = units * fill * rate
+    return cash_c - new_pos * fill - open_cost, new_pos, close_cost + open_cost
 
 
 def trade(
@@ -46,7 +134,7 @@ def trade(
         # Reversals, on their rows only (elementwise, so the same bits as on all rows).
         reserve_r = reserve[r] if p.reserve_frac > 0.0 else 0.0
         cash1[r], pos1[r], cost[r] = reversal_trade(
-            np, pos[r], target[r], cash[r], fill[r], rate[r], reserve_r
+            pos[r], target[r], cash[r], fill[r], rate[r], reserve_r
         )
     return cash1, pos1, cost, reversal
 

@@ -1,8 +1,8 @@
 // Device functions of the trading env step, shared by trading_step.cu and the fused rollout.
 //
-// The arithmetic mirrors the reference step (gpu_trading_env/core/reference_step.py, which the NumPy
-// backend matches bit for bit) operation for operation, in float64 for
-// money, and the module is compiled with --fmad=false: without fused multiply-add every float64
+// The arithmetic mirrors the NumPy backend (gpu_trading_env/backends/numpy_backend.py, its
+// numpy_step_parts.py and the reward's parts in gpu_trading_env/core/reward.py) operation for
+// operation, in float64 for money, and the module is compiled with --fmad=false: without fused multiply-add every float64
 // result is the correctly rounded IEEE value, as NumPy computes it, so positions and cash agree
 // bit for bit between the backends (a floor() at a boundary would otherwise flip).
 //
@@ -25,7 +25,7 @@ struct ParamView { PARAM_MEMBERS };         // PF_* slots, PI_* slots, per-actio
 struct CuriosityView { CURIOSITY_MEMBERS };
 
 // Start a new episode for env i at `start_index` bars past the instrument's first bar, or at a
-// Philox-drawn bar when start_index < 0 (see draw_start_bars in core/reference_step.py).
+// Philox-drawn bar when start_index < 0 (see draw_start_bars in backends/numpy_step_parts.py).
 __device__ __forceinline__ void env_reset(const EnvStateView& s, const ParamView& p, int i, long long start_index, int n) {
     long long lo = s.lo[i], hi = s.hi[i];
     long long start;
@@ -73,7 +73,7 @@ __device__ __forceinline__ float obs_element(const MarketView& m, const ParamVie
     return (float)p.pf[PF_SPREAD];
 }
 
-// ICM forward-model bonus (float32): see curiosity_bonus in core/reference_step.py.
+// ICM forward-model bonus (float32): see curiosity in core/reward.py.
 __device__ float curiosity_bonus(const CuriosityView& c, const MarketView& m, const ParamView& p,
                                  long long bar0, float v0, float q0, long long bar1, float v1, float q1, int cat) {
     int d = (int)p.pi[PI_CURIOSITY_STATE_DIMS];
@@ -109,7 +109,7 @@ struct Transition {
     bool terminated, truncated;
 };
 
-// Advance env i by one bar with action a (valid). Mirrors _transition in core/reference_step.py.
+// Advance env i by one bar with action a (valid). Mirrors NumpyBackend._transition.
 __device__ Transition env_transition(const EnvStateView& s, const MarketView& m, const ParamView& p,
                                      const CuriosityView& cur, int i, long long a, int n) {
     Transition o;
@@ -198,7 +198,7 @@ __device__ Transition env_transition(const EnvStateView& s, const MarketView& m,
     o.diversity = (count >= p.pi[PI_DIVERSITY_MIN_ENTRIES] && entropy < p.pf[PF_DIVERSITY_THRESHOLD_BITS])
                       ? -p.pf[PF_DIVERSITY_PENALTY] : 0.0;
 
-    // --- mark to market, reward
+    // --- mark to market, reward: the parts of core/reward.py, summed in COMPONENT_NAMES' order
     double value1 = cash1 + pos1 * close_1;
     o.pnl = (value1 - value0) / value0;
     double half = p.pf[PF_BARRIER_HALF_SCALE];

@@ -1,25 +1,32 @@
-"""The env step as one pure function: the readable statement of docs/ENV_SPEC.md.
+"""The env step as one pure function: the test oracle of the NumPy backend.
 
 ``step(state, action, market, params, curiosity) -> (state, outputs)`` in the style of gymnax:
 it reads its inputs and returns a new :class:`EnvState` and new :class:`StepOutputs`, vectorised
-over envs with plain masks. It is written to be read, not to be fast. The tuned
-:class:`~gpu_trading_env.backends.numpy_backend.NumpyBackend` and the CUDA kernel compute the
-same float64 operations in the same order; ``tests/test_reference_step.py`` holds the NumPy
-backend bit-identical to this function (and the CUDA parity tests hold the kernel to NumPy).
+over envs with plain masks: the readable statement of docs/ENV_SPEC.md, written to be read, not
+to be fast. ``tests/test_reference_step.py`` holds the tuned
+:class:`~gpu_trading_env.backends.numpy_backend.NumpyBackend` bit-identical to it (and the CUDA
+parity tests hold the kernel to NumPy).
 
-The observation, start-bar draw and curiosity bonus below are shared with the NumPy backend.
+It is independent of the backend in its trade, barriers, diversity ring, end flags and
+autoreset modes; the reward's parts are :mod:`gpu_trading_env.core.reward`'s (the one place
+they are written), and the observation rows, start-bar draws, resets and the reversal formula
+are the backend's own helpers.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from gpu_runtime.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
+from gpu_trading_env.backends.numpy_step_parts import (
+    draw_start_bars,
+    observation,
+    reset_rows,
+    reversal_trade,
+)
+from gpu_trading_env.core import reward
 from gpu_trading_env.core.constants import (
     BARRIER_ARMED,
     BARRIER_FIRED,
@@ -28,7 +35,6 @@ from gpu_trading_env.core.constants import (
     LABEL_PROFIT,
     LABEL_STOP,
     LABEL_TIME,
-    LEAKY_RELU_SLOPE,
     MODE_DISABLED,
     MODE_NEXT_STEP,
     MODE_SAME_STEP,
@@ -50,90 +56,11 @@ class Market:
     close: np.ndarray
 
 
-def draw_start_bars(
-    seed: np.ndarray, env_id: np.ndarray, counter: np.ndarray, lo: np.ndarray, n_starts: np.ndarray
-) -> np.ndarray:
-    """Start bar of an episode: ``lo + uniform_index(philox(counter, env, STREAM).x0, n_starts)``.
-
-    Keyed by the env's seed; the counter is the number of draws the env has taken, so the k-th
-    episode of env i starts at the same bar on every backend and in every run.
-    """
-    k0, k1 = split_u64(seed)
-    c0, c1 = split_u64(counter)
-    x0, _, _, _ = philox4x32(c0, c1, env_id.astype(np.uint32), STREAM_START_BAR, k0, k1)
-    return lo + uniform_index(x0, n_starts)
-
-
-def observation(
-    padded_features: np.ndarray,
-    close: np.ndarray,
-    p: Any,
-    bar: np.ndarray,
-    cash: np.ndarray,
-    position: np.ndarray,
-    out: np.ndarray,
-    px: np.ndarray | None = None,
-    value: np.ndarray | None = None,
-) -> np.ndarray:
-    """Observation rows into ``out`` float32 [n, F+3]: features of ``bar``, then
-    value / initial capital, position / (initial capital / close), spread.
-
-    ``padded_features`` is [T, F+3] (see :class:`Market`), so whole rows are gathered into
-    ``out`` in one contiguous take. Callers that already hold ``px = close[bar]`` and
-    ``value = cash + position * px`` pass them (same bits, fewer ops).
-    """
-    n_f = padded_features.shape[1] - 3
-    np.take(padded_features, bar, axis=0, out=out, mode="clip")
-    if px is None:
-        px = close.take(bar)
-    if value is None:
-        value = cash + position * px
-    c0 = p.initial_capital
-    out[:, n_f] = value / c0
-    out[:, n_f + 1] = position / (c0 / px)
-    return out
-
-
-def curiosity_bonus(
-    w: Any, obs0: np.ndarray, obs1: np.ndarray, category: np.ndarray, p: Any
-) -> np.ndarray:
-    """ICM forward-model bonus, float32 [n]: min(MSE(f(s[:D], onehot), s'[:D]), cap) * scale."""
-    d = p.curiosity_state_dims
-    n = obs0.shape[0]
-    x = np.zeros((n, d + N_CATEGORIES), dtype=np.float32)
-    x[:, :d] = obs0[:, :d]
-    x[np.arange(n), d + category] = 1.0
-    h = x @ w.w1.T + w.b1
-    h = np.where(h > 0, h, np.float32(LEAKY_RELU_SLOPE) * h)
-    pred = h @ w.w2.T + w.b2
-    err = pred - obs1[:, :d]
-    mse = np.mean(err * err, axis=1, dtype=np.float32)
-    return np.minimum(mse, np.float32(p.curiosity_max_reward)) * np.float32(p.curiosity_scale)
-
-
 def _observe(market: Market, p: Any, s: EnvState, rows: np.ndarray) -> np.ndarray:
     out = np.empty((rows.size, market.obs_rows.shape[1]), dtype=np.float32)
     return observation(
         market.obs_rows, market.close, p, s.bar[rows], s.cash[rows], s.position[rows], out
     )
-
-
-def reset_rows(s: EnvState, p: Any, rows: np.ndarray, start: np.ndarray) -> None:
-    """New episodes for ``rows`` of ``s`` (in place) at global bars ``start`` (ENV_SPEC "Reset")."""
-    s.bar[rows] = start
-    s.step_in_episode[rows] = 0
-    s.cash[rows] = p.initial_capital
-    s.position[rows] = 0.0
-    s.costs[rows] = 0.0
-    s.entry_price[rows] = 0.0
-    s.entry_bar[rows] = 0
-    s.barrier_status[rows] = BARRIER_NONE
-    s.div_cursor[rows] = 0
-    s.div_count[rows] = 0
-    for hist in s.div_hist:  # a 1-D scatter per category row beats one [:, rows] scatter
-        hist[rows] = 0
-    s.done_flag[rows] = RUNNING
-    s.episode_return[rows] = 0.0
 
 
 def _reset(s: EnvState, p: Any, rows: np.ndarray) -> None:
@@ -142,37 +69,6 @@ def _reset(s: EnvState, p: Any, rows: np.ndarray) -> None:
     start = draw_start_bars(s.seed[rows], rows, s.episode_count[rows], s.lo[rows], n_starts)
     s.episode_count[rows] += np.uint64(1)
     reset_rows(s, p, rows, start)
-
-
-def reversal_trade(
-    m: Any, pos: Any, target: Any, cash: Any, fill: Any, rate: Any, reserve: Any
-) -> tuple[Any, Any, Any]:
-    """Cash, position and cost after a reversal (ENV_SPEC "Trade"): close the position, then
-    open towards ``target`` (non-zero, of the other sign) what the cash pays for, in whole units.
-
-    One statement for arrays (``m = numpy``) and for one env's Python floats
-    (``m =`` :data:`SCALAR_MATH`): the same float64 operations in the same order either way.
-    """
-    close_cost = m.abs(pos) * fill * rate
-    cash_c = cash + pos * fill - close_cost
-    units = m.minimum(
-        m.floor(m.maximum(cash_c - reserve, 0.0) / (fill * (1.0 + rate))), m.abs(target)
-    )
-    new_pos = m.copysign(units, target)
-    open_cost = units * fill * rate
-    return cash_c - new_pos * fill - open_cost, new_pos, close_cost + open_cost
-
-
-# numpy's names for the float functions reversal_trade uses, on Python floats.
-SCALAR_MATH = SimpleNamespace(
-    abs=abs,
-    minimum=min,
-    maximum=max,
-    # An int, not float(floor(x)): the floor of a float is exactly representable as one, so the
-    # products and the min() it enters give the same floats, without a call per reversal.
-    floor=math.floor,
-    copysign=math.copysign,
-)
 
 
 def _trade(p: Any, target, rate, fill, cash, pos, reserve):
@@ -189,7 +85,7 @@ def _trade(p: Any, target, rate, fill, cash, pos, reserve):
     # A reversal (long to short or back) closes first, then opens what the cash pays for.
     reversal = ((pos > 0.0) & (target < 0.0)) | ((pos < 0.0) & (target > 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
-        cash_r, new_pos, cost_r = reversal_trade(np, pos, target, cash, fill, rate, reserve)
+        cash_r, new_pos, cost_r = reversal_trade(pos, target, cash, fill, rate, reserve)
     cash1 = np.where(reversal, cash_r, cash1)
     pos1 = np.where(reversal, new_pos, pos1)
     cost = np.where(reversal, cost_r, cost)
@@ -235,7 +131,8 @@ def _barrier(p: Any, s: EnvState, rows, t, fill, pos1, opened):
 
 
 def _diversity(p: Any, s: EnvState, rows, cat):
-    """Push the action categories into the rings of ``rows`` (in place); the penalty component.
+    """Push the action categories into the rings of ``rows`` (in place); whether each is
+    penalised.
 
     The penalty applies when the ring holds at least ``diversity_min_entries`` entries and
     their Shannon entropy (bits) is below the threshold (ENV_SPEC "Diversity").
@@ -255,8 +152,7 @@ def _diversity(p: Any, s: EnvState, rows, cat):
         h = s.div_hist[c, rows]
         pr = h / count.astype(np.float64)
         entropy -= np.where(h > 0, pr * np.log2(np.where(h > 0, pr, 1.0)), 0.0)
-    penalised = (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
-    return np.where(penalised, -p.diversity_penalty, 0.0)
+    return (count >= p.diversity_min_entries) & (entropy < p.diversity_threshold_bits)
 
 
 def _transition(s, out, rows, action, market, p, curiosity) -> None:
@@ -271,9 +167,7 @@ def _transition(s, out, rows, action, market, p, curiosity) -> None:
     cash0, pos0 = s.cash[rows], s.position[rows]
     value0 = cash0 + pos0 * close_t
     # Risk, from the position feature before the trade.
-    risk = np.minimum(
-        -(p.risk_penalty_scale * (np.abs(pos0 / (c0 / close_t)) - p.risk_threshold)), 0.0
-    )
+    risk = reward.risk(pos0 / (c0 / close_t), p.risk_threshold, p.risk_penalty_scale)
     obs0 = _observe(market, p, s, rows) if curiosity is not None else None
 
     value_pre = cash0 + pos0 * fill
@@ -289,25 +183,22 @@ def _transition(s, out, rows, action, market, p, curiosity) -> None:
     s.costs[rows] += cost
 
     sign, label, closing = _barrier(p, s, rows, t, fill, pos1, opened)
-    diversity = _diversity(p, s, rows, cat)
+    diversity = reward.diversity(_diversity(p, s, rows, cat), p.diversity_penalty)
 
-    # Mark to market at bar t+1's close; the reward sums its components in this order.
+    # Mark to market at bar t+1's close; the reward's parts in COMPONENT_NAMES' order.
     value1 = cash1 + pos1 * close_1
-    pnl = (value1 - value0) / value0
-    barrier = pnl * (sign * p.barrier_half_scale)
+    pnl = reward.pnl(value0, value1)
+    barrier = reward.barrier(pnl, sign, p.barrier_half_scale)
     if curiosity is not None:
         obs1 = np.empty_like(obs0)
         observation(market.obs_rows, market.close, p, t1, cash1, pos1, obs1)
-        bonus = curiosity_bonus(curiosity, obs0, obs1, cat, p).astype(np.float64)
+        bonus = reward.curiosity(curiosity, obs0, obs1, cat, p)
     else:
         bonus = np.zeros(rows.size)
-    reward = pnl + barrier
-    reward += risk
-    reward += diversity
-    reward += bonus
+    total = reward.total(pnl, barrier, risk, diversity, bonus)
     out.components[rows] = np.stack([pnl, barrier, risk, diversity, bonus], axis=1)
-    out.reward[rows] = reward
-    s.episode_return[rows] += reward
+    out.reward[rows] = total
+    s.episode_return[rows] += total
 
     steps = s.step_in_episode[rows] + 1
     s.step_in_episode[rows] = steps
