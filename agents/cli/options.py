@@ -11,6 +11,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+from agents.pipelines import train_config
+from agents.pipelines.train_config import TRAIN_ENV_DEFAULTS as TRAIN_ENV_DEFAULTS
+from agents.pipelines.train_config import (
+    TrainConfig,
+    TrainConfigError,
+    option_fields,
+    option_name,
+)
 from gpu_runtime.device import cuda_available
 from gpu_trading_env.core.config import EnvConfig
 
@@ -42,53 +50,13 @@ def resolve_device(name: str) -> str:
     return name
 
 
-# The commands' own env defaults: the reward is the portfolio's return after costs. EnvConfig
-# keeps the source design's shaping on, and each term pays for something other than the return:
-# - the diversity penalty fires on any two-sided strategy whose long/short mix is not exactly
-#   balanced, and on staying out;
-# - the risk penalty arrives one step after the trade that caused it;
-# - the triple barrier's reward scale halves the loss of a bar that hits the stop and adds half
-#   to one that hits the profit target, so every barrier hit pays about half its move: being in
-#   a volatile market pays whatever its direction, and the agent traded a driftless random walk;
-#   the barriers themselves close positions that the strategy meant to hold.
-# All three stay available through --env (e.g. --env barriers=True).
-# The actions are three exposure levels (short, flat, long) at the market order's cost. EnvConfig's 45 actions
-# hold each exposure nine times (three order types that differ only in cost, three sub-actions
-# that change nothing), and a Q-learner estimates each of the 45 from the transitions that took
-# it: a ninth of the data per estimate, and argmax over nine noisy copies. On the market zoo
-# that is the difference between finding an edge of a few basis points and trading noise.
-TRAIN_ENV_DEFAULTS = {
-    "diversity_penalty": 0.0,
-    "risk_penalty_scale": 0.0,
-    "barriers": False,
-    "order_cost_bps": (1.0,),
-    "sub_actions": 1,
-    # Short, flat, long: each exposure's value is learned from a third of the transitions
-    # instead of a fifth; the half exposures added nothing on the zoo's markets that the
-    # weak edges did not pay for (docs/ZOO.md, "Validation window and actions").
-    "exposure_levels": (-1.0, 0.0, 1.0),
-}
-
-
 def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
-    """``["key=value", ...]`` into EnvConfig overrides (values parsed as Python literals)."""
-    import ast
-
-    from gpu_trading_env.core.config import config_field_names
-
-    out = dict(TRAIN_ENV_DEFAULTS)
-    for pair in pairs or []:
-        key, sep, raw = pair.partition("=")
-        if not sep or key not in config_field_names():
-            raise UsageError(
-                f"--env {pair!r} is invalid: pass FIELD=VALUE with FIELD one of "
-                f"{', '.join(config_field_names())}"
-            )
-        try:
-            out[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            out[key] = raw
-    return out
+    """``["key=value", ...]`` into EnvConfig overrides over :data:`TRAIN_ENV_DEFAULTS` (values
+    parsed as Python literals)."""
+    try:
+        return train_config.parse_env_overrides(pairs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def env_config(args: argparse.Namespace) -> EnvConfig:
@@ -112,17 +80,11 @@ def _check(ok: bool, option: str, value: Any, allowed: str) -> None:
 # or a unit mix-up (10000000000000 env steps: 200,000 hours at the quickstart's CPU rate) is an
 # error before any work, not a run that never ends.
 INT_RANGES: dict[str, tuple[int, int, str]] = {
-    "timesteps": (1, 10**10, ""),
-    "num_envs": (1, 2**24, ""),
-    "batch_size": (1, 2**20, ""),
-    "gradient_steps": (1, 1024, ""),
-    "eval_every": (1, 10**10, "env steps between snapshots; default a tenth of --timesteps"),
     "steps": (1, 10**6, "env steps per measurement"),
     "folds": (1, 1000, "test windows"),
     "episode_length": (2, 10**8, "bars per episode"),
     "train_bars": (2, 10**9, "bars"),
     "test_bars": (2, 10**9, "bars"),
-    "torch_threads": (1, 1024, "1 is fastest for the CPU defaults' small batches"),
     "seed": (0, 2**32 - 1, "NumPy's seed range"),
     "seeds": (0, 2**32 - 1, "NumPy's seed range"),
     "runs_per_device": (1, 256, "runs at a time on each device"),
@@ -131,11 +93,20 @@ INT_RANGES: dict[str, tuple[int, int, str]] = {
 
 def _check_int(name: str, value: int) -> None:
     lo, hi, hint = INT_RANGES[name]
-    if not hint:  # a training budget: its hint is the device defaults, from the code
-        from agents.cli.train import CPU_DEFAULTS, GPU_DEFAULTS
-
-        hint = f"default {CPU_DEFAULTS[name]:,} on the CPU, {GPU_DEFAULTS[name]:,} on a GPU"
     _check(lo <= value <= hi, "--" + name.replace("_", "-"), value, f"{lo:,} to {hi:,} ({hint})")
+
+
+def _check_training(args: argparse.Namespace) -> None:
+    """The training options given, by TrainConfig's own checks (``--device`` is resolved
+    apart)."""
+    for f in option_fields():
+        value = getattr(args, f.name, None)
+        if f.name == "device" or value is None or isinstance(value, bool):
+            continue
+        try:
+            TrainConfig.check(f.name, value)
+        except TrainConfigError as exc:
+            _check(False, option_name(f), value, exc.allowed)
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -146,6 +117,7 @@ def validate(args: argparse.Namespace) -> None:
         for one in v if isinstance(v, list) else [v]:
             if one is not None:
                 _check_int(name, one)
+    _check_training(args)
     if hasattr(args, "train_fraction"):
         f = args.train_fraction
         if c == "train":
@@ -157,39 +129,6 @@ def validate(args: argparse.Namespace) -> None:
                 f,
                 "a number in [0, 1): bars before the evaluated part, 0 for all bars",
             )
-    for name, allowed in (
-        ("predictability_level", "[0, 1) (0 turns the test off)"),
-        ("weight_decay", "a number in [0, 1)"),
-    ):
-        if getattr(args, name, None) is not None:
-            value = getattr(args, name)
-            _check(0.0 <= value < 1.0, "--" + name.replace("_", "-"), value, allowed)
-    if getattr(args, "val_fraction", None) is not None:
-        _check(0.0 < args.val_fraction <= 0.5, "--val-fraction", args.val_fraction, "(0, 0.5]")
-    if getattr(args, "learning_rate", None) is not None:
-        lr = args.learning_rate
-        _check(math.isfinite(lr) and lr > 0, "--learning-rate", lr, "a finite number > 0")
-    if getattr(args, "net_width", None) is not None:
-        _check(
-            args.net_width == 0 or 2 <= args.net_width <= 4096,
-            "--net-width",
-            args.net_width,
-            "0 (no hidden layers) or an integer in [2, 4096]",
-        )
-    if getattr(args, "final_learning_rate", None) is not None:
-        flr = args.final_learning_rate
-        _check(
-            math.isfinite(flr) and flr >= 0, "--final-learning-rate", flr, "a finite number >= 0"
-        )
-    if getattr(args, "reward_scale", None) is not None:
-        _check(
-            math.isfinite(args.reward_scale) and args.reward_scale > 0,
-            "--reward-scale",
-            args.reward_scale,
-            "a finite number > 0",
-        )
-    if getattr(args, "gamma", None) is not None:
-        _check(0.0 < args.gamma <= 1.0, "--gamma", args.gamma, "a number in (0, 1]")
     if getattr(args, "exposure", None) is not None:
         _check(-1.0 <= args.exposure <= 1.0, "--exposure", args.exposure, "a number in [-1, 1]")
     if getattr(args, "fill_volume", None) is not None:

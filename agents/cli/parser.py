@@ -9,19 +9,21 @@ from typing import Any, NoReturn
 
 from agents.cli.backtest import cmd_backtest, cmd_eval
 from agents.cli.bench import cmd_bench
-from agents.cli.options import DEBUG_HELP, PROG, TRAIN_ENV_DEFAULTS
+from agents.cli.options import DEBUG_HELP, PROG
 from agents.cli.sweep import cmd_sweep
-from agents.cli.train import (
-    CPU_DEFAULTS,
-    CPU_TORCH_THREADS,
-    GPU_DEFAULTS,
-    WALKFORWARD_CPU_TIMESTEPS,
-    cmd_train,
-)
+from agents.cli.train import cmd_train
 from agents.cli.walkforward import cmd_walkforward
 from agents.cli.zoo import cmd_zoo
-from agents.pipelines.train_settings import TrainSettings
-from gpu_runtime.precision import PRECISION_SETTINGS
+from agents.pipelines.train_config import (
+    EPISODE_LENGTH,
+    TRAIN_ENV_DEFAULTS,
+    TRAIN_FRACTION,
+    WALKFORWARD_CPU_TIMESTEPS,
+    add_training_options,
+)
+from agents.pipelines.train_config import (
+    parse_int as _int,
+)
 
 DESCRIPTION = (
     "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, "
@@ -95,18 +97,6 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def _by_device(name: str) -> str:
-    """``(default: 16 on the CPU, 4,096 on a GPU)`` from the code's defaults."""
-    return f"(default: {CPU_DEFAULTS[name]:,} on the CPU, {GPU_DEFAULTS[name]:,} on a GPU)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     fmt = _HelpFormatter
     parser = _Parser(prog=PROG, description=DESCRIPTION, formatter_class=fmt)
@@ -171,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
         data_options(p)
         p.add_argument("--train-fraction", type=float, default=fraction, help=fraction_help)
-        p.add_argument("--episode-length", type=_int, default=200, help="bars per env episode")
+        p.add_argument(
+            "--episode-length", type=_int, default=EPISODE_LENGTH, help="bars per env episode"
+        )
         p.add_argument(
             "--env",
             nargs="*",
@@ -196,127 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
             "folder that is not empty)",
         )
 
-    def train_options(p: argparse.ArgumentParser, timesteps_help: str) -> None:
-        g = p.add_argument_group("training")
-        g.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-        g.add_argument(
-            "--num-envs", type=_int, default=None, help=f"parallel envs {_by_device('num_envs')}"
-        )
-        g.add_argument("--timesteps", type=_int, default=None, help=timesteps_help)
-        g.add_argument(
-            "--batch-size", type=_int, default=None, help=f"SGD batch {_by_device('batch_size')}"
-        )
-        g.add_argument("--learning-rate", type=float, default=3e-4, help="Adam step size")
-        g.add_argument(
-            "--gradient-steps",
-            type=_int,
-            default=None,
-            help=f"gradient steps per vector step of the envs {_by_device('gradient_steps')}",
-        )
-        g.add_argument(
-            "--final-learning-rate",
-            type=float,
-            default=TrainSettings.final_learning_rate,
-            help="Adam step size at the end of training, reached linearly from --learning-rate "
-            "(default: none, the step size stays constant)",
-        )
-        g.add_argument(
-            "--gamma",
-            type=float,
-            default=TrainSettings.gamma,
-            help="discount factor (rewards of trading pay off within a few bars)",
-        )
-        g.add_argument(
-            "--val-fraction",
-            type=float,
-            default=TrainSettings.val_fraction,
-            help="last part of the training bars held out to select the model",
-        )
-        g.add_argument(
-            "--eval-every",
-            type=_int,
-            default=None,
-            help="env steps between the weight snapshots backtested on the validation window after "
-            "training (default: a tenth of --timesteps)",
-        )
-        g.add_argument(
-            "--train-precision",
-            choices=list(PRECISION_SETTINGS),
-            default="auto",
-            help="matrix products of the GPU train step; auto: bf16 on GPUs that compute it "
-            "natively (compute capability 8.0+), else tf32 (default: auto; ignored on the CPU)",
-        )
-        g.add_argument(
-            "--no-fallback",
-            action="store_true",
-            help="keep the network even where it does not beat the best parameter-free policy "
-            "(flat, hold long or hold short) on the validation window (default: that policy is "
-            "kept then; agents/pipelines/baseline_policies.py)",
-        )
-        g.add_argument(
-            "--predictability-level",
-            type=float,
-            default=TrainSettings.predictability_level,
-            help="where the network's inputs predict the next bar's return on the training bars "
-            "at this level (the input selection's family-wise test; with --all-inputs a robust "
-            "Wald test of every feature), the fallback deploys a network that beats flat on the "
-            "validation window, allowing for its choice among snapshots, at 87.5%% one-sided "
-            "confidence; elsewhere it must beat flat at 95%%; 0 turns the test off",
-        )
-        g.add_argument(
-            "--all-inputs",
-            action="store_true",
-            help="give the network every feature (default: only those whose slope on the next "
-            "bar's return is significant on the training bars, Holm-corrected, and a fitted "
-            "regime filter's forecast where it predicts out of its fitting sample; the rest are "
-            "zeros; agents/pipelines/input_selection.py)",
-        )
-        g.add_argument(
-            "--net-width",
-            type=_int,
-            default=TrainSettings.net_width,
-            help="dueling Q-network: a trunk of two layers of this width, value and advantage "
-            "heads of half of it; 0: no hidden layers (Q-values linear in the observation)",
-        )
-        g.add_argument(
-            "--weight-decay",
-            type=float,
-            default=TrainSettings.weight_decay,
-            help="decoupled weight decay of the Q-network's Adam (AdamW-style); 0 turns it off",
-        )
-        g.add_argument(
-            "--reward-scale",
-            type=float,
-            default=None,
-            help="factor on the rewards in the TD target (the policy does not depend on it; "
-            "learning does: Q-value differences of a fraction of a bar's return are below what "
-            "Adam resolves); default: one over the standard deviation of the training bars' "
-            "returns",
-        )
-        g.add_argument(
-            "--cross-fit",
-            action="store_true",
-            help="train a second network on the last part of the training bars and judge it on "
-            "the first, so that the fallback's test sees twice the validation bars (one more "
-            "training; the first network is the one kept)",
-        )
-        g.add_argument("--curiosity", action="store_true", help="ICM curiosity bonus")
-        g.add_argument("--verbose", type=int, choices=[0, 1, 2], default=0, help="SB3 verbosity")
-        g.add_argument("--no-progress", action="store_true", help="no progress bar")
-        g.add_argument(
-            "--torch-threads",
-            type=_int,
-            default=None,
-            help=f"torch's CPU threads (default: {CPU_TORCH_THREADS} with --device cpu: 10%% "
-            "slower than 2 on an idle 2-core machine, 3.9 times faster beside one other job; "
-            "torch's own count on a GPU)",
-        )
-
     t = sub.add_parser(
         "train", help="train GpuDQN on one split and write a report", formatter_class=fmt
     )
-    env_options(t, 0.8, "fraction of the bars to train on; the rest is out of sample")
-    train_options(t, f"env steps {_by_device('timesteps')}")
+    env_options(t, TRAIN_FRACTION, "fraction of the bars to train on; the rest is out of sample")
+    add_training_options(t)
     t.add_argument("--seed", type=_int, default=0, help="random seed")
     t.add_argument(
         "--checkpoint-every",
@@ -349,11 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     env_options(w, 0.0, argparse.SUPPRESS)
-    train_options(
-        w,
-        f"env steps per fold and seed (default: {WALKFORWARD_CPU_TIMESTEPS:,} on the CPU, "
-        f"{GPU_DEFAULTS['timesteps']:,} on a GPU)",
-    )
+    add_training_options(w, "env steps per fold and seed", WALKFORWARD_CPU_TIMESTEPS)
     w.add_argument("--folds", type=_int, default=6, help="number of test windows")
     w.add_argument(
         "--train-bars",
@@ -388,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser(
         "eval", help="backtest a saved model and write a report", formatter_class=fmt
     )
-    env_options(e, 0.8, "bars skipped before the evaluated part; 0 evaluates every bar")
+    env_options(e, TRAIN_FRACTION, "bars skipped before the evaluated part; 0 evaluates every bar")
     e.add_argument("--model", required=True, help="model.zip written by train")
     e.add_argument(
         "--allow-pickle",
@@ -402,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "backtest", help="backtest a fixed rule and write a report", formatter_class=fmt
     )
-    env_options(b, 0.8, "bars skipped before the evaluated part; 0 evaluates every bar")
+    env_options(b, TRAIN_FRACTION, "bars skipped before the evaluated part; 0 evaluates every bar")
     b.add_argument(
         "--rule",
         choices=["planted", "buy_and_hold"],

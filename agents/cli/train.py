@@ -1,6 +1,7 @@
 """``gpu-trading-env train``: GpuDQN on one split, model selection on a validation window, a report.
 
-The training budgets of ``train`` and ``walkforward`` (:func:`train_settings`) are here too.
+The training settings of ``train`` and ``walkforward`` from their options (:func:`train_settings`)
+are here too; their defaults are :class:`~agents.pipelines.train_config.TrainConfig`'s.
 """
 
 from __future__ import annotations
@@ -15,31 +16,13 @@ from agents.cli.data import load_data, per_year_of, split_data
 from agents.cli.options import PROG, UsageError, tensorboard_installed
 from agents.cli.report import describe_data, single_report
 from agents.cli.run_folder import CHECKPOINTS, claim_out
+from agents.pipelines.train_config import CPU_TORCH_THREADS as CPU_TORCH_THREADS
+from agents.pipelines.train_config import WALKFORWARD_CPU_TIMESTEPS as WALKFORWARD_CPU_TIMESTEPS
+from agents.pipelines.train_config import TrainConfig, set_torch_threads
 
-# Budgets that finish in minutes on two CPU cores and on one GPU; on the CPU the gradient steps
-# are most of the time, hence 24 envs (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores").
-CPU_DEFAULTS = {
-    "num_envs": 24,
-    "timesteps": 200_000,
-    "batch_size": 128,
-    "buffer_size": 200_000,
-    "gradient_steps": 1,
-}
-# The budget and the gradient steps per vector step the market zoo chose (docs/ZOO.md, "Reward
-# scale, width and budget" and "The number of updates").
-GPU_DEFAULTS = {
-    "num_envs": 4096,
-    "timesteps": 6_000_000,
-    "batch_size": 4096,
-    "buffer_size": 2_000_000,
-    "gradient_steps": 2,
-}
-# walkforward trains folds x seeds models: a smaller budget per model on the CPU.
-WALKFORWARD_CPU_TIMESTEPS = 50_000
-# Torch's intra-op threads on the CPU: one degrades gracefully beside other CPU-bound jobs and
-# keeps a sweep's parallel runs from oversubscribing (docs/PERFORMANCE.md, "The CPU quickstart on
-# 2 cores").
-CPU_TORCH_THREADS = 1
+# The device defaults (agents.pipelines.train_config), by name for the command line's help.
+CPU_DEFAULTS = TrainConfig.device_defaults("cpu")
+GPU_DEFAULTS = TrainConfig.device_defaults("cuda")
 # Env steps a second with the defaults, an order of magnitude for the expected wall time of a
 # large --timesteps (docs/PERFORMANCE.md).
 TRAIN_RATE = {"cpu": 1_500.0, "gpu": 1.0e7}
@@ -47,53 +30,25 @@ TRAIN_RATE = {"cpu": 1_500.0, "gpu": 1.0e7}
 WARN_ABOVE_SECONDS = 3600.0
 
 
-def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) -> Any:
-    """``TrainSettings`` from the training options; budgets not given are the device's defaults
-    (``timesteps_cpu`` env steps on the CPU)."""
-    from agents.pipelines.train_settings import TrainSettings
-
-    defaults = GPU_DEFAULTS if device != "cpu" else CPU_DEFAULTS
-    threads = args.torch_threads or (CPU_TORCH_THREADS if device == "cpu" else None)
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    timesteps = args.timesteps or (defaults["timesteps"] if device != "cpu" else timesteps_cpu)
+def train_settings(args: argparse.Namespace, device: str, timesteps_cpu: int) -> TrainConfig:
+    """The ``TrainConfig`` of the training options (``device`` resolved); budgets not given are
+    the device's defaults (``timesteps_cpu`` env steps on the CPU). Sets torch's threads to the
+    config's."""
+    given = argparse.Namespace(**{**vars(args), "device": device})
+    settings = TrainConfig.from_options(given, timesteps_cpu)
+    set_torch_threads(settings)
     rate = TRAIN_RATE["cpu" if device == "cpu" else "gpu"]
-    seconds = timesteps / rate
+    seconds = int(settings.timesteps or 0) / rate
     if seconds > WARN_ABOVE_SECONDS:
         from agents.pipelines.progress import format_seconds
 
         print(
-            f"warning: --timesteps {timesteps:,} on {device}: expect about "
+            f"warning: --timesteps {settings.timesteps:,} on {device}: expect about "
             f"{format_seconds(seconds)} of training (about {rate:,.0f} env steps/s with the "
             "defaults, docs/PERFORMANCE.md); Ctrl-C stops it",
             file=sys.stderr,
         )
-    return TrainSettings(
-        timesteps=timesteps,
-        num_envs=args.num_envs or defaults["num_envs"],
-        batch_size=args.batch_size or defaults["batch_size"],
-        buffer_size=defaults["buffer_size"],
-        learning_rate=args.learning_rate,
-        gradient_steps=args.gradient_steps or defaults["gradient_steps"],
-        final_learning_rate=args.final_learning_rate,
-        gamma=args.gamma,
-        eval_every=args.eval_every,
-        val_fraction=args.val_fraction,
-        device=device,
-        curiosity=args.curiosity,
-        train_precision=args.train_precision,
-        fallback=not args.no_fallback,
-        predictability_level=args.predictability_level,
-        select_inputs=not args.all_inputs,
-        net_width=args.net_width,
-        weight_decay=args.weight_decay,
-        reward_scale=args.reward_scale,
-        cross_fit=args.cross_fit,
-        verbose=args.verbose,
-        progress_bar=not args.no_progress,
-    )
+    return settings
 
 
 def resume_folder(given: str) -> Path:

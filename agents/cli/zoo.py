@@ -79,6 +79,8 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--train-args {args.train_args!r} is not a valid train command line"
             ) from None
+        except ValueError as exc:
+            raise UsageError(f"--train-args {args.train_args!r}: {exc}") from None
     out = claim_out(args, "zoo")
     total = len(markets) * len(args.seeds)
     print(

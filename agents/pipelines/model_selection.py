@@ -36,7 +36,7 @@ from agents.pipelines.baseline_policies import (
 )
 from agents.pipelines.deployment import describe_deployment
 from agents.pipelines.input_selection import InputSelection, apply_inputs, select_inputs
-from agents.pipelines.train_settings import TrainSettings
+from agents.pipelines.train_config import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult, backtest_batch
@@ -408,7 +408,6 @@ def _untrained_model(
     from agents import GpuDQN
 
     env = _make_env(fit, config, settings)
-    steps = settings.timesteps
     width = int(settings.net_width)
     hidden = ([width, width], [width // 2]) if width else ([], [])  # 0: Q linear in the obs
     policy_kwargs: dict[str, Any] = {
@@ -428,15 +427,15 @@ def _untrained_model(
         policy_kwargs=policy_kwargs,
         learning_rate=learning_rate_schedule(settings),
         buffer_size=settings.buffer_size if buffer_size is None else int(buffer_size),
-        learning_starts=max(10 * settings.num_envs, 1000),
+        learning_starts=settings.learning_starts,
         batch_size=settings.batch_size,
         gamma=settings.gamma,
         reward_scale=reward_scale,
         train_freq=1,
         gradient_steps=settings.gradient_steps,
-        target_update_interval=max(steps // 50, settings.num_envs),
-        exploration_fraction=0.3,
-        exploration_final_eps=0.02,
+        target_update_interval=settings.target_update_interval,
+        exploration_fraction=settings.exploration_fraction,
+        exploration_final_eps=settings.exploration_final_eps,
         curiosity=settings.curiosity,
         train_precision=settings.train_precision,
         tensorboard_log=settings.tensorboard_log,
@@ -467,7 +466,7 @@ def _train_with_snapshots(
     from agents import GpuDQN
 
     steps = settings.timesteps
-    eval_every = settings.eval_every or max(steps // 10, settings.num_envs)
+    eval_every = settings.snapshot_every
     run_id = _run_identity(fit, val, config, settings, seed)
     resumed: dict[str, Any] | None = None
     if resume_from is not None:
@@ -498,7 +497,7 @@ def _train_with_snapshots(
             self.curve: list[tuple[int, float]] = []
             # (env steps, CPU copy of the Q-network, the policy's state dict)
             self.snapshots: list[tuple[int, Any, dict[str, Any]]] = []
-            self._next_curve = max(steps // 100, settings.num_envs)
+            self._next_curve = settings.curve_every
             self._next_eval = eval_every
 
         def snapshot(self) -> None:
@@ -532,7 +531,7 @@ def _train_with_snapshots(
 
         def _on_step(self) -> bool:
             if self.num_timesteps >= self._next_curve and len(self.model.ep_info_buffer) > 0:
-                self._next_curve += max(steps // 100, settings.num_envs)
+                self._next_curve += settings.curve_every
                 rets = [e["r"] for e in self.model.ep_info_buffer]
                 self.curve.append((int(self.num_timesteps), float(np.mean(rets))))
             if self.num_timesteps >= self._next_eval:

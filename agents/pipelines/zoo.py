@@ -251,17 +251,27 @@ def reference_exposures(market: Market, data: Any) -> dict[str, np.ndarray]:
 def train_args(
     market: Market, seed: int, device: str, budget: ZooBudget, extra: Sequence[str]
 ) -> Any:
-    """The checked ``train`` options (argparse Namespace, ``config`` included) of one run: the
-    defaults a user gets, the budget's and the caller's options, and the market's costs.
+    """The checked ``train`` options of one run (argparse Namespace): the defaults a user gets
+    (:class:`~agents.pipelines.train_config.TrainConfig`'s), the budget's and the caller's
+    options; ``config``: the commands' EnvConfig with the market's costs.
 
-    :raises UsageError: on a bad option (``SystemExit`` from argparse on an unknown one).
+    :param seed: the run's seed (``train_selected`` takes it; the options hold no seed).
+    :raises ValueError: on a bad option (``SystemExit`` from argparse on an unknown one).
     """
-    from agents.cli.options import validate
-    from agents.cli.parser import build_parser
+    from agents.pipelines.train_config import (
+        TrainConfig,
+        train_env_config,
+        train_options_parser,
+    )
 
-    argv = ["train", "--seed", str(seed), "--device", device, "--no-progress"]
-    args = build_parser().parse_args([*argv, *budget.train_args, *extra])
-    validate(args)
+    argv = ["--device", device, "--no-progress"]
+    args = train_options_parser().parse_args([*argv, *budget.train_args, *extra])
+    if not 0.0 < args.train_fraction < 1.0:
+        raise ValueError(
+            f"--train-fraction {args.train_fraction} is invalid: allowed is a number in (0, 1)"
+        )
+    TrainConfig.from_options(args)  # checks the training options
+    args.config = train_env_config(args.episode_length, args.env)
     if market.cost_multiplier != 1.0:
         costs = tuple(market.cost_multiplier * c for c in args.config.order_cost_bps)
         args.config = args.config.replace(order_cost_bps=costs)
@@ -339,16 +349,17 @@ def run_one(
         The references and costs stay the market's.
     :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
     """
-    from agents.cli.train import CPU_DEFAULTS, train_settings
     from agents.pipelines.baseline_policies import baseline_backtest, baseline_config
     from agents.pipelines.model_selection import train_selected
+    from agents.pipelines.train_config import TrainConfig, set_torch_threads
     from gpu_trading_env.reports.backtest import backtest, exposure_policy
     from gpu_trading_env.reports.metrics import bars_per_year, sharpe_difference_interval
 
     t0 = time.perf_counter()
     market = MARKETS_BY_NAME[market_name]
     args = train_args(market, seed, device, budget, extra_train_args)
-    settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
+    settings = TrainConfig.from_options(args)
+    set_torch_threads(settings)
     data = market_data(market, seed, budget.bars)
     train, test = data.split(args.train_fraction)
     if inputs is not None:
