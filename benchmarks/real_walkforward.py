@@ -7,6 +7,7 @@ baseline's and buy-and-hold's. The summary counts the (fold, seed) pairs where a
 deployed and then returned more than 5% below its baseline (docs/REAL_MARKETS.md).
 
     python3 benchmarks/real_walkforward.py --device cuda --seeds 0 1 2 --out wf.json
+    python3 benchmarks/real_walkforward.py --from-json wf.json --figure wf.png
 """
 
 from __future__ import annotations
@@ -99,9 +100,52 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if f["kept"] == "network":
                 s["networks"] += 1
                 s["network_losses"] += f["return"] < f["baseline_return"] - SHORTFALL
-    for s in out.values():
+    total = {k: sum(s[k] for s in out.values()) for k in ("pairs", "networks", "network_losses")}
+    for s in [*out.values(), total]:
         s["loss_fraction"] = s["network_losses"] / s["pairs"] if s["pairs"] else None
+    by_series: dict[str, list[float]] = {}
+    for r in rows:
+        for f in r.get("folds", []):
+            by_series.setdefault(r["series"], []).append(f["return"] - f["baseline_return"])
+    for name, d in by_series.items():
+        out[name]["mean_return_minus_baseline"] = sum(d) / len(d)
+    out["all series"] = total
     return out
+
+
+def plot(runs: list[dict[str, Any]], path: str) -> None:
+    """One panel per series: each (fold, seed)'s deployed return minus its baseline's, a filled
+    marker where a network was deployed, the SHORTFALL line dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["series"] for r in runs if "folds" in r))
+    fig, axes = plt.subplots(2, (len(names) + 1) // 2, figsize=(3.2 * ((len(names) + 1) // 2), 6),
+                             sharey=True, squeeze=False)  # fmt: skip
+    for ax, name in zip(axes.flat, names, strict=False):
+        for r in (r for r in runs if r["series"] == name and "folds" in r):
+            x = [f["fold"] + 0.15 * (r["seed"] - 1) for f in r["folds"]]
+            y = [100 * (f["return"] - f["baseline_return"]) for f in r["folds"]]
+            net = [f["kept"] == "network" for f in r["folds"]]
+            ax.scatter([a for a, n in zip(x, net, strict=True) if n],
+                       [b for b, n in zip(y, net, strict=True) if n], marker="o", s=18,
+                       label="network" if r["seed"] == 0 else None, color="C0")  # fmt: skip
+            ax.scatter([a for a, n in zip(x, net, strict=True) if not n],
+                       [b for b, n in zip(y, net, strict=True) if not n], marker="x", s=18,
+                       label="baseline" if r["seed"] == 0 else None, color="C1")  # fmt: skip
+        ax.axhline(0.0, color="k", lw=0.5)
+        ax.axhline(-100 * SHORTFALL, color="C3", lw=0.8, ls="--")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("fold")
+    for ax in axes.flat[len(names) :]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("return minus baseline's, %")
+    axes[0][0].legend(fontsize=7, loc="best")
+    fig.suptitle("walkforward defaults: each fold and seed, out of sample, costs in")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -113,7 +157,17 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--out", default="real_walkforward.json")
+    p.add_argument("--from-json", help="summarize and plot an earlier --out file; run nothing")
+    p.add_argument("--figure", help="write the per-fold figure (PNG) here")
     a = p.parse_args()
+    if a.from_json:
+        with open(a.from_json) as fh:
+            runs = json.load(fh)["runs"]
+        for name, s in summarize(runs).items():
+            print(f"{name}: {s}")
+        if a.figure:
+            plot(runs, a.figure)
+        return
     jobs = [(s, k) for s in a.series for k in a.seeds]
     t0 = time.perf_counter()
     rows: dict[tuple[str, int], dict[str, Any]] = {}
@@ -130,6 +184,8 @@ def main() -> None:
     summary = summarize(ordered)
     for name, s in summary.items():
         print(f"{name}: {s}")
+    if a.figure:
+        plot(ordered, a.figure)
     with open(a.out, "w") as fh:
         json.dump(
             {
