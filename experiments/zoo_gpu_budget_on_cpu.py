@@ -14,8 +14,19 @@ from __future__ import annotations
 
 import argparse
 
-import agents.cli.train as train_cli
+from agents.pipelines import train_config
 from agents.pipelines.zoo import MARKETS_BY_NAME, run_one
+
+GPU = train_config.TrainConfig.device_defaults("cuda")
+
+
+class GpuBufferConfig(train_config.TrainConfig):
+    """TrainConfig with the GPU's replay buffer on the CPU (the buffer size has no option)."""
+
+    def __post_init__(self) -> None:
+        if self.buffer_size is None:
+            self.buffer_size = GPU["buffer_size"]
+        super().__post_init__()
 
 
 def main() -> None:
@@ -31,9 +42,9 @@ def main() -> None:
                 f"{run!r} is invalid: allowed is MARKET:SEED with MARKET in {list(MARKETS_BY_NAME)}"
             )
         jobs.append((market, int(seed)))
-    gpu = train_cli.GPU_DEFAULTS
-    # The buffer size has no option: the CPU's default is set to the GPU's in this process.
-    train_cli.CPU_DEFAULTS["buffer_size"] = gpu["buffer_size"]
+    gpu = GPU
+    # The zoo builds its runs' config from this module's TrainConfig, in this process.
+    train_config.TrainConfig = GpuBufferConfig  # type: ignore[misc]
     extra = [
         "--num-envs", str(gpu["num_envs"]),
         "--batch-size", str(gpu["batch_size"]),
