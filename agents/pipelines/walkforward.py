@@ -143,7 +143,7 @@ def walk_forward(
     ts = np.concatenate([[pieces[0][1].timestamps[0]], ts])
     ensemble = np.mean([seed_rets[s] for s in seeds], axis=0)
     bh_rets = np.concatenate(
-        [r.buy_and_hold[1:] / r.buy_and_hold[:-1] - 1.0 for r in bench["buy_and_hold"]]
+        [r.buy_and_hold_returns for r in bench["buy_and_hold"]]
     )
     rnd_rets, _ = _stitch(bench["random"])
     stitched["timestamps"] = ts

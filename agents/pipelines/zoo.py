@@ -377,7 +377,7 @@ def run_one(
     ref_name = max(refs, key=lambda k: refs[k].strategy.sharpe)
     ref = refs[ref_name]
     flat = np.zeros(len(agent.returns))
-    bh = agent.buy_and_hold[1:] / agent.buy_and_hold[:-1] - 1.0
+    bh = agent.buy_and_hold_returns
     vs_flat = sharpe_difference_interval(agent.returns, flat, per_year)
     vs_bh = sharpe_difference_interval(agent.returns, bh, per_year)
     a, r = agent.strategy, ref.strategy

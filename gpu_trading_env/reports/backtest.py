@@ -72,6 +72,11 @@ class BacktestResult:
         """float64 [T-1], the strategy's per-bar returns."""
         return self.equity[1:] / self.equity[:-1] - 1.0
 
+    @property
+    def buy_and_hold_returns(self) -> np.ndarray:
+        """float64 [T-1], buy-and-hold's per-bar returns over the same bars, costs in."""
+        return self.buy_and_hold[1:] / self.buy_and_hold[:-1] - 1.0
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "instrument": self.instrument,
