@@ -615,6 +615,30 @@ def test_step_info_masks_are_cached_and_read_only(device: str) -> None:
             first["_position"][0] = False
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("copy_outputs", [True, False])
+def test_cuda_steps_follow_the_conventions_without_a_host_sync(
+    mode: AutoresetMode, copy_outputs: bool
+) -> None:
+    """The conventions cost the CUDA step no host sync: torch's sync debug mode raises on any
+    synchronising torch call, over steps where episodes end and steps where none does."""
+    import torch
+
+    env = make("cuda", mode, episode=4, copy_outputs=copy_outputs)
+    env.reset(seed=0)
+    actions = torch.full((env.num_envs,), FLAT, dtype=torch.int64, device="cuda")
+    for _ in range(2):  # the first steps build the output sets, their views and launch arguments
+        env.step(actions)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        infos = [env.step(actions)[4] for _ in range(2)]  # the second ends every episode
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for info in infos:
+        assert_masked(info, env.num_envs)
+        assert set(FINAL_KEYS) <= set(info) or mode != AutoresetMode.SAME_STEP
+
+
 def test_dict_info_to_list_reads_every_key(mode: AutoresetMode) -> None:
     """Gymnasium's DictInfoToList wrapper, which reads each key's mask, gives every env its
     values of the step arrays (and of the episode statistics where an episode ended)."""
