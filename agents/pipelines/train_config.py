@@ -230,8 +230,7 @@ class TrainConfig:
         "discount factor (rewards of trading pay off within a few bars)",
         check=_number(lambda v: 0.0 < v <= 1.0, "a number in (0, 1]"),
     )
-    # 40% of the training bars: at an edge of a Sharpe of about 2.7 (the zoo's phi 0.05) even the
-    # best rule is only about 1.6 standard errors over 20% of them (docs/ZOO.md, "Validation
+    # A window long enough for the fallback's test to see a weak edge (docs/ZOO.md, "Validation
     # window and actions").
     val_fraction: float = _setting(
         0.4,
@@ -281,8 +280,8 @@ class TrainConfig:
         option="--all-inputs",
         negated=True,
     )
-    # 32 fitted the zoo's weak edges out of sample where 64 and 256 fitted more of the training
-    # bars' noise (docs/ZOO.md, "Reward scale, width and budget").
+    # The width that fitted the zoo's weak edges out of sample (docs/ZOO.md, "Reward scale,
+    # width and budget").
     net_width: int = _setting(
         32,
         "dueling Q-network: a trunk of two layers of this width, value and advantage heads of "
@@ -292,7 +291,8 @@ class TrainConfig:
             "0 (no hidden layers) or an integer in [2, 4096]",
         ),
     )
-    # 0.1: docs/PERFORMANCE.md, "Figures behind choices in the code".
+    # The decay chosen on the market zoo (docs/PERFORMANCE.md, "Figures behind choices in the
+    # code").
     weight_decay: float = _setting(
         0.1,
         "decoupled weight decay of the Q-network's Adam (AdamW-style); 0 turns it off",
