@@ -336,11 +336,12 @@ class SB3VecEnv(VecEnv):
         """The vector info dict (arrays + ``_key`` masks) as N per-env dicts."""
         n = self.num_envs
         infos: list[dict[str, Any]] = [{} for _ in range(n)]
+        rows: dict[int, tuple[Any, np.ndarray]] = {}  # keys sharing one mask read it once
         if self.keep_info:
             for key, value in info.items():
                 if key.startswith("_") or key in _SPECIAL_KEYS:
                     continue
-                _scatter(infos, key, value, info.get(f"_{key}"))
+                _scatter(infos, key, value, info.get(f"_{key}"), rows)
         if dones is None:
             return infos
         timeouts = truncated & ~terminated
@@ -354,7 +355,7 @@ class SB3VecEnv(VecEnv):
             for key, value in final.items():
                 if not key.startswith("_") and key not in _SPECIAL_KEYS:
                     mask = final.get(f"_{key}", info.get("_final_info"))
-                    _scatter(infos, key, value, mask)
+                    _scatter(infos, key, value, mask, rows)
         if "final_obs" in info:
             final_obs = to_numpy(info["final_obs"])
             for i in done_idx:
@@ -391,14 +392,30 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
-def _scatter(infos: list[dict[str, Any]], key: str, value: Any, mask: Any) -> None:
-    """Write row i of ``value`` (array or dict of arrays) into ``infos[i][key]`` where masked."""
+def _masked_rows(mask: Any, rows: dict[int, tuple[Any, np.ndarray]]) -> np.ndarray:
+    """The indices where ``mask`` is True, read once per mask object (a device mask is one
+    device-to-host copy); ``rows`` holds each mask with its indices, so ids stay unique."""
+    hit = rows.get(id(mask))
+    if hit is None or hit[0] is not mask:
+        hit = rows[id(mask)] = (mask, np.flatnonzero(to_numpy(mask)))
+    return hit[1]
+
+
+def _scatter(
+    infos: list[dict[str, Any]],
+    key: str,
+    value: Any,
+    mask: Any,
+    rows: dict[int, tuple[Any, np.ndarray]],
+) -> None:
+    """Write row i of ``value`` (array or dict of arrays) into ``infos[i][key]`` where masked
+    (``rows``: the masks read so far, see :func:`_masked_rows`)."""
     n = len(infos)
     if isinstance(value, dict):
         sub: list[dict[str, Any]] = [{} for _ in range(n)]
         for k, v in value.items():
             if not k.startswith("_"):
-                _scatter(sub, k, v, value.get(f"_{k}", mask))
+                _scatter(sub, k, v, value.get(f"_{k}", mask), rows)
         for i in range(n):
             if sub[i]:
                 infos[i][key] = sub[i]
@@ -406,12 +423,12 @@ def _scatter(infos: list[dict[str, Any]], key: str, value: Any, mask: Any) -> No
     arr = to_numpy(value)
     if arr.ndim == 0 or arr.shape[0] != n:
         return
-    rows = range(n) if mask is None else np.flatnonzero(to_numpy(mask))
+    masked = range(n) if mask is None else _masked_rows(mask, rows)
     if arr.ndim == 1 and arr.dtype != object:
         vals = arr.tolist()
-        for i in rows:
+        for i in masked:
             infos[i][key] = vals[i]
     else:
-        for i in rows:
+        for i in masked:
             row = arr[i]
             infos[i][key] = row.copy() if isinstance(row, np.ndarray) else row

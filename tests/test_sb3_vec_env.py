@@ -65,6 +65,23 @@ def test_step_outputs_are_numpy_copies(venv: SB3VecEnv) -> None:
     assert infos[0]["reward_components"].shape == (5,)
 
 
+def test_step_arrays_shared_mask_is_read_once_per_step(monkeypatch) -> None:
+    """The four step arrays share one ``_key`` mask: the adapter reads it once per step (on a
+    GPU each read is a device-to-host copy), not once per key."""
+    import gpu_trading_env.wrappers as wrappers
+
+    env = TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="same_step")
+    venv = SB3VecEnv(env)
+    venv.reset()
+    mask = env.step(np.zeros(N, dtype=np.int64))[4]["_position"]
+    reads = []
+    real = wrappers.to_numpy
+    monkeypatch.setattr(wrappers, "to_numpy", lambda a: reads.append(a is mask) or real(a))
+    infos = venv.step(np.zeros(N, dtype=np.int64))[3]
+    assert sum(reads) == 1
+    assert all("position" in row and "barrier_label" in row for row in infos)
+
+
 def test_terminal_observation_and_timelimit_flags(venv: SB3VecEnv) -> None:
     """Compare with the same env run without autoreset, resetting ended envs by hand."""
     seed = 11
