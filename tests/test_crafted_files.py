@@ -478,8 +478,8 @@ def test_eval_on_each_crafted_file_stays_under_2_gb(model_file, tmp_path) -> Non
         )  # fmt: skip
         code, peak = (int(x) for x in proc.stdout.split())
         assert peak <= PEAK_LIMIT_BYTES, (what, peak)
-        assert code == 2 and "Traceback" not in proc.stderr, (what, proc.stderr)
-        if what in ("buffer_size", "n_envs"):  # loads (for inference), then meets eval's env
-            assert "acts in 45 actions" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr, (what, proc.stderr)
+        if what in ("buffer_size", "n_envs"):  # loads for inference, runs in its saved env
+            assert code == 0, (what, proc.stderr)
         else:  # refused: one line naming the file
-            assert path.name in proc.stderr, proc.stderr
+            assert code == 2 and path.name in proc.stderr, (what, proc.stderr)

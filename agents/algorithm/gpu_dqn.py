@@ -51,6 +51,7 @@ from agents.algorithm.hyperparameters import (
     replay_buffer_arguments,
 )
 from agents.algorithm.policies import DuelingDQNPolicy
+from agents.algorithm.saved_env import check_observation
 from agents.algorithm.sb3_integration import find_trading_env, make_eval_env, wrap_env
 from agents.algorithm.target_update import TargetNetworkUpdate
 from agents.replay.device_buffer import DeviceReplayBuffer
@@ -307,6 +308,11 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         self._pending_rollout_generator: th.Tensor | None = None
         self._pending_rollout_round: int | None = None
         self.trading_env: TradingVectorEnv | None = find_trading_env(self.env)
+        # Saved with the model (env_config): a load builds the model without it, then sets the
+        # file's, so a file saved without one is not given the load's env's.
+        self._env_config: dict[str, Any] | None = None
+        if _init_setup_model and self.trading_env is not None:
+            self.env_config = self.trading_env.config
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
         # Saved with the model: the layout (a model loaded without env rebuilds its curiosity
@@ -328,7 +334,13 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
     make_eval_env = staticmethod(make_eval_env)  # the env of evaluate_policy and EvalCallback
 
     def set_env(self, env: GymEnv | GymVectorEnv, force_reset: bool = True) -> None:
-        """SB3's ``set_env``; also re-reads ``trading_env`` and drops the fused rollout state."""
+        """SB3's ``set_env``; also re-reads ``trading_env`` and drops the fused rollout state.
+
+        :raises ValueError: one line naming both, where ``env``'s observation shape or number
+            of actions is not the model's (:meth:`make_env` builds the env it acts on).
+        """
+        env = self._wrap_env(env, self.verbose)  # a vector env's spaces as SB3 sees them
+        self.check_env_spaces(env, self.observation_space, self.action_space)
         super().set_env(env, force_reset=force_reset)  # type: ignore[arg-type]
         self.trading_env = find_trading_env(self.env)
         self._fused_rollout = None
@@ -656,6 +668,23 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         if self._curiosity_installed and self._curiosity is not None and self.env is not None:
             self.push_curiosity_weights()
 
+    def predict(
+        self,
+        observation: np.ndarray | dict[str, np.ndarray],
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Epsilon-greedy actions with a coin per env
+        (:meth:`~agents.algorithm.exploration.PerEnvEpsilonGreedy.predict`).
+
+        :param observation: float32 ``[N, *obs_shape]`` or one observation ``obs_shape``.
+        :raises ValueError: one line, for an observation of another shape than the model's
+            (:meth:`make_env` builds the env it acts on).
+        """
+        check_observation(observation, self.observation_space, self.action_space)
+        return super().predict(observation, state, episode_start, deterministic)
+
     def learn(
         self: SelfGpuDQN,
         total_timesteps: int,
@@ -674,6 +703,11 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
             second. An integer keeps SB3's rule, a dump every ``log_interval`` episodes; with
             thousands of envs ending short episodes, SB3's default 4 dumps every vector step.
         """
+        if self.env is not None:
+            self.check_env_spaces(self.env, self.observation_space, self.action_space)
+            # What the model learns on from here is the env its file describes.
+            te = self.trading_env
+            self.env_config = None if te is None else te.config
         if log_interval is None:
             every = LogEveryPercent(total_timesteps)
             if callback is None:

@@ -32,9 +32,15 @@ from agents.algorithm.hyperparameters import (
     check_flag,
 )
 from agents.algorithm.policies import DuelingDQNPolicy, resolve_dueling_arch
+from agents.algorithm.saved_env import EnvSetup, check_spaces, env_setup
 from agents.files.model_files import WeightsOnlyFiles
 from agents.files.safe_archive import ArchiveError
+from agents.files.saved_inputs import InputSelection
 from gpu_runtime.precision import check_precision
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.core.constants import N_PORTFOLIO_FEATURES
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.vector_env import TradingVectorEnv
 
 __all__ = ["GpuDQNFiles", "check_dqn_file_attributes", "memory_limit_bytes"]
 
@@ -132,19 +138,57 @@ def check_dqn_file_attributes(
         if isinstance(exc, ArchiveError):
             raise
         raise ArchiveError(f"{where}: {exc}") from None
-    _check_input_selection(data.get("input_selection"), where)
+    _check_input_selection(data.get("input_selection"), data["observation_space"], where)
+    _check_env_config(data.get("_env_config"), data["action_space"], where)
 
 
-def _check_input_selection(selection: Any, where: str) -> None:
+def _check_env_config(fields: Any, action_space: Any, where: str) -> None:
+    """The saved ``_env_config``: None, or every field of an EnvConfig the constructor accepts,
+    of as many actions as the model's action space."""
+    if fields is None:
+        return
+    try:
+        config = EnvConfig.from_dict(fields)
+    except (ValueError, TypeError) as exc:
+        raise ArchiveError(
+            f"{where}, attribute '_env_config' (the env configuration): {exc}"
+        ) from None
+    n = int(getattr(action_space, "n", -1))
+    if config.n_actions != n:
+        raise ArchiveError(
+            f"{where}, attribute '_env_config' (the env configuration) has {config.n_actions} "
+            f"actions (exposure levels x order types x sub-actions); the model's action space "
+            f"has {n}"
+        )
+
+
+def _check_input_selection(selection: Any, observation_space: Any, where: str) -> None:
     """A pipeline's ``input_selection``: a dict whose regime model (if any) has at most
-    :data:`MAX_REGIME_STATES` states and parameters of the sizes of its state count."""
+    :data:`MAX_REGIME_STATES` states and parameters of the sizes of its state count, that
+    :meth:`InputSelection.from_dict` reads, of as many inputs as the observations have."""
     if selection is None:
         return
     if not isinstance(selection, dict):
         raise ArchiveError(f"{where}: attribute 'input_selection' is not a dict")
     regime = selection.get("regime")
-    if regime is None:
-        return
+    if regime is not None:
+        _check_regime(regime, where)
+    try:
+        chosen = InputSelection.from_dict(selection)
+    except (ValueError, TypeError) as exc:
+        raise ArchiveError(f"{where}, attribute 'input_selection': {exc}") from None
+    width = len(chosen.input_names) + N_PORTFOLIO_FEATURES
+    if tuple(observation_space.shape) != (width,):
+        raise ArchiveError(
+            f"{where}, attribute 'input_selection' gives observations of shape ({width},) "
+            f"({len(chosen.input_names)} inputs and {N_PORTFOLIO_FEATURES} portfolio values); "
+            f"the model's observation space has shape {tuple(observation_space.shape)}"
+        )
+
+
+def _check_regime(regime: Any, where: str) -> None:
+    """A saved regime model of at most :data:`MAX_REGIME_STATES` states, its parameters of the
+    sizes of its state count (checked before its forward filter is built)."""
     try:
         k = len(regime["mus"])
         sizes = {
@@ -241,6 +285,89 @@ class GpuDQNFiles(WeightsOnlyFiles):
     def extra_saved_attributes(self) -> tuple[str, ...]:
         """``input_selection``: the inputs a pipeline chose for the network (a dict)."""
         return ("input_selection",)
+
+    # ------------------------------------------------------------------ the env it acts on
+    @property
+    def env_config(self) -> EnvConfig | None:
+        """The EnvConfig of the trading env the model was built on or last learned on, saved
+        with it (as :meth:`EnvConfig.to_dict`); ``None`` where it was not a
+        :class:`~gpu_trading_env.TradingVectorEnv` or the file was saved without one. A
+        pipeline that deploys a baseline sets the config the baseline was evaluated in."""
+        fields = getattr(self, "_env_config", None)
+        return None if fields is None else EnvConfig.from_dict(fields)
+
+    @env_config.setter
+    def env_config(self, config: EnvConfig | None) -> None:
+        if config is not None and not isinstance(config, EnvConfig):
+            raise TypeError(
+                f"env_config of type {type(config).__name__} is invalid: allowed is EnvConfig "
+                "or None"
+            )
+        self._env_config = None if config is None else config.to_dict()
+
+    def env_setup(
+        self,
+        data: MarketData | str | os.PathLike[str],
+        config: EnvConfig | None = None,
+        **overrides: Any,
+    ) -> EnvSetup:
+        """The data and config of the env this model acts on (what :meth:`make_env` builds
+        from): ``data`` (MarketData or a CSV/Parquet file) with the saved input selection
+        applied, and the saved :attr:`env_config` with ``overrides`` of its fields.
+
+        :param config: the EnvConfig to use instead of the saved one (a model saved without
+            one needs it: the settings it was trained with).
+        :raises ValueError: one line, where the model carries no env configuration and
+            ``config`` is None, or the data or overrides give other spaces than the model's.
+        """
+        base = self.env_config if config is None else config
+        if base is None:
+            raise ValueError(
+                f"this {type(self).__name__} carries no env configuration (its file was saved "
+                "without one, or it was trained on another env than a TradingVectorEnv): pass "
+                "the EnvConfig it was trained with, model.make_env(data, config=EnvConfig(...)), "
+                "or build the env yourself with gym.make_vec('GpuTrading-v0', data=..., "
+                "config=...) on data given its inputs (agents.files.saved_inputs.apply_inputs)"
+            )
+        return env_setup(
+            data,
+            base,
+            getattr(self, "input_selection", None),
+            overrides,
+            self.observation_space,
+            self.action_space,
+        )
+
+    def make_env(
+        self,
+        data: MarketData | str | os.PathLike[str],
+        num_envs: int = 1,
+        device: str = "cpu",
+        config: EnvConfig | None = None,
+        **overrides: Any,
+    ) -> TradingVectorEnv:
+        """The env this model acts on: a :class:`~gpu_trading_env.TradingVectorEnv` of
+        ``num_envs`` envs on ``device`` over ``data`` (MarketData or a CSV/Parquet file of
+        bars) with the saved input selection applied, in the saved :attr:`env_config` with
+        ``overrides`` of its fields (e.g. ``autoreset_mode="same_step"``). Its observations go
+        to :meth:`predict` as they are; the wrappers the model trained through, if any, are
+        not part of it.
+
+        ``model = GpuDQN.load("run/model.zip"); env = model.make_env("bars.csv");
+        obs, _ = env.reset(seed=0); actions, _ = model.predict(obs, deterministic=True)``
+
+        :param config: as in :meth:`env_setup`.
+        :raises ValueError: as :meth:`env_setup`.
+        """
+        setup = self.env_setup(data, config, **overrides)
+        return TradingVectorEnv(num_envs, device=device, data=setup.data, config=setup.config)
+
+    @classmethod
+    def check_env_spaces(cls, env: Any, observation_space: Any, action_space: Any) -> None:
+        """An env of other shapes than the model's: one line naming both and pointing to
+        :meth:`make_env`; then SB3's own check of the spaces' bounds and dtypes."""
+        check_spaces(env.observation_space, env.action_space, observation_space, action_space)
+        super().check_env_spaces(env, observation_space, action_space)
 
     def check_loaded_attributes(
         self, data: dict[str, Any], params: dict[str, Any], where: str

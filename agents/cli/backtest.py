@@ -11,7 +11,6 @@ from agents.cli.data import load_data, per_year_of, split_data
 from agents.cli.options import UsageError
 from agents.cli.report import single_report
 from agents.cli.run_folder import claim_out
-from gpu_trading_env.core.constants import N_PORTFOLIO_FEATURES
 
 
 def evaluated_part(data: Any, fraction: float) -> Any:
@@ -65,9 +64,16 @@ def backtest_report(
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Backtest a saved model on the evaluated bars, in the env :meth:`GpuDQN.env_setup` gives
+    (the data with the model's input selection, the model's saved EnvConfig with the
+    ``--env`` fields given on the command line, and ``--episode-length`` where it differs from
+    the option's default); a file saved without an EnvConfig is evaluated in the command line's
+    env."""
     from agents import GpuDQN
+    from agents.cli.options import parse_env_overrides
     from agents.files.safe_archive import ArchiveError
     from agents.pipelines.backtest_policies import greedy_policy, known_rule
+    from agents.pipelines.train_config import EPISODE_LENGTH
 
     data, part, per_year = evaluated_instrument(args)
     try:
@@ -80,40 +86,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     except ArchiveError as exc:  # refused pickle, damaged file: one line naming the file
         raise UsageError(f"--model: {exc}") from exc
-    selection = getattr(model, "input_selection", None)
-    if selection is not None:
-        # The inputs chosen on the model's training bars, given to these bars the same way.
-        from agents.pipelines.input_selection import InputSelection, apply_inputs
-
-        try:
-            part = apply_inputs(part, InputSelection.from_dict(selection))
-        except ValueError as exc:
-            raise UsageError(f"--model {args.model}: {exc}") from exc
-    if model.observation_space.shape != (part.n_features + N_PORTFOLIO_FEATURES,):
-        raise UsageError(
-            f"--model {args.model} expects {model.observation_space.shape[0]} observation "
-            f"values but the data gives {part.n_features + N_PORTFOLIO_FEATURES}: evaluate on data with the "
-            "features the model was trained on"
+    if model.env_config is not None:
+        given = {pair.partition("=")[0] for pair in args.env or []}
+        overrides = {k: v for k, v in parse_env_overrides(args.env).items() if k in given}
+        if args.episode_length != EPISODE_LENGTH:  # the option's default: the model's stands
+            overrides["episode_length"] = args.episode_length
+        config, hint = None, ""
+    else:
+        overrides, config = {}, args.config
+        hint = (
+            " (the file carries no env configuration, so it is evaluated in the --env "
+            "settings: pass those it was trained with)"
         )
-    if int(model.action_space.n) != args.config.n_actions:
-        # train's env changed (three actions by default, five and 45 before); a model of
-        # another layout would get actions this env does not have.
-        raise UsageError(
-            f"--model {args.model} acts in {int(model.action_space.n)} actions but this env has "
-            f"{args.config.n_actions} (exposure levels x order types x sub-actions): pass the "
-            "--env settings it was trained with, e.g. --env 'exposure_levels=(-1.0,-0.5,0.0,"
-            "0.5,1.0)' for the five exposures of earlier releases, adding "
-            "'order_cost_bps=(1.0,0.5,1.5)' sub_actions=3 for EnvConfig's 45-action layout"
-        )
+    try:
+        setup = model.env_setup(part, config, **overrides)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--model {args.model}: {exc}{hint}") from exc
+    args.config = setup.config  # the report states the env the model was evaluated in
     return backtest_report(
         args,
         data,
-        part,
+        setup.data,
         per_year,
         greedy_policy(model),
         "GpuDQN backtest",
         {"model": str(args.model)},
-        rule=known_rule(part, args.config),
+        rule=known_rule(setup.data, setup.config),
     )
 
 

@@ -391,7 +391,7 @@ def build_loaded_model(
             raise ArchiveError(f"{where} lacks the attribute {name!r}")
     if env is not None:
         env = cls._wrap_env(env, data["verbose"])
-        check_for_correct_spaces(env, data["observation_space"], data["action_space"])
+        cls.check_env_spaces(env, data["observation_space"], data["action_space"])
         if force_reset:
             data["_last_obs"] = None  # the env is reset before training (SB3 issue 597)
         data["n_envs"] = env.num_envs
@@ -704,6 +704,12 @@ class WeightsOnlyFiles:
     def extra_saved_attributes(self) -> tuple[str, ...]:
         """Attributes a caller may set on the model for its file beyond the constructor's."""
         return ()
+
+    @classmethod
+    def check_env_spaces(cls, env: Any, observation_space: Any, action_space: Any) -> None:
+        """Raise ValueError where ``env`` (an SB3 ``VecEnv``, given to :meth:`load`) has other
+        spaces than the file's: SB3's ``check_for_correct_spaces`` (subclasses word it)."""
+        check_for_correct_spaces(env, observation_space, action_space)
 
     def check_loaded_attributes(
         self, data: dict[str, Any], params: dict[str, Any], where: str

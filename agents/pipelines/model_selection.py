@@ -29,6 +29,7 @@ from agents.pipelines.baseline_policies import (
     ValidationReturns,
     baseline_action,
     baseline_backtest,
+    baseline_config,
     choose_baseline,
     features_predict_returns,
     network_beats_baseline,
@@ -174,6 +175,7 @@ def train_selected(
     deployed, deployed_val = test_runs[best], val_runs[best]
     if settings.fallback and not verdict.keep_network:
         set_constant_policy(model, base_action)
+        model.env_config = baseline_config(config)  # the env the baseline was evaluated in
         deployed = base_test
         deployed_val = base_val
     kept = "network" if deployed is test_runs[best] else choice.name
@@ -275,6 +277,7 @@ def _baseline_only(
     env.close()
     action = baseline_action(choice.name, config)
     set_constant_policy(model, action)
+    model.env_config = baseline_config(config)  # the env the baseline was evaluated in
     inputs = selection.to_dict()
     model.input_selection = inputs
     base_val = baseline_backtest(choice.name, val, config, per_year)

@@ -229,6 +229,47 @@ class EnvConfig:
             )
         return dataclasses.replace(self, **changes)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as a JSON value: tuples as lists, ``autoreset_mode`` by its value
+        (``"NextStep"``); :meth:`from_dict` inverts it."""
+        out: dict[str, Any] = {}
+        for name in config_field_names():
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, AutoresetMode):
+                value = value.value
+            out[name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, fields: Any) -> EnvConfig:
+        """The config :meth:`to_dict` wrote, validated as the constructor validates.
+
+        :raises ValueError: where ``fields`` is not a dict of every field (names the missing
+            and unknown ones) or a value is refused (names the field, the value and what is
+            allowed).
+        """
+        if not isinstance(fields, dict):
+            raise ValueError(
+                f"EnvConfig fields of type {type(fields).__name__} are invalid: allowed is a "
+                "dict of its fields"
+            )
+        names = config_field_names()
+        unknown = sorted(str(k) for k in set(fields) - set(names))
+        missing = [n for n in names if n not in fields]
+        if unknown or missing:
+            wrong = "; ".join(
+                f"{what} {names_}"
+                for what, names_ in (("unknown", unknown), ("missing", missing))
+                if names_
+            )
+            raise ValueError(
+                f"EnvConfig fields are invalid: {wrong}; allowed are EnvConfig's {len(names)} "
+                "fields, each given"
+            )
+        return cls(**fields)
+
     def decode_action(self, action: int) -> tuple[int, int, int]:
         """``(exposure_index, order_type, k)`` of an action (see :func:`action_parts`)."""
         if not (0 <= int(action) < self.n_actions):

@@ -1,0 +1,169 @@
+"""The env a saved :class:`~agents.GpuDQN` acts on: its :class:`~gpu_trading_env.EnvConfig`
+(saved with the model in JSON form) and its input selection applied to the data
+(:func:`env_setup`), the vector env built from them, and the one-line refusal of an env or an
+observation of other shapes than the model's (:func:`check_spaces`, :func:`check_observation`).
+
+A model acts on observations of one width (the data's features, after its input selection, and
+the portfolio features) and chooses among the actions of one layout (exposure levels x order
+types x sub-actions); an env built with other data or other settings has other spaces, and
+SB3's own shape errors do not say where the right env comes from. Both come from here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from agents.files.saved_inputs import InputSelection, apply_inputs
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.core.constants import N_PORTFOLIO_FEATURES
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.env_setup import resolve_config, resolve_data
+
+__all__ = [
+    "LONGEST_EPISODE",
+    "MAKE_ENV_HINT",
+    "EnvSetup",
+    "check_observation",
+    "check_spaces",
+    "env_setup",
+    "space_text",
+]
+
+# EnvConfig's longest episode_length: an episode as long as the data allows.
+LONGEST_EPISODE = 2**31 - 1
+MAKE_ENV_HINT = (
+    "build the env it acts on with model.make_env(data, num_envs=...) (its saved EnvConfig and "
+    "input selection applied to the data)"
+)
+
+
+@dataclass(frozen=True)
+class EnvSetup:
+    """What a model's env is built from: the data with the model's inputs and its config."""
+
+    data: MarketData
+    """The bars with the model's input selection applied (features float32 [T, F])."""
+    config: EnvConfig
+    """The saved EnvConfig with the caller's overrides."""
+
+
+def space_text(observation_space: Any, action_space: Any) -> str:
+    """``"observations of shape (55,) and 3 actions"`` (or the spaces themselves where they
+    are not a Box and a Discrete)."""
+    obs = (
+        f"observations of shape {tuple(observation_space.shape)}"
+        if isinstance(observation_space, spaces.Box)
+        else f"observation space {observation_space}"
+    )
+    acts = (
+        f"{int(action_space.n)} actions"
+        if isinstance(action_space, spaces.Discrete)
+        else f"action space {action_space}"
+    )
+    return f"{obs} and {acts}"
+
+
+def _shapes_differ(a: Any, b: Any) -> bool:
+    """Whether two spaces differ in kind, shape or number of actions (the bounds and dtypes are
+    left to SB3's own check)."""
+    if type(a) is not type(b):
+        return True
+    if isinstance(a, spaces.Discrete):
+        return int(a.n) != int(b.n) or int(a.start) != int(b.start)
+    return getattr(a, "shape", None) != getattr(b, "shape", None)
+
+
+def check_spaces(
+    observation_space: Any, action_space: Any, model_observation: Any, model_action: Any
+) -> None:
+    """Raise ValueError, one line naming both, where an env's spaces (one env's: a vector env's
+    ``single_*`` spaces) differ in shape or number of actions from the model's."""
+    if _shapes_differ(observation_space, model_observation) or _shapes_differ(
+        action_space, model_action
+    ):
+        raise ValueError(
+            f"the env has {space_text(observation_space, action_space)}; this model acts on "
+            f"{space_text(model_observation, model_action)}: {MAKE_ENV_HINT}"
+        )
+
+
+def check_observation(observation: Any, model_observation: Any, model_action: Any) -> None:
+    """Raise ValueError, one line, where ``observation`` (one observation or a batch
+    ``[N, *shape]``) does not have the shape of the model's Box observation space."""
+    if not isinstance(model_observation, spaces.Box) or isinstance(observation, dict):
+        return
+    shape = getattr(observation, "shape", None)
+    if shape is None:
+        shape = np.shape(observation)
+    want = tuple(model_observation.shape)
+    shape = tuple(shape)
+    if shape == want or shape[1:] == want:
+        return
+    raise ValueError(
+        f"an observation of shape {shape} does not fit this model, which acts on "
+        f"{space_text(model_observation, model_action)} (shape {want} or (n_envs, "
+        f"{', '.join(map(str, want))})): {MAKE_ENV_HINT}"
+    )
+
+
+def env_setup(
+    data: MarketData | str | os.PathLike[str],
+    config: EnvConfig,
+    input_selection: dict[str, Any] | None,
+    overrides: dict[str, Any],
+    model_observation: Any,
+    model_action: Any,
+) -> EnvSetup:
+    """The data and config of the env a model acts on.
+
+    :param data: MarketData, or a CSV/Parquet file of bars (read as
+        :func:`gpu_trading_env.env_setup.resolve_data` reads it).
+    :param config: the model's EnvConfig; ``overrides`` replace its fields. An
+        ``episode_length`` of :data:`LONGEST_EPISODE` (a deployed baseline's: as long as the
+        env allows) becomes the shortest instrument's bars minus one.
+    :param input_selection: the model's ``input_selection`` (JSON form) or None (every input).
+    :raises ValueError: where the data, after the input selection, or the config gives other
+        spaces than the model's (one line, naming both), or the selection does not fit the
+        data's features.
+    :raises TypeError: for an override that is not an EnvConfig field.
+    """
+    bars = resolve_data(data)
+    if not isinstance(bars, MarketData):
+        raise TypeError(
+            f"data of type {type(data).__name__} is invalid: allowed is MarketData or a path to a "
+            "CSV/Parquet file of bars"
+        )
+    if input_selection is not None:
+        bars = apply_inputs(bars, InputSelection.from_dict(input_selection))
+    cfg = resolve_config(config, overrides, owner="GpuDQN.make_env")
+    if cfg.episode_length == LONGEST_EPISODE:
+        # "As long as the env allows" (a deployed baseline's config): one episode over the bars,
+        # as the backtests that judged it ran.
+        cfg = cfg.replace(episode_length=max(int(bars.bars_per_instrument.min()) - 1, 1))
+    width = bars.n_features + N_PORTFOLIO_FEATURES
+    want = tuple(getattr(model_observation, "shape", ()))
+    if want != (width,):
+        after = " after the model's input selection" if input_selection is not None else ""
+        raise ValueError(
+            f"the data gives observations of shape ({width},) ({bars.n_features} features{after} "
+            f"and {N_PORTFOLIO_FEATURES} portfolio values); this model acts on shape {want}: "
+            "pass bars with the features it was trained on"
+        )
+    n_actions = int(getattr(model_action, "n", -1))
+    if cfg.n_actions != n_actions:
+        layout = sorted({"exposure_levels", "order_cost_bps", "sub_actions"} & set(overrides))
+        raise ValueError(
+            f"the env configuration gives {cfg.n_actions} actions (exposure levels x order "
+            f"types x sub-actions); this model acts on {n_actions}: "
+            + (
+                f"leave {layout} as the model has them"
+                if layout
+                else "pass the settings it was trained with"
+            )
+        )
+    return EnvSetup(data=bars, config=cfg)
