@@ -259,6 +259,11 @@ def test_a_deployed_baseline_carries_the_config_it_was_evaluated_in(tmp_path, mo
     assert cli.main(["eval", "--model", "b/model.zip", "--data", "g.csv", "--out", "e"]) == 0
     evaluated = json.loads((tmp_path / "e" / "metrics.json").read_text())
     assert evaluated["strategy"] == trained["strategy"]
+    assert evaluated["episodes"] == trained["episodes"] == 1  # a hold is one episode
+    # The command line's --episode-length, when given, overrides the saved one.
+    argv = ["eval", "--model", "b/model.zip", "--data", "g.csv", "--episode-length", "30"]
+    assert cli.main([*argv, "--out", "e30"]) == 0
+    assert json.loads((tmp_path / "e30" / "metrics.json").read_text())["episodes"] > 1
 
 
 # ------------------------------------------------------------------------------------- CUDA
