@@ -266,6 +266,35 @@ def test_a_deployed_baseline_carries_the_config_it_was_evaluated_in(tmp_path, mo
     assert json.loads((tmp_path / "e30" / "metrics.json").read_text())["episodes"] > 1
 
 
+def test_a_trained_network_replaced_by_its_baseline_carries_the_baselines_config(
+    tmp_path, monkeypatch
+):
+    """Where a network is trained but the fallback's test deploys the baseline (forced here),
+    the saved model carries baseline_config as well, and eval reproduces train's backtest."""
+    import dataclasses
+
+    import agents.pipelines.model_selection as selection
+
+    real = selection.network_beats_baseline
+
+    def refuse(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), keep_network=False)
+
+    monkeypatch.setattr(selection, "network_beats_baseline", refuse)
+    monkeypatch.chdir(tmp_path)
+    MarketData.synthetic("gbm", 1_500, seed=3, mu=0.002).to_dataframe().to_csv(tmp_path / "g.csv")
+    assert cli.main([*TINY, "--data", "g.csv", "--all-inputs", "--out", "b"]) == 0
+    trained = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert trained["kept_policy"] == "hold long" and trained["timesteps"] > 0
+    from agents.cli.options import TRAIN_ENV_DEFAULTS
+
+    model = GpuDQN.load(tmp_path / "b" / "model.zip", device="cpu", tensorboard_log=None)
+    assert model.env_config == baseline_config(EnvConfig(episode_length=50, **TRAIN_ENV_DEFAULTS))
+    assert cli.main(["eval", "--model", "b/model.zip", "--data", "g.csv", "--out", "e"]) == 0
+    evaluated = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert evaluated["strategy"] == trained["strategy"]
+
+
 # ------------------------------------------------------------------------------------- CUDA
 @pytest.mark.gpu
 def test_load_make_env_predict_on_cuda(saved) -> None:
