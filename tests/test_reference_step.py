@@ -1,5 +1,5 @@
-"""The tuned NumPy backend is bit-identical to the readable step of ``step_oracle``, on random
-configs.
+"""The tuned NumPy backend is bit-identical to the scalar oracle (``step_oracle``, each env
+through ``ScalarStep``), on random configs.
 
 Both are stepped in lockstep from the same state with the same random actions; every output
 field and every state array must agree bit for bit (``final_obs`` on the rows that ended, the
@@ -67,7 +67,6 @@ def test_numpy_backend_matches_reference_step(case: int):
     data = MarketData.synthetic("gbm", n_bars=400, n_instruments=int(rng.integers(1, 4)), seed=case)
     env = TradingVectorEnv(n_envs, data=data, config=config)
     backend = env.backend
-    curiosity = None
     if rng.random() < 0.5:
         d, h = config.curiosity_state_dims, config.curiosity_hidden
         env.set_curiosity_weights(
@@ -76,14 +75,12 @@ def test_numpy_backend_matches_reference_step(case: int):
             rng.normal(0, 0.5, (d, h)).astype(np.float32),
             rng.normal(0, 0.1, d).astype(np.float32),
         )
-        curiosity = backend.curiosity
     env.reset(seed=case)
-    market = ref.Market(backend.features, backend.open, backend.close)
     state = EnvState(**{k: v.copy() for k, v in vars(backend.state).items()})
     ended_any = False
     for t in range(STEPS):
         actions = rng.integers(0, config.n_actions, n_envs)
-        state, expected = ref.step(state, actions, market, backend.params, curiosity)
+        state, expected = ref.step(state, actions, backend)
         got: StepOutputs = backend.step(backend.prepare_actions(actions))
         done = expected.done
         ended_any |= bool(done.any())

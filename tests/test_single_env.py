@@ -1,6 +1,5 @@
-"""The single env against a one-env vector env: the same outputs, as Python scalars and
-float32 rows, over random configs, markets and action sequences, across several episodes and
-resets."""
+"""The single env's scalar step (``ScalarStep``) against the vector env's NumPy step: the same
+outputs over random configs, markets and action sequences, across several episodes and resets."""
 
 from __future__ import annotations
 
@@ -80,6 +79,7 @@ def test_single_env_matches_the_vector_env(case: int) -> None:
     )
     single = TradingEnv(data=data, **cfg)
     vector = TradingVectorEnv(1, "cpu", data=data, autoreset_mode="disabled", **cfg)
+    assert single._scalar is not None  # the CPU single env steps in scalars
     if case % 3 == 0:
         weights = _curiosity(vector, case)
         single.set_curiosity_weights(*weights)

@@ -263,7 +263,6 @@ def test_numpy_step_around_waiting_envs_matches_the_reference(mode: str, case: i
     env = TradingVectorEnv(200, data=data, config=config)
     backend = env.backend
     env.reset(seed=case)
-    market = ref.Market(backend.features, backend.open, backend.close)
     state = EnvState(**{k: v.copy() for k, v in vars(backend.state).items()})
     around = 0
     for t in range(60):
@@ -277,7 +276,7 @@ def test_numpy_step_around_waiting_envs_matches_the_reference(mode: str, case: i
             waiting = int((backend.state.done_flag != 0).sum())
         around += 0 < 5 * waiting <= 200
         actions = rng.integers(0, config.n_actions, 200)
-        state, expected = ref.step(state, actions, market, backend.params, None)
+        state, expected = ref.step(state, actions, backend)
         got = backend.step(backend.prepare_actions(actions))
         for f in fields(StepOutputs):
             if f.name != "final_obs":

@@ -7,12 +7,15 @@ these functions; the CUDA kernel (``backends/kernels/trading_env.cuh``, the sect
 market, reward" of ``env_transition``) computes the same float64 operations in the same order,
 and the NumPy-against-CUDA parity tests hold the two bit-identical.
 
-Every function takes arrays of one value per env and returns a new array: float64 [n] unless
-said otherwise.
+Every function but :func:`curiosity` takes either arrays of one value per env (float64 [n]
+results, new arrays) or one env's Python floats (a float result): the NumPy backend calls them
+with arrays, the scalar step of one env (``backends/step_oracle.py``) with floats, and both
+compute the same float64 operations in the same order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,7 @@ __all__ = [
 ]
 
 
-def pnl(value0: np.ndarray, value1: np.ndarray) -> np.ndarray:
+def pnl(value0: Any, value1: Any) -> Any:
     """The portfolio's return over the bar: ``(value1 - value0) / value0``.
 
     ``value0`` is the value at bar t's close before the trade, ``value1`` at bar t+1's close
@@ -39,35 +42,35 @@ def pnl(value0: np.ndarray, value1: np.ndarray) -> np.ndarray:
     return (value1 - value0) / value0
 
 
-def barrier(pnl: np.ndarray, closing_sign: np.ndarray, half_scale: float) -> np.ndarray:
+def barrier(pnl: Any, closing_sign: Any, half_scale: float) -> Any:
     """``pnl * (sign * half_scale)``: the bar's return again, with a plus sign on a profit
     barrier's hit, a minus sign on a stop's, nothing otherwise.
 
-    ``closing_sign`` int8 [n]: +1 profit hit, -1 stop hit, 0 else; ``half_scale`` is the
-    config's ``barrier_reward_scale / 2``.
+    ``closing_sign`` int8 [n] or an int: +1 profit hit, -1 stop hit, 0 else; ``half_scale`` is
+    the config's ``barrier_reward_scale / 2``.
     """
-    # (sign * h) * pnl as the product of a float64 copy of the sign: the same bits either way.
-    out = closing_sign.astype(np.float64)
-    out *= half_scale
-    out *= pnl
-    return out
+    return pnl * (closing_sign * half_scale)
 
 
-def risk(position_feature: np.ndarray, threshold: float, scale: float) -> np.ndarray:
+def risk(
+    position_feature: Any,
+    threshold: float,
+    scale: float,
+    minimum: Callable[[Any, float], Any] = np.minimum,
+) -> Any:
     """``min(-(scale * (|position_feature| - threshold)), 0)``: a penalty on the exposure
     above the threshold, read from the observation's position feature before the trade
-    (position / (initial capital / close_t))."""
-    out = np.abs(position_feature)
-    out -= threshold
-    out *= -scale  # x * -s rounds as -(s * x): the negation is exact
-    np.minimum(out, 0.0, out=out)
-    return out
+    (position / (initial capital / close_t)). ``minimum``: ``np.minimum`` for arrays, the
+    builtin ``min`` for floats (both return the first argument unless the second is less)."""
+    return minimum(-(scale * (abs(position_feature) - threshold)), 0.0)
 
 
-def diversity(penalised: np.ndarray, penalty: float) -> np.ndarray:
-    """``-penalty`` where the env's ring of recent action categories is penalised (bool [n]:
-    at least ``diversity_min_entries`` entries whose Shannon entropy in bits is below the
-    threshold), else 0."""
+def diversity(penalised: Any, penalty: float) -> Any:
+    """``-penalty`` where the env's ring of recent action categories is penalised (bool [n] or
+    a bool: at least ``diversity_min_entries`` entries whose Shannon entropy in bits is below
+    the threshold), else 0."""
+    if not isinstance(penalised, np.ndarray):
+        return -penalty if penalised else 0.0
     out = np.zeros(penalised.shape[0])
     out[penalised.nonzero()[0]] = -penalty  # a scatter costs less than np.where in a step
     return out
@@ -98,16 +101,11 @@ def curiosity(
     return bonus.astype(np.float64)
 
 
-def total(
-    pnl: np.ndarray,
-    barrier: np.ndarray,
-    risk: np.ndarray,
-    diversity: np.ndarray,
-    curiosity: np.ndarray | float,
-) -> np.ndarray:
-    """The reward, float64 [n]: the parts summed left to right in ``COMPONENT_NAMES`` order.
+def total(pnl: Any, barrier: Any, risk: Any, diversity: Any, curiosity: Any) -> Any:
+    """The reward: the parts summed left to right in ``COMPONENT_NAMES`` order.
 
-    ``curiosity`` may be the scalar 0.0 with the bonus off (it adds as a zero array does).
+    With arrays, ``curiosity`` may be the scalar 0.0 with the bonus off (it adds as a zero
+    array does).
     """
     out = pnl + barrier
     out += risk
