@@ -221,7 +221,7 @@ def train_selected(
 
 def _vs_buy_and_hold(result: BacktestResult, per_year: float) -> dict[str, float] | None:
     """The validation Sharpe of ``result`` minus buy-and-hold's there (same bars, costs in)."""
-    bh = result.buy_and_hold[1:] / result.buy_and_hold[:-1] - 1.0
+    bh = result.buy_and_hold_returns
     if len(bh) < 2 or len(bh) != len(result.returns):
         return None
     return sharpe_difference_interval(result.returns, bh, per_year, level=GATE_LEVEL)
