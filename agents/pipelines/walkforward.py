@@ -142,9 +142,7 @@ def walk_forward(
         seed_rets[s], ts = _stitch(by_seed[s])
     ts = np.concatenate([[pieces[0][1].timestamps[0]], ts])
     ensemble = np.mean([seed_rets[s] for s in seeds], axis=0)
-    bh_rets = np.concatenate(
-        [r.buy_and_hold_returns for r in bench["buy_and_hold"]]
-    )
+    bh_rets = np.concatenate([r.buy_and_hold_returns for r in bench["buy_and_hold"]])
     rnd_rets, _ = _stitch(bench["random"])
     stitched["timestamps"] = ts
     stitched["ensemble"] = _curve(ensemble)
