@@ -331,9 +331,8 @@ def _cross_fitted(
     the first network trained on): ``{"runs": [BacktestResult per snapshot], "baseline":
     baseline's backtest there, "fit_bars", "validation_bars", "train_seconds"}``.
 
-    It doubles the validation bars of the fallback's test (on the zoo's phi 0.05 market the
-    known rule passes the test in 65% of seeds over 80% of the training bars, 48% over 40%:
-    ``benchmarks/gate_power.py``) for one more training; the deployed network stays the first,
+    It doubles the validation bars of the fallback's test (the test's power by window length:
+    docs/ZOO.md, "Validation window and actions") for one more training; the deployed network stays the first,
     which never saw a bar after its validation window. It starts from ``init_from`` as the
     first does (a walk-forward warm start), so that the test judges the same procedure.
     """

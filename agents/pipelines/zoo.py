@@ -345,7 +345,7 @@ def run_one(
 
     :param inputs: ``(train, test) -> (train, test)``, the split's bars with the network's
         inputs changed (features fitted on ``train`` appended, for instance: a candidate input
-        measured beside the default, ``benchmarks/regime_features_lab.py``); None: ``train``'s.
+        measured beside the default, ``experiments/regime_features_lab.py``); None: ``train``'s.
         The references and costs stay the market's.
     :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
     """
