@@ -332,8 +332,8 @@ def _cross_fitted(
     baseline's backtest there, "fit_bars", "validation_bars", "train_seconds"}``.
 
     It doubles the validation bars of the fallback's test (the test's power by window length:
-    docs/ZOO.md, "Validation window and actions") for one more training; the deployed network stays the first,
-    which never saw a bar after its validation window. It starts from ``init_from`` as the
+    docs/ZOO.md, "Validation window and actions") for one more training; the deployed network
+    stays the first, which never saw a bar after its validation window. It starts from ``init_from`` as the
     first does (a walk-forward warm start), so that the test judges the same procedure.
     """
     n = int(train.bars_per_instrument.min())
