@@ -68,6 +68,51 @@ def arrays_from_dataframe(
     labels = column_lookup(df)
     ts = frame_timestamps(df, labels, timestamp_column)
 
+    inst, names = _instrument_rows(df, labels, instrument_column, name)
+
+    missing = [c for c in OHLCV if find_column(labels, c) is None]
+    if missing:
+        raise ValueError(
+            f"missing column(s) {missing}; found {list(map(str, df.columns))} "
+            "(rename with columns={'Your Name': 'volume', ...})"
+        )
+    ohlcv = {c: numeric_column(df[find_column(labels, c)], c) for c in OHLCV}
+
+    feat_names, warmup, user_feats = _feature_columns(df, labels, features)
+
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*OHLCV, "ts", "features")}
+    offsets = [0]
+    for inst_name in names:
+        rows = np.arange(len(df)) if inst is None else np.flatnonzero(inst == inst_name)
+        cols = {c: ohlcv[c][rows] for c in OHLCV}
+        its = ts[rows]
+        feats = _instrument_features(
+            cols, its, rows, inst_name, feat_names, warmup, user_feats, min_bars
+        )
+        n = len(rows)
+        for c in OHLCV:
+            parts[c].append(cols[c][warmup:])
+        parts["ts"].append(its[warmup:])
+        parts["features"].append(np.asarray(feats, dtype=np.float32))
+        offsets.append(offsets[-1] + n - warmup)
+
+    arrays = _concatenated(parts, offsets, names, feat_names)
+    meta = {
+        "source": "dataframe",
+        "features": "builtin" if builtin else "columns",
+        "warmup_bars": warmup,
+    }
+    return arrays, meta
+
+
+def _instrument_rows(
+    df: pd.DataFrame,
+    labels: dict[str, list[Any]],
+    instrument_column: str | None,
+    name: str,
+) -> tuple[np.ndarray | None, list[str]]:
+    """``(inst, names)``: each row's instrument as a string array (``None`` for a table of one
+    instrument, then named ``name``) and the instruments in order of first appearance."""
     inst_col = None
     if instrument_column is not None:
         inst_col = find_column(labels, instrument_column)
@@ -78,79 +123,81 @@ def arrays_from_dataframe(
             inst_col = find_column(labels, cand)
             if inst_col is not None:
                 break
-    if inst_col is not None:
-        raw_inst = df[inst_col]
-        missing_inst = raw_inst.isna().to_numpy()
-        if missing_inst.any():
-            i = int(np.argmax(missing_inst))
-            raise ValueError(f"instrument column {inst_col!r} is missing a value at row {i}")
-        inst = raw_inst.astype(str).to_numpy()
-        names = list(pd.unique(inst))
-    else:
-        inst = None
-        names = [str(name)]
+    if inst_col is None:
+        return None, [str(name)]
+    raw_inst = df[inst_col]
+    missing_inst = raw_inst.isna().to_numpy()
+    if missing_inst.any():
+        i = int(np.argmax(missing_inst))
+        raise ValueError(f"instrument column {inst_col!r} is missing a value at row {i}")
+    inst = raw_inst.astype(str).to_numpy()
+    return inst, list(pd.unique(inst))
 
-    missing = [c for c in OHLCV if find_column(labels, c) is None]
-    if missing:
-        raise ValueError(
-            f"missing column(s) {missing}; found {list(map(str, df.columns))} "
-            "(rename with columns={'Your Name': 'volume', ...})"
+
+def _feature_columns(
+    df: pd.DataFrame,
+    labels: dict[str, list[Any]],
+    features: str | Sequence[str],
+) -> tuple[tuple[str, ...], int, dict[str, np.ndarray] | None]:
+    """``(feature_names, warmup_bars, user_features)``: the built-in features (``features`` is
+    ``"builtin"``, ``user_features`` ``None``) or the table's named columns, read as numbers."""
+    if isinstance(features, str):
+        return FEATURE_NAMES, WARMUP_BARS, None
+    feat_names = tuple(str(x) for x in features)
+    if not feat_names:
+        raise ValueError("features= is an empty list")
+    absent = [c for c in feat_names if c not in df.columns and find_column(labels, c) is None]
+    if absent:
+        raise ValueError(f"missing feature column(s) {absent}")
+    user_feats = {
+        c: numeric_column(df[c if c in df.columns else find_column(labels, c)], c)
+        for c in feat_names
+    }
+    return feat_names, 0, user_feats
+
+
+def _instrument_features(
+    cols: dict[str, np.ndarray],
+    its: np.ndarray,
+    rows: np.ndarray,
+    inst_name: str,
+    feat_names: tuple[str, ...],
+    warmup: int,
+    user_feats: dict[str, np.ndarray] | None,
+    min_bars: int,
+) -> np.ndarray:
+    """One instrument's bars checked and its features after the warm-up, ``(n - warmup, F)``
+    (float64 built-in features, the user columns' dtype otherwise)."""
+    where = Where(rows, its, inst_name)
+    validate_bars(cols, its, where)
+    if user_feats is not None:
+        for c, vals in user_feats.items():
+            check_finite(vals[rows].astype(np.float32), f"feature column {c!r}", where)
+    n = len(rows)
+    need = warmup + min_bars
+    if n < need:
+        what = (
+            f"the built-in features need {warmup} warm-up bars plus min_bars={min_bars}"
+            if user_feats is None
+            else f"min_bars={min_bars}"
         )
-    ohlcv = {c: numeric_column(df[find_column(labels, c)], c) for c in OHLCV}
+        raise ValueError(f"instrument {inst_name!r} has {n} bars but {what}: at least {need} bars")
+    if user_feats is None:
+        return compute_features(*(cols[c] for c in OHLCV))[warmup:]
+    return np.column_stack([user_feats[c][rows] for c in feat_names])
 
-    if builtin:
-        feat_names = FEATURE_NAMES
-        warmup = WARMUP_BARS
-        user_feats = None
-    else:
-        feat_names = tuple(str(x) for x in features)
-        if not feat_names:
-            raise ValueError("features= is an empty list")
-        absent = [c for c in feat_names if c not in df.columns and find_column(labels, c) is None]
-        if absent:
-            raise ValueError(f"missing feature column(s) {absent}")
-        user_feats = {
-            c: numeric_column(df[c if c in df.columns else find_column(labels, c)], c)
-            for c in feat_names
-        }
-        warmup = 0
 
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*OHLCV, "ts", "features")}
-    offsets = [0]
-    for inst_name in names:
-        rows = np.arange(len(df)) if inst is None else np.flatnonzero(inst == inst_name)
-        cols = {c: ohlcv[c][rows] for c in OHLCV}
-        its = ts[rows]
-        where = Where(rows, its, inst_name)
-        validate_bars(cols, its, where)
-        if user_feats is not None:
-            for c, vals in user_feats.items():
-                check_finite(vals[rows].astype(np.float32), f"feature column {c!r}", where)
-        n = len(rows)
-        need = warmup + min_bars
-        if n < need:
-            what = (
-                f"the built-in features need {warmup} warm-up bars plus min_bars={min_bars}"
-                if builtin
-                else f"min_bars={min_bars}"
-            )
-            raise ValueError(
-                f"instrument {inst_name!r} has {n} bars but {what}: at least {need} bars"
-            )
-        if builtin:
-            feats = compute_features(*(cols[c] for c in OHLCV))[warmup:]
-        else:
-            feats = np.column_stack([user_feats[c][rows] for c in feat_names])
-        for c in OHLCV:
-            parts[c].append(cols[c][warmup:])
-        parts["ts"].append(its[warmup:])
-        parts["features"].append(np.asarray(feats, dtype=np.float32))
-        offsets.append(offsets[-1] + n - warmup)
-
+def _concatenated(
+    parts: dict[str, list[np.ndarray]],
+    offsets: list[int],
+    names: list[str],
+    feat_names: tuple[str, ...],
+) -> dict[str, Any]:
+    """The instruments' parts joined into ``MarketData``'s arrays (features float32, C order)."""
     features_arr = np.ascontiguousarray(np.concatenate(parts["features"]), dtype=np.float32)
     if not np.isfinite(features_arr).all():  # compute_features promises this; keep it honest
         raise RuntimeError("non-finite feature after the warm-up: please report this bug")
-    arrays = {
+    return {
         "features": features_arr,
         **{c: np.concatenate(parts[c]) for c in OHLCV},
         "timestamps": np.concatenate(parts["ts"]),
@@ -158,12 +205,6 @@ def arrays_from_dataframe(
         "instruments": names,
         "feature_names": feat_names,
     }
-    meta = {
-        "source": "dataframe",
-        "features": "builtin" if builtin else "columns",
-        "warmup_bars": warmup,
-    }
-    return arrays, meta
 
 
 def check_separator(df: pd.DataFrame, where: str) -> None:

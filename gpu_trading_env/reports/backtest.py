@@ -182,19 +182,24 @@ def backtest_batch(
             obs, _ = env.reset(options={"start_index": bar + 1, "reset_mask": ended})
     episodes += 1
     per_year = bars_per_year(one.timestamps) if per_year is None else float(per_year)
-    bh, bh_costs = buy_and_hold_equity(close, exit_rate)
-    bh_traded = np.zeros(n - 1)
-    bh_traded[0] = 1.0
-    bh_traded[-1] += 1.0
-    benchmark = curve_metrics(
-        bh,
-        per_year,
-        costs_included=True,
-        exposure=np.ones(n - 1),
-        traded=bh_traded,
-        costs=bh_costs,
-    )
-    frictionless = curve_metrics(close / close[0], per_year, costs_included=False)
+    return _results(one, equity, exposure, traded, costs, episodes, per_year, exit_rate)
+
+
+def _results(
+    one: MarketData,
+    equity: np.ndarray,
+    exposure: np.ndarray,
+    traded: np.ndarray,
+    costs: np.ndarray,
+    episodes: np.ndarray,
+    per_year: float,
+    exit_rate: float,
+) -> list[BacktestResult]:
+    """The ``k`` results of :func:`backtest_batch` from its per-bar arrays (``[k, n]`` equity,
+    ``[k, n - 1]`` exposure, traded and costs, ``[k]`` episodes) over the instrument ``one``."""
+    close = np.asarray(one.close, dtype=np.float64)
+    k = len(equity)
+    bh, benchmark, frictionless = _benchmarks(close, exit_rate, per_year)
     return [
         BacktestResult(
             equity=equity[j],
@@ -218,6 +223,29 @@ def backtest_batch(
         )
         for j in range(k)
     ]
+
+
+def _benchmarks(
+    close: np.ndarray, exit_rate: float, per_year: float
+) -> tuple[np.ndarray, Metrics, Metrics]:
+    """``(buy_and_hold, benchmark, frictionless)``: the buy-and-hold equity [n] with the market
+    order's costs (bought at the first bar, sold at the last), its metrics, and the metrics of
+    the close's own curve without costs."""
+    bh, bh_costs = buy_and_hold_equity(close, exit_rate)
+    n = len(close)
+    bh_traded = np.zeros(n - 1)
+    bh_traded[0] = 1.0
+    bh_traded[-1] += 1.0
+    benchmark = curve_metrics(
+        bh,
+        per_year,
+        costs_included=True,
+        exposure=np.ones(n - 1),
+        traded=bh_traded,
+        costs=bh_costs,
+    )
+    frictionless = curve_metrics(close / close[0], per_year, costs_included=False)
+    return bh, benchmark, frictionless
 
 
 def exposure_policy(exposure: np.ndarray, config: EnvConfig) -> Policy:
