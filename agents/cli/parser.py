@@ -97,101 +97,104 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    fmt = _HelpFormatter
-    parser = _Parser(prog=PROG, description=DESCRIPTION, formatter_class=fmt)
-    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def _data_options(p: argparse.ArgumentParser) -> None:
+    """The ``data`` group: the files of bars and how to read them."""
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        default=None,
+        help="CSV or Parquet files of OHLCV bars; several files are several instruments "
+        "(default: the built-in synthetic market with a planted signal)",
+    )
+    g.add_argument(
+        "--date-format",
+        default=None,
+        help="strftime format of text timestamps, e.g. '%%d.%%m.%%Y %%H:%%M:%%S.%%f' "
+        "(default: ISO, or day-first/month-first when the data shows which)",
+    )
+    g.add_argument(
+        "--timestamp-unit",
+        choices=["s", "ms", "us", "ns"],
+        default=None,
+        help="unit of numeric epoch timestamps (default: by their magnitude)",
+    )
+    g.add_argument(
+        "--time-column",
+        default=None,
+        help="timestamp column (default: one named like time/date, any case)",
+    )
+    g.add_argument(
+        "--symbol-column",
+        default=None,
+        help="instrument column of a long-format file (default: instrument/symbol/ticker/asset/pair)",
+    )
+    g.add_argument(
+        "--column",
+        action="append",
+        metavar="FIELD=NAME",
+        default=None,
+        help="the file's column for an OHLCV field, e.g. --column 'close=Adj Close' (repeat)",
+    )
+    g.add_argument(
+        "--fill-volume",
+        type=float,
+        default=None,
+        metavar="V",
+        help="volume of bars whose volume is missing, e.g. 0 for FX or index files "
+        "(default: refuse a file with a missing volume, naming its line)",
+    )
+    g.add_argument(
+        "--bars-per-year",
+        type=float,
+        default=None,
+        help="annualisation factor (default: inferred from the timestamps' calendar)",
+    )
 
-    def data_options(p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group("data")
-        g.add_argument(
-            "--data",
-            nargs="+",
-            metavar="FILE",
-            default=None,
-            help="CSV or Parquet files of OHLCV bars; several files are several instruments "
-            "(default: the built-in synthetic market with a planted signal)",
-        )
-        g.add_argument(
-            "--date-format",
-            default=None,
-            help="strftime format of text timestamps, e.g. '%%d.%%m.%%Y %%H:%%M:%%S.%%f' "
-            "(default: ISO, or day-first/month-first when the data shows which)",
-        )
-        g.add_argument(
-            "--timestamp-unit",
-            choices=["s", "ms", "us", "ns"],
-            default=None,
-            help="unit of numeric epoch timestamps (default: by their magnitude)",
-        )
-        g.add_argument(
-            "--time-column",
-            default=None,
-            help="timestamp column (default: one named like time/date, any case)",
-        )
-        g.add_argument(
-            "--symbol-column",
-            default=None,
-            help="instrument column of a long-format file (default: instrument/symbol/ticker/asset/pair)",
-        )
-        g.add_argument(
-            "--column",
-            action="append",
-            metavar="FIELD=NAME",
-            default=None,
-            help="the file's column for an OHLCV field, e.g. --column 'close=Adj Close' (repeat)",
-        )
-        g.add_argument(
-            "--fill-volume",
-            type=float,
-            default=None,
-            metavar="V",
-            help="volume of bars whose volume is missing, e.g. 0 for FX or index files "
-            "(default: refuse a file with a missing volume, naming its line)",
-        )
-        g.add_argument(
-            "--bars-per-year",
-            type=float,
-            default=None,
-            help="annualisation factor (default: inferred from the timestamps' calendar)",
-        )
 
-    def env_options(p: argparse.ArgumentParser, fraction: float, fraction_help: str) -> None:
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
-        data_options(p)
-        p.add_argument("--train-fraction", type=float, default=fraction, help=fraction_help)
-        p.add_argument(
-            "--episode-length", type=_int, default=EPISODE_LENGTH, help="bars per env episode"
-        )
-        p.add_argument(
-            "--env",
-            nargs="*",
-            metavar="FIELD=VALUE",
-            help="EnvConfig overrides (docs/ENV_SPEC.md) (default: EnvConfig's, with "
-            + ", ".join(f"{k}={v}" for k, v in TRAIN_ENV_DEFAULTS.items())
-            + ")",
-        )
-        out_options(p, "report folder")
+def _env_options(p: argparse.ArgumentParser, fraction: float, fraction_help: str) -> None:
+    """The options of every command that builds an env: data, split, env settings, --out."""
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    _data_options(p)
+    p.add_argument("--train-fraction", type=float, default=fraction, help=fraction_help)
+    p.add_argument(
+        "--episode-length", type=_int, default=EPISODE_LENGTH, help="bars per env episode"
+    )
+    p.add_argument(
+        "--env",
+        nargs="*",
+        metavar="FIELD=VALUE",
+        help="EnvConfig overrides (docs/ENV_SPEC.md) (default: EnvConfig's, with "
+        + ", ".join(f"{k}={v}" for k, v in TRAIN_ENV_DEFAULTS.items())
+        + ")",
+    )
+    _out_options(p, "report folder")
 
-    def out_options(p: argparse.ArgumentParser, what: str) -> None:
-        p.add_argument(
-            "--out",
-            default=None,
-            help=f"{what}: a new or empty folder (default: runs/<command>-<date>-<time>, "
-            "made for this run, never an existing one)",
-        )
-        p.add_argument(
-            "--overwrite",
-            action="store_true",
-            help="empty --out first if it holds an earlier run's report (default: refuse a "
-            "folder that is not empty)",
-        )
 
+def _out_options(p: argparse.ArgumentParser, what: str) -> None:
+    """``--out`` (``what`` the folder holds) and ``--overwrite``."""
+    p.add_argument(
+        "--out",
+        default=None,
+        help=f"{what}: a new or empty folder (default: runs/<command>-<date>-<time>, "
+        "made for this run, never an existing one)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="empty --out first if it holds an earlier run's report (default: refuse a "
+        "folder that is not empty)",
+    )
+
+
+def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
+    """The ``train`` subcommand: env options, the training options of ``TrainConfig``, seed,
+    checkpoints and resume."""
     t = sub.add_parser(
         "train", help="train GpuDQN on one split and write a report", formatter_class=fmt
     )
-    env_options(t, TRAIN_FRACTION, "fraction of the bars to train on; the rest is out of sample")
+    _env_options(t, TRAIN_FRACTION, "fraction of the bars to train on; the rest is out of sample")
     add_training_options(t)
     t.add_argument("--seed", type=_int, default=0, help="random seed")
     t.add_argument(
@@ -219,12 +222,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.set_defaults(func=cmd_train)
 
+
+def _add_walkforward(
+    sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]
+) -> None:
+    """The ``walkforward`` subcommand: env and training options, the folds' windows and seeds."""
     w = sub.add_parser(
         "walkforward",
         help="train and test on rolling folds of your data and write a report",
         formatter_class=fmt,
     )
-    env_options(w, 0.0, argparse.SUPPRESS)
+    _env_options(w, 0.0, argparse.SUPPRESS)
     add_training_options(w, "env steps per fold and seed", WALKFORWARD_CPU_TIMESTEPS)
     w.add_argument("--folds", type=_int, default=6, help="number of test windows")
     w.add_argument(
@@ -257,10 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     w.set_defaults(func=cmd_walkforward)
 
+
+def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
+    """The ``eval`` subcommand: env options and the saved model to backtest."""
     e = sub.add_parser(
         "eval", help="backtest a saved model and write a report", formatter_class=fmt
     )
-    env_options(e, TRAIN_FRACTION, "bars skipped before the evaluated part; 0 evaluates every bar")
+    _env_options(e, TRAIN_FRACTION, "bars skipped before the evaluated part; 0 evaluates every bar")
     e.add_argument("--model", required=True, help="model.zip written by train")
     e.add_argument(
         "--allow-pickle",
@@ -271,10 +282,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     e.set_defaults(func=cmd_eval)
 
+
+def _add_backtest(
+    sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]
+) -> None:
+    """The ``backtest`` subcommand: env options and the fixed rule to backtest."""
     b = sub.add_parser(
         "backtest", help="backtest a fixed rule and write a report", formatter_class=fmt
     )
-    env_options(b, TRAIN_FRACTION, "bars skipped before the evaluated part; 0 evaluates every bar")
+    _env_options(b, TRAIN_FRACTION, "bars skipped before the evaluated part; 0 evaluates every bar")
     b.add_argument(
         "--rule",
         choices=["planted", "buy_and_hold"],
@@ -287,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     b.set_defaults(func=cmd_backtest)
 
+
+def _add_sweep(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
+    """The ``sweep`` subcommand: the grid, seeds, devices and the train options of every run."""
     s = sub.add_parser(
         "sweep",
         help="train a grid of settings x seeds across this machine's devices, with a report",
@@ -314,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--runs-per-device", type=_int, default=1, help="runs at the same time on each device"
     )
-    out_options(s, "sweep folder")
+    _out_options(s, "sweep folder")
     s.add_argument("--no-progress", action="store_true", help="no progress bar")
     s.add_argument(
         "train_args",
@@ -324,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=cmd_sweep)
 
+
+def _add_zoo(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
+    """The ``zoo`` subcommand: markets, seeds, devices and the budget of the market zoo."""
     z = sub.add_parser(
         "zoo",
         help="train's defaults on seeded markets with known best rules (agents/pipelines/zoo.py), a report",
@@ -376,8 +398,29 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--no-progress", action="store_true", help="no progress bar")
     z.set_defaults(func=cmd_zoo)
 
+
+def _add_bench(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
+    """The ``bench`` subcommand: env throughput."""
     n = sub.add_parser("bench", help="env throughput on this machine", formatter_class=fmt)
     n.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     n.add_argument("--steps", type=_int, default=200, help="env steps per measurement")
     n.set_defaults(func=cmd_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``gpu-trading-env`` parser, its subcommands in the order ``--help`` lists them."""
+    fmt = _HelpFormatter
+    parser = _Parser(prog=PROG, description=DESCRIPTION, formatter_class=fmt)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (
+        _add_train,
+        _add_walkforward,
+        _add_eval,
+        _add_backtest,
+        _add_sweep,
+        _add_zoo,
+        _add_bench,
+    ):
+        add(sub, fmt)
     return parser
