@@ -204,11 +204,26 @@ def _raw_features(
     o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray
 ) -> list[np.ndarray]:
     """The 51 raw indicators, each float64 [T], NaN where a window is not yet full."""
-    cs = pd.Series(c)
-    hs = pd.Series(h)
-    ls = pd.Series(lo)
     logc = np.log(c)
     r1 = np.diff(logc, prepend=np.nan)
+    trend, rvol = _trend_features(c, logc, r1)
+    cols = [
+        *trend,
+        *_oscillator_features(h, lo, c),
+        *_candle_features(o, h, lo, c),
+        *_volume_features(v),
+        *_range_features(h, lo, c, logc, r1, rvol),
+    ]
+    assert len(cols) == len(FEATURE_NAMES)
+    return cols
+
+
+def _trend_features(
+    c: np.ndarray, logc: np.ndarray, r1: np.ndarray
+) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """Log returns over 7 lags, realised volatility over 4 windows (also returned by window),
+    the log distance to 5 moving averages and to 4 exponential ones."""
+    cs = pd.Series(c)
     r1s = pd.Series(r1)
     cols: list[np.ndarray] = []
 
@@ -225,7 +240,16 @@ def _raw_features(
 
     for span in (5, 12, 26, 50):
         cols.append(logc - np.log(cs.ewm(span=span, adjust=False).mean().to_numpy()))
+    return cols, rvol
 
+
+def _oscillator_features(h: np.ndarray, lo: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
+    """RSI, MACD (line, signal, histogram), Bollinger position and width, ATR, stochastic %K
+    and %D."""
+    cs = pd.Series(c)
+    hs = pd.Series(h)
+    ls = pd.Series(lo)
+    cols: list[np.ndarray] = []
     dc = cs.diff()
     gain = dc.clip(lower=0.0).ewm(alpha=1.0 / 14, adjust=False).mean().to_numpy()
     loss = (-dc).clip(lower=0.0).ewm(alpha=1.0 / 14, adjust=False).mean().to_numpy()
@@ -252,25 +276,53 @@ def _raw_features(
     stoch_k = np.where(np.isnan(hh14), np.nan, stoch_k)
     cols.append(stoch_k)
     cols.append(pd.Series(stoch_k).rolling(3, min_periods=3).mean().to_numpy())
+    return cols
 
+
+def _candle_features(
+    o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray
+) -> list[np.ndarray]:
+    """The bar's log range, close location, body, upper and lower wicks, and the opening gap."""
+    prev_c = _lagged(c, 1)
     rng = h - lo
-    cols.append(np.log(h / lo))
-    cols.append(_ratio((c - lo) - (h - c), rng, 0.0))
-    cols.append(_ratio(c - o, rng, 0.0))
-    cols.append(_ratio(h - np.maximum(o, c), rng, 0.0))
-    cols.append(_ratio(np.minimum(o, c) - lo, rng, 0.0))
-    cols.append(np.log(o / prev_c))
+    return [
+        np.log(h / lo),
+        _ratio((c - lo) - (h - c), rng, 0.0),
+        _ratio(c - o, rng, 0.0),
+        _ratio(h - np.maximum(o, c), rng, 0.0),
+        _ratio(np.minimum(o, c) - lo, rng, 0.0),
+        np.log(o / prev_c),
+    ]
 
+
+def _volume_features(v: np.ndarray) -> list[np.ndarray]:
+    """The log volume's z-score over 20 and 60 bars and its change."""
     # log1p keeps zero-volume bars finite.
     lv = np.log1p(v)
     lvs = pd.Series(lv)
+    cols: list[np.ndarray] = []
     for w in (20, 60):
         m = lvs.rolling(w, min_periods=w).mean().to_numpy()
         s = lvs.rolling(w, min_periods=w).std(ddof=0).to_numpy()
         z = _ratio(lv - m, s, 0.0)
         cols.append(np.where(np.isnan(m), np.nan, z))
     cols.append(np.diff(lv, prepend=np.nan))
+    return cols
 
+
+def _range_features(
+    h: np.ndarray,
+    lo: np.ndarray,
+    c: np.ndarray,
+    logc: np.ndarray,
+    r1: np.ndarray,
+    rvol: dict[int, np.ndarray],
+) -> list[np.ndarray]:
+    """Return skew and kurtosis, distance to the high and low of 20 and 60 bars, the worst
+    drawdown, Parkinson volatility, the volatility ratio, autocorrelation and the CCI."""
+    hs = pd.Series(h)
+    ls = pd.Series(lo)
+    cols: list[np.ndarray] = []
     for w in (20, 60):
         sk, ku = _window_moments(r1, w)
         cols += [sk, ku]
@@ -297,8 +349,6 @@ def _raw_features(
     tp_sd = tp.rolling(20, min_periods=20).std(ddof=0).to_numpy()
     cci = _ratio(tp.to_numpy() - tp_mean, tp_sd, 0.0)
     cols.append(np.where(np.isnan(tp_mean), np.nan, cci))
-
-    assert len(cols) == len(FEATURE_NAMES)
     return cols
 
 
