@@ -240,6 +240,10 @@ class TradingVectorEnv(VectorEnv):
                 self.backend.step_bound(acts, out.bound, stream=stream)
             info = self._build_info(views)
         else:
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                # The step writes final_obs only where an episode ended: the other rows read
+                # zero, as with owned outputs, not the episode that ended two steps ago.
+                self._zero(self.backend.upcoming_outputs().final_obs)
             out = self.backend.step(acts)
             views = self._output_views(out)
             info = self._infos.get(id(out))

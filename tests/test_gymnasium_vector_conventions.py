@@ -178,6 +178,29 @@ def test_vector_env_equal(device: str, mode: AutoresetMode) -> None:
     assert ended > 0
 
 
+@pytest.mark.parametrize("copy_outputs", [True, False], ids=["owned", "zero-copy"])
+def test_final_obs_rows_that_did_not_end_are_zero(device: str, copy_outputs: bool) -> None:
+    """SAME_STEP's final_obs has zeros in the rows that did not end (docs/INTEGRATIONS.md), in
+    both output modes: episodes staggered by a partial reset end on different steps, so the
+    zero-copy buffer reused two steps later must not show the episode that ended then (an odd
+    episode length puts each group's ends on both buffers in turn)."""
+    env = make(device, AutoresetMode.SAME_STEP, num_envs=4, copy_outputs=copy_outputs)
+    env.reset(seed=0)
+    env.step(flat(env))
+    env.reset(options={"reset_mask": np.array([True, False, True, False])})
+    seen = 0
+    for _ in range(12):
+        *_, terminated, truncated, info = env.step(flat(env))
+        done = host(terminated) | host(truncated)
+        if "final_obs" not in info:
+            continue
+        final_obs = host(info["final_obs"])
+        assert np.all(final_obs[~done] == 0), f"rows {np.flatnonzero(~done)} not zero"
+        assert np.all(np.any(final_obs[done] != 0, axis=1))
+        seen += int(done.any() and not done.all())
+    assert seen > 0  # some steps ended some envs and not others
+
+
 @pytest.mark.gpu
 def test_cuda_vector_env_equals_the_numpy_one(mode: AutoresetMode) -> None:
     """test_vector_env_equal for the two backends: the same flags, rewards, observations and

@@ -225,6 +225,10 @@ class Backend:
         self._turn ^= 1
         return self._outputs[self._turn]
 
+    def upcoming_outputs(self) -> StepOutputs:
+        """The zero-copy output set that the next :meth:`step` writes (the one two steps ago)."""
+        return self._outputs[self._turn ^ 1]
+
     # The contract each backend implements. Arrays are of the backend's array module.
     def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
         """Set the Philox key (host uint64 [N]) of the envs in ``mask`` (host bool [N]) and
