@@ -94,6 +94,10 @@ def _in(x: Any, lo: float, hi: float, lo_open: bool = False) -> bool:
     return _is_real(x) and (float(x) > lo if lo_open else float(x) >= lo) and float(x) <= hi
 
 
+_Rule = tuple[str, Any, bool, str]
+"""A hyperparameter's rule: ``(name, value, value is allowed, what is allowed)``."""
+
+
 def check_dqn_hyperparameters(
     *,
     learning_rate: float | Callable[[float], float],
@@ -118,7 +122,49 @@ def check_dqn_hyperparameters(
     :param train_freq: an int >= 1, or ``(int >= 1, "step" | "episode")``.
     :param gradient_steps: an int >= 1, or -1 (as many as env steps collected).
     """
-    rules: list[tuple[str, Any, bool, str]] = [
+    # Every rule is evaluated (in this order) before the first failing one is raised.
+    rules = _rate_rules(
+        learning_rate,
+        gamma,
+        tau,
+        exploration_fraction,
+        exploration_initial_eps,
+        exploration_final_eps,
+        max_grad_norm,
+    )
+    rules += _count_rules(
+        gradient_steps,
+        batch_size,
+        buffer_size,
+        learning_starts,
+        target_update_interval,
+        reward_scale,
+    )
+    freq, unit = train_freq if isinstance(train_freq, tuple) else (train_freq, "step")
+    rules.append(
+        (
+            "train_freq",
+            train_freq,
+            _is_int(freq) and freq >= 1 and unit in ("step", "episode"),
+            'an int >= 1, or (int >= 1, "step" | "episode")',
+        )
+    )
+    for name, value, ok, allowed in rules:
+        if not ok:
+            raise ValueError(f"GpuDQN {name} = {value!r} is invalid: allowed is {allowed}")
+
+
+def _rate_rules(
+    learning_rate: Any,
+    gamma: Any,
+    tau: Any,
+    exploration_fraction: Any,
+    exploration_initial_eps: Any,
+    exploration_final_eps: Any,
+    max_grad_norm: Any,
+) -> list[_Rule]:
+    """The rules of the rates, probabilities and the gradient clip."""
+    return [
         (
             "learning_rate",
             learning_rate,
@@ -153,6 +199,19 @@ def check_dqn_hyperparameters(
             and max_grad_norm > 0,  # NaN fails this; inf means no clipping
             "a number > 0 (inf: no clipping)",
         ),
+    ]
+
+
+def _count_rules(
+    gradient_steps: Any,
+    batch_size: Any,
+    buffer_size: Any,
+    learning_starts: Any,
+    target_update_interval: Any,
+    reward_scale: Any,
+) -> list[_Rule]:
+    """The rules of the step counts, sizes and the reward scale."""
+    return [
         (
             "gradient_steps",
             gradient_steps,
@@ -180,18 +239,6 @@ def check_dqn_hyperparameters(
             "a finite number > 0",
         ),
     ]
-    freq, unit = train_freq if isinstance(train_freq, tuple) else (train_freq, "step")
-    rules.append(
-        (
-            "train_freq",
-            train_freq,
-            _is_int(freq) and freq >= 1 and unit in ("step", "episode"),
-            'an int >= 1, or (int >= 1, "step" | "episode")',
-        )
-    )
-    for name, value, ok, allowed in rules:
-        if not ok:
-            raise ValueError(f"GpuDQN {name} = {value!r} is invalid: allowed is {allowed}")
 
 
 def check_finite_observation(observation: Any) -> None:
