@@ -238,7 +238,6 @@ class CudaSumMinTree(SumMinTree):
         name: str = "priorities",
         check: bool = True,
     ) -> None:
-        cp = self._cp
         n_ok = self._prepare_n_valid(n_valid, self.capacity)
         with self._device_scope:
             cstream, stream = current_stream(self.device)
@@ -253,55 +252,14 @@ class CudaSumMinTree(SumMinTree):
             # update() may return before its kernels have read the inputs (it waits for the
             # verdict only): converted inputs stay referenced until the next update.
             self._inputs_in_flight = (idx, x)
-            if n <= SMEM_KEYS:  # one launch
-                # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block
-                # of the kernel checks the indices and inputs only).
-                may_overflow = transform and not (0.0 <= alpha <= 1.0 and 0.0 <= epsilon < 1e290)
-                self._launchers["seg_tree_update_f32" if f32 else "seg_tree_update_f64"](
-                    (n + UPDATE_THREADS - 1) // UPDATE_THREADS,
-                    UPDATE_THREADS,
-                    stream,
-                    *self._ptrs,
-                    idx_ptr,
-                    x_ptr,
-                    n,
-                    self.pow2,
-                    self.levels,
-                    int(transform),
-                    alpha,
-                    epsilon,
-                    int(may_overflow),
-                    n_ok,
-                    self.max_value.data.ptr,
-                    self._status.data.ptr,
-                    self._status_host.ctypes.data,
-                    seq,
-                    self._ticket.data.ptr,
+            if n <= SMEM_KEYS:
+                self._launch_update(
+                    stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, n_ok, seq
                 )
-            else:  # check (and sort) first, then write
-                if self._keys.size < n:  # room to sort an unsorted batch
-                    with cstream:
-                        self._keys = cp.zeros(next_pow2(n), dtype=cp.uint64)
-                self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
-                    (n + CHECK_THREADS - 1) // CHECK_THREADS,
-                    CHECK_THREADS,
-                    stream,
-                    idx_ptr,
-                    x_ptr,
-                    n,
-                    int(transform),
-                    alpha,
-                    epsilon,
-                    n_ok,
-                    self.max_value.data.ptr,
-                    self._status.data.ptr,
-                    self._status_host.ctypes.data,
-                    seq,
-                    self._flags.data.ptr,
-                    self._keys.data.ptr,
-                    self._scratch.data.ptr,
+            else:
+                self._launch_check_then_write(
+                    cstream, stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, n_ok, seq
                 )
-                self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
             if check:
                 k = self._wait_verdict(seq, stream)
                 if k >= 0:
@@ -315,6 +273,85 @@ class CudaSumMinTree(SumMinTree):
                         epsilon,
                         transform,
                     )
+
+    def _launch_update(
+        self,
+        stream: Any,
+        idx_ptr: int,
+        x_ptr: int,
+        f32: bool,
+        n: int,
+        transform: bool,
+        alpha: float,
+        epsilon: float,
+        n_ok: int,
+        seq: int,
+    ) -> None:
+        """An update of ``n <= SMEM_KEYS`` entries in one launch (check, deduplicate, write)."""
+        # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block of the
+        # kernel checks the indices and inputs only).
+        may_overflow = transform and not (0.0 <= alpha <= 1.0 and 0.0 <= epsilon < 1e290)
+        self._launchers["seg_tree_update_f32" if f32 else "seg_tree_update_f64"](
+            (n + UPDATE_THREADS - 1) // UPDATE_THREADS,
+            UPDATE_THREADS,
+            stream,
+            *self._ptrs,
+            idx_ptr,
+            x_ptr,
+            n,
+            self.pow2,
+            self.levels,
+            int(transform),
+            alpha,
+            epsilon,
+            int(may_overflow),
+            n_ok,
+            self.max_value.data.ptr,
+            self._status.data.ptr,
+            self._status_host.ctypes.data,
+            seq,
+            self._ticket.data.ptr,
+        )
+
+    def _launch_check_then_write(
+        self,
+        cstream: Any,
+        stream: Any,
+        idx_ptr: int,
+        x_ptr: int,
+        f32: bool,
+        n: int,
+        transform: bool,
+        alpha: float,
+        epsilon: float,
+        n_ok: int,
+        seq: int,
+    ) -> None:
+        """An update of more than ``SMEM_KEYS`` entries: check (and sort) first, then write."""
+        cp = self._cp
+        if self._keys.size < n:  # room to sort an unsorted batch
+            with cstream:
+                self._keys = cp.zeros(next_pow2(n), dtype=cp.uint64)
+        self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
+            (n + CHECK_THREADS - 1) // CHECK_THREADS,
+            CHECK_THREADS,
+            stream,
+            idx_ptr,
+            x_ptr,
+            n,
+            int(transform),
+            alpha,
+            epsilon,
+            n_ok,
+            self.max_value.data.ptr,
+            self._status.data.ptr,
+            self._status_host.ctypes.data,
+            seq,
+            self._flags.data.ptr,
+            self._keys.data.ptr,
+            self._scratch.data.ptr,
+        )
+        self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
 
     def status_tensor(self) -> Any:
         """The verdict of the latest :meth:`update` on the device, as a torch view (no copy):
