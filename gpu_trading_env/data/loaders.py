@@ -79,6 +79,49 @@ def load_bars(
     :raises DataError: on anything the file does not say clearly; the message names the fix.
     """
     files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    feature_columns, mapping = _checked_options(
+        files, name, features, timestamp_unit, columns, fill_volume
+    )
+    frames = []
+    for path in files:
+        df = _read(path, read_csv_kwargs)
+        frame = _normalise(
+            df, path, date_format, timestamp_unit, time_column, symbol_column, mapping, fill_volume
+        )
+        for column in feature_columns or ():
+            frame[column] = _numbers(df[_feature_column(df, path, column)], path, column)
+        if "instrument" not in frame.columns:
+            frame.insert(0, "instrument", path.stem if name is None else str(name))
+        frames.append((path, frame))
+    _refuse_shared_instruments(frames)
+    df = pd.concat([f for _, f in frames], ignore_index=True) if len(frames) > 1 else frames[0][1]
+    where = str(files[0]) if len(files) == 1 else ", ".join(map(str, files))
+    try:
+        data = MarketData.from_dataframe(
+            df,
+            timestamp_column="timestamp",
+            instrument_column="instrument",
+            features=features,
+            min_bars=min_bars,
+            metadata={"source": "file", "paths": [str(p) for p in files], **(metadata or {})},
+        )
+    except ValueError as exc:
+        # from_dataframe counts rows of the combined table from 0; a file's line is row + 2.
+        raise DataError(f"{where}: {_with_lines(str(exc), frames)}") from None
+    return data
+
+
+def _checked_options(
+    files: list[Path],
+    name: str | None,
+    features: str | Sequence[str],
+    timestamp_unit: str | None,
+    columns: Mapping[str, str] | None,
+    fill_volume: float | None,
+) -> tuple[list[str] | None, dict[str, str]]:
+    """``(feature_columns, mapping)``: the named feature columns (None for the built-in
+    features) and the lower-cased ``{field: column}`` mapping, once :func:`load_bars`'s options
+    are checked (DataError naming the first bad one)."""
     if not files:
         raise DataError("no data file given")
     if name is not None and len(files) > 1:
@@ -95,17 +138,11 @@ def load_bars(
         raise DataError(f"column mapping names {bad_fields}: allowed fields are {list(OHLCV)}")
     if fill_volume is not None and not (np.isfinite(fill_volume) and fill_volume >= 0):
         raise DataError(f"fill_volume = {fill_volume!r} is invalid: allowed is a number >= 0")
-    frames = []
-    for path in files:
-        df = _read(path, read_csv_kwargs)
-        frame = _normalise(
-            df, path, date_format, timestamp_unit, time_column, symbol_column, mapping, fill_volume
-        )
-        for column in feature_columns or ():
-            frame[column] = _numbers(df[_feature_column(df, path, column)], path, column)
-        if "instrument" not in frame.columns:
-            frame.insert(0, "instrument", path.stem if name is None else str(name))
-        frames.append((path, frame))
+    return feature_columns, mapping
+
+
+def _refuse_shared_instruments(frames: list[tuple[Path, pd.DataFrame]]) -> None:
+    """DataError when two files hold bars of the same instrument name."""
     seen: dict[str, Path] = {}
     for path, frame in frames:
         for name in pd.unique(frame["instrument"]):
@@ -115,21 +152,6 @@ def load_bars(
                     "distinct names or symbol columns"
                 )
             seen[name] = path
-    df = pd.concat([f for _, f in frames], ignore_index=True) if len(frames) > 1 else frames[0][1]
-    where = str(files[0]) if len(files) == 1 else ", ".join(map(str, files))
-    try:
-        data = MarketData.from_dataframe(
-            df,
-            timestamp_column="timestamp",
-            instrument_column="instrument",
-            features=features,
-            min_bars=min_bars,
-            metadata={"source": "file", "paths": [str(p) for p in files], **(metadata or {})},
-        )
-    except ValueError as exc:
-        # from_dataframe counts rows of the combined table from 0; a file's line is row + 2.
-        raise DataError(f"{where}: {_with_lines(str(exc), frames)}") from None
-    return data
 
 
 def _feature_column(df: pd.DataFrame, path: Path, column: str) -> Any:
