@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from agents.cli.options import UsageError
 from agents.cli.report import report_notes, results_table, summary_lines
 from agents.cli.run_folder import claim_out
 from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
+from agents.pipelines.train_config import TrainConfig
 
 
 def default_test_bars(n_bars: int, folds: int) -> int:
@@ -38,46 +40,24 @@ def fold_verdicts(folds: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def cmd_walkforward(args: argparse.Namespace) -> int:
-    from agents.pipelines.walkforward import walk_forward
-    from gpu_trading_env.reports.report import (
-        plot_curves,
-        plot_folds,
-        plot_learning_curve,
-        plot_position,
-        write_html,
-        write_json,
-    )
-
-    data = load_data(args)
-    one = data.instrument(args.instrument or 0)
-    per_year = per_year_of(args, one)
+def _test_bars(args: argparse.Namespace, one: Any) -> int | None:
+    """The test windows' length (``default_test_bars`` where neither window's length is given),
+    the folds' windows checked before any training; raises UsageError naming the options."""
     test_bars = args.test_bars
     if test_bars is None and args.train_bars is None:
         test_bars = default_test_bars(one.n_bars, args.folds)
-    try:  # the windows, checked before any training
+    try:
         one.walk_forward(args.folds, args.train_bars, test_bars, expanding=not args.rolling)
     except ValueError as exc:
         raise UsageError(f"{exc}: pass fewer --folds or smaller --train-bars/--test-bars") from None
-    settings = train_settings(args, args.device, WALKFORWARD_CPU_TIMESTEPS)
-    out = claim_out(args, "walkforward")
-    res = walk_forward(
-        one,
-        args.config,
-        settings,
-        folds=args.folds,
-        train_bars=args.train_bars,
-        test_bars=test_bars,
-        seeds=args.seeds,
-        warm_start=args.warm_start,
-        per_year=per_year,
-        expanding=not args.rolling,
-    )
-    synthetic = is_synthetic(data)
+    return test_bars
+
+
+def _stitched_curves(res: dict[str, Any], label: str) -> dict[str, Any]:
+    """The stitched out-of-sample value curves by legend (Sharpe in it), the known rule's where
+    the market has one."""
     st = res["stitched"]
     agg = res["aggregate"]
-    n_seeds = len(args.seeds)
-    label = "GpuDQN, 1 seed" if n_seeds == 1 else f"GpuDQN, mean of {n_seeds} seeds' returns"
     curves = {
         f"{label}, costs in (Sharpe {agg['ensemble']['sharpe']:.2f})": st["ensemble"],
         f"buy and hold, costs in (Sharpe {agg['buy_and_hold']['sharpe']:.2f})": st["buy_and_hold"],
@@ -85,8 +65,18 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     }
     if "rule" in st:
         curves[f"known rule, costs in (Sharpe {agg['rule']['sharpe']:.2f})"] = st["rule"]
+    return curves
+
+
+def _plot_stitched(
+    res: dict[str, Any], curves: dict[str, Any], out: Path, title: str, synthetic: bool, seed: int
+) -> list[tuple[str, str]]:
+    """Write the stitched value curves (linear and log scale) and the exposure of ``seed``;
+    returns the (file name, caption) of each image."""
+    from gpu_trading_env.reports.report import plot_curves, plot_position
+
+    st = res["stitched"]
     images = []
-    title = f"Walk-forward, out-of-sample windows stitched: {one.instruments[0]}"
     for log_scale, name in ((False, "equity_curve.png"), (True, "equity_curve_log.png")):
         plot_curves(
             st["timestamps"],
@@ -107,10 +97,18 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         st["timestamps"],
         st["exposure"],
         out / "position.png",
-        f"Exposure held, seed {args.seeds[0]}",
+        f"Exposure held, seed {seed}",
         synthetic=synthetic,
     )
-    images.append(("position.png", f"Exposure held out of sample (seed {args.seeds[0]})"))
+    images.append(("position.png", f"Exposure held out of sample (seed {seed})"))
+    return images
+
+
+def _plot_folds(res: dict[str, Any], out: Path, synthetic: bool) -> list[tuple[str, str]]:
+    """Write each fold's out-of-sample returns (folds.png) and the first seed's learning curve
+    of each fold; returns the (file name, caption) of each image."""
+    from gpu_trading_env.reports.report import plot_folds, plot_learning_curve
+
     bars = []
     for f in res["folds"]:
         row = {f"GpuDQN seed {s['seed']}": 100 * s["strategy"]["total_return"] for s in f["seeds"]}
@@ -120,7 +118,7 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
             row["known rule"] = 100 * f["rule"]["total_return"]
         bars.append(row)
     plot_folds(bars, out / "folds.png", synthetic=synthetic)
-    images.append(("folds.png", "Total return of each fold's out-of-sample window, costs in"))
+    images = [("folds.png", "Total return of each fold's out-of-sample window, costs in")]
     for f in res["folds"]:
         s0 = f["seeds"][0]
         steps, rets = zip(*s0["learning_curve"], strict=True) if s0["learning_curve"] else ((), ())
@@ -136,14 +134,21 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         images.append(
             (name, f"Fold {f['fold']}: training curve, validation and out-of-sample Sharpe")
         )
-    ci = res["sharpe_vs_buy_and_hold"]
-    metrics = {
+    return images
+
+
+def _metrics(
+    res: dict[str, Any], args: argparse.Namespace, one: Any, synthetic: bool, per_year: float
+) -> dict[str, Any]:
+    """metrics.json's content: the aggregate, the folds (their private ``_`` keys left out)
+    and the settings of the run."""
+    return {
         "instrument": one.instruments[0],
         "synthetic_data": synthetic,
         "bars_per_year": per_year,
         "costs_included": True,
-        "aggregate": agg,
-        "sharpe_vs_buy_and_hold": ci,
+        "aggregate": res["aggregate"],
+        "sharpe_vs_buy_and_hold": res["sharpe_vs_buy_and_hold"],
         "beats_buy_and_hold_every_fold": res["beats_buy_and_hold_every_fold"],
         "folds": [{k: v for k, v in f.items() if not k.startswith("_")} for f in res["folds"]],
         "settings": {
@@ -157,7 +162,11 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
             "env": {k: str(v) for k, v in asdict(args.config).items()},
         },
     }
-    write_json(metrics, out / "metrics.json")
+
+
+def _result_rows(label: str, agg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The results table's (series name, metrics) rows: the seeds' ensemble, each seed, the
+    baselines and the known rule where the market has one."""
     rows = [(f"{label}", agg["ensemble"])]
     rows += [(f"GpuDQN seed {s}", m) for s, m in agg["seeds"].items()]
     rows += [("buy and hold", agg["buy_and_hold"]), ("random policy", agg["random"])]
@@ -165,7 +174,20 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         from agents.pipelines.backtest_policies import RULE_EXPOSURE
 
         rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", agg["rule"]))
-    notes = (
+    return rows
+
+
+def _notes(
+    res: dict[str, Any],
+    data: Any,
+    per_year: float,
+    args: argparse.Namespace,
+    settings: TrainConfig,
+) -> list[str]:
+    """The report's notes: each fold's verdict, the data, how the folds trained and the Sharpe
+    difference to buy-and-hold with its interval."""
+    ci = res["sharpe_vs_buy_and_hold"]
+    return (
         fold_verdicts(res["folds"])
         + report_notes(data, per_year, args, args.config)
         + [
@@ -178,8 +200,18 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
             f"(blocks of {ci['block']} bars, {ci['n_boot']} resamples, costs in both).",
         ]
     )
-    page = write_html(out, title, notes, results_table(rows), images)
-    print(f"walk-forward out-of-sample ({one.instruments[0]}, {args.folds} folds, costs in):")
+
+
+def _print_summary(
+    res: dict[str, Any],
+    instrument: str,
+    args: argparse.Namespace,
+    rows: list[tuple[str, dict[str, Any]]],
+    synthetic: bool,
+) -> None:
+    """The console summary: the results rows, the Sharpe difference, each fold's verdict."""
+    ci = res["sharpe_vs_buy_and_hold"]
+    print(f"walk-forward out-of-sample ({instrument}, {args.folds} folds, costs in):")
     for line in summary_lines(rows):
         print(line)
     print(
@@ -194,5 +226,42 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     )
     if synthetic:
         print("  (synthetic data)")
+
+
+def cmd_walkforward(args: argparse.Namespace) -> int:
+    """``walkforward``: train and test every fold and seed, write the stitched report; exit 0."""
+    from agents.pipelines.walkforward import walk_forward
+    from gpu_trading_env.reports.report import write_html, write_json
+
+    data = load_data(args)
+    one = data.instrument(args.instrument or 0)
+    per_year = per_year_of(args, one)
+    test_bars = _test_bars(args, one)
+    settings = train_settings(args, args.device, WALKFORWARD_CPU_TIMESTEPS)
+    out = claim_out(args, "walkforward")
+    res = walk_forward(
+        one,
+        args.config,
+        settings,
+        folds=args.folds,
+        train_bars=args.train_bars,
+        test_bars=test_bars,
+        seeds=args.seeds,
+        warm_start=args.warm_start,
+        per_year=per_year,
+        expanding=not args.rolling,
+    )
+    synthetic = is_synthetic(data)
+    n_seeds = len(args.seeds)
+    label = "GpuDQN, 1 seed" if n_seeds == 1 else f"GpuDQN, mean of {n_seeds} seeds' returns"
+    title = f"Walk-forward, out-of-sample windows stitched: {one.instruments[0]}"
+    curves = _stitched_curves(res, label)
+    images = _plot_stitched(res, curves, out, title, synthetic, args.seeds[0])
+    images += _plot_folds(res, out, synthetic)
+    write_json(_metrics(res, args, one, synthetic, per_year), out / "metrics.json")
+    rows = _result_rows(label, res["aggregate"])
+    notes = _notes(res, data, per_year, args, settings)
+    page = write_html(out, title, notes, results_table(rows), images)
+    _print_summary(res, one.instruments[0], args, rows, synthetic)
     print(f"report: {page}  (metrics: {out / 'metrics.json'})")
     return 0
