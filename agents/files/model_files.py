@@ -168,11 +168,24 @@ def check_off_policy_attributes(model: Any, data: dict[str, Any], where: str) ->
             "or foreign file)"
         )
 
+    _check_attribute_types(fresh, data, where)
+    _check_attribute_ranges(data, where)
+    _check_spaces_and_observations(data, where)
+
+
+def _bad_attribute(where: str, data: dict[str, Any], name: str, allowed_text: str) -> ArchiveError:
+    """The error naming the file, attribute ``name``, its value and what is allowed."""
+    return ArchiveError(
+        f"{where}, attribute {name!r} = {_short(data[name])} is invalid: allowed is {allowed_text}"
+    )
+
+
+def _check_attribute_types(fresh: dict[str, Any], data: dict[str, Any], where: str) -> None:
+    """Each attribute of ``data`` of the type of the fresh model's (``fresh``, its ``vars``)
+    default; counters ints >= 0."""
+
     def bad(name: str, allowed_text: str) -> ArchiveError:
-        return ArchiveError(
-            f"{where}, attribute {name!r} = {_short(data[name])} is invalid: allowed is "
-            f"{allowed_text}"
-        )
+        return _bad_attribute(where, data, name, allowed_text)
 
     for name, value in data.items():
         default = fresh.get(name)
@@ -196,6 +209,11 @@ def check_off_policy_attributes(model: Any, data: dict[str, Any], where: str) ->
         elif isinstance(default, dict):
             if not isinstance(value, dict):
                 raise bad(name, "a dict")
+
+
+def _check_attribute_ranges(data: dict[str, Any], where: str) -> None:
+    """The attributes with a range of their own (``n_envs`` >= 1, exploration rate in [0, 1],
+    ...) inside it."""
     checks = [
         ("n_envs", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
         ("_stats_window_size", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
@@ -217,7 +235,16 @@ def check_off_policy_attributes(model: Any, data: dict[str, Any], where: str) ->
     ]
     for name, ok, allowed_text in checks:
         if name in data and not ok(data[name]):
-            raise bad(name, allowed_text)
+            raise _bad_attribute(where, data, name, allowed_text)
+
+
+def _check_spaces_and_observations(data: dict[str, Any], where: str) -> None:
+    """The spaces Gymnasium spaces, the last observations (and episode starts) of the shape of
+    ``n_envs`` envs of the observation space."""
+
+    def bad(name: str, allowed_text: str) -> ArchiveError:
+        return _bad_attribute(where, data, name, allowed_text)
+
     obs_space = data.get("observation_space")
     if not isinstance(obs_space, spaces.Space):
         raise bad("observation_space", "a Gymnasium space")
