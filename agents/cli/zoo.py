@@ -14,10 +14,14 @@ import argparse
 import shlex
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from agents.cli.options import UsageError
 from agents.cli.run_folder import claim_out
 from agents.cli.run_progress import RunProgress
+
+if TYPE_CHECKING:
+    from agents.pipelines.zoo import ZooBudget
 
 
 def _check_real_packages(markets: list) -> None:
@@ -38,18 +42,10 @@ def _check_real_packages(markets: list) -> None:
         )
 
 
-def cmd_zoo(args: argparse.Namespace) -> int:
-    from agents.cli.sweep import resolve_devices
-    from agents.pipelines.zoo import (
-        MARKETS_BY_NAME,
-        SMALL,
-        SMALL_REAL_MARKETS,
-        SUITES,
-        ZooBudget,
-        run_zoo,
-        train_args,
-    )
-    from agents.pipelines.zoo_report import summarize, summary_table, write_report
+def _chosen_markets(args: argparse.Namespace) -> list[str]:
+    """The names of the markets to run (``--markets``, else the suite's default), each checked
+    against the suite of ``--real`` and for its packages; raises UsageError naming the option."""
+    from agents.pipelines.zoo import MARKETS_BY_NAME, SMALL_REAL_MARKETS, SUITES
 
     suite = [m.name for m in SUITES["real" if args.real else "zoo"]]
     default = list(SMALL_REAL_MARKETS) if args.real and args.small else suite
@@ -61,17 +57,28 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             f"--markets {' '.join(bad)} is invalid for {flag}: allowed are {', '.join(suite)}"
         )
     _check_real_packages([MARKETS_BY_NAME[m] for m in markets])
+    return markets
+
+
+def _check_seeds_and_runs(args: argparse.Namespace) -> None:
+    """Refuse repeated or negative ``--seeds`` and a ``--runs-per-device`` below 1."""
     if len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         raise UsageError(f"--seeds {args.seeds} is invalid: allowed are distinct integers >= 0")
     if args.runs_per_device < 1:
         raise UsageError(f"--runs-per-device {args.runs_per_device} is invalid: allowed is >= 1")
-    devices = resolve_devices([args.device] if args.device != "auto" else ["auto"])
+
+
+def _extra_train_args(
+    args: argparse.Namespace, markets: list[str], budget: ZooBudget
+) -> tuple[str, ...]:
+    """``--train-args`` as a tuple of options, refused where it sets what the zoo sets itself
+    or where any market's train command line with it is invalid (checked before the first run)."""
+    from agents.pipelines.zoo import MARKETS_BY_NAME, train_args
+
     extra = tuple(shlex.split(args.train_args or ""))
     for owned in ("--seed", "--device", "--out", "--data"):
         if owned in extra:
             raise UsageError(f"--train-args {args.train_args!r}: the zoo sets {owned} itself")
-    budget = SMALL if args.small else ZooBudget()
-    # Every run's train command line is checked before the first starts.
     for m in markets:
         try:
             train_args(MARKETS_BY_NAME[m], 0, "cpu", budget, extra)
@@ -81,6 +88,45 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             ) from None
         except ValueError as exc:
             raise UsageError(f"--train-args {args.train_args!r}: {exc}") from None
+    return extra
+
+
+def _done_line(row: dict[str, Any]) -> str:
+    """One run's progress line: its error, or the agent's Sharpe and return beside the
+    reference's and the chosen baseline's."""
+    what = (
+        f"error {row['error']}"
+        if "error" in row
+        else f"agent Sharpe {row['agent']['sharpe']:.2f} vs reference "
+        f"{row['reference']['sharpe']:.2f} ({row['kept']} kept), return "
+        f"{row['agent']['total_return']:+.1%} vs the chosen baseline's "
+        f"({row['baseline']}) {row['chosen_baseline']['total_return']:+.1%}, "
+        f"{row['seconds']:.0f} s"
+    )
+    return f"{row['market']} seed {row['seed']}: {what}"
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
+    """The zoo's summary table on the console, its columns aligned."""
+    from agents.pipelines.zoo_report import summarize, summary_table
+
+    table = summary_table(summarize(rows))
+    widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def cmd_zoo(args: argparse.Namespace) -> int:
+    """``zoo``: every market x seed run, a report; exit 1 where a run failed, else 0."""
+    from agents.cli.sweep import resolve_devices
+    from agents.pipelines.zoo import SMALL, ZooBudget, run_zoo
+    from agents.pipelines.zoo_report import write_report
+
+    markets = _chosen_markets(args)
+    _check_seeds_and_runs(args)
+    devices = resolve_devices([args.device] if args.device != "auto" else ["auto"])
+    budget = SMALL if args.small else ZooBudget()
+    extra = _extra_train_args(args, markets, budget)
     out = claim_out(args, "zoo")
     total = len(markets) * len(args.seeds)
     print(
@@ -90,20 +136,6 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     )
     progress = RunProgress(total, "zoo", bar=not args.no_progress)
     start = time.perf_counter()
-
-    def done(row: dict) -> None:
-        what = (
-            f"error {row['error']}"
-            if "error" in row
-            else f"agent Sharpe {row['agent']['sharpe']:.2f} vs reference "
-            f"{row['reference']['sharpe']:.2f} ({row['kept']} kept), return "
-            f"{row['agent']['total_return']:+.1%} vs the chosen baseline's "
-            f"({row['baseline']}) {row['chosen_baseline']['total_return']:+.1%}, "
-            f"{row['seconds']:.0f} s"
-        )
-        line = f"{row['market']} seed {row['seed']}: {what}"
-        progress.done(line)
-
     rows = run_zoo(
         markets,
         args.seeds,
@@ -111,7 +143,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         runs_per_device=args.runs_per_device,
         budget=budget,
         extra_train_args=extra,
-        on_done=done,
+        on_done=lambda row: progress.done(_done_line(row)),
     )
     progress.close()
     command = "gpu-trading-env " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -126,9 +158,6 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         "wall_seconds": time.perf_counter() - start,
     }
     paths = write_report(rows, out, command, meta)
-    table = summary_table(summarize(rows))
-    widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
-    for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    _print_summary(rows)
     print(f"report: {paths['html']}  (every run: {paths['csv']}, {paths['json']})")
     return 1 if any("error" in r for r in rows) else 0
