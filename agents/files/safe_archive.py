@@ -613,16 +613,7 @@ def _read_open_archive(
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """:func:`read_archive` of an open zip: every size checked before anything is read, the
     manifest's checksum before it is parsed, each member's before it is returned."""
-    infos = {}
-    for info in zf.infolist():
-        if info.filename in infos:
-            raise ArchiveError(f"{name!r} holds the member {info.filename!r} twice (a forged file)")
-        if info.compress_type != zipfile.ZIP_STORED:
-            raise ArchiveError(
-                f"{name!r}: its member {info.filename!r} is compressed (zip method "
-                f"{info.compress_type}); allowed is stored, as save writes every member"
-            )
-        infos[info.filename] = info
+    infos = _member_infos(zf, name)
     if infos[MANIFEST].file_size > MAX_MANIFEST_BYTES:
         raise ArchiveError(
             f"{name!r}: {MANIFEST} has {infos[MANIFEST].file_size} bytes; allowed are at most "
@@ -668,6 +659,32 @@ def _read_open_archive(
             f"{name!r}: its members {sorted(present)} differ from those its {MANIFEST} lists "
             f"{sorted(listed)}"
         )
+    return manifest, _read_members(zf, name, infos, listed)
+
+
+def _member_infos(zf: zipfile.ZipFile, name: str) -> dict[str, zipfile.ZipInfo]:
+    """The zip's members by name, each once and stored (not compressed)."""
+    infos = {}
+    for info in zf.infolist():
+        if info.filename in infos:
+            raise ArchiveError(f"{name!r} holds the member {info.filename!r} twice (a forged file)")
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ArchiveError(
+                f"{name!r}: its member {info.filename!r} is compressed (zip method "
+                f"{info.compress_type}); allowed is stored, as save writes every member"
+            )
+        infos[info.filename] = info
+    return infos
+
+
+def _read_members(
+    zf: zipfile.ZipFile,
+    name: str,
+    infos: dict[str, zipfile.ZipInfo],
+    listed: dict[str, Any],
+) -> dict[str, bytes]:
+    """The bytes of each member the manifest lists, its size checked before it is read and its
+    SHA-256 before it is returned."""
     members = {}
     for member, meta in listed.items():
         size = meta.get("bytes") if isinstance(meta, dict) else None
@@ -688,4 +705,4 @@ def _read_open_archive(
                 "does not match the one recorded when it was saved"
             )
         members[member] = b"".join(chunks)
-    return manifest, members
+    return members
