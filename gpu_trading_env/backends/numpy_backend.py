@@ -252,23 +252,7 @@ class NumpyBackend(Backend):
         if all_running:
             px, value = self._transition(s, actions, out)
             if mode == SAME_STEP:
-                ended = out.done.nonzero()[0]
-                if ended.size:
-                    out.final_obs[ended] = observation(
-                        self.features,
-                        self.close,
-                        p,
-                        s.bar[ended],
-                        s.cash[ended],
-                        s.position[ended],
-                        np.empty((ended.size, self.obs_dim), dtype=np.float32),
-                        px=px[ended],
-                        value=value[ended],
-                    )
-                    self._reset_rows(ended)
-                    # The new episodes' price and value, by observation()'s own expressions.
-                    px[ended] = self.close.take(s.bar[ended])
-                    value[ended] = s.cash[ended] + s.position[ended] * px[ended]
+                self._reset_ended(s, out, px, value)
         else:
             waiting = s.done_flag != RUNNING
             quiet = waiting.nonzero()[0]
@@ -281,33 +265,8 @@ class NumpyBackend(Backend):
             if few:
                 px, value = self._step_around(s, actions, out, quiet, mode)
             elif quiet.size < waiting.size:
-                active = (~waiting).nonzero()[0]
-                sub = take_rows(s, active)
-                # obs_dim 0: the observations of all envs are gathered below.
-                sub_out = allocate_outputs(np, active.size, 0)
-                self._transition(sub, actions[active], sub_out, rows=active)
-                put_rows(s, active, sub)
-                for name in OUTPUT_FIELDS:
-                    if name not in ("obs", "final_obs"):
-                        getattr(out, name)[active] = getattr(sub_out, name)
-            out.reward[quiet] = 0.0
-            out.components[quiet] = 0.0
-            if value is None:
-                px_quiet = self.close.take(s.bar[quiet])
-                out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
-            else:  # _step_around computed the quiet envs' value by the same expression
-                out.portfolio_value[quiet] = value.take(quiet)
-            out.position[quiet] = s.position[quiet]
-            out.barrier_label[quiet] = LABEL_NONE
-            out.episode_return[quiet] = 0.0
-            out.episode_length[quiet] = 0
-            if mode == DISABLED:
-                out.terminated[quiet] = s.done_flag[quiet] == WAIT_TERMINATED
-                out.truncated[quiet] = s.done_flag[quiet] == WAIT_TRUNCATED
-            else:
-                out.terminated[quiet] = False
-                out.truncated[quiet] = False
-            np.logical_or(out.terminated, out.truncated, out=out.done)
+                self._step_rows(s, actions, out, (~waiting).nonzero()[0])
+            self._quiet_outputs(s, out, quiet, value, mode)
 
         if mode != SAME_STEP and all_running:
             # Terminated and truncated exclude each other, so the new flags are
@@ -326,6 +285,73 @@ class NumpyBackend(Backend):
         return out
 
     # ---------------------------------------------------------------- internals
+    def _reset_ended(
+        self, s: EnvState, out: StepOutputs, px: np.ndarray, value: np.ndarray
+    ) -> None:
+        """SAME_STEP: the ended envs' final observations into ``out.final_obs``, their reset, and
+        their new episodes' price and value written into ``px`` and ``value`` (float64 [N])."""
+        p = self.params
+        ended = out.done.nonzero()[0]
+        if ended.size:
+            out.final_obs[ended] = observation(
+                self.features,
+                self.close,
+                p,
+                s.bar[ended],
+                s.cash[ended],
+                s.position[ended],
+                np.empty((ended.size, self.obs_dim), dtype=np.float32),
+                px=px[ended],
+                value=value[ended],
+            )
+            self._reset_rows(ended)
+            # The new episodes' price and value, by observation()'s own expressions.
+            px[ended] = self.close.take(s.bar[ended])
+            value[ended] = s.cash[ended] + s.position[ended] * px[ended]
+
+    def _step_rows(
+        self, s: EnvState, actions: np.ndarray, out: StepOutputs, active: np.ndarray
+    ) -> None:
+        """Step the envs ``active`` (int64 indices) as a gathered subset; every output but the
+        observations written at their rows of ``out``."""
+        sub = take_rows(s, active)
+        # obs_dim 0: the observations of all envs are gathered by step.
+        sub_out = allocate_outputs(np, active.size, 0)
+        self._transition(sub, actions[active], sub_out, rows=active)
+        put_rows(s, active, sub)
+        for name in OUTPUT_FIELDS:
+            if name not in ("obs", "final_obs"):
+                getattr(out, name)[active] = getattr(sub_out, name)
+
+    def _quiet_outputs(
+        self,
+        s: EnvState,
+        out: StepOutputs,
+        quiet: np.ndarray,
+        value: np.ndarray | None,
+        mode: int,
+    ) -> None:
+        """The outputs of the envs ``quiet`` (waiting for a reset): no reward, their held value
+        and position, the waiting flags in DISABLED mode; then ``out.done`` of every env."""
+        out.reward[quiet] = 0.0
+        out.components[quiet] = 0.0
+        if value is None:
+            px_quiet = self.close.take(s.bar[quiet])
+            out.portfolio_value[quiet] = s.cash[quiet] + s.position[quiet] * px_quiet
+        else:  # _step_around computed the quiet envs' value by the same expression
+            out.portfolio_value[quiet] = value.take(quiet)
+        out.position[quiet] = s.position[quiet]
+        out.barrier_label[quiet] = LABEL_NONE
+        out.episode_return[quiet] = 0.0
+        out.episode_length[quiet] = 0
+        if mode == DISABLED:
+            out.terminated[quiet] = s.done_flag[quiet] == WAIT_TERMINATED
+            out.truncated[quiet] = s.done_flag[quiet] == WAIT_TRUNCATED
+        else:
+            out.terminated[quiet] = False
+            out.truncated[quiet] = False
+        np.logical_or(out.terminated, out.truncated, out=out.done)
+
     def _step_around(
         self, s: EnvState, actions: np.ndarray, out: StepOutputs, quiet: np.ndarray, mode: int
     ) -> tuple[np.ndarray, np.ndarray]:
