@@ -7,9 +7,10 @@ gradient step is recorded once in a CUDA graph and replayed; nothing in it waits
     idx, w  = tree.sample_into(B, calls, beta)      # counter and beta read from device scalars
     o, a, o', done, r = storage.gather(idx)         # done: terminations only
     q       = q_net(o)[a]                           # the one forward with a backward
+                                                    # (branching: Q_d(o, a_d) of each branch)
     q_next  = q_net_target(o')                      # no gradient
     a'      = argmax q_net(o')  (double_q)          # no gradient; else max over q_next
-    y       = r + (1 - done) * gamma * q_next[a']
+    y       = r + (1 - done) * gamma * q_next[a']   # branching: the branches' mean
     loss    = mean(w * smooth_l1(q, y))
     backward; [all-reduce of the flat gradients: distributed only]
     clip_grad_norm_(max_grad_norm); Adam step       # capturable, lr from a device scalar
@@ -51,7 +52,8 @@ from gymnasium import spaces
 
 from agents.algorithm.capturable_adam import adam_update, capturable_adam
 from agents.algorithm.compiled_or_eager import CompiledOrEager
-from agents.algorithm.dqn_loss import td_target, weighted_td_loss
+from agents.algorithm.dqn_loss import taken_q, td_target, weighted_td_loss
+from agents.algorithm.policies import BranchingDuelingQNetwork
 from agents.replay.batch import FlatStorage
 from gpu_runtime.cuda_graph import GraphRunner
 from gpu_runtime.precision import Precision, check_precision, tf32_matmuls
@@ -70,7 +72,8 @@ def captured_train_unsupported(model: Any) -> str | None:
     """Why ``model.train`` cannot run as a captured step, or ``None`` when it can.
 
     Needs: a CUDA device, a :class:`~agents.PrioritizedReplayBuffer` with its CUDA tree, a flat
-    ``Box`` observation space and a ``Discrete`` action space, no ``VecNormalize``, SB3's
+    ``Box`` observation space and a ``Discrete`` action space (or a ``MultiDiscrete`` one with
+    the branching dueling network), no ``VecNormalize``, SB3's
     ``torch.optim.Adam`` with one parameter group, one-step returns.
     """
     from agents.replay.prioritized_buffer import PrioritizedReplayBuffer
@@ -82,8 +85,11 @@ def captured_train_unsupported(model: Any) -> str | None:
         return "the replay buffer is not a PrioritizedReplayBuffer on a CUDA device"
     if not isinstance(model.observation_space, spaces.Box):
         return "the observation space is not a Box"
-    if not isinstance(model.action_space, spaces.Discrete):
-        return "the action space is not Discrete"
+    if not isinstance(model.action_space, spaces.Discrete) and not (
+        isinstance(model.action_space, spaces.MultiDiscrete)
+        and isinstance(model.q_net, BranchingDuelingQNetwork)
+    ):
+        return "the action space is neither Discrete nor MultiDiscrete with a branching network"
     if model.get_vec_normalize_env() is not None:
         return "the env is wrapped in VecNormalize (its normalisation runs on the host)"
     optimizer = model.policy.optimizer
@@ -298,7 +304,7 @@ class CapturedTrainStep:
                 q_next_online = m.q_net(next_obs) if m.double_q else None
                 q_next_target = m.q_net_target(next_obs)
         # Target, loss and TD errors in float32 whatever the products ran in.
-        q = th.gather(q_all.float(), 1, actions)
+        q = taken_q(q_all.float(), actions)
         q_next_target = q_next_target.float()
         if q_next_online is not None:
             q_next_online = q_next_online.float()

@@ -33,7 +33,12 @@ class PerEnvEpsilonGreedy:
     _last_obs: Any
 
     def _random_actions(self, n: int) -> np.ndarray:
+        """``n`` uniform actions: int64 ``[n]`` (``Discrete``) or ``[n, K]`` (``MultiDiscrete``)."""
         space = self.action_space
+        if isinstance(space, spaces.MultiDiscrete):
+            nvec = np.asarray(space.nvec, dtype=np.int64)
+            draws = space.np_random.integers(nvec, size=(n, *nvec.shape))
+            return (np.asarray(space.start, dtype=np.int64) + draws).astype(np.int64)
         assert isinstance(space, spaces.Discrete)
         return (int(space.start) + space.np_random.integers(int(space.n), size=n)).astype(np.int64)
 
@@ -50,7 +55,7 @@ class PerEnvEpsilonGreedy:
         :param state: Unused (no recurrent policies).
         :param episode_start: Unused.
         :param deterministic: Greedy actions only.
-        :return: ``(actions [N] int64, state)``.
+        :return: ``(actions [N] int64, state)``; ``[N, K]`` on a ``MultiDiscrete`` space.
         :raises ValueError: on a NaN or infinite observation value (the network's argmax of NaN
             Q-values is action 0, an answer that looks valid).
         """
@@ -65,7 +70,7 @@ class PerEnvEpsilonGreedy:
         if explore.all():
             return self._random_actions(n), state
         actions, state = self.policy.predict(observation, state, episode_start, deterministic=True)
-        actions = np.array(actions, dtype=np.int64, copy=True).reshape(n)
+        actions = np.array(actions, dtype=np.int64, copy=True).reshape(n, *self.action_space.shape)
         k = int(explore.sum())
         if k:
             actions[explore] = self._random_actions(k)

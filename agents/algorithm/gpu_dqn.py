@@ -20,11 +20,13 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.noise import ActionNoise
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import (
     GymEnv,
@@ -40,7 +42,7 @@ from stable_baselines3.dqn.policies import DQNPolicy
 from agents.algorithm.curiosity import CuriosityModel, check_positive_ints
 from agents.algorithm.curiosity_training import CuriosityTraining, curiosity_layout
 from agents.algorithm.distributed import DataParallel, DataParallelMixin
-from agents.algorithm.dqn_loss import td_target, weighted_td_loss
+from agents.algorithm.dqn_loss import taken_q, td_target, weighted_td_loss
 from agents.algorithm.exploration import PerEnvEpsilonGreedy
 from agents.algorithm.gpu_dqn_files import GpuDQNFiles
 from agents.algorithm.hyperparameters import (
@@ -99,7 +101,17 @@ class LogEveryPercent(BaseCallback):
             self.model.dump_logs()
 
 
-class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
+class DiscreteAndMultiDiscrete(OffPolicyAlgorithm):
+    """Between SB3's ``DQN`` and ``OffPolicyAlgorithm`` in :class:`GpuDQN`'s MRO: the action
+    spaces GpuDQN supports, ``Discrete`` and ``MultiDiscrete`` (the branching head), in place
+    of the ``Discrete`` alone that ``DQN.__init__`` passes on."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["supported_action_spaces"] = (spaces.Discrete, spaces.MultiDiscrete)
+        super().__init__(*args, **kwargs)
+
+
+class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteAndMultiDiscrete):
     """Deep Q-Network with prioritized replay, double-DQN targets and a dueling policy.
 
     Differences from SB3's ``DQN`` (all other arguments and behaviour are SB3's):
@@ -120,6 +132,15 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
       After each gradient step the sampled priorities become ``|y - Q|``.
     - Exploration: every env draws its own epsilon coin in each step (SB3 draws one for the
       whole batch).
+    - Action spaces: ``Discrete``, and ``MultiDiscrete([L] * K)`` with ``"DuelingPolicy"``,
+      which then builds a Branching Dueling Q-Network
+      (:class:`~agents.algorithm.policies.BranchingDuelingQNetwork`, Tavakoli et al. 2018):
+      ``Q_d(s, a_d) = V(s) + A_d(s, a_d) - mean_a A_d(s, a)`` per branch ``d``; the target
+      ``y = r + gamma * (1 - done) * mean_d Q_target_d(s', argmax_a Q_d(s', a))`` (the paper's
+      "mean" variant, one target for all branches), the loss the mean over branches of each
+      branch's weighted Huber loss, the priority the mean over branches of ``|y - Q_d|``
+      (:mod:`agents.algorithm.dqn_loss`). Its replay buffer stores ``[K]`` int64 actions. The
+      fused rollout acts on ``Discrete`` spaces only (SB3's loop collects otherwise).
     - ``curiosity=True`` trains :class:`~agents.CuriosityModel` on replayed transitions every
       ``curiosity_train_freq`` calls of :meth:`train` and installs its weights in the env, whose
       reward then carries the curiosity bonus.
@@ -360,10 +381,14 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
             and env.venv is te
             # The rollouts store device tensors: the buffer must take them (add_tensors).
             and isinstance(self.replay_buffer, DeviceReplayBuffer)
+            # The rollouts' acting kernels compute one argmax per env.
+            and isinstance(self.action_space, spaces.Discrete)
         )
 
     # ------------------------------------------------------------------ setup
     def _setup_model(self) -> None:
+        if isinstance(self.action_space, spaces.MultiDiscrete):
+            self._check_branching_setup()
         super()._setup_model()
         self.curiosity_model = None
         self._curiosity = None
@@ -378,6 +403,23 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
                 device=self.device,
             )
             self._curiosity = CuriosityTraining(self, self._curiosity_categories)
+
+    def _check_branching_setup(self) -> None:
+        """Raise ValueError, naming the setting, where a ``MultiDiscrete`` action space meets a
+        policy or option that has no branching form."""
+        if not (
+            isinstance(self.policy_class, type) and issubclass(self.policy_class, DuelingDQNPolicy)
+        ):
+            raise ValueError(
+                f"policy = {getattr(self.policy_class, '__name__', self.policy_class)!r} is "
+                f"invalid with the action space {self.action_space}: allowed is 'DuelingPolicy' "
+                "(its branching dueling head acts on MultiDiscrete spaces)"
+            )
+        if self.curiosity:
+            raise ValueError(
+                f"curiosity = True is invalid with the action space {self.action_space}: "
+                "allowed is False (the curiosity model reads one action per env)"
+            )
 
     def collect_rollouts(
         self,
@@ -458,7 +500,9 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
         """One-step TD target, without gradient.
 
         ``y = r + discount * (1 - done) * q_next`` with ``q_next`` the target network's value
-        of the online network's greedy action (``double_q``) or the target network's max.
+        of the online network's greedy action (``double_q``) or the target network's max; on
+        a ``MultiDiscrete`` space, those of every branch averaged
+        (:func:`~agents.algorithm.dqn_loss.td_target`).
 
         :param rewards: ``[B, 1]`` float32.
         :param next_observations: ``[B, *obs_shape]``.
@@ -623,7 +667,7 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN):
             target = self.compute_td_target(
                 data.rewards, data.next_observations, data.dones, data.discounts
             )
-            q = th.gather(self.q_net(data.observations), 1, data.actions.long())
+            q = taken_q(self.q_net(data.observations), data.actions.long())
             loss, td = weighted_td_loss(q, target, getattr(data, "weights", None))
 
             self.policy.optimizer.zero_grad()

@@ -213,12 +213,20 @@ def _check_regime(regime: Any, where: str) -> None:
 
 def _check_sizes(data: dict[str, Any], params: dict[str, Any], device: Any) -> None:
     obs_space, action_space = data["observation_space"], data["action_space"]
-    if not isinstance(obs_space, spaces.Box) or not isinstance(action_space, spaces.Discrete):
+    if not isinstance(obs_space, spaces.Box) or not isinstance(
+        action_space, spaces.Discrete | spaces.MultiDiscrete
+    ):
         raise ValueError(
             f"observation_space {obs_space} and action_space {action_space}: allowed are a Box "
-            "and a Discrete space"
+            "and a Discrete or MultiDiscrete space"
         )
-    obs_dim, n_actions = int(np.prod(obs_space.shape)), int(action_space.n)
+    obs_dim = int(np.prod(obs_space.shape))
+    # A branching network's K heads of L outputs hold at least the weights of one head of K * L.
+    n_actions = (
+        int(action_space.n)
+        if isinstance(action_space, spaces.Discrete)
+        else int(np.sum(action_space.nvec))
+    )
     policy_kwargs = data.get("policy_kwargs") or {}
     if not isinstance(policy_kwargs, dict):
         raise ValueError(f"policy_kwargs = {policy_kwargs!r} is invalid: allowed is a dict")

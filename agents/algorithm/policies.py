@@ -1,14 +1,19 @@
-"""Dueling Q-network (Wang et al., 2016) as a Stable-Baselines3 DQN policy.
+"""Dueling Q-network (Wang et al., 2016) as a Stable-Baselines3 DQN policy, and its branching
+form (Tavakoli et al., 2018) for ``MultiDiscrete`` action spaces.
 
 ``Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a')``, with a shared trunk and separate value and
 advantage heads. The default shape is the source design's network: a 256-256 shared trunk and
-128-unit heads, LeakyReLU(0.01) everywhere. ``GpuDQN("DuelingPolicy", env)`` selects it.
+128-unit heads, LeakyReLU(0.01) everywhere. ``GpuDQN("DuelingPolicy", env)`` selects it; with a
+``MultiDiscrete([L] * K)`` action space the policy builds :class:`BranchingDuelingQNetwork`
+(one advantage head per action dimension, ``Q_d(s, a_d) = V(s) + A_d(s, a_d) - mean A_d(s, .)``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
@@ -23,6 +28,8 @@ from torch import nn
 
 __all__ = [
     "DEFAULT_DUELING_ARCH",
+    "BranchLinear",
+    "BranchingDuelingQNetwork",
     "DuelingDQNPolicy",
     "DuelingQNetwork",
     "aligned_width",
@@ -268,15 +275,157 @@ def run_chain(
     return x[:, :width] if aligned and x.shape[1] != width else x
 
 
+def check_branching_space(action_space: spaces.Space) -> tuple[int, int]:
+    """``(K, L)`` of a ``MultiDiscrete([L] * K)`` action space, the one a branching head takes.
+
+    :raises ValueError: naming the space, for another kind of space, a ``nvec`` of more than
+        one dimension or of unequal entries, an entry below 2, or a ``start`` other than 0.
+    """
+    if not isinstance(action_space, spaces.MultiDiscrete):
+        raise ValueError(
+            f"action_space = {action_space} is invalid for a branching head: allowed is "
+            "MultiDiscrete([L] * K)"
+        )
+    nvec = np.asarray(action_space.nvec)
+    start = np.asarray(getattr(action_space, "start", np.zeros_like(nvec)))
+    if nvec.ndim != 1 or nvec.size < 1:
+        raise ValueError(
+            f"action_space.nvec = {nvec.tolist()} is invalid for a branching head: allowed is "
+            "one dimension of K >= 1 entries"
+        )
+    if len(set(nvec.tolist())) != 1 or int(nvec[0]) < 2:
+        raise ValueError(
+            f"action_space.nvec = {nvec.tolist()} is invalid for a branching head: allowed are "
+            "K equal entries L >= 2 (MultiDiscrete([L] * K))"
+        )
+    if np.any(start != 0):
+        raise ValueError(
+            f"action_space.start = {start.tolist()} is invalid for a branching head: allowed "
+            "is 0 in every dimension"
+        )
+    return int(nvec.size), int(nvec[0])
+
+
+class BranchLinear(nn.Module):
+    """K independent linear layers applied side by side: ``y[:, d] = x[:, d] @ W_d^T + b_d``.
+
+    Initialised as ``nn.Linear`` initialises each of them (uniform in
+    ``+-1 / sqrt(in_features)``).
+
+    :param n_branches: K.
+    :param in_features: inputs of each branch.
+    :param out_features: outputs of each branch.
+    """
+
+    def __init__(self, n_branches: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.n_branches = int(n_branches)
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        self.weight = nn.Parameter(th.empty(self.n_branches, self.out_features, self.in_features))
+        self.bias = nn.Parameter(th.empty(self.n_branches, self.out_features))
+        bound = 1.0 / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: th.Tensor) -> th.Tensor:
+        """:param x: ``[B, K, in_features]``. :return: ``[B, K, out_features]``."""
+        return th.einsum("bki,koi->bko", x, self.weight) + self.bias
+
+    def extra_repr(self) -> str:
+        return f"n_branches={self.n_branches}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+class BranchingDuelingQNetwork(QNetwork):
+    """Branching Dueling Q-Network (Tavakoli et al., 2018) for ``MultiDiscrete([L] * K)``.
+
+    ``Q_d(s, a_d) = V(s) + A_d(s, a_d) - mean_a A_d(s, a)`` for each branch ``d = 1..K``: a
+    shared trunk, one value head and K advantage heads of the same shape (each branch its own
+    weights). The greedy action is ``argmax_a Q_d(s, a)`` in every branch.
+
+    Layers: ``shared`` and ``value_head`` as :class:`DuelingQNetwork`'s; ``advantage_head`` a
+    ``nn.Sequential`` whose first layer is one ``nn.Linear`` ``trunk -> K * width`` (the K
+    branches' first layers side by side), then a ``nn.Unflatten`` to ``[B, K, width]``, the
+    activations, and :class:`BranchLinear` layers up to ``[B, K, L]``.
+
+    :param observation_space: Observation space.
+    :param action_space: ``MultiDiscrete([L] * K)`` (``start`` 0).
+    :param features_extractor: Features extractor.
+    :param features_dim: Number of features out of the extractor.
+    :param net_arch: ``{"shared", "value", "advantage"}`` layer sizes (``"advantage"``: the
+        hidden layers of each branch), see :func:`resolve_dueling_arch`.
+    :param activation_fn: Activation class (default ``nn.LeakyReLU``, slope 0.01).
+    :param normalize_images: Whether to divide image observations by 255.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.MultiDiscrete,
+        features_extractor: BaseFeaturesExtractor,
+        features_dim: int,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.LeakyReLU,
+        normalize_images: bool = True,
+    ) -> None:
+        n_branches, n_levels = check_branching_space(action_space)
+        BasePolicy.__init__(
+            self,
+            observation_space,
+            action_space,
+            features_extractor=features_extractor,
+            normalize_images=normalize_images,
+        )
+        arch = resolve_dueling_arch(net_arch)
+        self.net_arch = arch
+        self.activation_fn = activation_fn
+        self.features_dim = features_dim
+        self.n_branches = n_branches
+        self.n_levels = n_levels
+        trunk_dim = arch["shared"][-1] if arch["shared"] else features_dim
+        self.shared = nn.Sequential(*create_mlp(features_dim, -1, arch["shared"], activation_fn))
+        self.value_head = nn.Sequential(*create_mlp(trunk_dim, 1, arch["value"], activation_fn))
+        widths = [*arch["advantage"], n_levels]
+        layers: list[nn.Module] = [
+            nn.Linear(trunk_dim, n_branches * widths[0]),
+            nn.Unflatten(1, (n_branches, widths[0])),
+        ]
+        for w_in, w_out in zip(widths[:-1], widths[1:], strict=True):
+            layers += [activation_fn(), BranchLinear(n_branches, w_in, w_out)]
+        self.advantage_head = nn.Sequential(*layers)
+
+    def forward(self, obs: PyTorchObs) -> th.Tensor:
+        """Q-values of every branch.
+
+        :param obs: Observations ``[B, *obs_shape]``.
+        :return: ``[B, K, L]`` float32, ``Q_d(s, a)`` at ``[:, d, a]``.
+        """
+        value, adv = self.value_and_advantage(obs)
+        # The mean over each branch's actions makes V and A_d identifiable (Tavakoli et al., eq. 1).
+        return value.unsqueeze(-1) + adv - adv.mean(dim=2, keepdim=True)
+
+    def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+        """The heads before they are combined: ``(V [B, 1], A [B, K, L])``."""
+        features = self.extract_features(obs, self.features_extractor)
+        h = self.shared(features)
+        return self.value_head(h), self.advantage_head(h)
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
+        """Greedy actions ``[B, K]`` int64: each branch's argmax."""
+        return self(observation).argmax(dim=2)
+
+
 class DuelingDQNPolicy(DQNPolicy):
     """DQN policy with a :class:`DuelingQNetwork` as online and target network.
 
     Same arguments as SB3's ``DQNPolicy``, with dueling defaults: ``net_arch=None`` means
     ``{"shared": [256, 256], "value": [128], "advantage": [128]}`` and ``activation_fn``
-    defaults to ``nn.LeakyReLU`` (slope 0.01).
+    defaults to ``nn.LeakyReLU`` (slope 0.01). With a ``MultiDiscrete([L] * K)`` action space
+    both networks are :class:`BranchingDuelingQNetwork` (Q-values ``[B, K, L]``, actions
+    ``[B, K]``).
 
     :param observation_space: Observation space.
-    :param action_space: Action space.
+    :param action_space: Action space: ``Discrete`` or ``MultiDiscrete([L] * K)``.
     :param lr_schedule: Learning rate schedule.
     :param net_arch: Layer sizes (list: shared trunk; dict: see :func:`resolve_dueling_arch`).
     :param activation_fn: Activation class.
@@ -287,13 +436,13 @@ class DuelingDQNPolicy(DQNPolicy):
     :param optimizer_kwargs: Optimizer keyword arguments, excluding the learning rate.
     """
 
-    q_net: DuelingQNetwork
-    q_net_target: DuelingQNetwork
+    q_net: DuelingQNetwork | BranchingDuelingQNetwork
+    q_net_target: DuelingQNetwork | BranchingDuelingQNetwork
 
     def __init__(
         self,
         observation_space: spaces.Space,
-        action_space: spaces.Discrete,
+        action_space: spaces.Discrete | spaces.MultiDiscrete,
         lr_schedule: Schedule,
         net_arch: list[int] | dict[str, list[int]] | None = None,
         activation_fn: type[nn.Module] = nn.LeakyReLU,
@@ -317,7 +466,9 @@ class DuelingDQNPolicy(DQNPolicy):
             optimizer_kwargs=optimizer_kwargs,
         )
 
-    def make_q_net(self) -> DuelingQNetwork:
+    def make_q_net(self) -> DuelingQNetwork | BranchingDuelingQNetwork:
         # A separate features extractor per network, as SB3's DQNPolicy does.
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)
+        if isinstance(self.action_space, spaces.MultiDiscrete):
+            return BranchingDuelingQNetwork(**net_args).to(self.device)
         return DuelingQNetwork(**net_args).to(self.device)

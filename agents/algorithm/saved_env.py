@@ -75,6 +75,8 @@ def _shapes_differ(a: Any, b: Any) -> bool:
         return True
     if isinstance(a, spaces.Discrete):
         return int(a.n) != int(b.n) or int(a.start) != int(b.start)
+    if isinstance(a, spaces.MultiDiscrete):
+        return not (np.array_equal(a.nvec, b.nvec) and np.array_equal(a.start, b.start))
     return getattr(a, "shape", None) != getattr(b, "shape", None)
 
 
