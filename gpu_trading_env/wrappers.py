@@ -201,10 +201,11 @@ class SB3VecEnv(VecEnv):
                 f"venv.autoreset_mode = {mode!r} is invalid: SB3VecEnv needs "
                 "AutoresetMode.SAME_STEP (build the env with autoreset_mode='same_step')"
             )
-        if not isinstance(venv.single_action_space, gym.spaces.Discrete | gym.spaces.Box):
+        allowed = gym.spaces.Discrete | gym.spaces.MultiDiscrete | gym.spaces.Box
+        if not isinstance(venv.single_action_space, allowed):
             raise TypeError(
                 f"single_action_space {venv.single_action_space} is invalid: allowed is "
-                "Discrete or Box"
+                "Discrete, MultiDiscrete or Box"
             )
         self.venv = venv
         self.keep_info = bool(keep_info)
@@ -231,7 +232,8 @@ class SB3VecEnv(VecEnv):
         return np.array(to_numpy(obs), copy=True)
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Remember ``actions`` ``[N]`` (int for ``Discrete``) for :meth:`step_wait`."""
+        """Remember ``actions`` ``[N]`` (int for ``Discrete``; ``[N, K]`` int for
+        ``MultiDiscrete``) for :meth:`step_wait`."""
         self._actions = actions
 
     def step_wait(self) -> VecEnvStepReturn:
@@ -244,6 +246,9 @@ class SB3VecEnv(VecEnv):
         actions = np.asarray(self._actions)
         if isinstance(self.action_space, gym.spaces.Discrete):
             actions = actions.reshape(self.num_envs).astype(np.int64, copy=False)
+        elif isinstance(self.action_space, gym.spaces.MultiDiscrete):
+            shape = (self.num_envs, *self.action_space.shape)
+            actions = actions.reshape(shape).astype(np.int64, copy=False)
         self._actions = None
         obs, reward, terminated, truncated, info = self.venv.step(actions)
         obs_np = np.array(to_numpy(obs), copy=True)

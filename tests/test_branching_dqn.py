@@ -304,6 +304,43 @@ def test_learns_each_branch_best_action_on_the_sign_bandit() -> None:
     assert np.allclose(rewards, K)
 
 
+def test_sb3_vec_env_passes_multidiscrete_actions_through() -> None:
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    from gpu_trading_env.wrappers import SB3VecEnv
+
+    venv = SyncVectorEnv([SignBandit for _ in range(3)], autoreset_mode=AutoresetMode.SAME_STEP)
+    env = SB3VecEnv(venv)
+    assert env.action_space == spaces.MultiDiscrete([L] * K)
+    env.seed(5)
+    obs = env.reset()
+    actions = best_actions(obs)
+    _, rewards, dones, _ = env.step(list(actions.reshape(-1)))  # N * K values, as [N, K]
+    np.testing.assert_allclose(rewards, K)
+    assert dones.all()
+    model = make_model(env=SB3VecEnv(venv))
+    model.learn(300)
+    assert model.replay_buffer.actions.shape[1:] == (3, K)
+
+
+def test_short_learn_on_the_portfolio_env() -> None:
+    pytest.importorskip("gpu_trading_env.portfolio_env")
+    env = gym.make_vec("GpuPortfolio-v0", num_envs=8, device="cpu")
+    space = env.single_action_space
+    assert isinstance(space, spaces.MultiDiscrete)
+    model = make_model(env=env, train_freq=4, gradient_steps=1, batch_size=64, learning_starts=100)
+    assert isinstance(model.q_net, BranchingDuelingQNetwork)
+    assert model.q_net.n_branches == len(space.nvec)
+    model.learn(2_000)
+    assert model._n_updates > 0
+    model.train(gradient_steps=2, batch_size=64)
+    logged = model.logger.name_to_value
+    assert np.isfinite(logged["train/loss"]) and np.isfinite(logged["train/mean_td_error"])
+    obs, _ = env.reset(seed=1)
+    actions, _ = model.predict(obs, deterministic=True)
+    assert actions.shape == (8, len(space.nvec)) and all(space.contains(a) for a in actions)
+
+
 # -- GPU ------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_captured_train_step_learns_the_sign_bandit_on_cuda() -> None:
