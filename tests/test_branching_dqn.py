@@ -291,6 +291,22 @@ def test_save_load_round_trip_predicts_the_same_actions(tmp_path) -> None:
         loaded.set_env(DummyVecEnv([lambda: SignBandit(K, L + 1)]))
 
 
+def test_replay_buffer_round_trip_and_out_of_range_actions_refused(tmp_path) -> None:
+    from agents.files.safe_archive import ArchiveError
+
+    model = make_model()
+    model.learning_starts = 10**9
+    model.learn(300)
+    model.save_replay_buffer(tmp_path / "buffer")
+    other = make_model()
+    other.load_replay_buffer(tmp_path / "buffer")
+    assert th.equal(other.replay_buffer.actions, model.replay_buffer.actions)
+    model.replay_buffer.actions[3, 1, 2] = L  # one level past the last, in branch 2
+    model.save_replay_buffer(tmp_path / "bad")
+    with pytest.raises(ArchiveError, match=r"actions hold values outside 0\.\.2 in dimension 2"):
+        other.load_replay_buffer(tmp_path / "bad")
+
+
 # -- learning -------------------------------------------------------------------------------------
 def test_learns_each_branch_best_action_on_the_sign_bandit() -> None:
     model = make_model()

@@ -667,8 +667,33 @@ def check_buffer_state(state: dict[str, Any], tree: dict[str, Any] | None, where
                     f"{where}: the buffer's actions hold values outside {lo}..{hi - 1}, the "
                     "actions of its action space"
                 )
+        if (
+            field == "actions"
+            and isinstance(action_space, spaces.MultiDiscrete)
+            and written.numel()
+        ):
+            _check_multidiscrete_actions(written, action_space, where)
     if tree is not None:
         _check_tree(tree, rows * n_envs, used * n_envs, where)
+
+
+def _check_multidiscrete_actions(
+    written: th.Tensor, space: spaces.MultiDiscrete, where: str
+) -> None:
+    """Raise :class:`ArchiveError` where a buffer's ``[rows, n_envs, K]`` actions hold a value
+    outside ``start[d]..start[d] + nvec[d] - 1`` in some dimension ``d`` (or a fraction)."""
+    lo = th.as_tensor(np.asarray(space.start, dtype=np.int64).reshape(-1))
+    hi = lo + th.as_tensor(np.asarray(space.nvec, dtype=np.int64).reshape(-1))
+    values = written.reshape(-1, lo.numel())
+    whole = not values.is_floating_point() or bool((values == values.round()).all())
+    low, high = values.min(dim=0).values.cpu(), values.max(dim=0).values.cpu()
+    bad = [d for d in range(lo.numel()) if not (low[d] >= lo[d] and high[d] < hi[d])]
+    if not whole or bad:
+        d = bad[0] if bad else 0
+        raise ArchiveError(
+            f"{where}: the buffer's actions hold values outside {int(lo[d])}..{int(hi[d]) - 1} "
+            f"in dimension {d} (or fractions), the actions of its action space {space}"
+        )
 
 
 def _check_tree(tree: dict[str, Any], capacity: int, written: int, where: str) -> None:
