@@ -92,21 +92,21 @@ def test_cross_fit_judges_the_network_on_both_validation_windows() -> None:
             timesteps=300, num_envs=4, batch_size=16, buffer_size=300, cross_fit=cross
         )
         runs[cross] = train_selected(train, test, config, settings, seed=0, per_year=8766.0)
-    plain = runs[False]["gate"]["network_minus_flat_validation_sharpe"]
-    pooled = runs[True]["gate"]["network_minus_flat_validation_sharpe"]
+    plain = runs[False].gate["network_minus_flat_validation_sharpe"]
+    pooled = runs[True].gate["network_minus_flat_validation_sharpe"]
     n = int(train.bars_per_instrument.min())
     n_val = round(0.4 * n)
-    assert runs[False]["cross_fit"] is None
-    assert runs[True]["cross_fit"]["fit_bars"] == n - n_val
-    assert runs[True]["cross_fit"]["validation_bars"] == n_val
+    assert runs[False].cross_fit is None
+    assert runs[True].cross_fit.fit_bars == n - n_val
+    assert runs[True].cross_fit.validation_bars == n_val
     # The test saw the second network's window too: about twice the bars, same candidates.
-    assert plain["bars"] + runs[True]["cross_fit"]["validation_bars"] - 2 <= pooled["bars"]
-    assert pooled["bars"] <= plain["bars"] + runs[True]["cross_fit"]["validation_bars"]
+    assert plain["bars"] + runs[True].cross_fit.validation_bars - 2 <= pooled["bars"]
+    assert pooled["bars"] <= plain["bars"] + runs[True].cross_fit.validation_bars
     assert pooled["candidates"] == plain["candidates"]
-    evals = runs[True]["evals"]
-    assert len(evals["pooled_validation"]) == len(evals["validation"])
+    evals = runs[True].evals
+    assert len(evals.pooled_validation) == len(evals.validation)
     # The first network is the same run with or without the second (same seed, same bars).
-    assert evals["validation"] == runs[False]["evals"]["validation"]
+    assert evals.validation == runs[False].evals.validation
 
 
 def test_cross_fit_refuses_checkpoints(tmp_path, capsys) -> None:

@@ -101,7 +101,10 @@ def test_no_training_default_is_written_in_the_parser_or_the_training_code() -> 
         if option_name(f) not in own:
             assert f'"{option_name(f)}"' not in parser_source, option_name(f)
     # The model's settings are the config's fields and properties, not literals.
-    selection = (ROOT / "agents/pipelines/model_selection.py").read_text()
+    selection = "".join(
+        (ROOT / "agents/pipelines" / name).read_text()
+        for name in ("model_selection.py", "model_builder.py", "snapshot_training.py")
+    )
     for literal in (
         "exploration_fraction=0.",
         "exploration_final_eps=0.",

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agents.cli.data import is_synthetic
 from gpu_trading_env.core.config import EnvConfig
+
+if TYPE_CHECKING:
+    from agents.pipelines.train_result import TrainResult
 
 
 def ratio_text(x: float | None) -> str:
@@ -153,10 +156,10 @@ def report_notes(
     return notes
 
 
-def kept_policy_note(learning: dict[str, Any]) -> str:
+def kept_policy_note(learning: TrainResult) -> str:
     """What the model acts as and why, in words: the run's deployment verdict (its headline,
     then the evidence; agents/pipelines/deployment.py)."""
-    deployment = learning["deployment"]
+    deployment = learning.deployment
     text = f"Verdict: {deployment.headline}."
     if deployment.details:
         text += " " + " ".join(deployment.details)
@@ -177,7 +180,7 @@ def single_report(
     title: str,
     extra: dict[str, Any],
     rule: Any = None,
-    learning: dict[str, Any] | None = None,
+    learning: TrainResult | None = None,
     heading: str = "out-of-sample",
     evaluated: Any = None,
     trained: list[str] | None = None,
@@ -222,26 +225,26 @@ def single_report(
         )
     plot_position(result.timestamps, result.exposure, out / "position.png", synthetic=synthetic)
     images.append(("position.png", "Exposure held after each bar's trade"))
-    if learning is not None and learning["selected_step"] is not None:
-        curve = learning["curve"]
+    if learning is not None and learning.selected_step is not None:
+        curve = learning.curve
         steps, rets = zip(*curve, strict=True) if curve else ((), ())
         plot_learning_curve(
             np.array(steps),
             np.array(rets),
             out / "learning_curve.png",
-            evals=learning["evals"],
-            selected=learning["selected_step"],
+            evals=learning.evals.to_dict(),
+            selected=learning.selected_step,
         )
         images.append(("learning_curve.png", "Learning curve and greedy-policy evaluations"))
         metrics["learning_curve"] = {
             "timesteps": list(steps),
             "mean_episode_return": list(rets),
-            "evaluations": learning["evals"],
-            "selected_step": learning["selected_step"],
+            "evaluations": learning.evals.to_dict(),
+            "selected_step": learning.selected_step,
         }
     write_json(metrics, out / "metrics.json")
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
-    if learning is not None and "deployment" in learning:
+    if learning is not None:
         notes.insert(0, kept_policy_note(learning))
     page = write_html(out, title, notes, results_table(rows), images)
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")

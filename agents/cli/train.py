@@ -229,72 +229,51 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         # The checkpoint resumed from was pinned while the run saved newer ones beside it.
         prune_checkpoints(out / CHECKPOINTS, DEFAULT_KEEP)
-    run["model"].save(out / "model.zip")
+    run.model.save(out / "model.zip")
+    summary = run.to_dict()  # metrics.json's order: device and budget, selection, data
     extra = {
         "device": args.device,
         "num_envs": settings.num_envs,
-        "timesteps": run["timesteps"],
-        "train_seconds": run["train_seconds"],
-        "env_steps_per_second": run["timesteps"] / run["train_seconds"]
-        if run["train_seconds"] > 0
-        else None,
+        **{k: summary.pop(k) for k in ("timesteps", "train_seconds", "env_steps_per_second")},
         "seed": args.seed,
         "instruments": instruments,
         "model_selection": "no network trained (no input kept)"
-        if run["selected_step"] is None
+        if run.selected_step is None
         else "best validation Sharpe (last "
         f"{settings.val_fraction:.0%} of the training bars"
         + (
             f", and a second network's on the first {settings.val_fraction:.0%}"
-            if run["cross_fit"]
+            if run.cross_fit
             else ""
         )
-        + f"), at step {run['selected_step']}",
-        "cross_fit": run["cross_fit"],
-        "kept_policy": run["kept"],
-        "deployment": run["deployment"].to_dict(),
-        "baseline": run["baseline"],
-        "deflated_sharpe": run["deflated_sharpe"],
-        "fallback_test": run["gate"],
-        "network_strategy": None
-        if run["network_test"] is None
-        else run["network_test"].strategy.to_dict(),
-        "last_model_strategy": None
-        if run["last_test"] is None
-        else run["last_test"].strategy.to_dict(),
-        # What chose the model: its figures on the validation window (the sweep ranks on them).
-        "validation": {
-            **run["validation"].to_dict(),
-            "bars": int(run["validation"].strategy.n_bars),
-            "start": str(run["validation"].timestamps[0])[:10],
-            "end": str(run["validation"].timestamps[-1])[:10],
-        },
+        + f"), at step {run.selected_step}",
+        **{k: v for k, v in summary.items() if k != "inputs"},
         "data": describe_data(data),
         "order_cost_bps": args.config.order_cost_bps,
     }
-    if run["inputs"] is not None:
+    if run.inputs is not None:
         from agents.pipelines.input_selection import REGIME_INPUT
 
-        sel = run["inputs"]
-        extra["inputs"] = {k: sel[k] for k in ("kept", "p_value", "regime_p_value", "bars")}
+        sel = run.inputs
+        extra["inputs"] = summary["inputs"]
         print(
             f"network inputs: {describe_inputs(sel['kept'], len(sel['feature_names']), REGIME_INPUT)}"
         )
-    print(f"verdict: {run['deployment'].headline}")
+    print(f"verdict: {run.deployment.headline}")
     rule = known_rule(evaluated, args.config)
     if rule is not None:
         rule_return = rule.strategy.total_return
         # The agent's out-of-sample total return as a fraction of the known rule's.
         extra["agent_return_vs_known_rule"] = (
-            run["test"].strategy.total_return / rule_return if rule_return else None
+            run.test.strategy.total_return / rule_return if rule_return else None
         )
         rule_sharpe = rule.strategy.sharpe
         extra["agent_sharpe_vs_known_rule"] = (
-            run["test"].strategy.sharpe / rule_sharpe if rule_sharpe else None
+            run.test.strategy.sharpe / rule_sharpe if rule_sharpe else None
         )
     single_report(
         out,
-        run["test"],
+        run.test,
         data,
         args,
         args.config,

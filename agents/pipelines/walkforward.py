@@ -24,7 +24,7 @@ import numpy as np
 
 from agents.pipelines.backtest_policies import known_rule, random_policy
 from agents.pipelines.baseline_policies import baseline_backtest
-from agents.pipelines.model_selection import train_selected
+from agents.pipelines.model_selection import TrainResult, train_selected
 from agents.pipelines.train_settings import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
@@ -91,51 +91,93 @@ def walk_forward(
                 init_from=warm.get(s) if warm_start else None,
             )
             if warm_start:
-                warm[s] = copy.deepcopy(run["model"].policy.state_dict())
-            by_seed[s].append(run["test"])
+                warm[s] = copy.deepcopy(run.model.policy.state_dict())
+            by_seed[s].append(run.test)
             runs.append(run)
         rnd = backtest(random_policy(config.n_actions, 10_000 + k), test, config, per_year=per_year)
         rule = known_rule(test, config)
         bench["random"].append(rnd)
-        bench["buy_and_hold"].append(runs[0]["test"])  # its buy_and_hold curve
+        bench["buy_and_hold"].append(runs[0].test)  # its buy_and_hold curve
         if rule is not None:
             bench["rule"].append(rule)
-        fold_out.append(
-            {
-                "fold": k,
-                "train": _window(train),
-                "test": _window(test),
-                "seeds": [
-                    {
-                        "seed": s,
-                        "kept": r["kept"],
-                        "verdict": r["deployment"].headline,
-                        "deployment": r["deployment"].to_dict(),
-                        "baseline": r["baseline"]["name"],
-                        "baseline_strategy": baseline_backtest(
-                            r["baseline"]["name"], test, config, per_year
-                        ).strategy.to_dict(),
-                        "strategy": r["test"].strategy.to_dict(),
-                        "last_model_strategy": None
-                        if r["last_test"] is None
-                        else r["last_test"].strategy.to_dict(),
-                        "selected_step": r["selected_step"],
-                        "validation_sharpe": r["validation_sharpe"],
-                        "train_seconds": r["train_seconds"],
-                        "timesteps": r["timesteps"],
-                        "learning_curve": r["curve"],
-                        "evaluations": r["evals"],
-                    }
-                    for s, r in zip(seeds, runs, strict=True)
-                ],
-                "buy_and_hold": runs[0]["test"].benchmark.to_dict(),
-                "random": rnd.strategy.to_dict(),
-                "rule": rule.strategy.to_dict() if rule is not None else None,
-                "_results": runs,
-                "_random": rnd,
-                "_rule": rule,
-            }
+        fold_out.append(_fold_record(k, train, test, seeds, runs, rnd, rule, config, per_year))
+    stitched, ensemble, bh_rets = _stitched(pieces, seeds, by_seed, bench)
+    ci = sharpe_difference_interval(ensemble, bh_rets, per_year)
+    beats = [
+        all(
+            f["_results"][j].test.equity[-1] > f["_results"][j].test.buy_and_hold[-1]
+            for f in fold_out
         )
+        for j in range(len(seeds))
+    ]
+    return {
+        "folds": fold_out,
+        "stitched": stitched,
+        "aggregate": _aggregate(stitched, per_year),
+        "sharpe_vs_buy_and_hold": ci,
+        "beats_buy_and_hold_every_fold": dict(zip(map(str, seeds), beats, strict=True)),
+        "settings": asdict(settings),
+        "expanding": bool(expanding),
+    }
+
+
+def _fold_record(
+    k: int,
+    train: MarketData,
+    test: MarketData,
+    seeds: list[int],
+    runs: list[TrainResult],
+    rnd: BacktestResult,
+    rule: BacktestResult | None,
+    config: EnvConfig,
+    per_year: float,
+) -> dict[str, Any]:
+    """Fold ``k``'s record: its windows, each seed's deployed policy and figures, the
+    benchmarks'; the ``_``-keys hold the backtests themselves (not written to metrics.json)."""
+    return {
+        "fold": k,
+        "train": _window(train),
+        "test": _window(test),
+        "seeds": [
+            {
+                "seed": s,
+                "kept": r.kept,
+                "verdict": r.deployment.headline,
+                "deployment": r.deployment.to_dict(),
+                "baseline": r.baseline.name,
+                "baseline_strategy": baseline_backtest(
+                    r.baseline.name, test, config, per_year
+                ).strategy.to_dict(),
+                "strategy": r.test.strategy.to_dict(),
+                "last_model_strategy": None
+                if r.last_test is None
+                else r.last_test.strategy.to_dict(),
+                "selected_step": r.selected_step,
+                "validation_sharpe": r.validation_sharpe,
+                "train_seconds": r.train_seconds,
+                "timesteps": r.timesteps,
+                "learning_curve": r.curve,
+                "evaluations": r.evals.to_dict(),
+            }
+            for s, r in zip(seeds, runs, strict=True)
+        ],
+        "buy_and_hold": runs[0].test.benchmark.to_dict(),
+        "random": rnd.strategy.to_dict(),
+        "rule": rule.strategy.to_dict() if rule is not None else None,
+        "_results": runs,
+        "_random": rnd,
+        "_rule": rule,
+    }
+
+
+def _stitched(
+    pieces: list[tuple[MarketData, MarketData]],
+    seeds: list[int],
+    by_seed: dict[int, list[BacktestResult]],
+    bench: dict[str, list[BacktestResult]],
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """The test windows' curves stitched (per seed, ensemble, buy-and-hold, random, rule,
+    exposure, fold boundaries), with the ensemble's and buy-and-hold's per-bar returns."""
     stitched: dict[str, Any] = {}
     seed_rets = {}
     for s in seeds:
@@ -153,6 +195,11 @@ def walk_forward(
         stitched["rule"] = _curve(_stitch(bench["rule"])[0])
     stitched["exposure"] = np.concatenate([r.exposure for r in by_seed[seeds[0]]])
     stitched["boundaries"] = [p[1].timestamps[0] for p in pieces]
+    return stitched, ensemble, bh_rets
+
+
+def _aggregate(stitched: dict[str, Any], per_year: float) -> dict[str, Any]:
+    """Metrics of the stitched curves (costs in)."""
 
     def m(curve: np.ndarray) -> dict[str, Any]:
         return curve_metrics(curve, per_year, costs_included=True).to_dict()
@@ -165,23 +212,7 @@ def walk_forward(
     }
     if "rule" in stitched:
         aggregate["rule"] = m(stitched["rule"])
-    ci = sharpe_difference_interval(ensemble, bh_rets, per_year)
-    beats = [
-        all(
-            f["_results"][j]["test"].equity[-1] > f["_results"][j]["test"].buy_and_hold[-1]
-            for f in fold_out
-        )
-        for j in range(len(seeds))
-    ]
-    return {
-        "folds": fold_out,
-        "stitched": stitched,
-        "aggregate": aggregate,
-        "sharpe_vs_buy_and_hold": ci,
-        "beats_buy_and_hold_every_fold": dict(zip(map(str, seeds), beats, strict=True)),
-        "settings": asdict(settings),
-        "expanding": bool(expanding),
-    }
+    return aggregate
 
 
 def _span(md: MarketData) -> str:

@@ -52,9 +52,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from agents.pipelines.train_result import TrainResult
+    from gpu_trading_env.core.config import EnvConfig
+    from gpu_trading_env.data.market_data import MarketData
 
 __all__ = [
     "MARKETS",
@@ -349,11 +354,9 @@ def run_one(
         The references and costs stay the market's.
     :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
     """
-    from agents.pipelines.baseline_policies import baseline_backtest, baseline_config
     from agents.pipelines.model_selection import train_selected
     from agents.pipelines.train_config import TrainConfig, set_torch_threads
-    from gpu_trading_env.reports.backtest import backtest, exposure_policy
-    from gpu_trading_env.reports.metrics import bars_per_year, sharpe_difference_interval
+    from gpu_trading_env.reports.metrics import bars_per_year
 
     t0 = time.perf_counter()
     market = MARKETS_BY_NAME[market_name]
@@ -365,9 +368,26 @@ def run_one(
     if inputs is not None:
         train, test = inputs(train, test)
     per_year = bars_per_year(test.timestamps)
-    config = args.config
-    run = train_selected(train, test, config, settings, seed=seed, per_year=per_year)
-    agent = run["test"]
+    run = train_selected(train, test, args.config, settings, seed=seed, per_year=per_year)
+    row = {"market": market.name, "suite": "real" if market in REAL_MARKETS else "zoo"}
+    row |= {"seed": int(seed), "device": device}
+    row |= _judged_run(run, market, test, args.config, per_year)
+    row["seconds"] = time.perf_counter() - t0
+    row["bars"] = {"train": int(train.n_bars), "test": int(test.n_bars)}
+    row["curves"] = row.pop("curves")  # the row's last entry, as the zoo's JSON has it
+    return row
+
+
+def _judged_run(
+    run: TrainResult, market: Market, test: MarketData, config: EnvConfig, per_year: float
+) -> dict[str, Any]:
+    """The row's figures of one trained run on the test bars: the agent beside the market's references, flat, buy-and-hold and the
+    chosen baseline, with their intervals, and the run's own records."""
+    from agents.pipelines.baseline_policies import baseline_backtest, baseline_config
+    from gpu_trading_env.reports.backtest import backtest, exposure_policy
+    from gpu_trading_env.reports.metrics import sharpe_difference_interval
+
+    agent = run.test
     # Flat and buy-and-hold as references act as train's baselines do (no barrier, equity sized).
     ref_config = baseline_config(config) if market.reference == "real" else config
     refs = {
@@ -381,28 +401,23 @@ def run_one(
     vs_flat = sharpe_difference_interval(agent.returns, flat, per_year)
     vs_bh = sharpe_difference_interval(agent.returns, bh, per_year)
     a, r = agent.strategy, ref.strategy
-    chosen = run["baseline"]["name"]
+    chosen = run.baseline.name
     base = baseline_backtest(chosen, test, config, per_year)
     vs_base = sharpe_difference_interval(agent.returns, base.returns, per_year)
+    network = run.network_test
     return {
-        "market": market.name,
-        "suite": "real" if market in REAL_MARKETS else "zoo",
-        "seed": int(seed),
-        "device": device,
-        "kept": run["kept"],
+        "kept": run.kept,
         "agent": a.to_dict(),
-        "network": None if run["network_test"] is None else run["network_test"].strategy.to_dict(),
+        "network": None if network is None else network.strategy.to_dict(),
         "reference_name": ref_name,
         "reference": r.to_dict(),
         "references": {k: v.strategy.to_dict() for k, v in refs.items()},
         "buy_and_hold": agent.benchmark.to_dict(),
         "sharpe_ratio": a.sharpe / r.sharpe if r.sharpe > 0 else None,
         "network_sharpe_ratio": (
-            run["network_test"].strategy.sharpe / r.sharpe
-            if r.sharpe > 0 and run["network_test"] is not None
-            else None
+            network.strategy.sharpe / r.sharpe if r.sharpe > 0 and network is not None else None
         ),
-        "deployment": run["deployment"].to_dict(),
+        "deployment": run.deployment.to_dict(),
         "baseline": chosen,
         "chosen_baseline": {"name": chosen, **base.strategy.to_dict()},
         "flat": baseline_backtest("flat", test, config, per_year).strategy.to_dict(),
@@ -411,17 +426,15 @@ def run_one(
         "vs_flat": vs_flat,
         "vs_buy_and_hold": vs_bh,
         "edge_over_flat_claimed": bool(vs_flat["low"] > 0.0),
-        "gate": run["gate"],
-        "selected_step": run["selected_step"],
+        "gate": run.gate,
+        "selected_step": run.selected_step,
         "inputs": None
-        if run["inputs"] is None
-        else {k: run["inputs"][k] for k in ("kept", "regime_p_value", "p_value")},
-        "evaluations": run["evals"],
-        "learning_curve": run["curve"],
-        "train_seconds": run["train_seconds"],
-        "timesteps": run["timesteps"],
-        "seconds": time.perf_counter() - t0,
-        "bars": {"train": int(train.n_bars), "test": int(test.n_bars)},
+        if run.inputs is None
+        else {k: run.inputs[k] for k in ("kept", "regime_p_value", "p_value")},
+        "evaluations": run.evals.to_dict(),
+        "learning_curve": run.curve,
+        "train_seconds": run.train_seconds,
+        "timesteps": run.timesteps,
         "curves": {
             "agent": _thin(agent.equity),
             "reference": _thin(ref.equity),

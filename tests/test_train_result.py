@@ -1,0 +1,125 @@
+"""TrainResult: train_selected's typed result, and its dict form, which train's metrics.json is
+written from (the keys and their order are those reports and sweeps read)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import agents.cli as cli
+import agents.pipelines.model_selection as model_selection
+from agents.pipelines.train_result import TrainResult
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.reports.report import write_json
+
+TINY = ["train", "--device", "cpu", "--timesteps", "400", "--num-envs", "4"]
+TINY += ["--eval-every", "200", "--episode-length", "50", "--no-progress"]
+
+# TrainResult.to_dict's keys, in metrics.json's order ("inputs" only where inputs were selected).
+RUN_KEYS = [
+    "timesteps",
+    "train_seconds",
+    "env_steps_per_second",
+    "cross_fit",
+    "kept_policy",
+    "deployment",
+    "baseline",
+    "deflated_sharpe",
+    "fallback_test",
+    "network_strategy",
+    "last_model_strategy",
+    "validation",
+    "inputs",
+]
+# train's metrics.json on the built-in (planted) market, in its order.
+METRICS_KEYS = [
+    "instrument",
+    "episodes",
+    "strategy",
+    "buy_and_hold",
+    "buy_and_hold_frictionless",
+    "synthetic_data",
+    "bars_per_year",
+    "device",
+    "num_envs",
+    "timesteps",
+    "train_seconds",
+    "env_steps_per_second",
+    "seed",
+    "instruments",
+    "model_selection",
+    "cross_fit",
+    "kept_policy",
+    "deployment",
+    "baseline",
+    "deflated_sharpe",
+    "fallback_test",
+    "network_strategy",
+    "last_model_strategy",
+    "validation",
+    "data",
+    "order_cost_bps",
+    "inputs",
+    "agent_return_vs_known_rule",
+    "agent_sharpe_vs_known_rule",
+    "known_rule",
+    "learning_curve",
+]
+
+
+def _train_capturing(argv: list[str], tmp_path, monkeypatch) -> tuple[TrainResult, dict]:
+    """Run ``train`` with ``argv``; the TrainResult train_selected returned, and metrics.json."""
+    runs: list[TrainResult] = []
+    real = model_selection.train_selected
+
+    def capture(*args, **kwargs):
+        runs.append(real(*args, **kwargs))
+        return runs[-1]
+
+    monkeypatch.setattr(model_selection, "train_selected", capture)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*argv, "--out", "r"]) == 0
+    return runs[0], json.loads((tmp_path / "r" / "metrics.json").read_text())
+
+
+def _as_json(obj: object, tmp_path) -> object:
+    write_json(obj, tmp_path / "x.json")
+    return json.loads((tmp_path / "x.json").read_text())
+
+
+def test_train_metrics_json_is_the_results_dict_form(tmp_path, monkeypatch) -> None:
+    run, metrics = _train_capturing(TINY, tmp_path, monkeypatch)
+    assert isinstance(run, TrainResult)
+    assert list(metrics) == METRICS_KEYS
+    assert list(run.to_dict()) == RUN_KEYS
+    assert list(metrics["validation"])[-3:] == ["bars", "start", "end"]
+    for key, value in _as_json(run.to_dict(), tmp_path).items():
+        assert metrics[key] == value, key
+    assert metrics["learning_curve"]["evaluations"] == _as_json(run.evals.to_dict(), tmp_path)
+    assert run.selected_step is not None
+    assert metrics["learning_curve"]["selected_step"] == run.selected_step
+    assert run.validation.strategy.n_bars == metrics["validation"]["bars"]
+
+
+def test_a_run_that_trains_no_network_has_the_same_keys(tmp_path, monkeypatch) -> None:
+    """No input kept on a random walk: the baseline is deployed untrained, with None where a
+    network's figures would be."""
+    bars = MarketData.synthetic("gbm", 1_500, seed=3, mu=0.0).to_dataframe()
+    bars.to_csv(tmp_path / "g.csv")
+    run, metrics = _train_capturing([*TINY, "--data", "g.csv"], tmp_path, monkeypatch)
+    assert run.network_test is None and run.last_test is None and run.selected_step is None
+    assert list(run.to_dict()) == RUN_KEYS
+    assert metrics["network_strategy"] is None and metrics["timesteps"] == 0
+    assert metrics["kept_policy"] == run.kept == run.baseline.name
+    assert metrics["baseline"] == _as_json(run.baseline.to_dict(), tmp_path)
+    assert metrics["env_steps_per_second"] is None
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_the_evaluations_dict_has_the_cross_fitted_lists_only_with_cross_fit(cross) -> None:
+    from agents.pipelines.train_result import SnapshotEvaluations
+
+    extra = {"cross_fit_validation": [0.5], "pooled_validation": [0.25]} if cross else {}
+    evals = SnapshotEvaluations([100], [1.0], [2.0], **extra)
+    assert evals.to_dict() == {"timesteps": [100], "validation": [1.0], "test": [2.0], **extra}
