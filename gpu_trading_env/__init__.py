@@ -31,3 +31,9 @@ if ENV_ID not in registry:
         entry_point="gpu_trading_env.env:TradingEnv",
         vector_entry_point="gpu_trading_env.vector_env:TradingVectorEnv",
     )
+PORTFOLIO_ENV_ID = "GpuPortfolio-v0"
+if PORTFOLIO_ENV_ID not in registry:
+    register(
+        id=PORTFOLIO_ENV_ID,
+        vector_entry_point="gpu_trading_env.portfolio_env:PortfolioVectorEnv",
+    )

@@ -558,61 +558,14 @@ class TradingVectorEnv(VectorEnv):
         return arr.get() if hasattr(arr, "get") else np.asarray(arr)
 
     def _host_mask(self, mask: Any) -> np.ndarray:
-        """bool [N] of ``options["reset_mask"]`` (NumPy, torch or CuPy; None: every env), checked
-        as Gymnasium's ``SyncVectorEnv.reset`` checks it, with its messages and exception types:
-        another type or dtype raises TypeError, another shape or no True value ValueError."""
-        n = self.num_envs
-        if mask is None:
-            return np.ones(n, dtype=bool)
-        if hasattr(mask, "detach"):
-            mask = mask.detach().cpu().numpy()
-        elif hasattr(mask, "__cuda_array_interface__") and hasattr(mask, "get"):
-            mask = mask.get()  # a CuPy array
-        if not isinstance(mask, np.ndarray):
-            raise TypeError(
-                "`options['reset_mask']` must be a numpy array (or a torch or CuPy array), got "
-                f"{type(mask)}"
-            )
-        if mask.shape != (n,):
-            raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
-        if mask.dtype != np.bool_:
-            raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
-        if not mask.any():
-            raise ValueError(
-                "`options['reset_mask']` must contain a boolean array with at least one True "
-                f"value, got reset_mask={mask}"
-            )
-        return mask
+        """bool [N] of ``options["reset_mask"]`` (see :func:`check_reset_mask`)."""
+        return check_reset_mask(mask, self.num_envs)
 
     def _start_index(self, start: Any) -> np.ndarray:
-        """int64 [N] start bars from an int or N ints; every value is range-checked as given,
-        before any conversion (uint64 2**64 - 1 used to wrap to -1, "draw")."""
-        n = self.num_envs
-        if start is None:
-            return np.full(n, -1, dtype=np.int64)
-        last = self.backend.hi_host - self.backend.lo_host - 2
-
-        def refuse(i: int, value: Any) -> ValueError:
-            return ValueError(
-                f"start_index[{i}] = {value} is invalid: allowed is -1 (draw) or 0..{int(last[i])} "
-                "(a bar of env's instrument that leaves room for one step)"
-            )
-
-        if isinstance(start, int) and not isinstance(start, bool) and not -1 <= start <= last[0]:
-            raise refuse(0, start)  # a Python int beyond int64 would not even convert
-        arr = np.asarray(self._host(start) if hasattr(start, "get") else start)
-        if arr.shape not in ((), (n,)) or arr.dtype.kind not in "iu":
-            raise ValueError(f"start_index {start!r} is invalid: allowed is an int or {n} ints")
-        big = arr > np.iinfo(np.int64).max if arr.dtype.kind == "u" else np.zeros(arr.shape, bool)
-        if big.any():
-            i = int(np.flatnonzero(big.reshape(-1))[0])
-            raise refuse(i, int(arr.reshape(-1)[i]))
-        arr = np.broadcast_to(arr.astype(np.int64), (n,)).copy()
-        bad = (arr != -1) & ((arr < 0) | (arr > last))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise refuse(i, int(arr[i]))
-        return arr
+        """int64 [N] start bars from an int or N ints (see :func:`check_start_index`)."""
+        return check_start_index(
+            start, self.num_envs, self.backend.hi_host - self.backend.lo_host - 2
+        )
 
     def _seed_array(self, seed: Any) -> np.ndarray:
         n = self.num_envs
@@ -660,3 +613,60 @@ def _same_value(a: Any, b: Any) -> bool:
         return bool(np.array_equal(np.asarray(a), np.asarray(b)))
     except Exception:  # noqa: BLE001 - values that cannot be compared differ
         return False
+
+
+def check_reset_mask(mask: Any, n: int) -> np.ndarray:
+    """bool [n] of ``options["reset_mask"]`` (NumPy, torch or CuPy; None: every env), checked
+    as Gymnasium's ``SyncVectorEnv.reset`` checks it, with its messages and exception types:
+    another type or dtype raises TypeError, another shape or no True value ValueError."""
+    if mask is None:
+        return np.ones(n, dtype=bool)
+    if hasattr(mask, "detach"):
+        mask = mask.detach().cpu().numpy()
+    elif hasattr(mask, "__cuda_array_interface__") and hasattr(mask, "get"):
+        mask = mask.get()  # a CuPy array
+    if not isinstance(mask, np.ndarray):
+        raise TypeError(
+            "`options['reset_mask']` must be a numpy array (or a torch or CuPy array), got "
+            f"{type(mask)}"
+        )
+    if mask.shape != (n,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {mask.shape}")
+    if mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+    if not mask.any():
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True "
+            f"value, got reset_mask={mask}"
+        )
+    return mask
+
+
+def check_start_index(start: Any, n: int, last: np.ndarray) -> np.ndarray:
+    """int64 [n] start bars from an int or n ints (``options["start_index"]``; None: -1, draw);
+    ``last`` int64 [n]: each env's last allowed value. Every value is range-checked as given,
+    before any conversion (uint64 2**64 - 1 used to wrap to -1, "draw")."""
+    if start is None:
+        return np.full(n, -1, dtype=np.int64)
+
+    def refuse(i: int, value: Any) -> ValueError:
+        return ValueError(
+            f"start_index[{i}] = {value} is invalid: allowed is -1 (draw) or 0..{int(last[i])} "
+            "(a bar of env's instrument that leaves room for one step)"
+        )
+
+    if isinstance(start, int) and not isinstance(start, bool) and not -1 <= start <= last[0]:
+        raise refuse(0, start)  # a Python int beyond int64 would not even convert
+    arr = np.asarray(start.get() if hasattr(start, "get") else start)
+    if arr.shape not in ((), (n,)) or arr.dtype.kind not in "iu":
+        raise ValueError(f"start_index {start!r} is invalid: allowed is an int or {n} ints")
+    big = arr > np.iinfo(np.int64).max if arr.dtype.kind == "u" else np.zeros(arr.shape, bool)
+    if big.any():
+        i = int(np.flatnonzero(big.reshape(-1))[0])
+        raise refuse(i, int(arr.reshape(-1)[i]))
+    arr = np.broadcast_to(arr.astype(np.int64), (n,)).copy()
+    bad = (arr != -1) & ((arr < 0) | (arr > last))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise refuse(i, int(arr[i]))
+    return arr

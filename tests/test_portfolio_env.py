@@ -1,0 +1,418 @@
+"""The portfolio env (docs/ENV_SPEC.md, "Portfolio env"): the worked example by hand, K = 1
+against the single-instrument env bit for bit, per-instrument costs, the gross cap, the
+autoreset modes, Gymnasium's conventions, data alignment and config errors."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_action_space, check_observation_space
+
+import gpu_trading_env  # noqa: F401 - registers the ids
+from gpu_trading_env.core.portfolio_config import (
+    RUIN_LOG_REWARD,
+    PortfolioConfig,
+    single_instrument_config,
+)
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.data.portfolio_data import PortfolioData
+from gpu_trading_env.portfolio_env import PortfolioVectorEnv
+from gpu_trading_env.vector_env import TradingVectorEnv
+
+HOUR = np.timedelta64(1, "h")
+T0 = np.datetime64("2024-01-01T00:00", "ns")
+
+
+def bars(name: str, close, open_=None, times=None, n_features: int = 2) -> MarketData:
+    """One instrument with exactly these closes (opens: the closes unless given), hourly."""
+    c = np.asarray(close, dtype=np.float64)
+    o = c.copy() if open_ is None else np.asarray(open_, dtype=np.float64)
+    t = c.size
+    ts = T0 + np.arange(t) * HOUR if times is None else np.asarray(times, dtype="datetime64[ns]")
+    feats = (np.arange(t * n_features, dtype=np.float32).reshape(t, n_features) / 100).astype(
+        np.float32
+    )
+    return MarketData(
+        features=feats,
+        open=o,
+        high=np.maximum(o, c),
+        low=np.minimum(o, c),
+        close=c,
+        volume=np.full(t, 10.0),
+        timestamps=ts,
+        instrument_offsets=np.array([0, t]),
+        instruments=(name,),
+        feature_names=tuple(f"f{j}" for j in range(n_features)),
+    )
+
+
+EXAMPLE = PortfolioConfig(
+    initial_capital=10_000.0,
+    exposure_levels=(-1.0, 0.0, 1.0),
+    cost_bps=(10.0, 20.0),
+    leverage=1.0,
+    max_leverage=1.0,
+    episode_length=2,
+)
+SHORT, FLAT, LONG = 0, 1, 2
+
+
+def example_env(**changes) -> PortfolioVectorEnv:
+    data = [bars("A", [100.0, 110.0, 99.0]), bars("B", [50.0, 50.0, 55.0])]
+    return PortfolioVectorEnv(1, data=data, config=EXAMPLE.replace(**changes))
+
+
+def test_worked_example() -> None:
+    env = example_env()
+    obs, _ = env.reset(seed=0, options={"start_index": 0})
+    assert obs.shape == (1, 2 * 2 + 1 + 2)
+    np.testing.assert_array_equal(obs[0, 4:], np.float32([1.0, 0.0, 0.0]))
+
+    obs, reward, term, trunc, info = env.step(np.array([[LONG, LONG]]))
+    # Gross 2 > max_leverage 1: exposures (0.5, 0.5), 50 A and 100 B, cash 10000-5000-5-5000-10.
+    np.testing.assert_array_equal(info["positions"], [[50.0, 100.0]])
+    np.testing.assert_array_equal(info["costs"], [[5.0, 10.0]])
+    assert info["portfolio_value"][0] == 10485.0
+    assert reward[0] == np.float32(0.0485)
+    np.testing.assert_allclose(info["reward_components"][0], [0.05, 0.0015], rtol=1e-6)
+    np.testing.assert_allclose(obs[0, 4:], [1.0485, 0.55, 0.5], rtol=1e-6)
+    assert not term[0] and not trunc[0]
+
+    obs, reward, term, trunc, info = env.step(np.array([[SHORT, LONG]]))
+    # A reverses to -10485/220 units (its cash covers 49 whole units), B buys 4.85.
+    np.testing.assert_allclose(info["positions"], [[-10485 / 220, 104.85]], rtol=1e-15)
+    np.testing.assert_allclose(info["costs"], [[10.7425, 0.485]], rtol=1e-12)
+    assert info["portfolio_value"][0] == pytest.approx(11522.2725, rel=1e-14)
+    assert reward[0] == pytest.approx(1037.2725 / 10485, rel=1e-6)
+    np.testing.assert_allclose(info["reward_components"][0], [0.1, 11.2275 / 10485], rtol=1e-6)
+    assert trunc[0] and not term[0]  # t + 2 = 3 >= T
+    assert info["episode_length"][0] == 2
+    assert info["episode_return"][0] == pytest.approx(0.0485 + 1037.2725 / 10485, rel=1e-6)
+
+
+def test_worked_example_log_reward() -> None:
+    env = example_env(reward="log")
+    env.reset(seed=0, options={"start_index": 0})
+    _, r1, *_ = env.step(np.array([[LONG, LONG]]))
+    _, r2, *_ = env.step(np.array([[SHORT, LONG]]))
+    assert r1[0] == np.float32(math.log(10485 / 10000))
+    assert r2[0] == pytest.approx(math.log(11522.2725 / 10485), rel=1e-6)
+
+
+def test_ruin_terminates_with_the_log_floor() -> None:
+    # Short at 2x leverage into a tripling price: the value goes below zero.
+    data = [bars("A", [100.0, 300.0, 300.0, 300.0])]
+    env = PortfolioVectorEnv(
+        1,
+        data=data,
+        initial_capital=1000.0,
+        leverage=2.0,
+        max_leverage=2.0,
+        reward="log",
+        episode_length=3,
+        cost_bps=0.0,
+    )
+    env.reset(seed=0, options={"start_index": 0})
+    _, reward, term, trunc, info = env.step(np.array([[SHORT]]))
+    assert info["portfolio_value"][0] == 1000.0 - 20 * 200.0
+    assert term[0] and not trunc[0]
+    assert reward[0] == np.float32(RUIN_LOG_REWARD)
+
+
+def test_costs_per_instrument() -> None:
+    # Two instruments of the same prices: costs in the ratio of their rates, none at 0 bps.
+    close = [100.0, 101.0, 102.0, 103.0]
+    data = [bars("A", close), bars("B", close), bars("C", close)]
+    env = PortfolioVectorEnv(
+        2, data=data, cost_bps=(5.0, 15.0, 0.0), max_leverage=3.0, episode_length=3
+    )
+    env.reset(seed=0, options={"start_index": 0})
+    _, _, _, _, info = env.step(np.array([[LONG, LONG, LONG], [SHORT, LONG, FLAT]]))
+    costs = info["costs"]
+    notional = 100_000.0  # leverage 1 x equity per instrument, under the cap of 3
+    np.testing.assert_allclose(costs[0], [notional * 5e-4, notional * 15e-4, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(costs[1], [notional * 5e-4, notional * 15e-4, 0.0], rtol=1e-12)
+    np.testing.assert_array_equal(env.backend.state.costs.T, costs)
+
+
+def test_gross_cap_scales_every_exposure() -> None:
+    close = [100.0, 100.0, 100.0]
+    data = [bars("A", close), bars("B", close), bars("C", close), bars("D", close)]
+    env = PortfolioVectorEnv(
+        1, data=data, cost_bps=0.0, leverage=1.0, max_leverage=2.0, episode_length=2
+    )
+    env.reset(seed=0, options={"start_index": 0})
+    _, _, _, _, info = env.step(np.array([[LONG, SHORT, LONG, FLAT]]))
+    # gross 3 > 2: every exposure x 2/3 of 100000 / 100 = 1000 units.
+    np.testing.assert_allclose(info["positions"][0], [2000 / 3, -2000 / 3, 2000 / 3, 0.0])
+
+
+# ---------------------------------------------------------------- K = 1 is the single env
+
+
+def _random_config(rng: np.random.Generator, mode: str) -> PortfolioConfig:
+    """Levels and leverage that are not powers of two, so that a reordered product rounds
+    differently."""
+    choices = [-1.0, -0.7, -0.3, 0.0, 0.3, 0.6, 1.0]
+    levels = tuple(sorted(rng.choice(choices, int(rng.integers(2, 5)), replace=False)))
+    leverage = float(rng.choice([0.7, 1.0, 1.3, 3.0]))
+    return PortfolioConfig(
+        initial_capital=float(rng.choice([1000.0, 1e5, 3.3e6])),
+        exposure_levels=levels,
+        cost_bps=float(rng.choice([0.0, 1.0, 7.5, 50.0])),
+        leverage=leverage,
+        max_leverage=leverage * max(abs(x) for x in levels) * float(rng.choice([1.0, 1.5])),
+        reserve_pct=float(rng.choice([0.0, 0.0, 5.0, 30.0])),
+        fill=str(rng.choice(["close", "next_open"])),
+        episode_length=int(rng.integers(3, 40)),
+        autoreset_mode=mode,
+    )
+
+
+MODES = ("next_step", "same_step", "disabled")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("trial", range(5))
+def test_one_instrument_equals_the_single_env_bit_for_bit(mode: str, trial: int) -> None:
+    rng = np.random.default_rng([trial, MODES.index(mode)])
+    config = _random_config(rng, mode)
+    data = MarketData.synthetic(str(rng.choice(["planted", "gbm"])), n_bars=300, seed=trial)
+    n = 7
+    port = PortfolioVectorEnv(n, data=data, config=config)
+    single = TradingVectorEnv(n, data=data, config=single_instrument_config(config))
+    d = port.backend.obs_dim
+    seed = int(rng.integers(2**63))
+    po, _ = port.reset(seed=seed)
+    so, _ = single.reset(seed=seed)
+    np.testing.assert_array_equal(po, so[:, :d])
+    for step in range(120):
+        a = rng.integers(0, config.n_levels, n)
+        if mode == "disabled" and step % 9 == 8:
+            mask = rng.random(n) < 0.5
+            mask[0] = True
+            po, _ = port.reset(options={"reset_mask": mask})
+            so, _ = single.reset(options={"reset_mask": mask})
+            np.testing.assert_array_equal(po, so[:, :d])
+            continue
+        po, pr, pte, ptr, pi = port.step(a[:, None])
+        so, sr, ste, s_tr, si = single.step(a)
+        np.testing.assert_array_equal(po, so[:, :d], err_msg=f"obs at step {step}")
+        np.testing.assert_array_equal(pr, sr, err_msg=f"reward at step {step}")
+        np.testing.assert_array_equal(pte, ste)
+        np.testing.assert_array_equal(ptr, s_tr)
+        np.testing.assert_array_equal(pi["portfolio_value"], si["portfolio_value"])
+        np.testing.assert_array_equal(pi["positions"][:, 0], si["position"])
+        for key in ("episode_return", "episode_length", "_episode_return"):
+            np.testing.assert_array_equal(pi[key], si[key], err_msg=key)
+        assert ("final_obs" in pi) == ("final_obs" in si)
+        if "final_obs" in pi:
+            np.testing.assert_array_equal(pi["_final_obs"], si["_final_obs"])
+            np.testing.assert_array_equal(pi["final_obs"], si["final_obs"][:, :d])
+    np.testing.assert_array_equal(port.backend.state.cash, single.backend.state.cash)
+    np.testing.assert_array_equal(port.backend.state.costs[0], single.backend.state.costs)
+
+
+# ---------------------------------------------------------------- autoreset modes, K = 3
+
+
+def _three(mode: str, n: int = 5, length: int = 4) -> PortfolioVectorEnv:
+    data = MarketData.synthetic("gbm", n_bars=200, n_instruments=3, seed=3)
+    return PortfolioVectorEnv(
+        n, data=data, episode_length=length, autoreset_mode=mode, max_leverage=3.0
+    )
+
+
+def test_next_step_starts_ended_envs_at_the_next_step() -> None:
+    env = _three("next_step")
+    first, _ = env.reset(seed=4)
+    acts = np.full((5, 3), LONG)
+    for _ in range(3):
+        env.step(acts)
+    _, _, _, trunc, info = env.step(acts)
+    assert trunc.all() and info["_episode_length"].all() and (info["episode_length"] == 4).all()
+    obs, reward, term, trunc, info = env.step(acts)
+    assert (reward == 0).all() and not term.any() and not trunc.any()
+    np.testing.assert_array_equal(info["positions"], 0.0)
+    np.testing.assert_array_equal(info["portfolio_value"], 100_000.0)
+    np.testing.assert_array_equal(obs[:, -4:], np.float32([[1.0, 0, 0, 0]] * 5))
+    assert not info["_episode_return"].any()
+
+
+def test_same_step_returns_final_obs_and_the_new_episode() -> None:
+    env = _three("same_step")
+    env.reset(seed=4)
+    acts = np.full((5, 3), SHORT)
+    for _ in range(3):
+        _, _, _, _, info = env.step(acts)
+        assert "final_obs" not in info
+    obs, _, _, trunc, info = env.step(acts)
+    assert trunc.all() and info["_final_obs"].all() and info["final_info"]["_positions"].all()
+    assert (info["final_obs"][:, -3:] < 0).all()  # the ended episodes were short
+    np.testing.assert_array_equal(obs[:, -4:], np.float32([[1.0, 0, 0, 0]] * 5))
+    assert (env.backend.state.step_in_episode == 0).all()
+
+
+def test_disabled_freezes_until_reset_mask() -> None:
+    env = _three("disabled")
+    env.reset(seed=4)
+    acts = np.full((5, 3), LONG)
+    for _ in range(4):
+        obs, *_ = env.step(acts)
+    frozen, reward, _, trunc, info = env.step(acts)
+    np.testing.assert_array_equal(frozen, obs)
+    assert (reward == 0).all() and trunc.all() and not info["_episode_length"].any()
+    mask = np.array([True, False, False, False, True])
+    obs, _ = env.reset(options={"reset_mask": mask})
+    np.testing.assert_array_equal(obs[~mask], frozen[~mask])
+    _, _, _, trunc, _ = env.step(acts)
+    np.testing.assert_array_equal(trunc, ~mask)
+
+
+# ---------------------------------------------------------------- Gymnasium conventions
+
+
+def test_make_vec_and_gymnasium_checks() -> None:
+    data = MarketData.synthetic("planted", n_bars=200, n_instruments=3, seed=1)
+    env = gym.make_vec("GpuPortfolio-v0", num_envs=4, device="cpu", data=data, episode_length=20)
+    assert isinstance(env, PortfolioVectorEnv)
+    check_observation_space(env.single_observation_space)
+    check_action_space(env.single_action_space)
+    assert env.single_action_space == gym.spaces.MultiDiscrete([3, 3, 3])
+    assert env.single_observation_space.shape == (3 * 51 + 1 + 3,)
+    obs, info = env.reset(seed=11)
+    assert env.observation_space.contains(obs) and info == {}
+    env.action_space.seed(0)
+    history = []
+    for _ in range(30):
+        out = env.step(env.action_space.sample())
+        assert env.observation_space.contains(out[0])
+        assert out[1].dtype == np.float32 and out[2].dtype == np.bool_
+        for key, value in out[4].items():
+            if not key.startswith("_") and key != "final_info":
+                assert out[4]["_" + key].shape == (4,)
+                assert value.shape[0] == 4
+        history.append(out)
+    # Determinism under a seed, and no returned array reused by a later step.
+    again = gym.make_vec("GpuPortfolio-v0", num_envs=4, device="cpu", data=data, episode_length=20)
+    again.reset(seed=11)
+    again.action_space.seed(0)
+    for out in history:
+        out2 = again.step(again.action_space.sample())
+        for x, y in zip(out[:4], out2[:4], strict=True):
+            np.testing.assert_array_equal(x, y)
+    assert history[0][0] is not history[1][0]
+    assert not np.shares_memory(history[0][0], history[1][0])
+
+
+def test_action_errors_name_the_entry() -> None:
+    env = example_env()
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"actions\[0, 1\] = 3 is invalid: allowed is 0..2"):
+        env.step(np.array([[0, 3]]))
+    with pytest.raises(ValueError, match=r"shape \(2,\) are invalid: allowed is \(1, 2\)"):
+        env.step(np.array([0, 1]))
+    with pytest.raises(TypeError, match="dtype float64"):
+        env.step(np.array([[0.0, 1.0]]))
+
+
+def test_step_before_reset_and_cuda_refused() -> None:
+    env = example_env()
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step(np.array([[0, 0]]))
+    with pytest.raises(ValueError, match="device = 'cuda' is invalid for the portfolio env"):
+        PortfolioVectorEnv(1, device="cuda", data=[bars("A", [1.0, 2.0, 3.0])], episode_length=2)
+
+
+# ---------------------------------------------------------------- data and config errors
+
+
+def test_misaligned_timestamps_name_instrument_and_timestamp() -> None:
+    a = bars("A", [1.0, 2.0, 3.0, 4.0])
+    b = bars("B", [1.0, 2.0, 4.0], times=T0 + np.array([0, 1, 3]) * HOUR)
+    with pytest.raises(
+        ValueError,
+        match=r"instrument 'B' disagrees with instrument 'A' at timestamp 2024-01-01T02:00.*"
+        r"no bar there.*align='ffill'",
+    ):
+        PortfolioData.from_market_data([a, b])
+    c = bars("C", [1.0, 2.0, 3.0, 4.0], times=T0 + np.array([0, 1, 2, 5]) * HOUR)
+    with pytest.raises(ValueError, match=r"'C' disagrees .* 2024-01-01T03:00"):
+        PortfolioVectorEnv(1, data=[a, c], episode_length=2)
+
+
+def test_forward_fill_aligns_on_the_union() -> None:
+    a = bars("A", [1.0, 2.0, 3.0, 4.0], open_=[1.0, 1.5, 2.5, 3.5])
+    b = bars("B", [10.0, 20.0, 40.0], times=T0 + np.array([1, 2, 3]) * HOUR)
+    c = bars("C", [7.0, 8.0], times=T0 + np.array([0, 2]) * HOUR)
+    data = PortfolioData.from_market_data([a, b, c], align="ffill")
+    # The grid starts at B's first bar; C misses 03:00 and repeats its 02:00 close.
+    np.testing.assert_array_equal(data.timestamps, T0 + np.array([1, 2, 3]) * HOUR)
+    np.testing.assert_array_equal(
+        data.close, [[2.0, 10.0, 7.0], [3.0, 20.0, 8.0], [4.0, 40.0, 8.0]]
+    )
+    np.testing.assert_array_equal(data.open[:, 2], [7.0, 8.0, 8.0])
+    np.testing.assert_array_equal(data.volume[:, 2], [0.0, 10.0, 0.0])
+    np.testing.assert_array_equal(data.filled[:, 2], [True, False, True])
+    np.testing.assert_array_equal(data.features[2, 2], data.features[1, 2])
+    np.testing.assert_array_equal(data.features[:, 0], np.asarray(a.features)[1:])
+    env = PortfolioVectorEnv(1, data=[a, b, c], align="ffill", episode_length=2)
+    assert env.backend.obs_dim == 3 * 2 + 1 + 3
+
+
+def test_portfolio_data_refusals() -> None:
+    a = bars("A", [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="align = 'nearest' is invalid"):
+        PortfolioData.from_market_data([a], align="nearest")
+    with pytest.raises(ValueError, match=r"instruments \['A'\] appear more than once"):
+        PortfolioData.from_market_data([a, a])
+    with pytest.raises(ValueError, match="instrument 'B' has features"):
+        PortfolioData.from_market_data([a, bars("B", [1.0, 2.0, 3.0], n_features=3)])
+    with pytest.raises(ValueError, match="episode_length = 5 needs at least 6"):
+        PortfolioVectorEnv(1, data=[a], episode_length=5)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "allowed"),
+    [
+        ("initial_capital", 0.0, "in [0.01, 1e+15]"),
+        ("exposure_levels", (0.0, 1.5), "each in [-1, 1]"),
+        ("exposure_levels", (), "1..64 numbers"),
+        ("cost_bps", -1.0, "each in [0, 10000)"),
+        ("cost_bps", "5", "a tuple of numbers"),
+        ("leverage", float("nan"), "(0, 1e+06]"),
+        ("max_leverage", 0.0, "(0, 1e+06]"),
+        ("reserve_pct", 100.0, "[0, 100)"),
+        ("fill", "open", "one of ('close', 'next_open')"),
+        ("reward", "sharpe", "one of ('simple', 'log')"),
+        ("episode_length", 0, "an integer in [1,"),
+        ("episode_length", 2.0, "an integer in [1,"),
+        ("autoreset_mode", "sometimes", "AutoresetMode.SAME_STEP"),
+        ("initial_capital", True, "a number (got bool)"),
+    ],
+)
+def test_config_errors_name_field_value_and_allowed(field: str, value, allowed: str) -> None:
+    with pytest.raises(ValueError) as err:
+        PortfolioConfig(**{field: value})
+    message = str(err.value)
+    assert message.startswith(f"PortfolioConfig.{field} = ")
+    assert allowed in message
+
+
+def test_cost_bps_of_another_length_than_the_instruments() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"cost_bps = \(1.0, 2.0\) is invalid: allowed is one "
+        r"number or 3 numbers",
+    ):
+        PortfolioVectorEnv(
+            1,
+            data=MarketData.synthetic(n_bars=50, n_instruments=3),
+            cost_bps=(1.0, 2.0),
+            episode_length=10,
+        )
+    with pytest.raises(TypeError, match="unexpected keyword argument 'barriers'"):
+        PortfolioVectorEnv(1, barriers=False)
