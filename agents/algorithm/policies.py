@@ -26,6 +26,8 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
 from torch import nn
 
+from agents.network_layout import DEFAULT_DUELING_ARCH, aligned_width, run_chain
+
 __all__ = [
     "DEFAULT_DUELING_ARCH",
     "BranchLinear",
@@ -43,12 +45,6 @@ ELEMENTWISE: tuple[type[nn.Module], ...] = (
     nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.ELU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Softplus, nn.Mish,
     nn.SELU, nn.CELU, nn.Hardtanh, nn.ReLU6, nn.Hardswish, nn.Hardsigmoid, nn.Identity,
 )  # fmt: skip
-
-DEFAULT_DUELING_ARCH: dict[str, list[int]] = {
-    "shared": [256, 256],
-    "value": [128],
-    "advantage": [128],
-}
 
 
 def resolve_dueling_arch(net_arch: list[int] | dict[str, list[int]] | None) -> dict[str, list[int]]:
@@ -227,52 +223,6 @@ class DuelingQNetwork(QNetwork):
             )
             self._fusable = fusable
         return fusable
-
-
-PRODUCT_ALIGN = 8  # elements: 16 bytes of bfloat16, what cuBLAS's vectorised kernels load
-
-
-def aligned_width(n: int) -> int:
-    """``n`` rounded up to a multiple of :data:`PRODUCT_ALIGN`."""
-    return -(-n // PRODUCT_ALIGN) * PRODUCT_ALIGN
-
-
-def run_chain(
-    ops: list[tuple[th.Tensor, th.Tensor] | nn.Module], x: th.Tensor, aligned: bool = False
-) -> th.Tensor:
-    """Apply a chain (``(weight, bias)`` pairs in torch's ``[out, in]`` layout, and elementwise
-    activation modules) to ``x [B, in]``.
-
-    With ``aligned``, every product runs on widths padded to multiples of
-    :data:`PRODUCT_ALIGN`: zero columns after the input, zero rows and columns in the weights,
-    zeros in the biases. The padded units are 0 before each activation and meet zero weights
-    after it, so the result (sliced back to the true width) is the same up to the summation
-    order of the products, and so are the gradients of the weights.
-
-    :return: ``[B, out]`` of the last linear layer (its activations applied).
-    """
-    linear = [op for op in ops if not isinstance(op, nn.Module)]
-    if not linear:
-        return x
-    width = linear[-1][0].shape[0]
-    if aligned:
-        pad = aligned_width(x.shape[1]) - x.shape[1]
-        if pad:
-            x = nn.functional.pad(x, (0, pad))
-    for op in ops:
-        if isinstance(op, nn.Module):
-            x = op(x)
-            continue
-        weight, bias = op
-        if aligned:
-            out, inp = weight.shape
-            pad_out, pad_in = aligned_width(out) - out, aligned_width(inp) - inp
-            if pad_out or pad_in:
-                weight = nn.functional.pad(weight, (0, pad_in, 0, pad_out))
-            if pad_out:
-                bias = nn.functional.pad(bias, (0, pad_out))
-        x = nn.functional.linear(x, weight, bias)
-    return x[:, :width] if aligned and x.shape[1] != width else x
 
 
 def check_branching_space(action_space: spaces.Space) -> tuple[int, int]:

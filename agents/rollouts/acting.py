@@ -31,7 +31,7 @@ import numpy as np
 import torch as th
 from torch import nn
 
-from agents.algorithm.policies import DuelingQNetwork, aligned_width, run_chain
+from agents.network_layout import Chain, aligned_width, run_chain
 from gpu_runtime.device import (
     I64,
     PTR,
@@ -73,8 +73,8 @@ _MAX_JOB_ELEMENTS = 2**31 - 1  # the kernel indexes within a job in 32 bits
 class GreedyActor:
     """Greedy actions of a Q-network: ``actor(obs) -> int64 [N]``.
 
-    :param q_net: the online network. With a :class:`DuelingQNetwork` whose
-        :meth:`~DuelingQNetwork.greedy_chain` exists (and a flattening features extractor),
+    :param q_net: the online network. With a network that hands a chain through
+        ``greedy_chain()`` (:class:`~agents.algorithm.policies.DuelingQNetwork`) (and a flattening features extractor),
         the trunk and advantage head alone; otherwise ``q_net(obs).argmax(dim=1)``.
     :param precision: ``"tf32"`` (tensor-core float32 products), ``"fp32"`` (exact float32)
         or ``"bf16"`` (bfloat16 products with float32 accumulation).
@@ -213,15 +213,18 @@ def _storage(chain: list[tuple[th.Tensor, th.Tensor] | nn.Module]) -> list[int]:
     return [t.data_ptr() for op in chain if not isinstance(op, nn.Module) for t in op]
 
 
-def _greedy_chain(q_net: nn.Module) -> list[tuple[th.Tensor, th.Tensor] | nn.Module] | None:
-    """The dueling network's trunk + advantage chain where acting can use it, else ``None``."""
+def _greedy_chain(q_net: nn.Module) -> Chain | None:
+    """The trunk + advantage chain a network hands the actor where acting can use it, else
+    ``None``: a network offers it through a ``greedy_chain()`` method (the dueling network's
+    :meth:`~agents.algorithm.policies.DuelingQNetwork.greedy_chain`)."""
     from stable_baselines3.common.torch_layers import FlattenExtractor
 
-    if not isinstance(q_net, DuelingQNetwork):
+    greedy_chain = getattr(q_net, "greedy_chain", None)
+    if not callable(greedy_chain):
         return None
     if type(q_net.features_extractor) is not FlattenExtractor:
         return None
-    return q_net.greedy_chain()
+    return greedy_chain()
 
 
 def _numpy_activation(module: nn.Module) -> Callable[[np.ndarray], np.ndarray] | None:
@@ -259,7 +262,7 @@ class NumpyGreedy:
     @classmethod
     def of(cls, q_nets: list[nn.Module]) -> NumpyGreedy | None:
         """The networks' :class:`NumpyGreedy`, or ``None`` where one is not a dueling network
-        with a :meth:`~DuelingQNetwork.greedy_chain` of LeakyReLU, ReLU, Tanh or Identity
+        with a :meth:`~agents.algorithm.policies.DuelingQNetwork.greedy_chain` of LeakyReLU, ReLU, Tanh or Identity
         activations, or where their architectures differ (the caller then runs torch)."""
         chains = [_greedy_chain(q) for q in q_nets]
         if not chains or any(c is None for c in chains):

@@ -17,7 +17,7 @@ import numpy as np
 import torch as th
 from torch import nn
 
-from agents.algorithm.policies import DEFAULT_DUELING_ARCH
+from agents.network_layout import DEFAULT_DUELING_ARCH
 from gpu_trading_env.core.constants import BLOCK
 from gpu_trading_env.core.kernel_interface import (
     CURIOSITY_PARAMS,
