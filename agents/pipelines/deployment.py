@@ -110,47 +110,82 @@ def describe_deployment(
         (:class:`~gpu_trading_env.reports.sharpe_inference.DeflatedSharpe` as a dict), or None.
     :param vs_buy_and_hold: the network's validation Sharpe minus buy-and-hold's, or None.
     """
-    details: list[str] = []
+    details = _input_details(selection, gate) + [_baseline_sentence(baseline)]
     name = baseline["name"]
+    if gate is None:
+        return _untrained(kept, baseline, details)
+    halves = gate.get("network_minus_baseline_sharpe_in_validation_halves") or []
+    details.append(_evidence(gate, name, vs_buy_and_hold, halves))
+    if deflated is not None:
+        details.append(
+            f"Deflated Sharpe ratio of the network's validation returns: {deflated['dsr']:.2f} "
+            f"(the probability that its true Sharpe is above the best of {deflated['n_trials']} "
+            "trials with no edge; trials: inputs tested x snapshots)."
+        )
+    if kept == "network":
+        return _network_kept(kept, gate, fallback, details)
+    return _baseline_kept(kept, name, gate, halves, details)
+
+
+def _input_details(selection: dict[str, Any] | None, gate: dict[str, Any] | None) -> list[str]:
+    """The sentence on the inputs: the selection's count kept, or (every input given) the
+    features' test of predicting the next return; none where neither ran."""
     if selection is not None:
         shown = _p_text(float(selection["p_value"]))
         counted = kept_inputs_count(selection["kept"], len(selection["feature_names"]))
-        details.append(
-            f"Input selection on the training bars: {counted} kept (family-wise {shown})."
-        )
+        return [f"Input selection on the training bars: {counted} kept (family-wise {shown})."]
     predict = None if gate is None else gate.get("features_predict_next_return")
-    if selection is None and predict is not None:
+    if predict is not None:
         shown = _p_text(float(predict["p_value"]))
-        details.append(
+        return [
             f"The features predict the next bar's return on the training bars with {shown} "
             f"(robust Wald test, {int(predict['df'])} slopes)."
-        )
+        ]
+    return []
+
+
+def _baseline_sentence(baseline: dict[str, Any]) -> str:
+    """Why the baseline is the one chosen on the training bars."""
+    name = baseline["name"]
     if name != "flat":
-        details.append(f"Baseline {name}: {_drift_sentence(baseline)}.")
-    else:
-        details.append(
-            f"Baseline flat: no drift held over the training bars and each "
-            f"{_PART_NAMES.get(len(baseline.get('parts') or ()), 'part')} of them "
-            f"({_drift_sentence(baseline)})."
-        )
-    if gate is None:
-        if name == "flat":
-            return Deployment(
-                kept,
-                "no_input",
-                "no edge found: the model stays flat (no input predicted the next return on the "
-                "training bars, so no network was trained)",
-                tuple(details),
-                False,
-            )
+        return f"Baseline {name}: {_drift_sentence(baseline)}."
+    return (
+        f"Baseline flat: no drift held over the training bars and each "
+        f"{_PART_NAMES.get(len(baseline.get('parts') or ()), 'part')} of them "
+        f"({_drift_sentence(baseline)})."
+    )
+
+
+def _untrained(kept: str, baseline: dict[str, Any], details: list[str]) -> Deployment:
+    """No network trained (no input kept): flat, or the hold of the training bars' drift."""
+    name = baseline["name"]
+    if name == "flat":
         return Deployment(
             kept,
-            "drift_no_input",
-            f"holds {_side(name)}: the training bars' drift ({interval_text(baseline['hold_vs_flat'])}"
-            "); no input predicted the next return, so no network was trained",
+            "no_input",
+            "no edge found: the model stays flat (no input predicted the next return on the "
+            "training bars, so no network was trained)",
             tuple(details),
             False,
         )
+    return Deployment(
+        kept,
+        "drift_no_input",
+        f"holds {_side(name)}: the training bars' drift ({interval_text(baseline['hold_vs_flat'])}"
+        "); no input predicted the next return, so no network was trained",
+        tuple(details),
+        False,
+    )
+
+
+def _evidence(
+    gate: dict[str, Any],
+    name: str,
+    vs_buy_and_hold: dict[str, float] | None,
+    halves: list[float],
+) -> str:
+    """The validation test's evidence in one sentence: the edge over flat (allowing for the
+    choice among snapshots), over buy-and-hold and the baseline, per half of the window."""
     flat = gate["network_minus_flat_validation_sharpe"]
     evidence = (
         f"the network's validation Sharpe minus flat's, allowing for its choice among "
@@ -163,32 +198,40 @@ def describe_deployment(
         evidence += (
             f"; minus {name}'s: {interval_text(gate['network_minus_baseline_validation_sharpe'])}"
         )
-    halves = gate.get("network_minus_baseline_sharpe_in_validation_halves") or []
     if halves:
         evidence += f"; minus {name}'s in each half of the validation window: " + ", ".join(
             f"{h:+.2f}" for h in halves
         )
-    details.append(evidence[0].upper() + evidence[1:] + ".")
-    if deflated is not None:
-        details.append(
-            f"Deflated Sharpe ratio of the network's validation returns: {deflated['dsr']:.2f} "
-            f"(the probability that its true Sharpe is above the best of {deflated['n_trials']} "
-            "trials with no edge; trials: inputs tested x snapshots)."
+    return evidence[0].upper() + evidence[1:] + "."
+
+
+def _network_kept(
+    kept: str, gate: dict[str, Any], fallback: bool, details: list[str]
+) -> Deployment:
+    """The network deployed: by the test (at 95%, or at the predictable path's level), or with
+    the fallback off."""
+    flat = gate["network_minus_flat_validation_sharpe"]
+    how = gate.get("beat_flat_by")
+    if not fallback:
+        outcome, reason = "no_fallback", "kept whatever it earned on validation"
+    elif how == "significant":
+        outcome, reason = "network", "it beat flat on the validation window at 95% one-sided"
+    else:
+        outcome, reason = (
+            "network",
+            f"it beat flat on the validation window at {PREDICTED_CONFIDENCE} one-sided, "
+            "where its inputs predict the next return on the training bars",
         )
-    if kept == "network":
-        how = gate.get("beat_flat_by")
-        if not fallback:
-            outcome, reason = "no_fallback", "kept whatever it earned on validation"
-        elif how == "significant":
-            outcome, reason = "network", "it beat flat on the validation window at 95% one-sided"
-        else:
-            outcome, reason = (
-                "network",
-                f"it beat flat on the validation window at {PREDICTED_CONFIDENCE} one-sided, "
-                "where its inputs predict the next return on the training bars",
-            )
-        headline = f"{OUTCOMES[outcome]}: validation edge over flat {interval_text(flat)}; {reason}"
-        return Deployment(kept, outcome, headline, tuple(details), True)
+    headline = f"{OUTCOMES[outcome]}: validation edge over flat {interval_text(flat)}; {reason}"
+    return Deployment(kept, outcome, headline, tuple(details), True)
+
+
+def _baseline_kept(
+    kept: str, name: str, gate: dict[str, Any], halves: list[float], details: list[str]
+) -> Deployment:
+    """A trained network replaced by the baseline: its edge was not enough, or not in each
+    half of the validation window."""
+    flat = gate["network_minus_flat_validation_sharpe"]
     split = ""
     if gate.get("beat_flat_by") is not None and halves and not all(h > 0.0 for h in halves):
         split = ", ".join(f"{h:+.2f}" for h in halves)
