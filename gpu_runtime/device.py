@@ -128,9 +128,9 @@ def compile_in_background(specs: Sequence[ModuleSpec], device_index: int) -> lis
     """Start compiling each of ``specs`` (:func:`load_module`'s arguments) for device
     ``device_index``, one thread each, and return the threads.
 
-    NVRTC releases the GIL, so the kernels of a first run on a new machine (about 7 s of
-    compilation on an H200 host, one module after another) compile side by side and beside the
-    Python work before their first use; :func:`load_module` then waits for a module still
+    NVRTC releases the GIL, so the kernels of a first run on a new machine (seconds of
+    compilation, docs/PERFORMANCE.md) compile side by side and beside the Python work before
+    their first use; :func:`load_module` then waits for a module still
     compiling. A failure is left to that call to raise (it compiles again). Nothing happens
     without CuPy and a CUDA device.
     """

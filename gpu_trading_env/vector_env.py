@@ -645,7 +645,7 @@ def check_reset_mask(mask: Any, n: int) -> np.ndarray:
 def check_start_index(start: Any, n: int, last: np.ndarray) -> np.ndarray:
     """int64 [n] start bars from an int or n ints (``options["start_index"]``; None: -1, draw);
     ``last`` int64 [n]: each env's last allowed value. Every value is range-checked as given,
-    before any conversion (uint64 2**64 - 1 used to wrap to -1, "draw")."""
+    before any conversion (so uint64 2**64 - 1 cannot wrap to -1, "draw")."""
     if start is None:
         return np.full(n, -1, dtype=np.int64)
 

@@ -519,9 +519,8 @@ def run_zoo(
         len(workers), mp_context=ctx, initializer=_init_worker, initargs=(slots,)
     ) as pool:
         # The first run goes alone: it compiles the kernels and the train step into the host's
-        # on-disk caches (CuPy's, Inductor's, Triton's), which every other worker then reads. Four
-        # workers compiling the same code at once on a fresh host took 61 to 63 s a first run
-        # (H200, 16 cores), past the zoo's 60 s a run.
+        # on-disk caches (CuPy's, Inductor's, Triton's), which every other worker then reads:
+        # workers compiling the same code at once on a fresh host run past the zoo's time a run.
         first, rest = jobs[0], jobs[1:]
         rows[first] = pool.submit(_worker_run, *first, budget, tuple(extra_train_args)).result()
         if on_done is not None:

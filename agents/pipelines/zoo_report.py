@@ -150,7 +150,7 @@ def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
         "verdict": (r.get("deployment") or {}).get("headline", ""),
         "features_predict_p": (r["gate"].get("features_predict_next_return") or {}).get("p_value"),
         "beat_flat_by": r["gate"].get("beat_flat_by") or "",
-        # The input selection (None: --all-inputs, or a row of a release before it).
+        # The input selection (None: --all-inputs, or a row written without one).
         "inputs_kept": " ".join((r.get("inputs") or {}).get("kept", ["(all)"])),
         "regime_filter_p": (r.get("inputs") or {}).get("regime_p_value"),
         "seconds": r["seconds"],

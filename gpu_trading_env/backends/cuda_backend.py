@@ -48,9 +48,9 @@ KERNEL_OPTIONS = ("--fmad=false",)
 
 def launch_block(num_envs: int, sm_count: int) -> int:
     """Threads per block of the env kernels: ``BLOCK``, halved (down to 64) while the grid
-    would have fewer blocks than the GPU has SMs. A thread runs one env's long serial step;
-    at 4,096 envs, 256-thread blocks kept 16 of an H200's 132 SMs busy, two warps per
-    scheduler waiting on each other. The results do not depend on it (one thread per env)."""
+    would have fewer blocks than the GPU has SMs. A thread runs one env's long serial step,
+    so at a few thousand envs wide blocks would leave most SMs idle. The results do not depend
+    on it (one thread per env)."""
     threads = BLOCK
     while threads > 64 and -(-num_envs // threads) < sm_count:
         threads //= 2
