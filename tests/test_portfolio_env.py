@@ -416,3 +416,55 @@ def test_cost_bps_of_another_length_than_the_instruments() -> None:
         )
     with pytest.raises(TypeError, match="unexpected keyword argument 'barriers'"):
         PortfolioVectorEnv(1, barriers=False)
+
+
+@pytest.mark.parametrize("j", [0, 2])
+def test_one_active_instrument_of_three_equals_the_single_env(j: int) -> None:
+    """Instruments held flat add exact zeros to every sum: the active one is the single env."""
+    rng = np.random.default_rng(j)
+    config = PortfolioConfig(
+        exposure_levels=(-1.0, -0.3, 0.0, 0.6, 1.0),
+        cost_bps=(3.0, 3.0, 3.0),
+        leverage=1.3,
+        max_leverage=1.3,
+        fill="next_open",
+        episode_length=25,
+    )
+    data = MarketData.synthetic("gbm", n_bars=200, n_instruments=3, seed=5)
+    n = 6
+    port = PortfolioVectorEnv(n, data=data, config=config)
+    single = TradingVectorEnv(
+        n, data=data.instrument(j), config=single_instrument_config(config, 3.0)
+    )
+    port.reset(seed=9)
+    single.reset(seed=9)
+    f = data.n_features
+    for _ in range(80):
+        a = rng.integers(0, config.n_levels, n)
+        acts = np.full((n, 3), config.exposure_levels.index(0.0))
+        acts[:, j] = a
+        po, pr, pte, ptr, pi = port.step(acts)
+        so, sr, ste, s_tr, si = single.step(a)
+        np.testing.assert_array_equal(pr, sr)
+        np.testing.assert_array_equal(pte | ptr, ste | s_tr)
+        np.testing.assert_array_equal(pi["portfolio_value"], si["portfolio_value"])
+        np.testing.assert_array_equal(pi["positions"][:, j], si["position"])
+        np.testing.assert_array_equal(po[:, j * f : (j + 1) * f], so[:, :f])
+        np.testing.assert_array_equal(po[:, 3 * f], so[:, f])
+        np.testing.assert_array_equal(po[:, 3 * f + 1 + j], so[:, f + 1])
+
+
+def test_from_bar_files(tmp_path) -> None:
+    from random_bars import write_daily_bar_csv
+
+    paths = [
+        write_daily_bar_csv(tmp_path / f"{name}.csv", 340, seed=k)
+        for k, name in enumerate(("AAA", "BBB"))
+    ]
+    env = gym.make_vec("GpuPortfolio-v0", num_envs=2, device="cpu", data=paths, episode_length=10)
+    assert env.data.instruments == ("AAA", "BBB")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (2, 2 * env.data.n_features + 3)
+    short = write_daily_bar_csv(tmp_path / "CCC.csv", 339, seed=3)
+    with pytest.raises(ValueError, match="instrument 'CCC' disagrees with instrument 'AAA'"):
+        PortfolioData.from_files([paths[0], short])
