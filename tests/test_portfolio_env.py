@@ -468,3 +468,22 @@ def test_from_bar_files(tmp_path) -> None:
     short = write_daily_bar_csv(tmp_path / "CCC.csv", 339, seed=3)
     with pytest.raises(ValueError, match="instrument 'CCC' disagrees with instrument 'AAA'"):
         PortfolioData.from_files([paths[0], short])
+
+
+def test_components_and_episode_costs_add_up() -> None:
+    """gross - cost is the simple return (to rounding); the state's episode costs are the sum
+    of the steps' costs per instrument."""
+    data = MarketData.synthetic("gbm", n_bars=200, n_instruments=3, seed=8)
+    env = PortfolioVectorEnv(
+        4, data=data, cost_bps=(2.0, 9.0, 25.0), max_leverage=2.0, episode_length=100
+    )
+    env.reset(seed=1, options={"start_index": 0})
+    rng = np.random.default_rng(1)
+    total = np.zeros((4, 3))
+    for _ in range(50):
+        _, reward, _, _, info = env.step(rng.integers(0, 3, (4, 3)))
+        gross, cost = info["reward_components"].T
+        np.testing.assert_allclose(gross - cost, reward, rtol=1e-5, atol=1e-7)
+        assert (info["costs"] >= 0).all()
+        total += info["costs"]
+    np.testing.assert_allclose(env.backend.state.costs.T, total, rtol=1e-12)
