@@ -487,3 +487,20 @@ def test_components_and_episode_costs_add_up() -> None:
         assert (info["costs"] >= 0).all()
         total += info["costs"]
     np.testing.assert_allclose(env.backend.state.costs.T, total, rtol=1e-12)
+
+
+def test_sb3_vec_env_runs_the_portfolio() -> None:
+    from gpu_trading_env.wrappers import SB3VecEnv
+
+    data = MarketData.synthetic("gbm", n_bars=200, n_instruments=3, seed=0)
+    venv = gym.make_vec("GpuPortfolio-v0", num_envs=4, device="cpu", data=data, episode_length=5)
+    env = SB3VecEnv(venv)
+    assert env.action_space == gym.spaces.MultiDiscrete([3, 3, 3])
+    env.reset()
+    for step in range(5):
+        obs, reward, done, infos = env.step(np.full((4, 3), LONG))
+        assert done.all() == (step == 4)
+    np.testing.assert_array_equal(obs[:, -4:], np.float32([[1.0, 0, 0, 0]] * 4))
+    for info in infos:
+        assert info["terminal_observation"].shape == (3 * 51 + 1 + 3,)
+        assert (info["terminal_observation"][-3:] > 0).all()  # the ended episode held longs
