@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gpu_trading_env.data.loaders import load_bars
 from gpu_trading_env.data.market_data import MarketData
 
 ALIGN_MODES = (None, "ffill")
@@ -26,7 +27,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PortfolioData:
     """Bars of K instruments on one grid of T timestamps (read-only arrays).
 
@@ -142,8 +143,6 @@ class PortfolioData:
     ) -> PortfolioData:
         """One instrument per CSV/Parquet file (``loaders.load_bars`` of each, with
         ``load_kwargs``), on one grid as :meth:`from_market_data` puts them."""
-        from gpu_trading_env.data.loaders import load_bars
-
         if isinstance(paths, str | Path):
             paths = [paths]
         return cls.from_market_data([load_bars(Path(p), **load_kwargs) for p in paths], align)
