@@ -745,3 +745,40 @@ def test_state_codes_that_the_reference_step_computes_with():
         2,
     )
     assert state.RUNNING == 0
+
+
+# ------------------------------------------------------------------ the worked example
+
+# docs/ENV_SPEC.md, "Worked example": C0 10000, 10 units, barriers 100/50 bps, the default
+# diversity and risk settings, curiosity off, closes 100, 101, 100, 99.4.
+WORKED = {
+    "initial_capital": 10_000.0,
+    "diversity_penalty": 0.1,
+    "risk_penalty_scale": 0.5,
+    "profit_target_bps": 100.0,
+    "stop_loss_bps": 50.0,
+}
+WORKED_CLOSE = [100.0, 101.0, 100.0, 99.4, 99.0]
+
+
+def test_the_worked_example_with_barriers() -> None:
+    env = make_env(WORKED_CLOSE, barriers=True, **WORKED)
+    one = step(env, act(LONG))  # 36: buy 10 at 100, cost 0.1; V 10000 -> 10009.9
+    assert one.value == f64(10_009.9) and one.reward == f32(9.9 / 10_000)
+    assert one.label == 0 and not one.terminated
+    two = step(env, act(HALF_LONG))  # 27: sell 5 at 101, the profit barrier fires at 101
+    pnl = (9_504.8495 + 5 * 100 - 10_009.9) / 10_009.9
+    assert two.label == 1 and two.terminated
+    assert list(two.comp[:2]) == [f32(pnl), f32(0.5 * pnl)] and two.reward == f32(1.5 * pnl)
+
+
+def test_the_worked_example_reversal_without_barriers() -> None:
+    env = make_env(WORKED_CLOSE, **WORKED)
+    step(env, act(LONG))
+    step(env, act(HALF_LONG))  # pos 5, cash 9504.8495, V(2) 10004.8495
+    three = step(env, act(SHORT))  # 0: a reversal to -10 units at 100
+    pnl = (11_004.6995 - 10 * 99.4 - 10_004.8495) / 10_004.8495
+    assert three.position == -10.0 and three.value == f64(10_010.6995)
+    # ring [long, long, short]: H = 0.918 bits < 1 with 3 entries; |pos_feat| 0.05: no risk
+    assert list(three.comp) == [f32(pnl), 0.0, 0.0, f32(-0.1), 0.0]
+    assert three.reward == f32(pnl - 0.1)
