@@ -170,6 +170,62 @@ def kept_policy_note(learning: TrainResult) -> str:
     return text
 
 
+def _with_known_rule(
+    rule: Any, rows: list[tuple[str, dict[str, Any]]], metrics: dict[str, Any]
+) -> dict[str, Any]:
+    """Add the known rule's row and metrics (where the market has a rule) to ``rows`` and
+    ``metrics``; returns its value curve by legend, for the equity plots (empty without one)."""
+    if rule is None:
+        return {}
+    from agents.pipelines.backtest_policies import RULE_EXPOSURE
+
+    metrics["known_rule"] = {"strategy": rule.strategy.to_dict(), "exposure": RULE_EXPOSURE}
+    rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", rule.strategy.to_dict()))
+    return {f"known rule, costs in (Sharpe {rule.strategy.sharpe:.2f})": rule.equity}
+
+
+def _plot_backtest(
+    result: Any, out: Path, title: str, synthetic: bool, curves: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """Write the value curves (linear and log scale, ``curves`` beside the strategy's) and the
+    exposure held; returns the (file name, caption) of each image."""
+    from gpu_trading_env.reports.report import plot_equity, plot_position
+
+    images = []
+    for log_scale, name in ((False, "equity_curve.png"), (True, "equity_curve_log.png")):
+        plot_equity(
+            result, out / name, title, log_scale=log_scale, synthetic=synthetic, extra=curves
+        )
+        images.append(
+            (name, f"{title}: value and drawdown, {'log' if log_scale else 'linear'} scale")
+        )
+    plot_position(result.timestamps, result.exposure, out / "position.png", synthetic=synthetic)
+    images.append(("position.png", "Exposure held after each bar's trade"))
+    return images
+
+
+def _plot_learning(learning: TrainResult, out: Path) -> dict[str, Any]:
+    """Write learning_curve.png (mean episode return by env step, the snapshots' evaluations,
+    the one selected); returns metrics.json's ``learning_curve``."""
+    from gpu_trading_env.reports.report import plot_learning_curve
+
+    curve = learning.curve
+    steps, rets = zip(*curve, strict=True) if curve else ((), ())
+    plot_learning_curve(
+        np.array(steps),
+        np.array(rets),
+        out / "learning_curve.png",
+        evals=learning.evals.to_dict(),
+        selected=learning.selected_step,
+    )
+    return {
+        "timesteps": list(steps),
+        "mean_episode_return": list(rets),
+        "evaluations": learning.evals.to_dict(),
+        "selected_step": learning.selected_step,
+    }
+
+
 def single_report(
     out: Path,
     result: Any,
@@ -192,13 +248,7 @@ def single_report(
     :param evaluated: the one-instrument MarketData ``result`` is a backtest of.
     :param trained: the instruments a model was trained on, where one was.
     """
-    from gpu_trading_env.reports.report import (
-        plot_equity,
-        plot_learning_curve,
-        plot_position,
-        write_html,
-        write_json,
-    )
+    from gpu_trading_env.reports.report import write_html, write_json
 
     synthetic = is_synthetic(data)
     out.mkdir(parents=True, exist_ok=True)
@@ -208,40 +258,11 @@ def single_report(
         ("buy and hold", result.benchmark.to_dict()),
         ("buy and hold, frictionless", result.frictionless_buy_and_hold.to_dict()),
     ]
-    curves = {}
-    if rule is not None:
-        from agents.pipelines.backtest_policies import RULE_EXPOSURE
-
-        metrics["known_rule"] = {"strategy": rule.strategy.to_dict(), "exposure": RULE_EXPOSURE}
-        rows.append((f"known rule ({RULE_EXPOSURE:g} exposure)", rule.strategy.to_dict()))
-        curves[f"known rule, costs in (Sharpe {rule.strategy.sharpe:.2f})"] = rule.equity
-    images = []
-    for log_scale, name in ((False, "equity_curve.png"), (True, "equity_curve_log.png")):
-        plot_equity(
-            result, out / name, title, log_scale=log_scale, synthetic=synthetic, extra=curves
-        )
-        images.append(
-            (name, f"{title}: value and drawdown, {'log' if log_scale else 'linear'} scale")
-        )
-    plot_position(result.timestamps, result.exposure, out / "position.png", synthetic=synthetic)
-    images.append(("position.png", "Exposure held after each bar's trade"))
+    curves = _with_known_rule(rule, rows, metrics)
+    images = _plot_backtest(result, out, title, synthetic, curves)
     if learning is not None and learning.selected_step is not None:
-        curve = learning.curve
-        steps, rets = zip(*curve, strict=True) if curve else ((), ())
-        plot_learning_curve(
-            np.array(steps),
-            np.array(rets),
-            out / "learning_curve.png",
-            evals=learning.evals.to_dict(),
-            selected=learning.selected_step,
-        )
+        metrics["learning_curve"] = _plot_learning(learning, out)
         images.append(("learning_curve.png", "Learning curve and greedy-policy evaluations"))
-        metrics["learning_curve"] = {
-            "timesteps": list(steps),
-            "mean_episode_return": list(rets),
-            "evaluations": learning.evals.to_dict(),
-            "selected_step": learning.selected_step,
-        }
     write_json(metrics, out / "metrics.json")
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
     if learning is not None:
