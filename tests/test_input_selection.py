@@ -4,6 +4,7 @@ known, and the selection's round trip through a model file and ``eval``."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -212,7 +213,8 @@ def test_the_report_names_the_test_that_was_run(selected):
     flat_ci = {"difference": 0.1, "low": -0.5, "high": 0.6, "level": 0.9}
     baseline = {"name": "flat", "hold_vs_flat": flat_ci, "parts": []}
     deployment = describe_deployment("network", baseline, gate=gate, selection=selection)
-    note = kept_policy_note({"deployment": deployment})
+    # kept_policy_note reads the run's deployment alone (a TrainResult in the command).
+    note = kept_policy_note(SimpleNamespace(deployment=deployment))
     assert note.startswith("Verdict: a network")
     if selected:
         assert "0 of 51 features and the fitted regime filter's forecast kept" in note
