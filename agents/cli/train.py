@@ -10,7 +10,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.cli.data import load_data, per_year_of, split_data
 from agents.cli.options import PROG, UsageError, tensorboard_installed
@@ -19,6 +19,9 @@ from agents.cli.run_folder import CHECKPOINTS, claim_out
 from agents.pipelines.train_config import CPU_TORCH_THREADS as CPU_TORCH_THREADS
 from agents.pipelines.train_config import WALKFORWARD_CPU_TIMESTEPS as WALKFORWARD_CPU_TIMESTEPS
 from agents.pipelines.train_config import TrainConfig, set_torch_threads
+
+if TYPE_CHECKING:
+    from agents.pipelines.train_result import TrainResult
 
 # The device defaults (agents.pipelines.train_config), by name for the command line's help.
 CPU_DEFAULTS = TrainConfig.device_defaults("cpu")
@@ -169,11 +172,13 @@ def interrupted_note(out: Path, args: argparse.Namespace) -> str:
     )
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from agents.pipelines.backtest_policies import known_rule
-    from agents.pipelines.model_selection import train_selected
-
-    data = load_data(args)
+def _split_for_training(
+    args: argparse.Namespace, data: Any
+) -> tuple[Any, Any, float, dict[str, Any]]:
+    """``(train_data, evaluated, per_year, instruments)``: the training bars of every
+    instrument used (``--instrument``'s alone where given), the first instrument's test bars
+    the report is of, their bars a year and the instruments by role; says so where several
+    instruments train."""
     used = data if args.instrument is None else data.instrument(args.instrument)
     train_data, test_data = split_data(
         used, args.train_fraction, "pass a fraction that leaves bars on both sides"
@@ -191,7 +196,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"({', '.join(instruments['trained'])}); evaluating on {instruments['evaluated']} "
             "(--instrument NAME trains and evaluates one)"
         )
-    settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
+    return train_data, evaluated, per_year, instruments
+
+
+def _check_checkpoint_options(args: argparse.Namespace, settings: TrainConfig) -> None:
+    """Refuse a ``--checkpoint-every`` below 1, and checkpoints or ``--resume`` with
+    ``--cross-fit`` (whose second network checkpoints do not hold)."""
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         raise UsageError(
             f"--checkpoint-every {args.checkpoint_every} is invalid: allowed is an integer >= 1"
@@ -201,6 +211,19 @@ def cmd_train(args: argparse.Namespace) -> int:
             "--cross-fit trains a second network that checkpoints do not hold: it cannot be "
             "combined with --checkpoint-every or --resume"
         )
+
+
+def _train_in_folder(
+    args: argparse.Namespace,
+    train_data: Any,
+    evaluated: Any,
+    settings: TrainConfig,
+    per_year: float,
+) -> tuple[TrainResult, Path]:
+    """Claim ``--out`` and train there (from the ``--resume`` checkpoint, pinned meanwhile,
+    where given); returns the run and its folder. On Ctrl-C says what there is to resume from."""
+    from agents.pipelines.model_selection import train_selected
+
     with contextlib.ExitStack() as pins:
         resume = None
         if args.resume is not None:
@@ -229,48 +252,88 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         # The checkpoint resumed from was pinned while the run saved newer ones beside it.
         prune_checkpoints(out / CHECKPOINTS, DEFAULT_KEEP)
-    run.model.save(out / "model.zip")
-    summary = run.to_dict()  # metrics.json's order: device and budget, selection, data
+    return run, out
+
+
+def _model_selection_text(run: TrainResult, settings: TrainConfig) -> str:
+    """metrics.json's ``model_selection``: how the kept snapshot was chosen, in words."""
+    if run.selected_step is None:
+        return "no network trained (no input kept)"
+    cross_fit = (
+        f", and a second network's on the first {settings.val_fraction:.0%}"
+        if run.cross_fit
+        else ""
+    )
+    return (
+        f"best validation Sharpe (last {settings.val_fraction:.0%} of the training bars"
+        f"{cross_fit}), at step {run.selected_step}"
+    )
+
+
+def _train_metrics(
+    run: TrainResult,
+    args: argparse.Namespace,
+    settings: TrainConfig,
+    instruments: dict[str, Any],
+    data: Any,
+) -> dict[str, Any]:
+    """The run's part of metrics.json, in its order: device and budget, selection, data, and
+    the input selection where one ran."""
+    summary = run.to_dict()
     extra = {
         "device": args.device,
         "num_envs": settings.num_envs,
         **{k: summary.pop(k) for k in ("timesteps", "train_seconds", "env_steps_per_second")},
         "seed": args.seed,
         "instruments": instruments,
-        "model_selection": "no network trained (no input kept)"
-        if run.selected_step is None
-        else "best validation Sharpe (last "
-        f"{settings.val_fraction:.0%} of the training bars"
-        + (
-            f", and a second network's on the first {settings.val_fraction:.0%}"
-            if run.cross_fit
-            else ""
-        )
-        + f"), at step {run.selected_step}",
+        "model_selection": _model_selection_text(run, settings),
         **{k: v for k, v in summary.items() if k != "inputs"},
         "data": describe_data(data),
         "order_cost_bps": args.config.order_cost_bps,
     }
     if run.inputs is not None:
+        extra["inputs"] = summary["inputs"]
+    return extra
+
+
+def _vs_known_rule(run: TrainResult, rule: Any) -> dict[str, float | None]:
+    """The agent's out-of-sample total return and Sharpe as fractions of the known rule's
+    (None where the rule's is zero)."""
+    rule_return = rule.strategy.total_return
+    rule_sharpe = rule.strategy.sharpe
+    return {
+        "agent_return_vs_known_rule": (
+            run.test.strategy.total_return / rule_return if rule_return else None
+        ),
+        "agent_sharpe_vs_known_rule": (
+            run.test.strategy.sharpe / rule_sharpe if rule_sharpe else None
+        ),
+    }
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``train``: train on one split, keep the snapshot best on validation (or a baseline),
+    save model.zip and write the out-of-sample report; exit 0."""
+    from agents.pipelines.backtest_policies import known_rule
+
+    data = load_data(args)
+    train_data, evaluated, per_year, instruments = _split_for_training(args, data)
+    settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
+    _check_checkpoint_options(args, settings)
+    run, out = _train_in_folder(args, train_data, evaluated, settings, per_year)
+    run.model.save(out / "model.zip")
+    extra = _train_metrics(run, args, settings, instruments, data)
+    if run.inputs is not None:
         from agents.pipelines.input_selection import REGIME_INPUT
 
         sel = run.inputs
-        extra["inputs"] = summary["inputs"]
         print(
             f"network inputs: {describe_inputs(sel['kept'], len(sel['feature_names']), REGIME_INPUT)}"
         )
     print(f"verdict: {run.deployment.headline}")
     rule = known_rule(evaluated, args.config)
     if rule is not None:
-        rule_return = rule.strategy.total_return
-        # The agent's out-of-sample total return as a fraction of the known rule's.
-        extra["agent_return_vs_known_rule"] = (
-            run.test.strategy.total_return / rule_return if rule_return else None
-        )
-        rule_sharpe = rule.strategy.sharpe
-        extra["agent_sharpe_vs_known_rule"] = (
-            run.test.strategy.sharpe / rule_sharpe if rule_sharpe else None
-        )
+        extra.update(_vs_known_rule(run, rule))
     single_report(
         out,
         run.test,
