@@ -51,29 +51,29 @@ def run_one(series: str, seed: int, device: str) -> dict[str, Any]:
         log=lambda _line: None,
     )
     folds = []
-    for f in res["folds"]:
-        (s,) = f["seeds"]
+    for f in res.folds:
+        (s,) = f.seeds
         folds.append(
             {
-                "fold": f["fold"],
-                "train": f["train"],
-                "test": f["test"],
+                "fold": f.fold,
+                "train": f.train,
+                "test": f.test,
                 "kept": s["kept"],
                 "verdict": s["verdict"],
                 "baseline": s["baseline"],
                 "return": s["strategy"]["total_return"],
                 "baseline_return": s["baseline_strategy"]["total_return"],
-                "buy_and_hold_return": f["buy_and_hold"]["total_return"],
+                "buy_and_hold_return": f.buy_and_hold["total_return"],
             }
         )
-    agg = res["aggregate"]
+    agg = res.aggregate
     return {
         "series": series,
         "seed": seed,
         "folds": folds,
         "stitched_return": agg["ensemble"]["total_return"],
         "stitched_buy_and_hold_return": agg["buy_and_hold"]["total_return"],
-        "sharpe_vs_buy_and_hold": res["sharpe_vs_buy_and_hold"],
+        "sharpe_vs_buy_and_hold": res.sharpe_vs_buy_and_hold,
         "seconds": time.perf_counter() - t0,
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from agents.cli.run_folder import claim_out
 from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
 from agents.pipelines.train_config import TrainConfig
 
+if TYPE_CHECKING:
+    from agents.pipelines.walkforward_result import WalkForwardFold, WalkForwardResult
+
 
 def default_test_bars(n_bars: int, folds: int) -> int:
     """Bars of each test window where neither window's length is given: the second half of the
@@ -24,18 +27,18 @@ def default_test_bars(n_bars: int, folds: int) -> int:
     return max((int(n_bars) - int(n_bars) // 2) // max(int(folds), 1), 1)
 
 
-def fold_verdicts(folds: list[dict[str, Any]]) -> list[str]:
+def fold_verdicts(folds: list[WalkForwardFold]) -> list[str]:
     """One line per fold and seed: the test window, the policy deployed and why, its
     out-of-sample return beside its baseline's and buy-and-hold's."""
     lines = []
     for f in folds:
-        for s in f["seeds"]:
+        for s in f.seeds:
             lines.append(
-                f"Fold {f['fold'] + 1} ({f['test']['start'][:10]} to {f['test']['end'][:10]}), "
+                f"Fold {f.fold + 1} ({f.test['start'][:10]} to {f.test['end'][:10]}), "
                 f"seed {s['seed']}: {s['verdict']}; out of sample "
                 f"{100 * s['strategy']['total_return']:+.1f}% against {s['baseline']}'s "
                 f"{100 * s['baseline_strategy']['total_return']:+.1f}% and buy-and-hold's "
-                f"{100 * f['buy_and_hold']['total_return']:+.1f}%."
+                f"{100 * f.buy_and_hold['total_return']:+.1f}%."
             )
     return lines
 
@@ -53,39 +56,44 @@ def _test_bars(args: argparse.Namespace, one: Any) -> int | None:
     return test_bars
 
 
-def _stitched_curves(res: dict[str, Any], label: str) -> dict[str, Any]:
+def _stitched_curves(res: WalkForwardResult, label: str) -> dict[str, Any]:
     """The stitched out-of-sample value curves by legend (Sharpe in it), the known rule's where
     the market has one."""
-    st = res["stitched"]
-    agg = res["aggregate"]
+    st = res.stitched
+    agg = res.aggregate
     curves = {
-        f"{label}, costs in (Sharpe {agg['ensemble']['sharpe']:.2f})": st["ensemble"],
-        f"buy and hold, costs in (Sharpe {agg['buy_and_hold']['sharpe']:.2f})": st["buy_and_hold"],
-        f"random policy, costs in (Sharpe {agg['random']['sharpe']:.2f})": st["random"],
+        f"{label}, costs in (Sharpe {agg['ensemble']['sharpe']:.2f})": st.ensemble,
+        f"buy and hold, costs in (Sharpe {agg['buy_and_hold']['sharpe']:.2f})": st.buy_and_hold,
+        f"random policy, costs in (Sharpe {agg['random']['sharpe']:.2f})": st.random,
     }
-    if "rule" in st:
-        curves[f"known rule, costs in (Sharpe {agg['rule']['sharpe']:.2f})"] = st["rule"]
+    if st.rule is not None:
+        curves[f"known rule, costs in (Sharpe {agg['rule']['sharpe']:.2f})"] = st.rule
     return curves
 
 
 def _plot_stitched(
-    res: dict[str, Any], curves: dict[str, Any], out: Path, title: str, synthetic: bool, seed: int
+    res: WalkForwardResult,
+    curves: dict[str, Any],
+    out: Path,
+    title: str,
+    synthetic: bool,
+    seed: int,
 ) -> list[tuple[str, str]]:
     """Write the stitched value curves (linear and log scale) and the exposure of ``seed``;
     returns the (file name, caption) of each image."""
     from gpu_trading_env.reports.report import plot_curves, plot_position
 
-    st = res["stitched"]
+    st = res.stitched
     images = []
     for log_scale, name in ((False, "equity_curve.png"), (True, "equity_curve_log.png")):
         plot_curves(
-            st["timestamps"],
+            st.timestamps,
             curves,
             out / name,
             title,
             log_scale=log_scale,
             synthetic=synthetic,
-            boundaries=st["boundaries"],
+            boundaries=st.boundaries,
         )
         images.append(
             (
@@ -94,8 +102,8 @@ def _plot_stitched(
             )
         )
     plot_position(
-        st["timestamps"],
-        st["exposure"],
+        st.timestamps,
+        st.exposure,
         out / "position.png",
         f"Exposure held, seed {seed}",
         synthetic=synthetic,
@@ -104,58 +112,56 @@ def _plot_stitched(
     return images
 
 
-def _plot_folds(res: dict[str, Any], out: Path, synthetic: bool) -> list[tuple[str, str]]:
+def _plot_folds(res: WalkForwardResult, out: Path, synthetic: bool) -> list[tuple[str, str]]:
     """Write each fold's out-of-sample returns (folds.png) and the first seed's learning curve
     of each fold; returns the (file name, caption) of each image."""
     from gpu_trading_env.reports.report import plot_folds, plot_learning_curve
 
     bars = []
-    for f in res["folds"]:
-        row = {f"GpuDQN seed {s['seed']}": 100 * s["strategy"]["total_return"] for s in f["seeds"]}
-        row["buy and hold"] = 100 * f["buy_and_hold"]["total_return"]
-        row["random"] = 100 * f["random"]["total_return"]
-        if f["rule"] is not None:
-            row["known rule"] = 100 * f["rule"]["total_return"]
+    for f in res.folds:
+        row = {f"GpuDQN seed {s['seed']}": 100 * s["strategy"]["total_return"] for s in f.seeds}
+        row["buy and hold"] = 100 * f.buy_and_hold["total_return"]
+        row["random"] = 100 * f.random["total_return"]
+        if f.rule is not None:
+            row["known rule"] = 100 * f.rule["total_return"]
         bars.append(row)
     plot_folds(bars, out / "folds.png", synthetic=synthetic)
     images = [("folds.png", "Total return of each fold's out-of-sample window, costs in")]
-    for f in res["folds"]:
-        s0 = f["seeds"][0]
+    for f in res.folds:
+        s0 = f.seeds[0]
         steps, rets = zip(*s0["learning_curve"], strict=True) if s0["learning_curve"] else ((), ())
-        name = f"learning_curve_fold{f['fold']}.png"
+        name = f"learning_curve_fold{f.fold}.png"
         plot_learning_curve(
             np.array(steps),
             np.array(rets),
             out / name,
             evals=s0["evaluations"],
             selected=s0["selected_step"],
-            title=f"Fold {f['fold']}, seed {s0['seed']}: learning curve",
+            title=f"Fold {f.fold}, seed {s0['seed']}: learning curve",
         )
-        images.append(
-            (name, f"Fold {f['fold']}: training curve, validation and out-of-sample Sharpe")
-        )
+        images.append((name, f"Fold {f.fold}: training curve, validation and out-of-sample Sharpe"))
     return images
 
 
 def _metrics(
-    res: dict[str, Any], args: argparse.Namespace, one: Any, synthetic: bool, per_year: float
+    res: WalkForwardResult, args: argparse.Namespace, one: Any, synthetic: bool, per_year: float
 ) -> dict[str, Any]:
-    """metrics.json's content: the aggregate, the folds (their private ``_`` keys left out)
-    and the settings of the run."""
+    """metrics.json's content: the aggregate, the folds (their JSON records) and the settings
+    of the run."""
     return {
         "instrument": one.instruments[0],
         "synthetic_data": synthetic,
         "bars_per_year": per_year,
         "costs_included": True,
-        "aggregate": res["aggregate"],
-        "sharpe_vs_buy_and_hold": res["sharpe_vs_buy_and_hold"],
-        "beats_buy_and_hold_every_fold": res["beats_buy_and_hold_every_fold"],
-        "folds": [{k: v for k, v in f.items() if not k.startswith("_")} for f in res["folds"]],
+        "aggregate": res.aggregate,
+        "sharpe_vs_buy_and_hold": res.sharpe_vs_buy_and_hold,
+        "beats_buy_and_hold_every_fold": res.beats_buy_and_hold_every_fold,
+        "folds": [f.to_dict() for f in res.folds],
         "settings": {
-            **res["settings"],
+            **res.settings,
             "folds": args.folds,
-            "train_bars": res["folds"][0]["train"]["bars"],
-            "test_bars": res["folds"][0]["test"]["bars"],
+            "train_bars": res.folds[0].train["bars"],
+            "test_bars": res.folds[0].test["bars"],
             "expanding": not args.rolling,
             "seeds": args.seeds,
             "warm_start": args.warm_start,
@@ -178,7 +184,7 @@ def _result_rows(label: str, agg: dict[str, Any]) -> list[tuple[str, dict[str, A
 
 
 def _notes(
-    res: dict[str, Any],
+    res: WalkForwardResult,
     data: Any,
     per_year: float,
     args: argparse.Namespace,
@@ -186,9 +192,9 @@ def _notes(
 ) -> list[str]:
     """The report's notes: each fold's verdict, the data, how the folds trained and the Sharpe
     difference to buy-and-hold with its interval."""
-    ci = res["sharpe_vs_buy_and_hold"]
+    ci = res.sharpe_vs_buy_and_hold
     return (
-        fold_verdicts(res["folds"])
+        fold_verdicts(res.folds)
         + report_notes(data, per_year, args, args.config)
         + [
             f"{args.folds} folds, {'rolling' if args.rolling else 'expanding'} training windows; each trains from {'the previous fold (warm start)' if args.warm_start else 'scratch'} "
@@ -203,14 +209,14 @@ def _notes(
 
 
 def _print_summary(
-    res: dict[str, Any],
+    res: WalkForwardResult,
     instrument: str,
     args: argparse.Namespace,
     rows: list[tuple[str, dict[str, Any]]],
     synthetic: bool,
 ) -> None:
     """The console summary: the results rows, the Sharpe difference, each fold's verdict."""
-    ci = res["sharpe_vs_buy_and_hold"]
+    ci = res.sharpe_vs_buy_and_hold
     print(f"walk-forward out-of-sample ({instrument}, {args.folds} folds, costs in):")
     for line in summary_lines(rows):
         print(line)
@@ -218,9 +224,9 @@ def _print_summary(
         f"  Sharpe minus buy-and-hold: {ci['difference']:+.2f}, {ci['level']:.0%} interval "
         f"[{ci['low']:+.2f}, {ci['high']:+.2f}]"
     )
-    for line in fold_verdicts(res["folds"]):
+    for line in fold_verdicts(res.folds):
         print(f"  {line}")
-    beats = res["beats_buy_and_hold_every_fold"]
+    beats = res.beats_buy_and_hold_every_fold
     print(
         f"  beats buy-and-hold in every fold: {', '.join(f'seed {s}: {b}' for s, b in beats.items())}"
     )
@@ -259,7 +265,7 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     images = _plot_stitched(res, curves, out, title, synthetic, args.seeds[0])
     images += _plot_folds(res, out, synthetic)
     write_json(_metrics(res, args, one, synthetic, per_year), out / "metrics.json")
-    rows = _result_rows(label, res["aggregate"])
+    rows = _result_rows(label, res.aggregate)
     notes = _notes(res, data, per_year, args, settings)
     page = write_html(out, title, notes, results_table(rows), images)
     _print_summary(res, one.instruments[0], args, rows, synthetic)

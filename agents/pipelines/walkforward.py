@@ -26,6 +26,7 @@ from agents.pipelines.backtest_policies import known_rule, random_policy
 from agents.pipelines.baseline_policies import baseline_backtest
 from agents.pipelines.model_selection import TrainResult, train_selected
 from agents.pipelines.train_settings import TrainSettings
+from agents.pipelines.walkforward_result import StitchedCurves, WalkForwardFold, WalkForwardResult
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import (
@@ -34,7 +35,7 @@ from gpu_trading_env.reports.backtest import (
 )
 from gpu_trading_env.reports.metrics import curve_metrics, sharpe_difference_interval
 
-__all__ = ["walk_forward"]
+__all__ = ["StitchedCurves", "WalkForwardFold", "WalkForwardResult", "walk_forward"]
 
 
 def _stitch(results: list[BacktestResult]) -> tuple[np.ndarray, np.ndarray]:
@@ -61,16 +62,16 @@ def walk_forward(
     per_year: float,
     expanding: bool = True,
     log: Callable[[str], None] = print,
-) -> dict[str, Any]:
+) -> WalkForwardResult:
     """Rolling-fold training and out-of-sample evaluation of one instrument (``data``).
 
-    :returns: a dict with ``folds`` (per-fold figures and curves), ``stitched`` (curves over all
-        test windows: per seed, ensemble, buy-and-hold, random, rule), ``aggregate`` (metrics of
-        the stitched curves, costs in) and ``sharpe_vs_buy_and_hold`` (block-bootstrap interval
-        of the ensemble's Sharpe minus buy-and-hold's).
+    :returns: the folds (per-fold figures and runs), the curves stitched over all test windows
+        (per seed, ensemble, buy-and-hold, random, rule), their metrics (costs in) and the
+        block-bootstrap interval of the ensemble's Sharpe minus buy-and-hold's
+        (:class:`~agents.pipelines.walkforward_result.WalkForwardResult`).
     """
     pieces = data.walk_forward(folds, train_bars, test_bars, expanding=expanding)
-    fold_out: list[dict[str, Any]] = []
+    fold_out: list[WalkForwardFold] = []
     by_seed: dict[int, list[BacktestResult]] = {s: [] for s in seeds}
     bench: dict[str, list[BacktestResult]] = {"buy_and_hold": [], "random": [], "rule": []}
     warm: dict[int, Any] = {}
@@ -104,21 +105,18 @@ def walk_forward(
     stitched, ensemble, bh_rets = _stitched(pieces, seeds, by_seed, bench)
     ci = sharpe_difference_interval(ensemble, bh_rets, per_year)
     beats = [
-        all(
-            f["_results"][j].test.equity[-1] > f["_results"][j].test.buy_and_hold[-1]
-            for f in fold_out
-        )
+        all(f.results[j].test.equity[-1] > f.results[j].test.buy_and_hold[-1] for f in fold_out)
         for j in range(len(seeds))
     ]
-    return {
-        "folds": fold_out,
-        "stitched": stitched,
-        "aggregate": _aggregate(stitched, per_year),
-        "sharpe_vs_buy_and_hold": ci,
-        "beats_buy_and_hold_every_fold": dict(zip(map(str, seeds), beats, strict=True)),
-        "settings": asdict(settings),
-        "expanding": bool(expanding),
-    }
+    return WalkForwardResult(
+        folds=fold_out,
+        stitched=stitched,
+        aggregate=_aggregate(stitched, per_year),
+        sharpe_vs_buy_and_hold=ci,
+        beats_buy_and_hold_every_fold=dict(zip(map(str, seeds), beats, strict=True)),
+        settings=asdict(settings),
+        expanding=bool(expanding),
+    )
 
 
 def _fold_record(
@@ -131,14 +129,13 @@ def _fold_record(
     rule: BacktestResult | None,
     config: EnvConfig,
     per_year: float,
-) -> dict[str, Any]:
-    """Fold ``k``'s record: its windows, each seed's deployed policy and figures, the
-    benchmarks'; the ``_``-keys hold the backtests themselves (not written to metrics.json)."""
-    return {
-        "fold": k,
-        "train": _window(train),
-        "test": _window(test),
-        "seeds": [
+) -> WalkForwardFold:
+    """Fold ``k``: its windows, each seed's deployed policy and figures, the benchmarks'."""
+    return WalkForwardFold(
+        fold=k,
+        train=_window(train),
+        test=_window(test),
+        seeds=[
             {
                 "seed": s,
                 "kept": r.kept,
@@ -161,13 +158,13 @@ def _fold_record(
             }
             for s, r in zip(seeds, runs, strict=True)
         ],
-        "buy_and_hold": runs[0].test.benchmark.to_dict(),
-        "random": rnd.strategy.to_dict(),
-        "rule": rule.strategy.to_dict() if rule is not None else None,
-        "_results": runs,
-        "_random": rnd,
-        "_rule": rule,
-    }
+        buy_and_hold=runs[0].test.benchmark.to_dict(),
+        random=rnd.strategy.to_dict(),
+        rule=rule.strategy.to_dict() if rule is not None else None,
+        results=runs,
+        random_result=rnd,
+        rule_result=rule,
+    )
 
 
 def _stitched(
@@ -175,10 +172,9 @@ def _stitched(
     seeds: list[int],
     by_seed: dict[int, list[BacktestResult]],
     bench: dict[str, list[BacktestResult]],
-) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-    """The test windows' curves stitched (per seed, ensemble, buy-and-hold, random, rule,
-    exposure, fold boundaries), with the ensemble's and buy-and-hold's per-bar returns."""
-    stitched: dict[str, Any] = {}
+) -> tuple[StitchedCurves, np.ndarray, np.ndarray]:
+    """The test windows' curves stitched, with the ensemble's and buy-and-hold's per-bar
+    returns."""
     seed_rets = {}
     for s in seeds:
         seed_rets[s], ts = _stitch(by_seed[s])
@@ -186,32 +182,33 @@ def _stitched(
     ensemble = np.mean([seed_rets[s] for s in seeds], axis=0)
     bh_rets = np.concatenate([r.buy_and_hold_returns for r in bench["buy_and_hold"]])
     rnd_rets, _ = _stitch(bench["random"])
-    stitched["timestamps"] = ts
-    stitched["ensemble"] = _curve(ensemble)
-    stitched["seeds"] = {s: _curve(seed_rets[s]) for s in seeds}
-    stitched["buy_and_hold"] = _curve(bh_rets)
-    stitched["random"] = _curve(rnd_rets)
-    if bench["rule"]:
-        stitched["rule"] = _curve(_stitch(bench["rule"])[0])
-    stitched["exposure"] = np.concatenate([r.exposure for r in by_seed[seeds[0]]])
-    stitched["boundaries"] = [p[1].timestamps[0] for p in pieces]
+    stitched = StitchedCurves(
+        timestamps=ts,
+        ensemble=_curve(ensemble),
+        seeds={s: _curve(seed_rets[s]) for s in seeds},
+        buy_and_hold=_curve(bh_rets),
+        random=_curve(rnd_rets),
+        rule=_curve(_stitch(bench["rule"])[0]) if bench["rule"] else None,
+        exposure=np.concatenate([r.exposure for r in by_seed[seeds[0]]]),
+        boundaries=[p[1].timestamps[0] for p in pieces],
+    )
     return stitched, ensemble, bh_rets
 
 
-def _aggregate(stitched: dict[str, Any], per_year: float) -> dict[str, Any]:
+def _aggregate(stitched: StitchedCurves, per_year: float) -> dict[str, Any]:
     """Metrics of the stitched curves (costs in)."""
 
     def m(curve: np.ndarray) -> dict[str, Any]:
         return curve_metrics(curve, per_year, costs_included=True).to_dict()
 
     aggregate = {
-        "ensemble": m(stitched["ensemble"]),
-        "seeds": {str(s): m(c) for s, c in stitched["seeds"].items()},
-        "buy_and_hold": m(stitched["buy_and_hold"]),
-        "random": m(stitched["random"]),
+        "ensemble": m(stitched.ensemble),
+        "seeds": {str(s): m(c) for s, c in stitched.seeds.items()},
+        "buy_and_hold": m(stitched.buy_and_hold),
+        "random": m(stitched.random),
     }
-    if "rule" in stitched:
-        aggregate["rule"] = m(stitched["rule"])
+    if stitched.rule is not None:
+        aggregate["rule"] = m(stitched.rule)
     return aggregate
 
 
