@@ -158,6 +158,8 @@ def test_unsupported_multidiscrete_spaces_are_refused(space, field: str) -> None
 def test_policies_without_a_branching_form_are_refused() -> None:
     with pytest.raises(ValueError, match="policy = 'DQNPolicy'.*allowed is 'DuelingPolicy'"):
         GpuDQN("MlpPolicy", bandit_env(2), device="cpu", buffer_size=100)
+    with pytest.raises(ValueError, match="curiosity = True is invalid"):
+        GpuDQN("DuelingPolicy", bandit_env(2), device="cpu", buffer_size=100, curiosity=True)
 
 
 # -- target, loss, priorities --------------------------------------------------------------------

@@ -342,6 +342,9 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
         self._curiosity_dims: dict[str, int] | None = None
         self._curiosity_categories: np.ndarray | None = None
         self._curiosity_installed = False
+        # Before the curiosity layout reads the env (a load sets the spaces later).
+        if isinstance(getattr(self, "action_space", None), spaces.MultiDiscrete):
+            self._check_branching_setup()
         if self.curiosity:
             self._curiosity_dims, self._curiosity_categories = curiosity_layout(
                 self.env, self.trading_env
