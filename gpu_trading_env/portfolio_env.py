@@ -22,7 +22,7 @@ from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_fie
 from gpu_trading_env.core.portfolio_state import PORTFOLIO_COMPONENT_NAMES, PortfolioStepOutputs
 from gpu_trading_env.data.portfolio_data import PortfolioData, as_portfolio_data
 from gpu_trading_env.env_setup import reset_options, seed_keys
-from gpu_trading_env.vector_env import check_reset_mask, check_start_index
+from gpu_trading_env.vector_env import check_reset_mask, check_start_index, limit_episode_length
 
 # The info arrays every step fills for every env, as (info key, step output field).
 PORTFOLIO_INFO_FIELDS = (
@@ -106,21 +106,7 @@ class PortfolioVectorEnv(VectorEnv):
                 f"render_mode = {render_mode!r} is invalid for the portfolio env: allowed is None"
             )
         self.config = resolve_portfolio_config(config, config_kwargs)
-        if max_episode_steps is not None:
-            if isinstance(max_episode_steps, bool) or not isinstance(
-                max_episode_steps, int | np.integer
-            ):
-                raise TypeError(
-                    f"max_episode_steps = {max_episode_steps!r} is invalid: allowed is an int "
-                    ">= 1 or None"
-                )
-            if max_episode_steps < 1:
-                raise ValueError(
-                    f"max_episode_steps = {max_episode_steps} is invalid: allowed is an int "
-                    ">= 1 or None"
-                )
-            limit = min(self.config.episode_length, int(max_episode_steps))
-            self.config = self.config.replace(episode_length=limit)
+        self.config = limit_episode_length(self.config, max_episode_steps)
         self.data = as_portfolio_data(data, align)
         self.backend = make_portfolio_backend(device, self.data, self.config, num_envs)
         self.device = self.backend.device

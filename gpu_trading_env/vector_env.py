@@ -116,21 +116,7 @@ class TradingVectorEnv(VectorEnv):
         if not isinstance(copy_outputs, bool | np.bool_):
             raise TypeError(f"copy_outputs = {copy_outputs!r} is invalid: allowed is True or False")
         self.config = resolve_config(config, config_kwargs)
-        if max_episode_steps is not None:
-            if isinstance(max_episode_steps, bool | np.bool_) or not isinstance(
-                max_episode_steps, int | np.integer
-            ):
-                raise TypeError(
-                    f"max_episode_steps = {max_episode_steps!r} is invalid: allowed is an int "
-                    ">= 1 or None"
-                )
-            if max_episode_steps < 1:
-                raise ValueError(
-                    f"max_episode_steps = {max_episode_steps} is invalid: allowed is an int "
-                    ">= 1 or None"
-                )
-            limit = min(self.config.episode_length, int(max_episode_steps))
-            self.config = self.config.replace(episode_length=limit)
+        self.config = limit_episode_length(self.config, max_episode_steps)
         self.data = resolve_data(data)
         self.backend = make_backend(device, self.data, self.config, num_envs)
         self.device = self.backend.device
@@ -613,6 +599,24 @@ def _same_value(a: Any, b: Any) -> bool:
         return bool(np.array_equal(np.asarray(a), np.asarray(b)))
     except Exception:  # noqa: BLE001 - values that cannot be compared differ
         return False
+
+
+def limit_episode_length(config: Any, max_episode_steps: Any) -> Any:
+    """``config`` with ``episode_length`` at most ``max_episode_steps`` (None: unchanged), the
+    limit Gymnasium's ``make_vec`` passes; a non-int raises TypeError, one below 1 ValueError."""
+    if max_episode_steps is None:
+        return config
+    if isinstance(max_episode_steps, bool | np.bool_) or not isinstance(
+        max_episode_steps, int | np.integer
+    ):
+        raise TypeError(
+            f"max_episode_steps = {max_episode_steps!r} is invalid: allowed is an int >= 1 or None"
+        )
+    if max_episode_steps < 1:
+        raise ValueError(
+            f"max_episode_steps = {max_episode_steps} is invalid: allowed is an int >= 1 or None"
+        )
+    return config.replace(episode_length=min(config.episode_length, int(max_episode_steps)))
 
 
 def check_reset_mask(mask: Any, n: int) -> np.ndarray:
