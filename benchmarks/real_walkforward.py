@@ -53,6 +53,8 @@ def run_one(series: str, seed: int, device: str) -> dict[str, Any]:
     folds = []
     for f in res.folds:
         (s,) = f.seeds
+        (run,) = f.results
+        network = run.network_test
         folds.append(
             {
                 "fold": f.fold,
@@ -64,6 +66,10 @@ def run_one(series: str, seed: int, device: str) -> dict[str, Any]:
                 "return": s["strategy"]["total_return"],
                 "baseline_return": s["baseline_strategy"]["total_return"],
                 "buy_and_hold_return": f.buy_and_hold["total_return"],
+                # The trained network's test figures and its gate, kept or not, so that another
+                # deployment rule can be judged on the same runs.
+                "network_return": None if network is None else network.strategy.total_return,
+                "gate": _gate_record(run.gate),
             }
         )
     agg = res.aggregate
@@ -76,6 +82,11 @@ def run_one(series: str, seed: int, device: str) -> dict[str, Any]:
         "sharpe_vs_buy_and_hold": res.sharpe_vs_buy_and_hold,
         "seconds": time.perf_counter() - t0,
     }
+
+
+def _gate_record(gate: Any) -> dict[str, Any] | None:
+    """The gate's JSON record, whether the run holds it as a dict or as a dataclass."""
+    return gate.to_dict() if hasattr(gate, "to_dict") else gate
 
 
 def _guarded(series: str, seed: int, device: str) -> dict[str, Any]:

@@ -323,3 +323,22 @@ def test_features_predict_returns_on_a_planted_edge_and_not_on_a_random_walk() -
     # Instruments are regressed each on its own next bar, not across the seam between them.
     two = MarketData.synthetic("planted", 3_000, n_instruments=2, seed=3, phi=0.1)
     assert features_predict_returns(two)["bars"] == 2 * 2_999
+
+
+def test_gate_records_the_edge_in_each_third_and_quarter_of_validation() -> None:
+    from gpu_trading_env.reports.metrics import sharpe
+
+    rng = np.random.default_rng(4)
+    # 3,001 bars: the halves cut at 1,500 as they always have; thirds and quarters are recorded.
+    edge = rng.normal(0.0005, 0.01, 3_001)
+    verdict = network_beats_baseline(_returns(edge), _returns(0 * edge), "flat", 8766.0)
+    assert len(verdict.halves) == 2 and len(verdict.thirds) == 3 and len(verdict.quarters) == 4
+    assert verdict.halves[0] == sharpe(edge[:1_500], 8766.0)
+    assert verdict.thirds[2] == sharpe(edge[2_000:], 8766.0)
+    assert verdict.quarters[0] == sharpe(edge[:750], 8766.0)
+    d = verdict.to_dict()
+    assert d["network_minus_baseline_sharpe_in_validation_thirds"] == list(verdict.thirds)
+    assert d["network_minus_baseline_sharpe_in_validation_quarters"] == list(verdict.quarters)
+    # Too few bars to cut: nothing recorded.
+    short = network_beats_baseline(_returns(edge[:11]), _returns(0 * edge[:11]), "flat", 8766.0)
+    assert short.thirds == () and len(short.halves) == 2

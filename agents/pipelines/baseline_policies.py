@@ -128,6 +128,10 @@ class GateVerdict:
     beat_flat_by: str | None = None
     # The network's Sharpe minus the baseline's in each half of the validation window
     halves: tuple[float, ...] = ()
+    # The same in each third and quarter: recorded, not tested, so that a stricter rule can be
+    # judged on runs already made
+    thirds: tuple[float, ...] = ()
+    quarters: tuple[float, ...] = ()
 
     @property
     def held_in_halves(self) -> bool:
@@ -144,6 +148,8 @@ class GateVerdict:
             "features_predict_next_return": self.predictability,
             "beat_flat_by": self.beat_flat_by,
             "network_minus_baseline_sharpe_in_validation_halves": list(self.halves),
+            "network_minus_baseline_sharpe_in_validation_thirds": list(self.thirds),
+            "network_minus_baseline_sharpe_in_validation_quarters": list(self.quarters),
         }
 
 
@@ -244,26 +250,34 @@ def network_beats_baseline(
         beat_flat_by = "significant"
     elif predictable and vs_flat["p_value"] < PREDICTABLE_P_VALUE and vs_flat["adjusted"] > 0.0:
         beat_flat_by = "predictable"
-    halves = _halves_difference(network.returns, baseline.returns, per_year)
+    halves, thirds, quarters = (
+        _parts_difference(network.returns, baseline.returns, per_year, n) for n in (2, 3, 4)
+    )
     held = bool(halves) and all(h > 0.0 for h in halves)
     if name == "flat":
         keep = beat_flat_by is not None and held
-        return GateVerdict(keep, name, vs_flat, vs_flat, predictability, beat_flat_by, halves)
-    ci = sharpe_difference_interval(network.returns, baseline.returns, per_year, level=GATE_LEVEL)
-    keep = bool(beat_flat_by is not None and held and ci["low"] > 0.0)
-    return GateVerdict(keep, name, ci, vs_flat, predictability, beat_flat_by, halves)
+        ci = vs_flat
+    else:
+        ci = sharpe_difference_interval(
+            network.returns, baseline.returns, per_year, level=GATE_LEVEL
+        )
+        keep = bool(beat_flat_by is not None and held and ci["low"] > 0.0)
+    return GateVerdict(
+        keep, name, ci, vs_flat, predictability, beat_flat_by, halves, thirds, quarters
+    )
 
 
-def _halves_difference(
-    network: np.ndarray, baseline: np.ndarray, per_year: float
+def _parts_difference(
+    network: np.ndarray, baseline: np.ndarray, per_year: float, parts: int
 ) -> tuple[float, ...]:
-    """Sharpe of ``network`` minus ``baseline``'s in each half of the bars (empty under 8)."""
-    if len(network) < 8:
+    """Sharpe of ``network`` minus ``baseline``'s in each of ``parts`` consecutive parts of the
+    bars, the first ones a bar shorter where they do not divide (empty under 4 bars a part)."""
+    if len(network) < 4 * parts:
         return ()
-    mid = len(network) // 2
+    bounds = [k * len(network) // parts for k in range(parts + 1)]
     return tuple(
         sharpe(network[a:b], per_year) - sharpe(baseline[a:b], per_year)
-        for a, b in ((0, mid), (mid, len(network)))
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
     )
 
 
