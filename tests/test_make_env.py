@@ -161,6 +161,23 @@ def test_a_model_without_input_selection_names_the_datas_width() -> None:
         model.make_env(fewer)
 
 
+def test_eval_applies_an_explicit_episode_length_even_the_options_default(
+    saved, tmp_path, monkeypatch
+) -> None:
+    """``eval --episode-length N`` replaces the saved model's episode length, N = 200 (the
+    option's default) included; without the option the saved 40 bars stand."""
+    monkeypatch.chdir(tmp_path)
+    planted(800, seed=1).to_dataframe().to_csv(tmp_path / "bars.csv")
+    argv = ["eval", "--model", str(saved), "--data", "bars.csv", "--train-fraction", "0"]
+    episodes = {}
+    for name, extra in {"saved": [], "200": ["--episode-length", "200"]}.items():
+        assert cli.main([*argv, *extra, "--out", name]) == 0
+        episodes[name] = json.loads((tmp_path / name / "metrics.json").read_text())["episodes"]
+    # 479 evaluated steps (the file's bars after the features' warm-up): 12 episodes of 40
+    # bars, 3 of 200.
+    assert episodes == {"saved": 12, "200": 3}
+
+
 # ------------------------------------------------------------------------- the saved config
 def _edit_env_config(change):
     def edit(manifest: dict) -> None:

@@ -66,14 +66,12 @@ def backtest_report(
 def cmd_eval(args: argparse.Namespace) -> int:
     """Backtest a saved model on the evaluated bars, in the env :meth:`GpuDQN.env_setup` gives
     (the data with the model's input selection, the model's saved EnvConfig with the
-    ``--env`` fields given on the command line, and ``--episode-length`` where it differs from
-    the option's default); a file saved without an EnvConfig is evaluated in the command line's
-    env."""
+    ``--env`` fields and ``--episode-length`` given on the command line); a file saved without
+    an EnvConfig is evaluated in the command line's env."""
     from agents import GpuDQN
     from agents.cli.options import parse_env_overrides
     from agents.files.safe_archive import ArchiveError
     from agents.pipelines.backtest_policies import greedy_policy, known_rule
-    from agents.pipelines.train_config import EPISODE_LENGTH
 
     data, part, per_year = evaluated_instrument(args)
     try:
@@ -89,7 +87,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if model.env_config is not None:
         given = {pair.partition("=")[0] for pair in args.env or []}
         overrides = {k: v for k, v in parse_env_overrides(args.env).items() if k in given}
-        if args.episode_length != EPISODE_LENGTH:  # the option's default: the model's stands
+        if args.episode_length is not None:  # given: it replaces the model's
             overrides["episode_length"] = args.episode_length
         config, hint = None, ""
     else:

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from agents.pipelines import train_config
-from agents.pipelines.train_config import TRAIN_ENV_DEFAULTS as TRAIN_ENV_DEFAULTS
 from agents.pipelines.train_config import (
+    EPISODE_LENGTH,
     TrainConfig,
     TrainConfigError,
     option_fields,
     option_name,
 )
+from agents.pipelines.train_config import TRAIN_ENV_DEFAULTS as TRAIN_ENV_DEFAULTS
 from gpu_runtime.device import cuda_available
 from gpu_trading_env.core.config import EnvConfig
 
@@ -60,10 +61,12 @@ def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def env_config(args: argparse.Namespace) -> EnvConfig:
-    """The EnvConfig of a command: ``--episode-length`` and the ``--env`` overrides."""
+    """The EnvConfig of a command: ``--episode-length`` (:data:`EPISODE_LENGTH` where not
+    given) and the ``--env`` overrides."""
     overrides = parse_env_overrides(args.env)
+    length = EPISODE_LENGTH if args.episode_length is None else args.episode_length
     try:
-        return EnvConfig(episode_length=args.episode_length, **overrides)
+        return EnvConfig(episode_length=length, **overrides)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--env / --episode-length: {exc}") from None
 

@@ -153,14 +153,19 @@ def _data_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _env_options(p: argparse.ArgumentParser, fraction: float, fraction_help: str) -> None:
-    """The options of every command that builds an env: data, split, env settings, --out."""
+def _env_options(
+    p: argparse.ArgumentParser,
+    fraction: float,
+    fraction_help: str,
+    episode_help: str = f"bars per env episode (default: {EPISODE_LENGTH})",
+) -> None:
+    """The options of every command that builds an env: data, split, env settings, --out.
+    ``--episode-length`` is None where not given (:func:`agents.cli.options.env_config` reads
+    it as :data:`EPISODE_LENGTH`), so that ``eval`` can tell the option from its default."""
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     _data_options(p)
     p.add_argument("--train-fraction", type=float, default=fraction, help=fraction_help)
-    p.add_argument(
-        "--episode-length", type=_int, default=EPISODE_LENGTH, help="bars per env episode"
-    )
+    p.add_argument("--episode-length", type=_int, default=None, help=episode_help)
     p.add_argument(
         "--env",
         nargs="*",
@@ -271,7 +276,13 @@ def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpF
     e = sub.add_parser(
         "eval", help="backtest a saved model and write a report", formatter_class=fmt
     )
-    _env_options(e, TRAIN_FRACTION, "bars skipped before the evaluated part; 0 evaluates every bar")
+    _env_options(
+        e,
+        TRAIN_FRACTION,
+        "bars skipped before the evaluated part; 0 evaluates every bar",
+        "bars per env episode, in place of the model's (default: the model's; "
+        f"{EPISODE_LENGTH} for a file without an env configuration)",
+    )
     e.add_argument("--model", required=True, help="model.zip written by train")
     e.add_argument(
         "--allow-pickle",
