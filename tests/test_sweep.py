@@ -11,6 +11,7 @@ import pytest
 
 from agents.cli import main
 from agents.pipelines import sweep
+from agents.pipelines.sweep_result import SeedSpread, SweepLaunch
 
 
 def test_plan_covers_the_grid_times_the_seeds(tmp_path: Path) -> None:
@@ -69,15 +70,15 @@ def test_launcher_and_report_with_a_failed_run(tmp_path: Path, monkeypatch) -> N
     results = sweep.run_sweep(runs, [], ["cpu"], runs_per_device=3, on_done=done.append)
     assert [r.run for r in results] == runs and len(done) == 4
     summary = sweep.aggregate(results)
-    a, b = summary["settings"]
-    assert a["label"] == "gamma=0.5" and a["finished"] == 2 and a["failed"] == 0
-    assert a["total_return"]["mean"] == pytest.approx(2.0)
-    assert a["total_return"]["std"] == pytest.approx(math.sqrt(2.0))  # sample sd of 1 and 3
-    assert a["vs_known_rule"]["mean"] == pytest.approx(2.0 / 9.0)
-    assert b["finished"] == 1 and b["failed"] == 1 and summary["failed"] == 1
-    assert b["total_return"] == {"mean": -0.5, "std": 0.0, "min": -0.5, "max": -0.5}
-    failed = next(r for r in b["runs"] if r["returncode"] != 0)
-    assert "boom" in Path(failed["log"]).read_text()
+    a, b = summary.settings
+    assert a.label == "gamma=0.5" and a.finished == 2 and a.failed == 0
+    assert a.total_return.mean == pytest.approx(2.0)
+    assert a.total_return.std == pytest.approx(math.sqrt(2.0))  # sample sd of 1 and 3
+    assert a.vs_known_rule.mean == pytest.approx(2.0 / 9.0)
+    assert b.finished == 1 and b.failed == 1 and summary.failed == 1
+    assert b.total_return == SeedSpread(mean=-0.5, std=0.0, min=-0.5, max=-0.5)
+    failed = next(r for r in b.runs if r.returncode != 0)
+    assert "boom" in Path(failed.log).read_text()
     paths = sweep.write_report(summary, tmp_path)
     assert json.loads(paths["json"].read_text())["settings"][0]["total_return"]["mean"] == 2.0
     rows = paths["csv"].read_text().splitlines()
@@ -173,11 +174,11 @@ def test_settings_are_ranked_on_validation_with_the_test_beside(tmp_path, monkey
     monkeypatch.setattr(sweep, "train_command", _fake_train(tmp_path, returns, val))
     runs = sweep.plan_runs([("gamma", ["0.5", "0.9"])], [0, 1], tmp_path)
     summary = sweep.aggregate(sweep.run_sweep(runs, [], ["cpu"]))
-    first, second = summary["settings"]
-    assert (first["label"], first["rank"]) == ("gamma=0.9", 1)
-    assert (second["label"], second["rank"]) == ("gamma=0.5", 2)
-    assert first["validation_sharpe"]["mean"] == pytest.approx(2.0)
-    assert first["total_return"]["mean"] == pytest.approx(0.6)
+    first, second = summary.settings
+    assert (first.label, first.rank) == ("gamma=0.9", 1)
+    assert (second.label, second.rank) == ("gamma=0.5", 2)
+    assert first.validation_sharpe.mean == pytest.approx(2.0)
+    assert first.total_return.mean == pytest.approx(0.6)
     table = sweep.summary_table(summary)
     assert "Ranked by mean validation Sharpe" in table
     assert "DAILY.csv" in table and "1, 0.5, 1.5 bps" in table
@@ -185,3 +186,67 @@ def test_settings_are_ranked_on_validation_with_the_test_beside(tmp_path, monkey
     for column in ("VALIDATION Sharpe", "val. buy&hold", "test return", "test buy&hold"):
         assert column in head
     assert "costs paid" in head
+
+
+def _fixed_metrics(ret: float, sharpe: float) -> dict:
+    return {
+        "strategy": {"total_return": ret, "costs_paid": 0.01},
+        "buy_and_hold": {"total_return": 0.05},
+        "validation": {
+            "strategy": {"sharpe": sharpe, "total_return": sharpe / 10},
+            "buy_and_hold": {"total_return": 0.02},
+        },
+        "data": "Data: DAILY.csv.",
+        "order_cost_bps": [1.0, 0.5, 1.5],
+        "agent_return_vs_known_rule": ret / 9.0,
+        "train_seconds": 1.5,
+    }
+
+
+SWEEP_CSV = """\
+rank,setting,finished,failed,validation_sharpe_mean,validation_sharpe_std,validation_return_mean,\
+validation_buy_and_hold_mean,return_mean,return_std,return_min,return_max,test_buy_and_hold_mean,\
+test_costs_paid_mean,vs_rule_mean,vs_rule_std,train_seconds_mean
+1,gamma=0.9,1,1,1.5,0.0,0.15,0.02,-0.5,0.0,-0.5,-0.5,0.05,0.01,-0.05555555555555555,0.0,1.5
+2,gamma=0.5,2,0,0.30000000000000004,0.14142135623730953,0.03,0.02,2.0,1.4142135623730951,1.0,3.0,\
+0.05,0.01,0.2222222222222222,0.15713484026367722,1.5
+"""
+
+
+def test_report_files_keep_their_columns_and_values(tmp_path: Path) -> None:
+    """sweep.csv and sweep.json of fixed runs, as the report has always written them."""
+    import dataclasses
+
+    runs = sweep.plan_runs([("gamma", ["0.5", "0.9"])], [0, 1], tmp_path / "runs")
+    results = [
+        sweep.RunResult(runs[0], 0, "cpu", 2.0, _fixed_metrics(1.0, 0.2)),
+        sweep.RunResult(runs[1], 0, "cpu", 3.0, _fixed_metrics(3.0, 0.4)),
+        sweep.RunResult(runs[2], 0, "cuda:0", 4.0, _fixed_metrics(-0.5, 1.5)),
+        sweep.RunResult(runs[3], 1, "cuda:0", 5.0, None),
+    ]
+    launch = SweepLaunch(["cpu"], 1, [0, 1], ["--timesteps", "9"], 7.0)
+    summary = dataclasses.replace(sweep.aggregate(results), launch=launch)
+    paths = sweep.write_report(summary, tmp_path / "report")
+    assert paths["csv"].read_text().replace("\r\n", "\n") == SWEEP_CSV
+    doc = json.loads(paths["json"].read_text())
+    assert list(doc) == [
+        "settings", "runs", "failed", "ranked_by", "data", "order_cost_bps", "devices",
+        "runs_per_device", "seeds", "train_options", "wall_seconds",
+    ]  # fmt: skip
+    first = doc["settings"][0]
+    assert list(first) == [
+        "setting", "label", "runs", "finished", "failed", "validation_sharpe",
+        "validation_return", "validation_buy_and_hold", "total_return", "test_buy_and_hold",
+        "test_costs_paid", "vs_known_rule", "train_seconds", "rank",
+    ]  # fmt: skip
+    assert first["runs"][0] == {
+        "seed": 0, "returncode": 0, "device": "cuda:0", "wall_seconds": 4.0,
+        "out": str(runs[2].out), "log": str(runs[2].log), "validation_sharpe": 1.5,
+        "validation_return": 0.15, "validation_buy_and_hold": 0.02, "total_return": -0.5,
+        "test_buy_and_hold": 0.05, "test_costs_paid": 0.01, "vs_known_rule": -0.5 / 9.0,
+        "train_seconds": 1.5,
+    }  # fmt: skip
+    assert first["runs"][1]["validation_sharpe"] is None and first["runs"][1]["returncode"] == 1
+    assert first["total_return"] == {"mean": -0.5, "std": 0.0, "min": -0.5, "max": -0.5}
+    assert doc["ranked_by"].startswith("mean validation Sharpe of the kept models")
+    assert (doc["data"], doc["failed"], doc["wall_seconds"]) == ("Data: DAILY.csv.", 1, 7.0)

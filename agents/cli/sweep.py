@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import time
 from typing import Any
@@ -110,6 +111,7 @@ def check_runs(runs: list[Any], common: list[str], devices: list[str]) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from agents.pipelines.sweep import aggregate, plan_runs, run_sweep, summary_table, write_report
+    from agents.pipelines.sweep_result import SweepLaunch
 
     grid = parse_grid(args.grid)
     devices = resolve_devices(args.devices)
@@ -159,20 +161,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     results = run_sweep(runs, common, devices, args.runs_per_device, on_done)
     progress.close()
-    summary = aggregate(results)
-    summary.update(
-        {
-            "devices": devices,
-            "runs_per_device": args.runs_per_device,
-            "seeds": list(args.seeds),
-            "train_options": common,
-            "wall_seconds": time.perf_counter() - start,
-        }
+    launch = SweepLaunch(
+        devices=devices,
+        runs_per_device=args.runs_per_device,
+        seeds=list(args.seeds),
+        train_options=common,
+        wall_seconds=time.perf_counter() - start,
     )
+    summary = dataclasses.replace(aggregate(results), launch=launch)
     paths = write_report(summary, out)
     print(summary_table(summary))
     print(f"report: {paths['html']}  (data: {paths['json']}, {paths['csv']})")
-    if summary["failed"]:
-        print(f"{summary['failed']} of {len(runs)} runs failed; their logs are listed above")
+    if summary.failed:
+        print(f"{summary.failed} of {len(runs)} runs failed; their logs are listed above")
         return 1
     return 0

@@ -36,6 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.pipelines.sweep_result import (
+    SETTING_FIGURES,
+    SeedSpread,
+    SettingSummary,
+    SweepRunRow,
+    SweepSummary,
+)
+
 __all__ = [
     "RunResult",
     "SweepRun",
@@ -190,20 +198,7 @@ def run_sweep(
     return [r for r in results if r is not None]
 
 
-def _stats(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"mean": None, "std": None, "min": None, "max": None}
-    mean = sum(values) / len(values)
-    # The sample standard deviation (ddof 1): the spread a further seed would be drawn from.
-    std = (
-        math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-        if len(values) > 1
-        else 0.0
-    )
-    return {"mean": mean, "std": std, "min": min(values), "max": max(values)}
-
-
-def _run_row(r: RunResult) -> dict[str, Any]:
+def _run_row(r: RunResult) -> SweepRunRow:
     """One run in the report: where and how it ran, and its metrics (None where it failed or
     where the data has no known rule)."""
     m = r.metrics or {}
@@ -212,42 +207,25 @@ def _run_row(r: RunResult) -> dict[str, Any]:
         return None if value is None else float(value)
 
     val = m.get("validation", {})
-    return {
-        "seed": r.run.seed,
-        "returncode": r.returncode,
-        "device": r.device,
-        "wall_seconds": r.wall_seconds,
-        "out": str(r.run.out),
-        "log": str(r.run.log),
-        "validation_sharpe": number(val.get("strategy", {}).get("sharpe")),
-        "validation_return": number(val.get("strategy", {}).get("total_return")),
-        "validation_buy_and_hold": number(val.get("buy_and_hold", {}).get("total_return")),
-        "total_return": number(m.get("strategy", {}).get("total_return")),
-        "test_buy_and_hold": number(m.get("buy_and_hold", {}).get("total_return")),
-        "test_costs_paid": number(m.get("strategy", {}).get("costs_paid")),
-        "vs_known_rule": number(m.get("agent_return_vs_known_rule")),
-        "train_seconds": number(m.get("train_seconds")),
-    }
+    return SweepRunRow(
+        seed=r.run.seed,
+        returncode=r.returncode,
+        device=r.device,
+        wall_seconds=r.wall_seconds,
+        out=str(r.run.out),
+        log=str(r.run.log),
+        validation_sharpe=number(val.get("strategy", {}).get("sharpe")),
+        validation_return=number(val.get("strategy", {}).get("total_return")),
+        validation_buy_and_hold=number(val.get("buy_and_hold", {}).get("total_return")),
+        total_return=number(m.get("strategy", {}).get("total_return")),
+        test_buy_and_hold=number(m.get("buy_and_hold", {}).get("total_return")),
+        test_costs_paid=number(m.get("strategy", {}).get("costs_paid")),
+        vs_known_rule=number(m.get("agent_return_vs_known_rule")),
+        train_seconds=number(m.get("train_seconds")),
+    )
 
 
-# Per-setting statistics over seeds, by run-row key.
-_STATS = (
-    "validation_sharpe",
-    "validation_return",
-    "validation_buy_and_hold",
-    "total_return",
-    "test_buy_and_hold",
-    "test_costs_paid",
-    "vs_known_rule",
-    "train_seconds",
-)
-
-
-def _column(rows: list[dict[str, Any]], key: str) -> list[float]:
-    return [row[key] for row in rows if row[key] is not None]
-
-
-def aggregate(results: Sequence[RunResult]) -> dict[str, Any]:
+def aggregate(results: Sequence[RunResult]) -> SweepSummary:
     """Per setting: the runs, and over the seeds that finished, the mean, sample standard
     deviation, min and max of the kept model's validation Sharpe and return, of the
     out-of-sample (test) total return (fractions: 0.5 is +50%), of buy-and-hold's returns on
@@ -258,53 +236,57 @@ def aggregate(results: Sequence[RunResult]) -> dict[str, Any]:
     by_setting: dict[tuple[tuple[str, str], ...], list[RunResult]] = {}
     for r in results:
         by_setting.setdefault(r.run.setting, []).append(r)
-    settings = []
+    unranked = []
     for setting, rs in by_setting.items():
         rows = [_run_row(r) for r in rs]
-        finished = sum(r.metrics is not None for r in rs)
-        settings.append(
-            {
-                "setting": dict(setting),
-                "label": setting_label(setting),
-                "runs": rows,
-                "finished": finished,
-                "failed": len(rs) - finished,
-                **{key: _stats(_column(rows, key)) for key in _STATS},
-            }
-        )
+        spreads = {
+            key: SeedSpread.of([v for row in rows if (v := getattr(row, key)) is not None])
+            for key in SETTING_FIGURES
+        }
+        unranked.append((setting, rs, rows, spreads))
 
-    def rank_key(s: dict[str, Any]) -> float:
-        mean = s["validation_sharpe"]["mean"]
+    def rank_key(entry: tuple[Any, Any, Any, dict[str, SeedSpread]]) -> float:
+        mean = entry[3]["validation_sharpe"].mean
         return -math.inf if mean is None or math.isnan(mean) else mean
 
-    settings.sort(key=rank_key, reverse=True)  # stable: equal settings keep the grid's order
-    for k, s in enumerate(settings):
-        s["rank"] = k + 1
+    unranked.sort(key=rank_key, reverse=True)  # stable: equal settings keep the grid's order
+    settings = []
+    for k, (setting, rs, rows, spreads) in enumerate(unranked):
+        finished = sum(r.metrics is not None for r in rs)
+        settings.append(
+            SettingSummary(
+                setting=dict(setting),
+                label=setting_label(setting),
+                runs=rows,
+                finished=finished,
+                failed=len(rs) - finished,
+                **spreads,
+                rank=k + 1,
+            )
+        )
     first = next((r.metrics for r in results if r.metrics), {}) or {}
-    return {
-        "settings": settings,
-        "runs": len(results),
-        "failed": sum(s["failed"] for s in settings),
-        "ranked_by": "mean validation Sharpe of the kept models (validation window: the last "
-        "--val-fraction of each run's training bars); the test return is shown, not used",
-        "data": first.get("data"),
-        "order_cost_bps": first.get("order_cost_bps"),
-    }
+    return SweepSummary(
+        settings=settings,
+        runs=len(results),
+        failed=sum(s.failed for s in settings),
+        data=first.get("data"),
+        order_cost_bps=first.get("order_cost_bps"),
+    )
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+,.1f}%"
 
 
-def _mean_sd(stats: dict[str, float | None], pct: bool) -> str:
-    if stats["mean"] is None:
+def _mean_sd(stats: SeedSpread, pct: bool) -> str:
+    if stats.mean is None:
         return "-"
     if pct:
-        return f"{_pct(stats['mean'])} (sd {100 * stats['std']:.1f} pts)"
-    return f"{stats['mean']:.2f} (sd {stats['std']:.2f})"
+        return f"{_pct(stats.mean)} (sd {100 * stats.std:.1f} pts)"
+    return f"{stats.mean:.2f} (sd {stats.std:.2f})"
 
 
-def summary_table(summary: dict[str, Any]) -> str:
+def summary_table(summary: SweepSummary) -> str:
     """The per-setting table as plain text (what the command prints): ranked on validation,
     the test window beside, buy-and-hold on both, all net of costs."""
     rows = [
@@ -321,46 +303,46 @@ def summary_table(summary: dict[str, Any]) -> str:
             "x rule",
         )
     ]
-    for s in summary["settings"]:
-        v = s["vs_known_rule"]
+    for s in summary.settings:
+        v = s.vs_known_rule
         rows.append(
             (
-                str(s["rank"]),
-                s["label"],
-                f"{s['finished']}/{s['finished'] + s['failed']}",
-                _mean_sd(s["validation_sharpe"], pct=False),
-                _pct(s["validation_return"]["mean"]),
-                _pct(s["validation_buy_and_hold"]["mean"]),
-                _mean_sd(s["total_return"], pct=True),
-                _pct(s["test_buy_and_hold"]["mean"]),
-                _pct(s["test_costs_paid"]["mean"]).lstrip("+"),
-                "-" if v["mean"] is None else f"{v['mean']:.2f}",
+                str(s.rank),
+                s.label,
+                f"{s.finished}/{s.finished + s.failed}",
+                _mean_sd(s.validation_sharpe, pct=False),
+                _pct(s.validation_return.mean),
+                _pct(s.validation_buy_and_hold.mean),
+                _mean_sd(s.total_return, pct=True),
+                _pct(s.test_buy_and_hold.mean),
+                _pct(s.test_costs_paid.mean).lstrip("+"),
+                "-" if v.mean is None else f"{v.mean:.2f}",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     table = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
-    costs = summary.get("order_cost_bps")
+    costs = summary.order_cost_bps
     notes = [
-        f"Ranked by {summary.get('ranked_by', 'mean validation Sharpe')}.",
+        f"Ranked by {summary.ranked_by}.",
         "Means over seeds; every figure is net of costs"
         + (f" ({', '.join(f'{c:g}' for c in costs)} bps per order type)" if costs else "")
         + "; buy-and-hold pays the same costs.",
     ]
-    if summary.get("data"):
-        notes.insert(0, str(summary["data"]))
+    if summary.data:
+        notes.insert(0, str(summary.data))
     return "\n".join(notes + table)
 
 
-def write_report(summary: dict[str, Any], out: Path) -> dict[str, Path]:
+def write_report(summary: SweepSummary, out: Path) -> dict[str, Path]:
     """``sweep.json`` (everything), ``sweep.csv`` (one row per setting), ``sweep.png`` (mean
     out-of-sample return per setting, each seed a dot, the bar's whisker one standard
     deviation) and ``index.html`` linking them and every run's own report."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {k: out / f"sweep.{k}" for k in ("json", "csv", "png")}
     paths["html"] = out / "index.html"
-    paths["json"].write_text(json.dumps(summary, indent=2))
+    paths["json"].write_text(json.dumps(summary.to_dict(), indent=2))
     with open(paths["csv"], "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(
@@ -369,21 +351,20 @@ def write_report(summary: dict[str, Any], out: Path) -> dict[str, Path]:
              "return_mean", "return_std", "return_min", "return_max", "test_buy_and_hold_mean",
              "test_costs_paid_mean", "vs_rule_mean", "vs_rule_std", "train_seconds_mean"]
         )  # fmt: skip
-        for s in summary["settings"]:
-            r, v, t = s["total_return"], s["vs_known_rule"], s["train_seconds"]
-            vs = s["validation_sharpe"]
+        for s in summary.settings:
+            r, v, t, vs = s.total_return, s.vs_known_rule, s.train_seconds, s.validation_sharpe
             w.writerow(
-                [s["rank"], s["label"], s["finished"], s["failed"], vs["mean"], vs["std"],
-                 s["validation_return"]["mean"], s["validation_buy_and_hold"]["mean"],
-                 r["mean"], r["std"], r["min"], r["max"], s["test_buy_and_hold"]["mean"],
-                 s["test_costs_paid"]["mean"], v["mean"], v["std"], t["mean"]]
+                [s.rank, s.label, s.finished, s.failed, vs.mean, vs.std,
+                 s.validation_return.mean, s.validation_buy_and_hold.mean,
+                 r.mean, r.std, r.min, r.max, s.test_buy_and_hold.mean,
+                 s.test_costs_paid.mean, v.mean, v.std, t.mean]
             )  # fmt: skip
     _plot(summary, paths["png"])
     _html(summary, paths["html"], out)
     return paths
 
 
-def _plot(summary: dict[str, Any], path: Path) -> None:
+def _plot(summary: SweepSummary, path: Path) -> None:
     """Left: validation Sharpe per setting, the ranking (bar: mean over seeds; whisker: 1 sd;
     dots: seeds). Right: the out-of-sample return of the same runs, beside, with buy-and-hold."""
     import matplotlib
@@ -391,7 +372,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = summary["settings"]
+    settings = summary.settings
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 1.4 + 0.5 * len(settings)), sharey=True)
     panels = (
         (left, "validation_sharpe", 1.0, "VALIDATION Sharpe, costs in (ranks the settings)"),
@@ -399,20 +380,20 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     )
     for ax, key, scale, label in panels:
         for y, s in enumerate(settings):
-            st = s[key]
-            if st["mean"] is not None:
-                ax.barh(y, scale * st["mean"], xerr=scale * st["std"], color="#8fb4d8", capsize=4)
-            pts = [run[key] for run in s["runs"] if run[key] is not None]
+            st = getattr(s, key)
+            if st.mean is not None:
+                ax.barh(y, scale * st.mean, xerr=scale * st.std, color="#8fb4d8", capsize=4)
+            pts = [v for run in s.runs if (v := getattr(run, key)) is not None]
             ax.plot([scale * p for p in pts], [y] * len(pts), "o", color="#1f4e79", ms=4)
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlabel(label, fontsize=9)
     for y, s in enumerate(settings):
-        bh = s["test_buy_and_hold"]["mean"]
+        bh = s.test_buy_and_hold.mean
         if bh is not None:
             right.plot([100 * bh], [y], "|", color="#b03030", ms=14, mew=2)
     right.plot([], [], "|", color="#b03030", ms=10, mew=2, label="buy-and-hold, costs in")
     right.legend(loc="lower right", fontsize=8)
-    left.set_yticks(range(len(settings)), [f"{s['rank']}. {s['label']}" for s in settings])
+    left.set_yticks(range(len(settings)), [f"{s.rank}. {s.label}" for s in settings])
     left.invert_yaxis()
     fig.suptitle(
         "Sweep: settings ranked on the validation window (bar: mean; whisker: 1 sd; dots: seeds)",
@@ -423,7 +404,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _html(summary: dict[str, Any], path: Path, out: Path) -> None:
+def _html(summary: SweepSummary, path: Path, out: Path) -> None:
     import html
 
     lines = [
@@ -434,17 +415,13 @@ def _html(summary: dict[str, Any], path: Path, out: Path) -> None:
         "<p>Data: <a href='sweep.json'>sweep.json</a>, <a href='sweep.csv'>sweep.csv</a>.</p>",
         "<h2>Runs</h2><ul>",
     ]
-    for s in summary["settings"]:
-        for run in s["runs"]:
-            rel_out = os.path.relpath(run["out"], out)
-            rel_log = os.path.relpath(run["log"], out)
-            state = (
-                _pct(run["total_return"])
-                if run["returncode"] == 0
-                else f"failed ({run['returncode']})"
-            )
+    for s in summary.settings:
+        for run in s.runs:
+            rel_out = os.path.relpath(run.out, out)
+            rel_log = os.path.relpath(run.log, out)
+            state = _pct(run.total_return) if run.returncode == 0 else f"failed ({run.returncode})"
             lines.append(
-                f"<li>{html.escape(s['label'])}, seed {run['seed']}: {html.escape(state)} "
+                f"<li>{html.escape(s.label)}, seed {run.seed}: {html.escape(state)} "
                 f"(<a href='{html.escape(rel_out)}/index.html'>report</a>, "
                 f"<a href='{html.escape(rel_log)}'>log</a>)</li>"
             )
