@@ -62,3 +62,13 @@ def set_attribute(name: str, value: Any) -> Callable[[dict[str, Any]], None]:
         manifest["data"][name] = value
 
     return edit
+
+
+def rewrite_sb3_data(path: Path, edit: Callable[[dict[str, Any]], Any], out: Path) -> Path:
+    """``out``: the Stable-Baselines3 zip ``path`` with ``edit(data)`` applied to its ``data``
+    member (JSON text whose values SB3 pickles; they are left encoded)."""
+    found = read_members(path)
+    data = json.loads(found["data"])
+    edit(data)
+    found["data"] = json.dumps(data).encode()
+    return write_members(out, found)

@@ -18,8 +18,15 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import stable_baselines3
 import torch as th
-from crafted_archives import read_members, rewrite, set_attribute, write_members
+from crafted_archives import (
+    read_members,
+    rewrite,
+    rewrite_sb3_data,
+    set_attribute,
+    write_members,
+)
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
@@ -260,6 +267,22 @@ def test_attributes_are_checked_before_anything_is_built(model_file, name, value
     rewrite(model_file, set_attribute(name, value))
     with pytest.raises(ArchiveError, match=rf"m\.zip.*{message}"):
         GpuDQN.load(model_file, device="cpu")
+
+
+@pytest.mark.parametrize("name", ["observation_space", "action_space", "policy_class"])
+def test_a_file_without_its_spaces_or_policy_is_one_error_naming_it(
+    trained, model_file, tmp_path, name
+) -> None:
+    """A model file lacking an attribute every model needs, in the weights-only format
+    *(guard)* and in SB3's own zip (``allow_pickle``): one ArchiveError naming the file and the
+    attribute, with or without an env, never SB3's bare KeyError."""
+    rewrite(model_file, lambda manifest: manifest["data"].pop(name))
+    stable_baselines3.DQN.save(trained, tmp_path / "sb3.zip")
+    sb3 = rewrite_sb3_data(tmp_path / "sb3.zip", lambda data: data.pop(name), tmp_path / "s.zip")
+    for path, pickle in ((model_file, False), (sb3, True)):
+        for env in (None, make_env()):
+            with pytest.raises(ArchiveError, match=rf"{path.name}' lacks the attribute '{name}'"):
+                GpuDQN.load(path, env=env, device="cpu", allow_pickle=pickle)
 
 
 def test_a_files_tensorboard_folder_is_not_used(model_file, tmp_path) -> None:

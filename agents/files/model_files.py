@@ -17,11 +17,13 @@ Stable-Baselines3's pickle-based files load only with ``allow_pickle=True``
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import pathlib
 import pickle
 import warnings
+import zipfile
 from collections.abc import Iterable
 from typing import IO, Any, TypeVar
 
@@ -72,6 +74,8 @@ TORCH_VARIABLES = "pytorch_variables.pt"
 # that could not be saved there is no loss.
 REBUILT_BY_SETUP = frozenset({"lr_schedule", "exploration_schedule"})
 
+# What every model file must hold: the spaces the network is built for and its class.
+REQUIRED_ATTRIBUTES = ("observation_space", "action_space", "policy_class")
 MODEL_PICKLE_HINT = "GpuDQN.load(path, allow_pickle=True), or the command's --allow-pickle"
 BUFFER_PICKLE_HINT = "model.load_replay_buffer(path, allow_pickle=True)"
 
@@ -346,6 +350,29 @@ def _prefix_refs(value: Any, prefix: str) -> Any:
     return value
 
 
+def _check_sb3_data(file: pathlib.Path | IO[bytes]) -> None:
+    """An SB3 zip's ``data`` member holds the attributes SB3's ``load`` reads first (else SB3
+    raises a bare KeyError): one :class:`ArchiveError` naming the file and what it lacks. Reads
+    the member as JSON text only; the pickles in its values stay undecoded."""
+    where = repr(source_name(file))
+    start = None if isinstance(file, pathlib.Path) else file.tell()
+    try:
+        with zipfile.ZipFile(file) as zf:
+            data = json.loads(zf.read("data"))
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise ArchiveError(f"{where}: its 'data' member is not SB3's JSON ({exc})") from None
+    finally:
+        if start is not None:
+            file.seek(start)
+    if not isinstance(data, dict):
+        raise ArchiveError(f"{where}: its 'data' member is {type(data).__name__}, not an object")
+    missing = [name for name in REQUIRED_ATTRIBUTES if name not in data]
+    if len(missing) == 1:
+        raise ArchiveError(f"{where} lacks the attribute {missing[0]!r}")
+    if missing:
+        raise ArchiveError(f"{where} lacks the attributes {missing}")
+
+
 def load_model_files(
     path: str | os.PathLike[str] | io.BufferedIOBase,
     custom_objects: dict[str, Any] | None,
@@ -362,6 +389,7 @@ def load_model_files(
     """
     file = _readable(path, MODEL_SUFFIX)
     if allow_pickle and sniff(file) == "sb3-zip":
+        _check_sb3_data(file)
         return {}, {}, None, True
     manifest, members = read_archive(file, "model", MODEL_PICKLE_HINT)
     where = repr(source_name(file))
@@ -413,7 +441,7 @@ def build_loaded_model(
             "The specified policy kwargs do not equal the stored policy kwargs. Stored kwargs: "
             f"{data.get('policy_kwargs')}, specified kwargs: {kwargs['policy_kwargs']}"
         )
-    for name in ("observation_space", "action_space", "policy_class"):
+    for name in REQUIRED_ATTRIBUTES:
         if name not in data:
             raise ArchiveError(f"{where} lacks the attribute {name!r}")
     if env is not None:
