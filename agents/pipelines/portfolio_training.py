@@ -1,0 +1,477 @@
+"""One portfolio training run (``train_portfolio``): GpuDQN with the branching dueling head on
+``GpuPortfolio-v0``, its snapshots judged on validation bars against flat, the kept policy on
+the test bars.
+
+The aligned bars are split in time (:class:`PortfolioSplits`): the network trains on the first
+part, a snapshot of its weights is taken every ``snapshot_every`` env steps and each is
+backtested on the validation bars after it; the best there is kept only where it beats flat,
+allowing for the choice among the snapshots (White's reality check at the single env's
+``GATE_LEVEL``, :func:`agents.pipelines.baseline_policies.network_beats_baseline`) and in each
+half of the validation bars. Otherwise the run keeps flat, and the saved model acts flat. The
+test bars come last and judge nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.pipelines.baseline_policies import (
+    GATE_LEVEL,
+    GateVerdict,
+    ValidationReturns,
+    network_beats_baseline,
+)
+from agents.pipelines.portfolio_backtest import (
+    LevelPolicy,
+    PortfolioBacktest,
+    backtest_portfolio,
+    backtest_portfolios,
+    buy_and_hold_portfolio,
+    flat_level,
+)
+from agents.pipelines.portfolio_train_config import (
+    PortfolioTrainConfig,
+    PortfolioTrainConfigError,
+)
+from gpu_trading_env.data.portfolio_data import PortfolioData
+
+__all__ = [
+    "MIN_WINDOW_BARS",
+    "PortfolioBacktest",
+    "PortfolioSplits",
+    "PortfolioTrainConfig",
+    "PortfolioTrainConfigError",
+    "PortfolioTrainResult",
+    "backtest_portfolio",
+    "backtest_portfolios",
+    "buy_and_hold_portfolio",
+    "greedy_level_policy",
+    "portfolio_reward_scale",
+    "portfolio_splits",
+    "set_flat_policy",
+    "slice_portfolio",
+    "train_portfolio",
+]
+
+# Bars of the validation and the test window at least: the validation test splits its returns
+# in halves of at least four (the bootstrap's minimum).
+MIN_WINDOW_BARS = 10
+
+
+@dataclass(frozen=True)
+class PortfolioSplits:
+    """Chronological windows of the aligned bars: fit ``[0, fit_stop)``, validation
+    ``[fit_stop, val_stop)``, test ``[val_stop, n_bars)``."""
+
+    fit_stop: int
+    val_stop: int
+    n_bars: int
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {
+            "fit": [0, self.fit_stop],
+            "validation": [self.fit_stop, self.val_stop],
+            "test": [self.val_stop, self.n_bars],
+        }
+
+
+def portfolio_splits(n_bars: int, train_fraction: float, val_fraction: float) -> PortfolioSplits:
+    """The windows of ``n_bars`` bars: the first ``floor(train_fraction · n)`` train, the last
+    ``floor(val_fraction · that)`` of them validate.
+
+    :raises ValueError: where a window has fewer than :data:`MIN_WINDOW_BARS` bars.
+    """
+    train = int(math.floor(train_fraction * n_bars))
+    fit = train - int(math.floor(val_fraction * train))
+    sizes = {"fit": fit, "validation": train - fit, "test": n_bars - train}
+    for name, size in sizes.items():
+        if size < MIN_WINDOW_BARS:
+            raise ValueError(
+                f"the data's {n_bars} aligned bars leave the {name} window {size} bars "
+                f"(train_fraction = {train_fraction}, val_fraction = {val_fraction}): allowed is "
+                f"at least {MIN_WINDOW_BARS} bars in each of fit, validation and test (more bars "
+                "or other fractions)"
+            )
+    return PortfolioSplits(fit_stop=fit, val_stop=train, n_bars=int(n_bars))
+
+
+def slice_portfolio(data: PortfolioData, start: int, stop: int) -> PortfolioData:
+    """Bars ``start:stop`` of ``data`` (the features as computed on the whole history: causal)."""
+    if not 0 <= start < stop <= data.n_bars:
+        raise ValueError(
+            f"slice start = {start}, stop = {stop} is invalid: allowed is 0 <= start < stop <= "
+            f"{data.n_bars}"
+        )
+
+    def part(a: np.ndarray) -> np.ndarray:
+        out = np.ascontiguousarray(a[start:stop])
+        out.flags.writeable = False
+        return out
+
+    return PortfolioData(
+        open=part(data.open),
+        high=part(data.high),
+        low=part(data.low),
+        close=part(data.close),
+        volume=part(data.volume),
+        features=part(data.features),
+        timestamps=part(data.timestamps),
+        instruments=data.instruments,
+        feature_names=data.feature_names,
+        filled=part(data.filled),
+    )
+
+
+def portfolio_reward_scale(data: PortfolioData) -> float:
+    """One over the standard deviation of the equal-weight portfolio's close-to-close returns
+    (the mean of the K instruments' returns): the reward scale at which a step's reward at full
+    gross exposure has a standard deviation of about 1. 1.0 where the closes never move."""
+    close = np.asarray(data.close, dtype=np.float64)
+    if close.shape[0] < 3:
+        return 1.0
+    sd = float(np.std((close[1:] / close[:-1] - 1.0).mean(axis=1)))
+    return 1.0 / sd if sd > 0.0 and math.isfinite(1.0 / sd) else 1.0
+
+
+def greedy_level_policy(net: Any) -> LevelPolicy:
+    """``policy(obs [D], bar) -> int64 [K]``: the per-branch argmax of a branching Q-network
+    (``net(obs [1, D]) -> Q [1, K, L]``, on the CPU)."""
+    import torch as th
+
+    def policy(obs: np.ndarray, bar: int) -> np.ndarray:
+        with th.no_grad():
+            q = net(th.as_tensor(np.asarray(obs, dtype=np.float32)[None, :]))
+        return q[0].argmax(dim=-1).numpy().astype(np.int64)
+
+    return policy
+
+
+def set_flat_policy(model: Any, level: int) -> None:
+    """Make a branching dueling ``model`` act ``level`` in every branch on every observation:
+    each branch's last advantage layer becomes ``A_d = one_hot(level)`` (zero weights, a unit
+    bias); the trunk and the value head stay as trained, and the model saves and loads as any
+    other."""
+    import torch as th
+
+    from agents.algorithm.policies import BranchLinear
+
+    for net in (model.q_net, model.q_net_target):
+        last = [m for m in net.advantage_head if isinstance(m, BranchLinear | th.nn.Linear)][-1]
+        if not isinstance(last, BranchLinear):
+            raise TypeError("set_flat_policy needs a branching head of hidden advantage layers")
+        if not 0 <= int(level) < last.out_features:
+            raise ValueError(f"level = {level!r} is invalid: allowed is 0..{last.out_features - 1}")
+        with th.no_grad():
+            last.weight.zero_()
+            last.bias.zero_()
+            last.bias[:, int(level)] = 1.0
+
+
+@dataclass(frozen=True, eq=False)
+class PortfolioTrainResult:
+    """What :func:`train_portfolio` did and found.
+
+    Attributes:
+        kept: ``"network"`` or ``"flat"``: the policy the saved model acts.
+        reason: one line saying why.
+        validation, test: the kept policy's backtests of the validation and test bars.
+        validation_flat, test_flat: flat's there (zero returns: no trade).
+        validation_network, test_network: the best snapshot's there, kept or not.
+        test_buy_and_hold: equal-weight buy-and-hold of the test bars.
+        validation_buy_and_hold: the same of the validation bars.
+        gate: the validation test (``GateVerdict``) of the best snapshot against flat.
+        snapshot_steps: env steps of each snapshot; ``snapshot_sharpes`` their validation
+            Sharpe; ``chosen_snapshot`` the best's index.
+        splits: the windows; ``config``: the settings, resolved for ``device``.
+        reward_scale: the TD target's reward factor used.
+        seconds: wall seconds of the whole run; ``train_seconds`` of ``learn`` alone.
+        model: the trained GpuDQN (acting the kept policy), not in :meth:`to_dict`.
+    """
+
+    kept: str
+    reason: str
+    validation: PortfolioBacktest
+    test: PortfolioBacktest
+    validation_flat: PortfolioBacktest
+    test_flat: PortfolioBacktest
+    validation_network: PortfolioBacktest
+    test_network: PortfolioBacktest
+    validation_buy_and_hold: PortfolioBacktest
+    test_buy_and_hold: PortfolioBacktest
+    gate: GateVerdict
+    snapshot_steps: tuple[int, ...]
+    snapshot_sharpes: tuple[float, ...]
+    chosen_snapshot: int
+    splits: PortfolioSplits
+    config: PortfolioTrainConfig
+    instruments: tuple[str, ...]
+    seed: int
+    device: str
+    reward_scale: float
+    seconds: float
+    train_seconds: float
+    model: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``metrics.json``: every figure, JSON-ready (no per-bar arrays, no model)."""
+        return {
+            "kind": "portfolio",
+            "kept": self.kept,
+            "reason": self.reason,
+            "instruments": list(self.instruments),
+            "seed": self.seed,
+            "device": self.device,
+            "splits": self.splits.to_dict(),
+            "validation": {
+                "kept": self.validation.to_dict(),
+                "flat": self.validation_flat.to_dict(),
+                "network": self.validation_network.to_dict(),
+                "buy_and_hold": self.validation_buy_and_hold.to_dict(),
+            },
+            "test": {
+                "kept": self.test.to_dict(),
+                "flat": self.test_flat.to_dict(),
+                "network": self.test_network.to_dict(),
+                "buy_and_hold": self.test_buy_and_hold.to_dict(),
+            },
+            "gate": self.gate.to_dict(),
+            "snapshots": [
+                {"step": s, "validation_sharpe": v}
+                for s, v in zip(self.snapshot_steps, self.snapshot_sharpes, strict=True)
+            ],
+            "chosen_snapshot": self.chosen_snapshot,
+            "reward_scale": self.reward_scale,
+            "seconds": self.seconds,
+            "train_seconds": self.train_seconds,
+            "config": self.config.to_dict(),
+        }
+
+
+def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: str) -> Any:
+    """A new GpuDQN with the branching dueling head on ``config.num_envs`` envs over ``fit``."""
+    import gymnasium as gym
+
+    import gpu_trading_env  # noqa: F401  (registers the envs)
+    from agents import GpuDQN
+    from agents.pipelines.model_builder import learning_rate_schedule
+
+    env = gym.make_vec(
+        "GpuPortfolio-v0", num_envs=config.num_envs, device=device, data=fit, config=config.env
+    )
+    width = int(config.net_width)
+    hidden = ([width, width], [width // 2]) if width else ([], [])
+    policy_kwargs: dict[str, Any] = {
+        "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
+    }
+    if config.weight_decay:
+        policy_kwargs["optimizer_kwargs"] = {
+            "weight_decay": config.weight_decay,
+            "decoupled_weight_decay": True,
+        }
+    scale = portfolio_reward_scale(fit) if config.reward_scale is None else config.reward_scale
+    return GpuDQN(
+        "DuelingPolicy",
+        env,
+        policy_kwargs=policy_kwargs,
+        learning_rate=learning_rate_schedule(config),  # type: ignore[arg-type]
+        buffer_size=config.buffer_size,
+        learning_starts=config.learning_starts,
+        batch_size=config.batch_size,
+        gamma=config.gamma,
+        reward_scale=float(scale),
+        train_freq=1,
+        gradient_steps=config.gradient_steps,
+        target_update_interval=config.target_update_interval,
+        exploration_fraction=config.exploration_fraction,
+        exploration_final_eps=config.exploration_final_eps,
+        train_precision=config.train_precision,
+        verbose=config.verbose,
+        seed=seed,
+        device=device,
+    )
+
+
+def _learn(model: Any, config: PortfolioTrainConfig, progress: bool) -> tuple[Any, float]:
+    """Train ``model`` for ``config.timesteps`` with weight snapshots: ``(callback, seconds)``."""
+    from agents.pipelines.snapshot_training import SnapshotCallback
+
+    cb = SnapshotCallback(config.curve_every, config.snapshot_every)
+    callbacks: list[Any] = [cb]
+    bar = progress and sys.stdout.isatty()
+    if progress and not bar:
+        from agents.pipelines.progress import ProgressLines
+
+        callbacks.append(ProgressLines(config.timesteps))
+    episodes = int(config.timesteps) // max(int(config.env.episode_length), 1)
+    t0 = time.perf_counter()
+    model.learn(
+        total_timesteps=config.timesteps,
+        callback=callbacks,
+        log_interval=max(4, episodes // 100),
+        progress_bar=bar,
+    )
+    seconds = time.perf_counter() - t0
+    if not cb.snapshots or cb.snapshots[-1][0] != model.num_timesteps:
+        cb.snapshot()
+    return cb, seconds
+
+
+def _reason(kept: str, gate: GateVerdict, fallback: bool, sharpe: float) -> str:
+    """One line: what was kept and why."""
+    check = gate.validation_vs_flat
+    halves = ", ".join(f"{h:+.2f}" for h in gate.halves) or "too few bars"
+    evidence = (
+        f"validation Sharpe {sharpe:.2f}, reality-check {GATE_LEVEL:.0%} interval "
+        f"[{check['low']:.2f}, {check['high']:.2f}] over {check['candidates']} snapshots, "
+        f"halves {halves}"
+    )
+    if kept == "network" and not fallback:
+        return f"network kept without the test against flat (--no-fallback): {evidence}"
+    if kept == "network":
+        return f"network kept: it beats flat on the validation bars ({evidence})"
+    if gate.beat_flat_by is None:
+        return (
+            f"flat kept: the best snapshot does not beat flat on the validation bars ({evidence})"
+        )
+    return f"flat kept: the best snapshot beats flat but not in both validation halves ({evidence})"
+
+
+def train_portfolio(
+    data: PortfolioData,
+    config: PortfolioTrainConfig,
+    *,
+    seed: int,
+    device: str,
+    out: Path | None,
+    progress: bool = False,
+) -> PortfolioTrainResult:
+    """Train, select and test one portfolio policy (the module doc's procedure).
+
+    :param data: the aligned bars of the K instruments (all of them: the splits are made here).
+    :param config: the settings; budgets left None take ``device``'s defaults.
+    :param seed: the model's and the envs' seed.
+    :param device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``: the model's and the training env's.
+    :param out: a folder for ``model.zip`` (the kept policy) and ``metrics.json``; None writes
+        nothing.
+    :param progress: a progress bar on a terminal, else a line every 10 s.
+    :raises ValueError: where the data's bars leave a window too short (:func:`portfolio_splits`).
+    """
+    t0 = time.perf_counter()
+    if not isinstance(config, PortfolioTrainConfig):
+        raise TypeError(
+            f"config of type {type(config).__name__} is invalid: allowed is PortfolioTrainConfig"
+        )
+    config = config.resolved(device)
+    config.env.cost_rates(data.n_instruments)  # a per-instrument cost of another K fails here
+    splits = portfolio_splits(data.n_bars, config.train_fraction, config.val_fraction)
+    if config.env.episode_length + 1 > splits.fit_stop:
+        raise ValueError(
+            f"PortfolioConfig.episode_length = {config.env.episode_length} is invalid for the "
+            f"{splits.fit_stop} bars of the fit window (of {data.n_bars}): allowed is at most "
+            f"{splits.fit_stop - 1} (one episode and the bar it is marked to); a shorter "
+            "episode or more bars"
+        )
+    if str(device) == "cpu" and config.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(int(config.torch_threads))
+    fit = slice_portfolio(data, 0, splits.fit_stop)
+    model = _model(fit, config, seed, device)
+    cb, train_seconds = _learn(model, config, progress)
+    model.env.close()
+    env = config.env
+    flat = np.full((data.n_bars, data.n_instruments), flat_level(env), dtype=np.int64)
+    a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
+    nets = [net for _, net, _ in cb.snapshots]
+    *runs, val_flat = backtest_portfolios(
+        [greedy_level_policy(net) for net in nets] + [flat], data, env, a, b
+    )
+    sharpes = tuple(r.sharpe for r in runs)
+    chosen = _best(sharpes)
+    candidates = [ValidationReturns(r.returns) for r in runs]
+    gate = network_beats_baseline(
+        candidates[chosen],
+        ValidationReturns(val_flat.returns),
+        "flat",
+        runs[chosen].per_year,
+        candidates=candidates,
+    )
+    keep_network = gate.keep_network or not config.fallback
+    kept = "network" if keep_network else "flat"
+    model.policy.load_state_dict(cb.snapshots[chosen][2])
+    if not keep_network:
+        set_flat_policy(model, flat_level(env))
+    test_net, test_flat = backtest_portfolios(
+        [greedy_level_policy(nets[chosen]), flat], data, env, b, n
+    )
+    result = PortfolioTrainResult(
+        kept=kept,
+        reason=_reason(kept, gate, config.fallback, sharpes[chosen]),
+        validation=runs[chosen] if keep_network else val_flat,
+        test=test_net if keep_network else test_flat,
+        validation_flat=val_flat,
+        test_flat=test_flat,
+        validation_network=runs[chosen],
+        test_network=test_net,
+        validation_buy_and_hold=buy_and_hold_portfolio(data, env, a, b),
+        test_buy_and_hold=buy_and_hold_portfolio(data, env, b, n),
+        gate=gate,
+        snapshot_steps=tuple(int(s) for s, _, _ in cb.snapshots),
+        snapshot_sharpes=sharpes,
+        chosen_snapshot=chosen,
+        splits=splits,
+        config=config,
+        instruments=data.instruments,
+        seed=int(seed),
+        device=str(device),
+        reward_scale=float(model.reward_scale),
+        seconds=0.0,
+        train_seconds=float(train_seconds),
+        model=model,
+    )
+    result = _with_seconds(result, time.perf_counter() - t0)
+    if out is not None:
+        write_portfolio_run(result, Path(out))
+    return result
+
+
+def _best(sharpes: tuple[float, ...]) -> int:
+    """The best validation Sharpe's index, the latest of equals."""
+    best, value = len(sharpes) - 1, -np.inf
+    for j, s in enumerate(sharpes):
+        if s >= value:
+            best, value = j, s
+    return best
+
+
+def _with_seconds(result: PortfolioTrainResult, seconds: float) -> PortfolioTrainResult:
+    import dataclasses
+
+    return dataclasses.replace(result, seconds=float(seconds))
+
+
+def write_portfolio_run(result: PortfolioTrainResult, out: Path) -> None:
+    """``out/model.zip`` (the model acting the kept policy) and ``out/metrics.json``."""
+    from gpu_trading_env.atomic_file import atomic_write
+
+    out.mkdir(parents=True, exist_ok=True)
+    if result.model is not None:
+        result.model.save(out / "model.zip")
+    with atomic_write(out / "metrics.json", "w") as f:
+        json.dump(result.to_dict(), f, indent=2, default=_json_value)
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, tuple | np.ndarray):
+        return list(v)
+    return str(v)
