@@ -92,7 +92,7 @@ def with_regime_filter(
 def _run(market: str, seed: int, device: str, variant: str) -> dict:
     row = run_one(
         market, seed, device, inputs=functools.partial(with_regime_filter, variant=variant)
-    )
+    ).to_dict()
     row["inputs"] = variant
     for k in ("evaluations", "learning_curve", "curves"):
         row.pop(k, None)

@@ -53,12 +53,13 @@ def main() -> None:
     ]  # fmt: skip
     for market, seed in jobs:
         r = run_one(market, seed, "cpu", extra_train_args=extra)
-        ratio = r["sharpe_ratio"]
+        ratio = r.sharpe_ratio
+        network = "n/a" if r.network is None else f"{r.network.sharpe:+.2f}"
         print(
-            f"{market} seed {seed}, gradient steps {args.gradient_steps}: kept {r['kept']}, "
+            f"{market} seed {seed}, gradient steps {args.gradient_steps}: kept {r.kept}, "
             f"agent / reference {'n/a' if ratio is None else f'{ratio:+.2f}'}, network alone "
-            f"Sharpe {r['network']['sharpe']:+.2f} (reference {r['reference']['sharpe']:.2f}), "
-            f"return {r['agent']['total_return']:+.1%}, {r['seconds']:.0f} s",
+            f"Sharpe {network} (reference {r.reference.sharpe:.2f}), "
+            f"return {r.agent.total_return:+.1%}, {r.seconds:.0f} s",
             flush=True,
         )
 

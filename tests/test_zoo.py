@@ -138,9 +138,9 @@ def test_small_zoo_run_is_reproducible_under_its_seed() -> None:
     a = run_one("builtin", 0, "cpu", SMALL)
     b = run_one("builtin", 0, "cpu", SMALL)
     for key in ("agent", "network", "reference", "vs_flat", "gate", "evaluations"):
-        assert a[key] == b[key], key
-    assert a["reference_name"] in ("sign rule", "conviction rule")
-    assert a["bars"]["test"] == SMALL.bars // 5
+        assert getattr(a, key) == getattr(b, key), key
+    assert a.reference_name in ("sign rule", "conviction rule")
+    assert a.test_bars == SMALL.bars // 5
 
 
 def test_zoo_market_data_matches_the_builtin_market() -> None:
@@ -192,7 +192,7 @@ def test_net_width_zero_is_a_linear_q_network_and_one_is_refused() -> None:
         validate(bad)
     # gbm_flat keeps no input, so --all-inputs: the linear network must be trained.
     row = run_one("gbm_flat", 0, "cpu", SMALL, ("--net-width", "0", "--all-inputs"))
-    assert "error" not in row and row["network"]["n_bars"] == SMALL.bars // 5
+    assert row.network is not None and row.network.n_bars == SMALL.bars // 5
 
 
 def _returns(values: np.ndarray) -> BacktestResult:

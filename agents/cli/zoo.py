@@ -14,7 +14,7 @@ import argparse
 import shlex
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agents.cli.options import UsageError
 from agents.cli.run_folder import claim_out
@@ -22,6 +22,7 @@ from agents.cli.run_progress import RunProgress
 
 if TYPE_CHECKING:
     from agents.pipelines.zoo import ZooBudget
+    from agents.pipelines.zoo_result import ZooRow
 
 
 def _check_real_packages(markets: list) -> None:
@@ -91,22 +92,24 @@ def _extra_train_args(
     return extra
 
 
-def _done_line(row: dict[str, Any]) -> str:
+def _done_line(row: ZooRow) -> str:
     """One run's progress line: its error, or the agent's Sharpe and return beside the
     reference's and the chosen baseline's."""
+    from agents.pipelines.zoo_result import FailedZooRun
+
     what = (
-        f"error {row['error']}"
-        if "error" in row
-        else f"agent Sharpe {row['agent']['sharpe']:.2f} vs reference "
-        f"{row['reference']['sharpe']:.2f} ({row['kept']} kept), return "
-        f"{row['agent']['total_return']:+.1%} vs the chosen baseline's "
-        f"({row['baseline']}) {row['chosen_baseline']['total_return']:+.1%}, "
-        f"{row['seconds']:.0f} s"
+        f"error {row.error}"
+        if isinstance(row, FailedZooRun)
+        else f"agent Sharpe {row.agent.sharpe:.2f} vs reference "
+        f"{row.reference.sharpe:.2f} ({row.kept} kept), return "
+        f"{row.agent.total_return:+.1%} vs the chosen baseline's "
+        f"({row.baseline}) {row.chosen_baseline.total_return:+.1%}, "
+        f"{row.seconds:.0f} s"
     )
-    return f"{row['market']} seed {row['seed']}: {what}"
+    return f"{row.market} seed {row.seed}: {what}"
 
 
-def _print_summary(rows: list[dict[str, Any]]) -> None:
+def _print_summary(rows: list[ZooRow]) -> None:
     """The zoo's summary table on the console, its columns aligned."""
     from agents.pipelines.zoo_report import summarize, summary_table
 
@@ -121,6 +124,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     from agents.cli.sweep import resolve_devices
     from agents.pipelines.zoo import SMALL, ZooBudget, run_zoo
     from agents.pipelines.zoo_report import write_report
+    from agents.pipelines.zoo_result import FailedZooRun
 
     markets = _chosen_markets(args)
     _check_seeds_and_runs(args)
@@ -160,4 +164,4 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     paths = write_report(rows, out, command, meta)
     _print_summary(rows)
     print(f"report: {paths['html']}  (every run: {paths['csv']}, {paths['json']})")
-    return 1 if any("error" in r for r in rows) else 0
+    return 1 if any(isinstance(r, FailedZooRun) for r in rows) else 0

@@ -39,8 +39,9 @@ is not known or not constant:
 Each of its rows also holds the baseline that ``train`` chose on the training bars (the gate's
 ``baseline``) and that baseline's out-of-sample backtest, flat's, and the deployed policy's
 Sharpe and total-return differences against the baseline with 95% block-bootstrap intervals.
-A real series' bars are the same for every seed; the seed changes the training only. The rows
-are dicts, so a walk-forward run of a real series adds its own keys beside these.
+A real series' bars are the same for every seed; the seed changes the training only. A run's
+row is a :class:`~agents.pipelines.zoo_result.ZooRun`, or a
+:class:`~agents.pipelines.zoo_result.FailedZooRun` where it raised.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from agents.pipelines.zoo_result import FailedZooRun, ZooRow, ZooRun
 
 if TYPE_CHECKING:
     from agents.pipelines.train_result import TrainResult
@@ -345,14 +348,14 @@ def run_one(
     budget: ZooBudget = ZooBudget(),
     extra_train_args: Sequence[str] = (),
     inputs: Callable[[Any, Any], tuple[Any, Any]] | None = None,
-) -> dict[str, Any]:
+) -> ZooRun:
     """One zoo run: draw, train as ``train`` does, backtest agent and references out of sample.
 
     :param inputs: ``(train, test) -> (train, test)``, the split's bars with the network's
         inputs changed (features fitted on ``train`` appended, for instance: a candidate input
         measured beside the default, ``experiments/regime_features_lab.py``); None: ``train``'s.
         The references and costs stay the market's.
-    :returns: a JSON-ready row (figures per series, tests, learning curve, thinned curves).
+    :returns: the run's figures per series, tests, learning curve and thinned curves.
     """
     from agents.pipelines.model_selection import train_selected
     from agents.pipelines.train_config import TrainConfig, set_torch_threads
@@ -369,20 +372,31 @@ def run_one(
         train, test = inputs(train, test)
     per_year = bars_per_year(test.timestamps)
     run = train_selected(train, test, args.config, settings, seed=seed, per_year=per_year)
-    row = {"market": market.name, "suite": "real" if market in REAL_MARKETS else "zoo"}
-    row |= {"seed": int(seed), "device": device}
-    row |= _judged_run(run, market, test, args.config, per_year)
-    row["seconds"] = time.perf_counter() - t0
-    row["bars"] = {"train": int(train.n_bars), "test": int(test.n_bars)}
-    row["curves"] = row.pop("curves")  # the row's last entry, as the zoo's JSON has it
-    return row
+    where = _RunPlace(int(seed), device, int(train.n_bars), t0)
+    return _judged_run(run, market, test, args.config, per_year, where)
+
+
+@dataclass(frozen=True)
+class _RunPlace:
+    """Which run is judged: its seed and device, its training bars, and when it started
+    (``time.perf_counter()``)."""
+
+    seed: int
+    device: str
+    train_bars: int
+    started: float
 
 
 def _judged_run(
-    run: TrainResult, market: Market, test: MarketData, config: EnvConfig, per_year: float
-) -> dict[str, Any]:
-    """The row's figures of one trained run on the test bars: the agent beside the market's references, flat, buy-and-hold and the
-    chosen baseline, with their intervals, and the run's own records."""
+    run: TrainResult,
+    market: Market,
+    test: MarketData,
+    config: EnvConfig,
+    per_year: float,
+    where: _RunPlace,
+) -> ZooRun:
+    """One trained run judged on the test bars: the agent beside the market's references,
+    flat, buy-and-hold and the chosen baseline, with their intervals, and the run's records."""
     from agents.pipelines.baseline_policies import baseline_backtest, baseline_config
     from gpu_trading_env.reports.backtest import backtest, exposure_policy
     from gpu_trading_env.reports.metrics import sharpe_difference_interval
@@ -405,43 +419,50 @@ def _judged_run(
     base = baseline_backtest(chosen, test, config, per_year)
     vs_base = sharpe_difference_interval(agent.returns, base.returns, per_year)
     network = run.network_test
-    return {
-        "kept": run.kept,
-        "agent": a.to_dict(),
-        "network": None if network is None else network.strategy.to_dict(),
-        "reference_name": ref_name,
-        "reference": r.to_dict(),
-        "references": {k: v.strategy.to_dict() for k, v in refs.items()},
-        "buy_and_hold": agent.benchmark.to_dict(),
-        "sharpe_ratio": a.sharpe / r.sharpe if r.sharpe > 0 else None,
-        "network_sharpe_ratio": (
+    return ZooRun(
+        market=market.name,
+        suite="real" if market in REAL_MARKETS else "zoo",
+        seed=where.seed,
+        device=where.device,
+        kept=run.kept,
+        agent=a,
+        network=None if network is None else network.strategy,
+        reference_name=ref_name,
+        reference=r,
+        references={k: v.strategy for k, v in refs.items()},
+        buy_and_hold=agent.benchmark,
+        sharpe_ratio=a.sharpe / r.sharpe if r.sharpe > 0 else None,
+        network_sharpe_ratio=(
             network.strategy.sharpe / r.sharpe if r.sharpe > 0 and network is not None else None
         ),
-        "deployment": run.deployment.to_dict(),
-        "baseline": chosen,
-        "chosen_baseline": {"name": chosen, **base.strategy.to_dict()},
-        "flat": baseline_backtest("flat", test, config, per_year).strategy.to_dict(),
-        "vs_baseline": vs_base,
-        "return_vs_baseline": return_difference_interval(agent.returns, base.returns),
-        "vs_flat": vs_flat,
-        "vs_buy_and_hold": vs_bh,
-        "edge_over_flat_claimed": bool(vs_flat["low"] > 0.0),
-        "gate": run.gate,
-        "selected_step": run.selected_step,
-        "inputs": None
+        deployment=run.deployment,
+        baseline=chosen,
+        chosen_baseline=base.strategy,
+        flat=baseline_backtest("flat", test, config, per_year).strategy,
+        vs_baseline=vs_base,
+        return_vs_baseline=return_difference_interval(agent.returns, base.returns),
+        vs_flat=vs_flat,
+        vs_buy_and_hold=vs_bh,
+        edge_over_flat_claimed=bool(vs_flat["low"] > 0.0),
+        gate=run.gate,
+        selected_step=run.selected_step,
+        inputs=None
         if run.inputs is None
         else {k: run.inputs[k] for k in ("kept", "regime_p_value", "p_value")},
-        "evaluations": run.evals.to_dict(),
-        "learning_curve": run.curve,
-        "train_seconds": run.train_seconds,
-        "timesteps": run.timesteps,
-        "curves": {
+        evaluations=run.evals,
+        learning_curve=run.curve,
+        train_seconds=run.train_seconds,
+        timesteps=run.timesteps,
+        seconds=time.perf_counter() - where.started,
+        train_bars=where.train_bars,
+        test_bars=int(test.n_bars),
+        curves={
             "agent": _thin(agent.equity),
             "reference": _thin(ref.equity),
             "buy_and_hold": _thin(agent.buy_and_hold),
             "baseline": _thin(base.equity),
         },
-    }
+    )
 
 
 # ------------------------------------------------------------------ the whole zoo
@@ -455,7 +476,7 @@ def _init_worker(slots: Any) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
 
 
-def _worker_run(market: str, seed: int, budget: ZooBudget, extra: tuple[str, ...]) -> dict:
+def _worker_run(market: str, seed: int, budget: ZooBudget, extra: tuple[str, ...]) -> ZooRow:
     device = os.environ["GPU_TRADING_ENV_ZOO_DEVICE"]
     return _guarded_run(
         market, seed, "cuda" if device.startswith("cuda") else device, budget, extra
@@ -464,19 +485,19 @@ def _worker_run(market: str, seed: int, budget: ZooBudget, extra: tuple[str, ...
 
 def _guarded_run(
     market: str, seed: int, device: str, budget: ZooBudget, extra: tuple[str, ...]
-) -> dict:
+) -> ZooRow:
     try:
         return run_one(market, seed, device, budget, extra)
     except Exception as exc:  # a failed run is a row, the others go on
         import traceback
 
-        return {
-            "market": market,
-            "seed": seed,
-            "device": device,
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(),
-        }
+        return FailedZooRun(
+            market=market,
+            seed=seed,
+            device=device,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+        )
 
 
 def run_zoo(
@@ -487,8 +508,8 @@ def run_zoo(
     runs_per_device: int = 1,
     budget: ZooBudget = ZooBudget(),
     extra_train_args: Sequence[str] = (),
-    on_done: Callable[[dict[str, Any]], None] | None = None,
-) -> list[dict[str, Any]]:
+    on_done: Callable[[ZooRow], None] | None = None,
+) -> list[ZooRow]:
     """Every (market, seed) run, in worker processes (``runs_per_device`` per device), or in
     this process where the only worker would be one on the CPU.
 
@@ -502,7 +523,7 @@ def run_zoo(
         raise ValueError(f"runs_per_device = {runs_per_device!r} is invalid: allowed is >= 1")
     workers = [d for d in devices for _ in range(runs_per_device)]
     jobs = [(m, int(s)) for m in markets for s in seeds]
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    rows: dict[tuple[str, int], ZooRow] = {}
     if workers == ["cpu"]:
         # One CPU worker runs the jobs one after another, as this process can: no spawned
         # process to pay the imports again, no manager process for the device slots.

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.zoo import MARKETS, MARKETS_BY_NAME, REAL_MARKETS, REAL_RUN_SHORTFALL
+from agents.pipelines.zoo_result import FailedZooRun, ZooRow, ZooRun
 
 __all__ = ["summarize", "summary_table", "write_report"]
 
@@ -31,22 +32,20 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     }
 
 
-def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarize(rows: Sequence[ZooRow]) -> list[dict[str, Any]]:
     """Per market: means and spreads over seeds, and whether the target holds."""
     out = []
     for market in (*MARKETS, *REAL_MARKETS):
-        mine = [r for r in rows if r["market"] == market.name and "error" not in r]
-        failed = [r for r in rows if r["market"] == market.name and "error" in r]
+        mine = [r for r in rows if r.market == market.name and isinstance(r, ZooRun)]
+        failed = [r for r in rows if r.market == market.name and isinstance(r, FailedZooRun)]
         if not mine and not failed:
             continue
-        ret = _stats([r["agent"]["total_return"] for r in mine])
-        bh = _stats([r["buy_and_hold"]["total_return"] for r in mine])
-        ratio = _stats([r["sharpe_ratio"] for r in mine])
-        claims = sum(r["edge_over_flat_claimed"] for r in mine)
-        base = _stats([r["chosen_baseline"]["total_return"] for r in mine])
-        shortfall = [
-            r["agent"]["total_return"] - r["chosen_baseline"]["total_return"] for r in mine
-        ]
+        ret = _stats([r.agent.total_return for r in mine])
+        bh = _stats([r.buy_and_hold.total_return for r in mine])
+        ratio = _stats([r.sharpe_ratio for r in mine])
+        claims = sum(r.edge_over_flat_claimed for r in mine)
+        base = _stats([r.chosen_baseline.total_return for r in mine])
+        shortfall = [r.agent.total_return - r.chosen_baseline.total_return for r in mine]
         measure, threshold = market.target
         if not mine or failed:
             passed = None
@@ -69,26 +68,26 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "target": {"measure": measure, "threshold": threshold},
                 "seeds": len(mine),
                 "failed_runs": len(failed),
-                "agent_sharpe": _stats([r["agent"]["sharpe"] for r in mine]),
-                "reference_sharpe": _stats([r["reference"]["sharpe"] for r in mine]),
-                "buy_and_hold_sharpe": _stats([r["buy_and_hold"]["sharpe"] for r in mine]),
+                "agent_sharpe": _stats([r.agent.sharpe for r in mine]),
+                "reference_sharpe": _stats([r.reference.sharpe for r in mine]),
+                "buy_and_hold_sharpe": _stats([r.buy_and_hold.sharpe for r in mine]),
                 "sharpe_ratio": ratio,
-                "network_sharpe_ratio": _stats([r["network_sharpe_ratio"] for r in mine]),
+                "network_sharpe_ratio": _stats([r.network_sharpe_ratio for r in mine]),
                 "agent_return": ret,
-                "reference_return": _stats([r["reference"]["total_return"] for r in mine]),
+                "reference_return": _stats([r.reference.total_return for r in mine]),
                 "buy_and_hold_return": bh,
                 "baseline_return": base,
-                "baseline_sharpe": _stats([r["chosen_baseline"]["sharpe"] for r in mine]),
+                "baseline_sharpe": _stats([r.chosen_baseline.sharpe for r in mine]),
                 "return_minus_baseline": _stats(shortfall),
                 "baselines_chosen": {
-                    b: sum(r["baseline"] == b for r in mine)
-                    for b in sorted({r["baseline"] for r in mine})
+                    b: sum(r.baseline == b for r in mine)
+                    for b in sorted({r.baseline for r in mine})
                 },
-                "agent_turnover": _stats([r["agent"].get("turnover") for r in mine]),
-                "agent_costs": _stats([r["agent"].get("costs_paid") for r in mine]),
+                "agent_turnover": _stats([r.agent.turnover for r in mine]),
+                "agent_costs": _stats([r.agent.costs_paid for r in mine]),
                 "edge_over_flat_claims": int(claims),
-                "kept_network": int(sum(r["kept"] == "network" for r in mine)),
-                "seconds": _stats([r["seconds"] for r in mine]),
+                "kept_network": int(sum(r.kept == "network" for r in mine)),
+                "seconds": _stats([r.seconds for r in mine]),
                 "passed": passed,
             }
         )
@@ -109,51 +108,48 @@ _CSV_FIELDS = [
 ]  # fmt: skip
 
 
-def _csv_row(r: dict[str, Any]) -> dict[str, Any]:
-    if "error" in r:
-        return {"market": r["market"], "seed": r["seed"], "error": r["error"]}
+def _csv_row(r: ZooRow) -> dict[str, Any]:
+    if isinstance(r, FailedZooRun):
+        return {"market": r.market, "seed": r.seed, "error": r.error}
+    gate, inputs = r.gate, r.inputs or {}
+    # None where no network was trained (the selection kept no input).
+    vs_flat = gate["network_minus_flat_validation_sharpe"] or {}
+    vs_base = gate["network_minus_baseline_validation_sharpe"] or {}
     return {
-        "market": r["market"],
-        "seed": r["seed"],
-        "kept": r["kept"],
-        "agent_sharpe": r["agent"]["sharpe"],
-        "reference": r["reference_name"],
-        "reference_sharpe": r["reference"]["sharpe"],
-        "sharpe_ratio": r["sharpe_ratio"],
-        "network_sharpe_ratio": r["network_sharpe_ratio"],
-        "agent_return": r["agent"]["total_return"],
-        "reference_return": r["reference"]["total_return"],
-        "buy_and_hold_return": r["buy_and_hold"]["total_return"],
-        "agent_turnover": r["agent"].get("turnover"),
-        "agent_costs": r["agent"].get("costs_paid"),
-        "suite": r.get("suite", "zoo"),
-        "chosen_baseline": r["chosen_baseline"]["name"],
-        "baseline_return": r["chosen_baseline"]["total_return"],
-        "baseline_sharpe": r["chosen_baseline"]["sharpe"],
-        "return_vs_baseline": r["return_vs_baseline"]["difference"],
-        "return_vs_baseline_low": r["return_vs_baseline"]["low"],
-        "return_vs_baseline_high": r["return_vs_baseline"]["high"],
-        "vs_baseline_p": r["vs_baseline"]["p_value"],
-        "vs_flat_p": r["vs_flat"]["p_value"],
-        "vs_flat_low": r["vs_flat"]["low"],
-        "vs_buy_and_hold_p": r["vs_buy_and_hold"]["p_value"],
-        # None where no network was trained (the selection kept no input).
-        "validation_p_vs_flat": (r["gate"]["network_minus_flat_validation_sharpe"] or {}).get(
-            "p_value"
-        ),
-        "validation_p_vs_baseline": (
-            r["gate"]["network_minus_baseline_validation_sharpe"] or {}
-        ).get("p_value"),
-        "validation_adjusted_sharpe": (r["gate"]["network_minus_flat_validation_sharpe"] or {}).get(
-            "adjusted"
-        ),
-        "verdict": (r.get("deployment") or {}).get("headline", ""),
-        "features_predict_p": (r["gate"].get("features_predict_next_return") or {}).get("p_value"),
-        "beat_flat_by": r["gate"].get("beat_flat_by") or "",
-        # The input selection (None: --all-inputs, or a row written without one).
-        "inputs_kept": " ".join((r.get("inputs") or {}).get("kept", ["(all)"])),
-        "regime_filter_p": (r.get("inputs") or {}).get("regime_p_value"),
-        "seconds": r["seconds"],
+        "market": r.market,
+        "seed": r.seed,
+        "kept": r.kept,
+        "agent_sharpe": r.agent.sharpe,
+        "reference": r.reference_name,
+        "reference_sharpe": r.reference.sharpe,
+        "sharpe_ratio": r.sharpe_ratio,
+        "network_sharpe_ratio": r.network_sharpe_ratio,
+        "agent_return": r.agent.total_return,
+        "reference_return": r.reference.total_return,
+        "buy_and_hold_return": r.buy_and_hold.total_return,
+        "agent_turnover": r.agent.turnover,
+        "agent_costs": r.agent.costs_paid,
+        "suite": r.suite,
+        "chosen_baseline": r.baseline,
+        "baseline_return": r.chosen_baseline.total_return,
+        "baseline_sharpe": r.chosen_baseline.sharpe,
+        "return_vs_baseline": r.return_vs_baseline["difference"],
+        "return_vs_baseline_low": r.return_vs_baseline["low"],
+        "return_vs_baseline_high": r.return_vs_baseline["high"],
+        "vs_baseline_p": r.vs_baseline["p_value"],
+        "vs_flat_p": r.vs_flat["p_value"],
+        "vs_flat_low": r.vs_flat["low"],
+        "vs_buy_and_hold_p": r.vs_buy_and_hold["p_value"],
+        "validation_p_vs_flat": vs_flat.get("p_value"),
+        "validation_p_vs_baseline": vs_base.get("p_value"),
+        "validation_adjusted_sharpe": vs_flat.get("adjusted"),
+        "verdict": r.deployment.headline,
+        "features_predict_p": (gate.get("features_predict_next_return") or {}).get("p_value"),
+        "beat_flat_by": gate.get("beat_flat_by") or "",
+        # The input selection (None: --all-inputs).
+        "inputs_kept": " ".join(inputs.get("kept", ["(all)"])),
+        "regime_filter_p": inputs.get("regime_p_value"),
+        "seconds": r.seconds,
         "error": "",
     }
 
@@ -207,18 +203,18 @@ def summary_table(summary: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def _plot_market(rows: list[dict[str, Any]], path: Path) -> None:
+def _plot_market(rows: list[ZooRun], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = [r for r in rows if "error" not in r]
+    ok = rows
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 3.8))
-    seeds = [r["seed"] for r in ok]
+    seeds = [r.seed for r in ok]
     x = np.arange(len(ok))
-    ax1.bar(x - 0.2, [r["agent"]["sharpe"] for r in ok], 0.4, label="agent")
-    ax1.bar(x + 0.2, [r["reference"]["sharpe"] for r in ok], 0.4, label="reference")
+    ax1.bar(x - 0.2, [r.agent.sharpe for r in ok], 0.4, label="agent")
+    ax1.bar(x + 0.2, [r.reference.sharpe for r in ok], 0.4, label="reference")
     ax1.axhline(0.0, color="black", lw=0.6)
     ax1.set_xticks(x, [f"seed {s}" for s in seeds])
     ax1.set_title("out-of-sample Sharpe, costs in")
@@ -226,33 +222,33 @@ def _plot_market(rows: list[dict[str, Any]], path: Path) -> None:
     first = ok[0]
     for name, style in (("agent", "-"), ("reference", "--"), ("buy_and_hold", ":"),
                         ("baseline", "-.")):  # fmt: skip
-        if name not in first["curves"]:
+        if name not in first.curves:
             continue
-        curve = first["curves"][name]
+        curve = first.curves[name]
         if name == "baseline":
-            name = f"chosen baseline ({first['baseline']})"
+            name = f"chosen baseline ({first.baseline})"
         ax2.plot(np.linspace(0, 1, len(curve)), curve, style, label=name.replace("_", "-"))
-    ax2.set_title(f"seed {first['seed']}: value / start, held-back bars")
+    ax2.set_title(f"seed {first.seed}: value / start, held-back bars")
     ax2.set_xlabel("fraction of the out-of-sample window")
     ax2.legend(fontsize=8)
-    ev = first["evaluations"]
-    if first["selected_step"] is not None:
-        ax3.plot(ev["timesteps"], ev["validation"], "o-", label="validation Sharpe")
-        ax3.plot(ev["timesteps"], ev["test"], "s--", label="out-of-sample Sharpe")
-        ax3.axvline(first["selected_step"], color="grey", lw=0.8, label="selected snapshot")
+    ev = first.evaluations
+    if first.selected_step is not None:
+        ax3.plot(ev.timesteps, ev.validation, "o-", label="validation Sharpe")
+        ax3.plot(ev.timesteps, ev.test, "s--", label="out-of-sample Sharpe")
+        ax3.axvline(first.selected_step, color="grey", lw=0.8, label="selected snapshot")
         ax3.legend(fontsize=8)
     else:
         ax3.text(0.5, 0.5, "no network trained:\nno input kept", ha="center", va="center")
-    ax3.set_title(f"seed {first['seed']}: learning curve (kept: {first['kept']})")
+    ax3.set_title(f"seed {first.seed}: learning curve (kept: {first.kept})")
     ax3.set_xlabel("env steps")
-    fig.suptitle(MARKETS_BY_NAME[first["market"]].title)
+    fig.suptitle(MARKETS_BY_NAME[first.market].title)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
 
 def write_report(
-    rows: list[dict[str, Any]], out: Path, command: str, meta: dict[str, Any]
+    rows: Sequence[ZooRow], out: Path, command: str, meta: dict[str, Any]
 ) -> dict[str, Path]:
     """``zoo.json`` (every row, the summary, how it was run), ``zoo.csv`` (a row per run) and
     ``index.html`` (the table and a figure per market)."""
@@ -262,7 +258,7 @@ def write_report(
 
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows)
-    doc = {"command": command, **meta, "summary": summary, "runs": rows}
+    doc = {"command": command, **meta, "summary": summary, "runs": [r.to_dict() for r in rows]}
     paths = {"json": out / "zoo.json", "csv": out / "zoo.csv", "html": out / "index.html"}
     with atomic_write(paths["json"], "w") as f:
         f.write(json.dumps(doc, indent=1, default=float))
@@ -273,7 +269,7 @@ def write_report(
             w.writerow(_csv_row(r))
     figures = []
     for s in summary:
-        mine = [r for r in rows if r["market"] == s["market"] and "error" not in r]
+        mine = [r for r in rows if r.market == s["market"] and isinstance(r, ZooRun)]
         if mine:
             name = f"{s['market']}.png"
             _plot_market(mine, out / name)
@@ -284,9 +280,9 @@ def write_report(
         for t, row in zip(["th"] + ["td"] * (len(table) - 1), table, strict=True)
     )
     errors = "".join(
-        f"<li>{html.escape(r['market'])} seed {r['seed']}: {html.escape(r['error'])}</li>"
+        f"<li>{html.escape(r.market)} seed {r.seed}: {html.escape(r.error)}</li>"
         for r in rows
-        if "error" in r
+        if isinstance(r, FailedZooRun)
     )
     notes = [
         f"Command: <code>{html.escape(command)}</code>",
