@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from gpu_runtime.device import cuda_index
 from gpu_trading_env.backends.portfolio_base import PortfolioBackend
 from gpu_trading_env.core.config import parse_autoreset_mode
 from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_field_names
@@ -36,14 +37,20 @@ PORTFOLIO_INFO_FIELDS = (
 def make_portfolio_backend(
     device: Any, data: PortfolioData, config: PortfolioConfig, num_envs: int
 ) -> PortfolioBackend:
-    """The portfolio backend of ``device``: ``"cpu"`` the NumPy reference."""
-    if str(device) == "cpu":
+    """The portfolio backend of ``device``: ``"cpu"`` the NumPy reference, ``"cuda"`` or
+    ``"cuda:N"`` the CUDA one (imported only then: the CPU path never loads CuPy)."""
+    name = str(device)
+    if name == "cpu":
         from gpu_trading_env.backends.portfolio_numpy import PortfolioNumpyBackend
 
         return PortfolioNumpyBackend(data, config, num_envs)
+    if name == "cuda" or name.startswith("cuda:"):
+        from gpu_trading_env.backends.portfolio_cuda import PortfolioCudaBackend
+
+        return PortfolioCudaBackend(data, config, num_envs, device_index=cuda_index(name))
     raise ValueError(
-        f"device = {device!r} is invalid for the portfolio env: allowed is 'cpu' (its NumPy "
-        "backend is the only one)"
+        f"device = {device!r} is invalid for the portfolio env: allowed is 'cpu', 'cuda' or "
+        "'cuda:N'"
     )
 
 
@@ -70,7 +77,8 @@ class PortfolioVectorEnv(VectorEnv):
 
     Args:
         num_envs: number of envs N.
-        device: ``"cpu"`` (the NumPy reference backend).
+        device: ``"cpu"`` (the NumPy reference backend), ``"cuda"`` or ``"cuda:N"`` (the CUDA
+            kernel: arrays returned are torch tensors on that GPU, and nothing waits for it).
         data: ``PortfolioData``, a ``MarketData`` (its instruments), a sequence of
             ``MarketData`` or of bar file paths (one instrument each), or None (two instruments
             of the built-in synthetic market).
@@ -87,7 +95,8 @@ class PortfolioVectorEnv(VectorEnv):
     [N, 2] (gross and cost returns), ``portfolio_value`` float64 [N], ``positions`` and
     ``costs`` float64 [N, K] (valid in every row), ``episode_return``/``episode_length`` of the
     episodes that ended in this step; in SAME_STEP mode, on steps where one ended,
-    ``final_obs`` and ``final_info`` masked by ``done``. Every array returned is the caller's.
+    ``final_obs`` and ``final_info`` masked by ``done`` (on CUDA on every step, as reading
+    whether one ended would wait for the GPU). Every array returned is the caller's.
     """
 
     def __init__(
@@ -122,8 +131,14 @@ class PortfolioVectorEnv(VectorEnv):
         )
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self._all_rows = np.ones(self.num_envs, dtype=bool)
-        self._all_rows.flags.writeable = False
+        self._on_device = self.device != "cpu"
+        if self._on_device:
+            import torch
+
+            self._all_rows = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        else:
+            self._all_rows = np.ones(self.num_envs, dtype=bool)
+            self._all_rows.flags.writeable = False
         self._seeded = False
         self._needs_reset = True
 
@@ -187,7 +202,7 @@ class PortfolioVectorEnv(VectorEnv):
         info["_episode_return"] = mask
         info["episode_length"] = out.episode_length
         info["_episode_length"] = mask
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and out.done.any():
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and (self._on_device or out.done.any()):
             final: dict[str, Any] = {}
             for key, field in PORTFOLIO_INFO_FIELDS:
                 final[key] = getattr(out, field)

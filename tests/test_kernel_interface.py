@@ -22,8 +22,13 @@ from agents.rollouts.monolithic import KERNEL_FILE as MONO_KERNEL_FILE
 from agents.rollouts.monolithic import MONOLITHIC_KERNEL_PARAMS
 from gpu_runtime.device import _ARG_FORMATS
 from gpu_trading_env.backends.cuda_backend import KERNEL_FILE as ENV_KERNEL_FILE
+from gpu_trading_env.backends.portfolio_cuda import PORTFOLIO_KERNEL_FILE
 from gpu_trading_env.core.config import kernel_defines
 from gpu_trading_env.core.kernel_interface import ENV_KERNEL_PARAMS, launcher_kind
+from gpu_trading_env.core.portfolio_kernel_interface import (
+    PORTFOLIO_KERNEL_PARAMS,
+    portfolio_kernel_defines,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for pkg in ("gpu_trading_env", "agents") for p in (ROOT / pkg).rglob("*.cu"))
@@ -31,6 +36,7 @@ SOURCES = sorted(p for pkg in ("gpu_trading_env", "agents") for p in (ROOT / pkg
 # Python descriptions by kernel file, then kernel name (without its _f32/_f64 variant suffix).
 DESCRIPTIONS = {
     ENV_KERNEL_FILE: ENV_KERNEL_PARAMS,
+    PORTFOLIO_KERNEL_FILE: PORTFOLIO_KERNEL_PARAMS,
     TREE_KERNEL_FILE: {**TREE_KERNEL_PARAMS, "seg_tree_weights": WEIGHTS_KERNEL_PARAMS},
     STORE_KERNEL_FILE: {"store_step": STORE_KERNEL_PARAMS},
     RING_KERNEL_FILE: {"ring_append": RING_KERNEL_PARAMS},
@@ -38,7 +44,9 @@ DESCRIPTIONS = {
     MONO_KERNEL_FILE: {"monolithic_rollout": MONOLITHIC_KERNEL_PARAMS},
 }
 # The generated object-like macros a parameter list may use (ENV_STATE_ARGS, STEP_OUTPUT_ARGS...).
-LIST_MACROS = {k: v for k, v in kernel_defines() if k.endswith("_ARGS")}
+LIST_MACROS = {
+    k: v for k, v in kernel_defines() + portfolio_kernel_defines() if k.endswith("_ARGS")
+}
 # Element types of the templated kernels' variant pointers (float or double per variant).
 TEMPLATE_TYPES = {"INPUT_T", "W"}
 

@@ -20,6 +20,7 @@ from agents.rollouts.episode_ring import ring_kernel_defines
 from agents.rollouts.monolithic import monolithic_kernel_defines
 from gpu_runtime.device import INCLUDE_DIR
 from gpu_trading_env.core.config import kernel_defines
+from gpu_trading_env.core.portfolio_kernel_interface import portfolio_kernel_defines
 
 NVCC = shutil.which("nvcc")
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,11 @@ KERNEL_FILES = sorted(
 )
 HEADER_DIRS = sorted({p.parent for p in KERNEL_FILES if p.suffix == ".cuh"})
 GENERATED = dict(
-    kernel_defines() + tree_kernel_defines() + ring_kernel_defines() + monolithic_kernel_defines()
+    kernel_defines()
+    + tree_kernel_defines()
+    + ring_kernel_defines()
+    + monolithic_kernel_defines()
+    + portfolio_kernel_defines()
 )
 # Macro names without a function-like macro's parameters: ENV_STATE_VIEW(v) -> ENV_STATE_VIEW.
 GENERATED_NAMES = {k.split("(")[0] for k in GENERATED}

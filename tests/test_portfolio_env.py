@@ -319,12 +319,12 @@ def test_action_errors_name_the_entry() -> None:
         env.step(np.array([[0.0, 1.0]]))
 
 
-def test_step_before_reset_and_cuda_refused() -> None:
+def test_step_before_reset_and_unknown_device_refused() -> None:
     env = example_env()
     with pytest.raises(RuntimeError, match="before reset"):
         env.step(np.array([[0, 0]]))
-    with pytest.raises(ValueError, match="device = 'cuda' is invalid for the portfolio env"):
-        PortfolioVectorEnv(1, device="cuda", data=[bars("A", [1.0, 2.0, 3.0])], episode_length=2)
+    with pytest.raises(ValueError, match="device = 'tpu' is invalid for the portfolio env"):
+        PortfolioVectorEnv(1, device="tpu", data=[bars("A", [1.0, 2.0, 3.0])], episode_length=2)
 
 
 # ---------------------------------------------------------------- data and config errors
