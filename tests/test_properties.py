@@ -2,7 +2,9 @@
 
 For every step: finite observations, rewards and components; the reward is the sum of its
 components; the portfolio value is cash + position x close; no episode is reported twice
-(in DISABLED mode the ended envs are reset through ``reset_mask``, as a user would).
+(in DISABLED mode the ended envs are reset through ``reset_mask``, as a user would). A market
+too dear for the default sizing is refused with the error docs/ENV_SPEC.md ("Price range")
+documents, and that refusal is what the example checks.
 The search is bounded by its number of examples, not by time: a per-example deadline fails on
 a loaded machine for reasons that are not the env's.
 """
@@ -67,11 +69,22 @@ def closes(draw: st.DrawFn) -> list[float]:
     return out
 
 
+def too_dear_for_the_default_sizing(cfg: dict, close: list[float]) -> bool:
+    """Whether ENV_SPEC's "Price range" refuses these bars: the default ``max_position`` (one
+    unit at least) with ``sizing="units"`` at a median close above max_leverage x
+    initial_capital / max|exposure| (max_leverage at its default, 10)."""
+    peak = max(abs(x) for x in cfg["exposure_levels"])
+    if cfg["max_position"] is not None or cfg["sizing"] != "units" or peak == 0.0:
+        return False
+    return float(np.median(close)) > 10.0 * cfg["initial_capital"] / peak
+
+
 @pytest.mark.filterwarnings("ignore:position sizing implies")
 @settings(
     max_examples=40,
     deadline=None,
-    derandomize=True,
+    derandomize=True,  # the same examples on every run: no example found elsewhere replayed
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(
@@ -86,6 +99,14 @@ def test_step_invariants(cfg, close, n_instruments, curiosity, seed, data) -> No
     cfg["diversity_min_entries"] = min(3, cfg["diversity_window"])
     market = hand_market(close, n_features=3, n_instruments=n_instruments)
     config = EnvConfig(curiosity_state_dims=4, curiosity_hidden=3, **cfg)
+    if too_dear_for_the_default_sizing(cfg, close):
+        with pytest.raises(
+            ValueError,
+            match=r"^column 'close' of instrument 'inst0' is too dear for the default "
+            r"max_position: .*'Price range'.*sizing='equity'",
+        ):
+            TradingVectorEnv(N_ENVS, "cpu", data=market, config=config)
+        return
     env = TradingVectorEnv(N_ENVS, "cpu", data=market, config=config)
     if curiosity:
         rng = np.random.default_rng(seed % 2**32)
@@ -131,6 +152,39 @@ def test_step_invariants(cfg, close, n_instruments, curiosity, seed, data) -> No
         else:
             ended_last_step = done.copy()
     assert reported == ended
+
+
+def test_a_market_too_dear_for_the_default_sizing_is_checked_as_its_refusal() -> None:
+    """The input class the strategies draw now and then (1 to 2 % of examples): one unit at a
+    median close of 1001 is 10.01x leverage on a capital of 100. The example checks the refusal
+    instead of failing on it."""
+    cfg = {
+        "initial_capital": 100.0,
+        "max_position": None,
+        "exposure_levels": (1.0,),
+        "order_cost_bps": (0.0,),
+        "sub_actions": 1,
+        "reserve_pct": 0.0,
+        "spread": 0.0,
+        "fill": "close",
+        "barriers": False,
+        "profit_target_bps": 1.0,
+        "stop_loss_bps": 1.0,
+        "max_holding_bars": 1,
+        "barrier_reward_scale": 0.0,
+        "diversity_window": 1,
+        "diversity_penalty": 0.0,
+        "risk_threshold": 0.0,
+        "risk_penalty_scale": 0.0,
+        "episode_length": EPISODE,
+        "autoreset_mode": "same_step",
+        "sizing": "units",
+        "leverage": 1.0,
+    }
+    close = [1001.0] * (EPISODE + 5)
+    assert too_dear_for_the_default_sizing(cfg, close)
+    example = test_step_invariants.hypothesis.inner_test
+    example(cfg=cfg, close=close, n_instruments=1, curiosity=False, seed=0, data=None)
 
 
 @pytest.mark.parametrize("mode", ["same_step", "next_step"])
