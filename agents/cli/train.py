@@ -314,6 +314,10 @@ def _vs_known_rule(run: TrainResult, rule: Any) -> dict[str, float | None]:
 def cmd_train(args: argparse.Namespace) -> int:
     """``train``: train on one split, keep the snapshot best on validation (or a baseline),
     save model.zip and write the out-of-sample report; exit 0."""
+    if args.portfolio:
+        from agents.cli.portfolio_train import cmd_train_portfolio
+
+        return cmd_train_portfolio(args)
     from agents.pipelines.backtest_policies import known_rule
 
     data = load_data(args)
@@ -328,7 +332,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         sel = run.inputs
         print(
-            f"network inputs: {describe_inputs(sel['kept'], len(sel['feature_names']), REGIME_INPUT)}"
+            f"network inputs: {describe_inputs(list(sel.kept), len(sel.feature_names), REGIME_INPUT)}"
         )
     print(f"verdict: {run.deployment.headline}")
     rule = known_rule(evaluated, args.config)

@@ -267,7 +267,7 @@ def _deployed(
         gate=gate,
         selection=inputs,
         fallback=settings.fallback,
-        deflated=deflated,
+        deflated=None if deflated is None else deflated.to_dict(),
         vs_buy_and_hold=vs_bh,
     )
     return TrainResult(
@@ -287,7 +287,7 @@ def _deployed(
         validation_sharpe=runs.evals.validation[best],
         train_seconds=wall,
         timesteps=int(model.num_timesteps),
-        inputs=inputs,
+        inputs=selection,
         cross_fit=None
         if cross is None
         else CrossFitSummary(cross.fit_bars, cross.validation_bars, cross.train_seconds),
@@ -347,6 +347,6 @@ def _baseline_only(
         validation_sharpe=base_val.strategy.sharpe,
         train_seconds=0.0,
         timesteps=0,
-        inputs=inputs,
+        inputs=selection,
         cross_fit=None,
     )

@@ -5,7 +5,7 @@ cross-fitting a second network judged on the earlier bars (``cross_fitted``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult
 from gpu_trading_env.reports.metrics import sharpe, sharpe_difference_interval
+
+if TYPE_CHECKING:
+    from gpu_trading_env.reports.sharpe_inference import DeflatedSharpe
 
 __all__ = [
     "CrossFitted",
@@ -51,7 +54,7 @@ def deflated_sharpe(
     snapshots: list[BacktestResult],
     selection: InputSelection | None,
     per_year: float,
-) -> dict[str, Any] | None:
+) -> DeflatedSharpe | None:
     """The deflated Sharpe ratio of the chosen snapshot's validation returns: trials are the
     inputs the selection tested times the snapshots, the variance of the trials' Sharpe ratios
     the snapshots' (per bar); None where it cannot be computed (too few bars, no variance)."""
@@ -73,7 +76,7 @@ def deflated_sharpe(
         )
     except ValueError:
         return None
-    return result.to_dict()
+    return result
 
 
 @dataclass(frozen=True)

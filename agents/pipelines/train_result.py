@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agents.files.saved_inputs import InputSelection
 from agents.pipelines.baseline_policies import BaselineChoice
 from agents.pipelines.deployment import Deployment
 from gpu_trading_env.reports.backtest import BacktestResult
+from gpu_trading_env.reports.sharpe_inference import DeflatedSharpe
 
 __all__ = ["CrossFitSummary", "SnapshotEvaluations", "TrainResult"]
 
@@ -76,7 +78,7 @@ class TrainResult:
     :param deployment: what was deployed and why, in words.
     :param baseline: the parameter-free policy chosen on the training window.
     :param deflated_sharpe: the deflated Sharpe ratio of the selected snapshot's validation
-        returns (``DeflatedSharpe.to_dict``), or None.
+        returns, or None where it could not be computed.
     :param gate: the fallback's test (``GateVerdict.to_dict`` with
         ``hold_vs_flat_on_training_window``).
     :param last_test: the last snapshot's out-of-sample backtest; None where none was trained.
@@ -89,7 +91,7 @@ class TrainResult:
     :param train_seconds: wall-clock seconds of the kept network's training (the second
         network's are in ``cross_fit``).
     :param timesteps: env steps trained.
-    :param inputs: the input selection's ``to_dict``, or None with every input.
+    :param inputs: the input selection made on the training bars, or None with every input.
     :param cross_fit: the second network of a cross-fitted run, or None.
     """
 
@@ -99,7 +101,7 @@ class TrainResult:
     kept: str
     deployment: Deployment
     baseline: BaselineChoice
-    deflated_sharpe: dict[str, Any] | None
+    deflated_sharpe: DeflatedSharpe | None
     gate: dict[str, Any]
     last_test: BacktestResult | None
     validation: BacktestResult
@@ -109,7 +111,7 @@ class TrainResult:
     validation_sharpe: float
     train_seconds: float
     timesteps: int
-    inputs: dict[str, Any] | None
+    inputs: InputSelection | None
     cross_fit: CrossFitSummary | None
 
     @property
@@ -128,7 +130,9 @@ class TrainResult:
             "kept_policy": self.kept,
             "deployment": self.deployment.to_dict(),
             "baseline": self.baseline.to_dict(),
-            "deflated_sharpe": self.deflated_sharpe,
+            "deflated_sharpe": None
+            if self.deflated_sharpe is None
+            else self.deflated_sharpe.to_dict(),
             "fallback_test": self.gate,
             "network_strategy": None
             if self.network_test is None
@@ -145,5 +149,6 @@ class TrainResult:
             },
         }
         if self.inputs is not None:
-            d["inputs"] = {k: self.inputs[k] for k in ("kept", "p_value", "regime_p_value", "bars")}
+            sel = self.inputs.to_dict()
+            d["inputs"] = {k: sel[k] for k in ("kept", "p_value", "regime_p_value", "bars")}
         return d

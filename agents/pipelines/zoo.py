@@ -60,6 +60,7 @@ import numpy as np
 from agents.pipelines.zoo_result import FailedZooRun, ZooRow, ZooRun
 
 if TYPE_CHECKING:
+    from agents.files.saved_inputs import InputSelection
     from agents.pipelines.train_result import TrainResult
     from gpu_trading_env.core.config import EnvConfig
     from gpu_trading_env.data.market_data import MarketData
@@ -446,9 +447,7 @@ def _judged_run(
         edge_over_flat_claimed=bool(vs_flat["low"] > 0.0),
         gate=run.gate,
         selected_step=run.selected_step,
-        inputs=None
-        if run.inputs is None
-        else {k: run.inputs[k] for k in ("kept", "regime_p_value", "p_value")},
+        inputs=None if run.inputs is None else _inputs_entry(run.inputs),
         evaluations=run.evals,
         learning_curve=run.curve,
         train_seconds=run.train_seconds,
@@ -463,6 +462,12 @@ def _judged_run(
             "baseline": _thin(base.equity),
         },
     )
+
+
+def _inputs_entry(selection: InputSelection) -> dict[str, Any]:
+    """The row's record of the input selection: the inputs kept and the two p-values."""
+    sel = selection.to_dict()
+    return {k: sel[k] for k in ("kept", "regime_p_value", "p_value")}
 
 
 # ------------------------------------------------------------------ the whole zoo
