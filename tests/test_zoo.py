@@ -339,6 +339,9 @@ def test_gate_records_the_edge_in_each_third_and_quarter_of_validation() -> None
     d = verdict.to_dict()
     assert d["network_minus_baseline_sharpe_in_validation_thirds"] == list(verdict.thirds)
     assert d["network_minus_baseline_sharpe_in_validation_quarters"] == list(verdict.quarters)
+    assert [t["difference"] for t in verdict.third_tests] == pytest.approx(list(verdict.thirds))
+    assert len(d["network_minus_baseline_validation_half_tests"]) == 2
+    assert all(t["level"] == pytest.approx(0.6) for t in verdict.third_tests)
     # Too few bars to cut: nothing recorded.
     short = network_beats_baseline(_returns(edge[:11]), _returns(0 * edge[:11]), "flat", 8766.0)
-    assert short.thirds == () and len(short.halves) == 2
+    assert short.thirds == () and short.third_tests == () and len(short.halves) == 2

@@ -132,6 +132,11 @@ class GateVerdict:
     # judged on runs already made
     thirds: tuple[float, ...] = ()
     quarters: tuple[float, ...] = ()
+    # The bootstrap test (sharpe_difference_interval at the one-sided HOLD_PART_LEVEL, the level
+    # a hold's drift is held to in each part) of the network against the baseline in each half
+    # and each third of validation: recorded, not tested
+    half_tests: tuple[dict[str, float], ...] = ()
+    third_tests: tuple[dict[str, float], ...] = ()
 
     @property
     def held_in_halves(self) -> bool:
@@ -150,6 +155,8 @@ class GateVerdict:
             "network_minus_baseline_sharpe_in_validation_halves": list(self.halves),
             "network_minus_baseline_sharpe_in_validation_thirds": list(self.thirds),
             "network_minus_baseline_sharpe_in_validation_quarters": list(self.quarters),
+            "network_minus_baseline_validation_half_tests": list(self.half_tests),
+            "network_minus_baseline_validation_third_tests": list(self.third_tests),
         }
 
 
@@ -262,8 +269,21 @@ def network_beats_baseline(
             network.returns, baseline.returns, per_year, level=GATE_LEVEL
         )
         keep = bool(beat_flat_by is not None and held and ci["low"] > 0.0)
+    half_tests, third_tests = (
+        _parts_tests(network.returns, baseline.returns, per_year, n) for n in (2, 3)
+    )
     return GateVerdict(
-        keep, name, ci, vs_flat, predictability, beat_flat_by, halves, thirds, quarters
+        keep,
+        name,
+        ci,
+        vs_flat,
+        predictability,
+        beat_flat_by,
+        halves,
+        thirds,
+        quarters,
+        half_tests,
+        third_tests,
     )
 
 
@@ -277,6 +297,23 @@ def _parts_difference(
     bounds = [k * len(network) // parts for k in range(parts + 1)]
     return tuple(
         sharpe(network[a:b], per_year) - sharpe(baseline[a:b], per_year)
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+    )
+
+
+def _parts_tests(
+    network: np.ndarray, baseline: np.ndarray, per_year: float, parts: int
+) -> tuple[dict[str, float], ...]:
+    """:func:`sharpe_difference_interval` of ``network`` against ``baseline`` at the one-sided
+    ``HOLD_PART_LEVEL`` in each of ``parts`` consecutive parts, cut as
+    :func:`_parts_difference` cuts them (empty under 4 bars a part)."""
+    if len(network) < 4 * parts:
+        return ()
+    bounds = [k * len(network) // parts for k in range(parts + 1)]
+    return tuple(
+        sharpe_difference_interval(
+            network[a:b], baseline[a:b], per_year, level=1 - 2 * HOLD_PART_LEVEL
+        )
         for a, b in zip(bounds[:-1], bounds[1:], strict=True)
     )
 
