@@ -10,10 +10,10 @@ from typing import Any, NoReturn
 from agents.cli.backtest import cmd_backtest, cmd_eval
 from agents.cli.bench import cmd_bench
 from agents.cli.options import DEBUG_HELP, PROG
+from agents.cli.portfolio_zoo import cmd_zoo_suite
 from agents.cli.sweep import cmd_sweep
 from agents.cli.train import cmd_train
 from agents.cli.walkforward import cmd_walkforward
-from agents.cli.zoo import cmd_zoo
 from agents.pipelines.train_config import (
     EPISODE_LENGTH,
     TRAIN_ENV_DEFAULTS,
@@ -390,6 +390,13 @@ def _add_zoo(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFo
         "series and the shifting markets",
     )
     z.add_argument(
+        "--portfolio",
+        action="store_true",
+        help="the portfolio suite: markets of K = 8 and 32 instruments with known best rules, "
+        "train_portfolio's defaults (agents/pipelines/portfolio_zoo.py); with --small: K = 8, "
+        "1,500 bars, 2,000 env steps a run",
+    )
+    z.add_argument(
         "--train-args",
         default=None,
         metavar="'OPTIONS'",
@@ -407,7 +414,7 @@ def _add_zoo(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFo
         help="empty --out first if it holds an earlier run's report",
     )
     z.add_argument("--no-progress", action="store_true", help="no progress bar")
-    z.set_defaults(func=cmd_zoo)
+    z.set_defaults(func=cmd_zoo_suite)
 
 
 def _add_bench(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:

@@ -1,0 +1,123 @@
+"""``gpu-trading-env zoo --portfolio``: ``train_portfolio``'s defaults on seeded portfolio
+markets with known best rules.
+
+    gpu-trading-env zoo --portfolio --device cuda --out runs/pzoo      # 6 markets x 5 seeds
+    gpu-trading-env zoo --portfolio --small --device cpu --seeds 0     # the CPU check of CI
+
+See :mod:`agents.pipelines.portfolio_zoo` for the markets, their rules and the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+
+from agents.cli.options import UsageError
+from agents.cli.run_folder import claim_out
+from agents.cli.run_progress import RunProgress
+from agents.pipelines.portfolio_zoo import FailedPortfolioZooRun, PortfolioZooRow
+
+__all__ = ["cmd_portfolio_zoo", "cmd_zoo_suite"]
+
+
+def cmd_zoo_suite(args: argparse.Namespace) -> int:
+    """``zoo``: the portfolio suite with ``--portfolio``, else the zoo or its real suite
+    (:func:`agents.cli.zoo.cmd_zoo`)."""
+    from agents.cli.zoo import cmd_zoo
+
+    return cmd_portfolio_zoo(args) if args.portfolio else cmd_zoo(args)
+
+
+def _chosen_markets(args: argparse.Namespace) -> list[str]:
+    """``--markets`` (else the suite, or its small part with ``--small``), each checked
+    against the portfolio suite; raises UsageError naming the option."""
+    from agents.pipelines.portfolio_zoo import PORTFOLIO_ZOO_MARKETS, SMALL_PORTFOLIO_MARKETS
+
+    suite = [m.name for m in PORTFOLIO_ZOO_MARKETS]
+    markets = args.markets or (list(SMALL_PORTFOLIO_MARKETS) if args.small else suite)
+    bad = [m for m in markets if m not in suite]
+    if bad:
+        raise UsageError(
+            f"--markets {' '.join(bad)} is invalid with --portfolio: allowed are {', '.join(suite)}"
+        )
+    if len(set(markets)) != len(markets):
+        raise UsageError(f"--markets {' '.join(markets)} is invalid: allowed are distinct names")
+    return markets
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse the options the portfolio zoo does not take."""
+    if args.real:
+        raise UsageError("--portfolio and --real are invalid together: choose one suite")
+    if args.train_args:
+        raise UsageError(
+            f"--train-args {args.train_args!r} is invalid with --portfolio: the portfolio zoo "
+            "runs train_portfolio's defaults (--small for the CPU check)"
+        )
+
+
+def _done_line(row: PortfolioZooRow) -> str:
+    """One run's progress line: its error, or the agent's test Sharpe and return beside the
+    rule's."""
+    if isinstance(row, FailedPortfolioZooRun):
+        return f"{row.market} seed {row.seed}: error {row.error}"
+    return (
+        f"{row.market} seed {row.seed}: agent Sharpe {row.agent_sharpe:.2f} vs rule "
+        f"{row.rule_sharpe:.2f} ({row.kept} kept), return {row.agent_return:+.1%} vs rule "
+        f"{row.rule_return:+.1%}, {row.seconds:.1f} s"
+    )
+
+
+def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
+    """``zoo --portfolio``: every market x seed run, the report; exit 1 where a run failed."""
+    from agents.cli.sweep import resolve_devices
+    from agents.cli.zoo import _check_seeds_and_runs
+    from agents.pipelines.portfolio_zoo import (
+        SMALL_PORTFOLIO,
+        PortfolioZooBudget,
+        check_targets,
+        markdown_table,
+        run_portfolio_zoo,
+        write_portfolio_report,
+    )
+
+    _check_options(args)
+    markets = _chosen_markets(args)
+    _check_seeds_and_runs(args)
+    devices = resolve_devices([args.device] if args.device != "auto" else ["auto"])
+    budget = SMALL_PORTFOLIO if args.small else PortfolioZooBudget()
+    out = claim_out(args, "portfolio-zoo")
+    total = len(markets) * len(args.seeds)
+    print(
+        f"portfolio zoo: {len(markets)} markets x {len(args.seeds)} seeds = {total} runs on "
+        f"{', '.join(devices)} ({args.runs_per_device} at a time each); report in {out}",
+        flush=True,
+    )
+    progress = RunProgress(total, "portfolio zoo", bar=not args.no_progress)
+    start = time.perf_counter()
+    rows = run_portfolio_zoo(
+        markets,
+        args.seeds,
+        devices,
+        runs_per_device=args.runs_per_device,
+        budget=budget,
+        on_done=lambda row: progress.done(_done_line(row)),
+    )
+    progress.close()
+    command = "gpu-trading-env " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    meta = {
+        "markets": markets,
+        "seeds": list(args.seeds),
+        "devices": devices,
+        "runs_per_device": args.runs_per_device,
+        "small": bool(args.small),
+        "bars": budget.bars,
+        "settings": [list(s) for s in budget.settings],
+        "wall_seconds": time.perf_counter() - start,
+    }
+    files = write_portfolio_report(rows, out, command, meta)
+    print(markdown_table(check_targets(rows)), end="")
+    print(f"report: {files.markdown}  (every run: {files.csv}, {files.json})")
+    return 1 if any(isinstance(r, FailedPortfolioZooRun) for r in rows) else 0

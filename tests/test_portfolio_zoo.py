@@ -1,0 +1,159 @@
+"""The portfolio zoo (agents/pipelines/portfolio_zoo.py, ``zoo --portfolio``): its targets, its
+rows and report, the rule's backtest on the agent's bars, and the small CPU run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from agents.pipelines.portfolio_backtest import backtest_portfolio
+from agents.pipelines.portfolio_zoo import (
+    PORTFOLIO_ZOO_BY_NAME,
+    RUN_SECONDS_TARGET,
+    SMALL_PORTFOLIO,
+    FailedPortfolioZooRun,
+    PortfolioZooRun,
+    check_targets,
+    markdown_table,
+    rule_and_flat_levels,
+    run_portfolio_one,
+    write_portfolio_report,
+)
+from gpu_trading_env.core.portfolio_config import PortfolioConfig
+from gpu_trading_env.data.portfolio_markets import portfolio_market
+
+
+def _run(market: str, seed: int, **figures: float | str | None) -> PortfolioZooRun:
+    m = PORTFOLIO_ZOO_BY_NAME[market]
+    values: dict = {
+        "market": market, "kind": m.kind, "n_instruments": m.n_instruments, "seed": seed,
+        "device": "cpu", "kept": "network", "reason": "", "agent_sharpe": 8.0,
+        "agent_return": 0.1, "network_sharpe": 8.0, "network_return": 0.1, "rule_sharpe": 10.0,
+        "rule_return": 0.12, "flat_sharpe": 0.0, "flat_return": 0.0, "sharpe_ratio": 0.8,
+        "test_start": 16_000, "test_stop": 20_000, "seconds": 30.0, "train_seconds": 25.0,
+    }  # fmt: skip
+    values.update(figures)
+    return PortfolioZooRun(**values)
+
+
+def test_targets_met_and_missed() -> None:
+    rows = [
+        _run("ar1_k8", 0, sharpe_ratio=0.9),
+        _run("ar1_k8", 1, sharpe_ratio=0.7),  # mean 0.8: met
+        _run("ar1_k32", 0, sharpe_ratio=0.59),  # below 0.6: missed
+        _run("lead_lag_k8", 0, sharpe_ratio=1.0, seconds=RUN_SECONDS_TARGET + 1),
+        _run("common_factor_k8", 0, agent_return=-0.031, sharpe_ratio=None, rule_sharpe=0.0),
+        _run("common_factor_k32", 0, agent_return=-0.029, sharpe_ratio=None, rule_sharpe=0.0),
+    ]
+    checks = {c.market: c for c in check_targets(rows)}
+    assert list(checks) == ["ar1_k8", "ar1_k32", "lead_lag_k8", "common_factor_k8",
+                            "common_factor_k32"]  # fmt: skip
+    assert checks["ar1_k8"].value == pytest.approx(0.8) and checks["ar1_k8"].met
+    assert checks["ar1_k32"].met is False
+    assert checks["lead_lag_k8"].met and checks["lead_lag_k8"].seconds_met is False
+    assert checks["common_factor_k8"].met is False
+    assert checks["common_factor_k32"].met and checks["common_factor_k32"].sharpe_ratio is None
+
+
+def test_a_failed_run_leaves_its_market_unjudged() -> None:
+    rows = [
+        _run("ar1_k8", 0, sharpe_ratio=2.0),
+        FailedPortfolioZooRun("ar1_k8", 1, "cpu", "ValueError: boom", "Traceback ..."),
+    ]
+    (check,) = check_targets(rows)
+    assert check.seeds == 1 and check.failed_runs == 1
+    assert check.met is None and check.seconds_met is None
+    assert "| 1 (1 failed) |" in markdown_table([check])
+
+
+def test_markdown_table_names_each_target_met_or_missed() -> None:
+    table = markdown_table(check_targets([_run("ar1_k8", 0), _run("ar1_k32", 0, sharpe_ratio=0.1)]))
+    lines = table.splitlines()
+    assert len(lines) == 4 and all(line.count("|") == 13 for line in lines)
+    assert "independent AR(1)s, phi 0.10, K = 8" in lines[2] and "| met |" in lines[2]
+    assert "agent / rule Sharpe >= 0.6 | missed |" in lines[3]
+
+
+def test_report_files(tmp_path) -> None:
+    rows = [
+        _run("ar1_k8", 0),
+        FailedPortfolioZooRun("ar1_k8", 1, "cpu", "ValueError: boom", "Traceback ..."),
+    ]
+    files = write_portfolio_report(rows, tmp_path, "gpu-trading-env zoo --portfolio", {"x": 1})
+    csv_lines = files.csv.read_text().splitlines()
+    assert csv_lines[0].startswith("market,kind,n_instruments,seed,device,kept")
+    assert csv_lines[0].endswith(",error") and csv_lines[2].endswith("ValueError: boom")
+    doc = json.loads(files.json.read_text())
+    assert doc["meta"] == {"x": 1} and len(doc["runs"]) == 2
+    assert doc["targets"][0]["market"] == "ar1_k8" and doc["targets"][0]["met"] is None
+    assert "```bash\ngpu-trading-env zoo --portfolio\n```" in files.markdown.read_text()
+
+
+def test_rule_levels_are_the_rule_in_the_envs_levels() -> None:
+    data = portfolio_market("lead_lag", 400, 8, seed=0)
+    rule, flat = rule_and_flat_levels(PORTFOLIO_ZOO_BY_NAME["lead_lag_k8"], data, (-1.0, 0.0, 1.0))
+    assert rule.shape == flat.shape == (400, 8) and rule.dtype == np.int64
+    assert (flat == 1).all() and (rule[:, 0::2] == 1).all()
+    assert set(np.unique(rule[1:, 1::2])) == {0, 2}
+    with pytest.raises(ValueError, match="allowed are the exposure levels"):
+        rule_and_flat_levels(PORTFOLIO_ZOO_BY_NAME["ar1_k8"], data, (0.0, 0.5, 1.0))
+
+
+def test_small_run_is_reproducible_and_scores_the_rule_on_the_agents_bars() -> None:
+    a = run_portfolio_one("ar1_k8", 0, "cpu", SMALL_PORTFOLIO)
+    b = run_portfolio_one("ar1_k8", 0, "cpu", SMALL_PORTFOLIO)
+    timing = {"seconds": 0.0, "train_seconds": 0.0}
+    assert dataclasses.replace(a, **timing) == dataclasses.replace(b, **timing)
+    assert (a.test_start, a.test_stop) == (1200, 1500)
+    data = portfolio_market("ar1", SMALL_PORTFOLIO.bars, 8, seed=0)
+    env = SMALL_PORTFOLIO.config().env
+    rule, _ = rule_and_flat_levels(PORTFOLIO_ZOO_BY_NAME["ar1_k8"], data, env.exposure_levels)
+    alone = backtest_portfolio(rule, data, env, a.test_start, a.test_stop)
+    assert a.rule_sharpe == alone.sharpe > 5.0 and a.rule_return == alone.total_return
+    assert a.flat_return == 0.0 and a.kept in ("network", "flat")
+    if a.kept == "flat":
+        assert a.agent_return == 0.0 and a.sharpe_ratio == 0.0
+
+
+def test_small_budget_is_a_valid_config() -> None:
+    config = SMALL_PORTFOLIO.config()
+    assert config.timesteps == 2_000 and config.env.episode_length == 100
+    assert isinstance(config.env, PortfolioConfig)
+
+
+def test_zoo_portfolio_command_writes_the_report(tmp_path, capsys) -> None:
+    from agents.cli import main
+
+    out = tmp_path / "pzoo"
+    code = main(
+        ["zoo", "--portfolio", "--small", "--device", "cpu", "--markets", "common_factor_k8",
+         "--seeds", "0", "--no-progress", "--out", str(out)]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    assert "common_factor_k8 seed 0: agent Sharpe" in captured.out
+    assert "| common random-walk factor, no edge, K = 8 | 1 |" in captured.out
+    doc = json.loads((out / "portfolio_zoo.json").read_text())
+    assert doc["meta"]["small"] is True and doc["runs"][0]["market"] == "common_factor_k8"
+    assert doc["targets"][0]["met"] is (doc["runs"][0]["agent_return"] >= -0.03)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--markets", "ar1_k8", "nope"], "--markets nope is invalid with --portfolio"),
+        (["--markets", "ar1_k8", "ar1_k8"], "allowed are distinct names"),
+        (["--real"], "--portfolio and --real are invalid together"),
+        (["--train-args", "--gamma 0.9"], "is invalid with --portfolio"),
+        (["--seeds", "1", "1"], "--seeds [1, 1] is invalid"),
+    ],
+)
+def test_zoo_portfolio_command_refuses(argv: list[str], needle: str, capsys) -> None:
+    from agents.cli import main
+
+    assert main(["zoo", "--portfolio", "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err, err
