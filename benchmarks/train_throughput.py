@@ -9,11 +9,15 @@ One run, side by side, same network (the dueling 256-256 / 128 heads policy) thr
 3. time of one train step (sample + forward/backward + priority update) at 1% and 100% fill,
    eager and captured (one CUDA graph replay, ``agents.algorithm.captured_step``);
 4. with ``--profile DIR``: torch profiler tables (per-kernel GPU time and launch counts) of
-   the eager and the captured train step.
+   the eager and the captured train step;
+5. with ``--portfolio K``: ``GpuDQN.learn`` on the portfolio env (K instruments, the branching
+   head, :class:`~agents.rollouts.portfolio_fused.PortfolioRollout`) at 4,096 envs, beside the
+   single env's learn row of the same settings, and nothing else (target: 5e6 env-steps/s).
 
     python3 -m benchmarks.train_throughput --out train.json
     python3 -m benchmarks.train_throughput --learner-only --profile prof/   # rows 2-4
     python3 -m benchmarks.train_throughput --quick            # CPU-only smoke run
+    python3 -m benchmarks.train_throughput --portfolio 8 --out train_portfolio.json
 """
 
 from __future__ import annotations
@@ -167,6 +171,32 @@ def bench_learn(
         * model.gradient_steps
         / (model.n_envs * model.train_freq.frequency),
     }
+
+
+PORTFOLIO_TARGET_ENV_STEPS_PER_S = 5e6  # issue 39: 4,096 envs, K = 8, on an H200
+
+
+def bench_portfolio_learn(
+    n_instruments: int, num_envs: int, timesteps: int, device: str = "cuda", **kw: Any
+) -> dict:
+    """``GpuDQN.learn`` env-steps/s on the portfolio env (``n_instruments`` independent AR(1)
+    instruments, the default 3 exposure levels): on CUDA through the fused portfolio rollout.
+    The row adds ``n_instruments`` and ``instrument_steps_per_s`` (env-steps/s x K)."""
+    from gpu_trading_env.data.portfolio_markets import ar1_portfolio
+    from gpu_trading_env.portfolio_env import PortfolioVectorEnv
+
+    data = ar1_portfolio(5_000, n_instruments, seed=0)
+    env = PortfolioVectorEnv(num_envs=num_envs, device=device, data=data)
+    where = "fused rollout, captured (bf16, default)" if device == "cuda" else "CPU"
+    row = bench_learn(
+        data, f"GpuDQN.learn, portfolio K={n_instruments}, {where}", env, device, timesteps, **kw
+    )
+    row["n_instruments"] = n_instruments
+    row["instrument_steps_per_s"] = row["env_steps_per_s"] * n_instruments
+    if device == "cuda":
+        row["target_env_steps_per_s"] = PORTFOLIO_TARGET_ENV_STEPS_PER_S
+        row["meets_target"] = row["env_steps_per_s"] >= PORTFOLIO_TARGET_ENV_STEPS_PER_S
+    return row
 
 
 def bench_sb3_cpu(data: MarketData, timesteps: int, num_envs: int, batch_size: int) -> dict:
@@ -329,10 +359,55 @@ def main() -> None:
         help="the learner rows of GpuDQN's defaults alone (the captured bf16 train step and the "
         "fused learn), beside SB3's DQN on the CPU: a release check that fits a short GPU call",
     )
+    parser.add_argument(
+        "--portfolio",
+        type=int,
+        default=None,
+        metavar="K",
+        help="GpuDQN.learn on the portfolio env of K instruments at 4,096 envs beside the single "
+        "env's learn row, and no other row (with --quick: a small CPU run of both)",
+    )
     args = parser.parse_args()
+    if args.portfolio is not None and args.portfolio < 1:
+        parser.error(f"--portfolio {args.portfolio} is invalid: allowed is K >= 1 instruments")
     data = MarketData.default()
-    rows: list[dict] = []
     gpu = cuda_available() and th.cuda.is_available() and not args.quick
+    rows = (
+        portfolio_rows(data, args.portfolio, gpu)
+        if args.portfolio
+        else learner_rows(data, args, gpu)
+    )
+    report(rows, gpu, args.out)
+
+
+def portfolio_rows(data: MarketData, n_instruments: int, gpu: bool) -> list[dict]:
+    """``--portfolio K``: the single env's learn row and the portfolio env's, same settings."""
+    if not gpu:  # a smoke run of both rows on the CPU
+        env = TradingVectorEnv(num_envs=16, device="cpu", data=data)
+        single = bench_learn(
+            data, "GpuDQN.learn, CPU", env, "cpu", 2000, buffer_size=50_000, batch_size=256
+        )
+        return [
+            single,
+            bench_portfolio_learn(
+                n_instruments, 16, 2000, device="cpu", buffer_size=50_000, batch_size=256
+            ),
+        ]
+    env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+    single = bench_learn(
+        data,
+        "GpuDQN.learn, fused rollout, captured (bf16, default)",
+        env,
+        "cuda",
+        4096 * 2000,
+        buffer_size=2_000_000,
+    )
+    return [single, bench_portfolio_learn(n_instruments, 4096, 4096 * 2000, buffer_size=2_000_000)]
+
+
+def learner_rows(data: MarketData, args: argparse.Namespace, gpu: bool) -> list[dict]:
+    """The rows of the default run (``--learner-only``, ``--defaults-only``, ``--quick``)."""
+    rows: list[dict] = []
     if gpu and args.profile is not None:
         profile_train_step(data, 2**21, 4096, args.profile)
     if gpu and not args.learner_only:
@@ -417,7 +492,12 @@ def main() -> None:
             )
         )
         rows.extend(bench_train_step(data, 2**14, [0.01, 1.0], 256, "cpu"))
-    ref = next(r["env_steps_per_s"] for r in rows if r["what"].startswith("SB3 DQN"))
+    return rows
+
+
+def report(rows: list[dict], gpu: bool, out: Path | None) -> None:
+    """Print the rows (ratios to SB3's DQN on the CPU where that row ran) and write the JSON."""
+    ref = next((r["env_steps_per_s"] for r in rows if r["what"].startswith("SB3 DQN")), None)
     meta = {"commit": commit(), "gpu": th.cuda.get_device_name() if gpu else None}
     print(f"# train throughput  commit={meta['commit']}  gpu={meta['gpu']}")
     for r in rows:
@@ -426,10 +506,18 @@ def main() -> None:
                 f"{r['what']:42s} N={r['num_envs']:6d}  host {r['host_us']:8.1f} us  total {r['total_us']:8.1f} us"
             )
         elif "env_steps_per_s" in r:
-            r["ratio_to_sb3_cpu"] = r["env_steps_per_s"] / ref
             extra = f"  grad-steps/s {r['grad_steps_per_s']:.1f}" if "grad_steps_per_s" in r else ""
+            if "instrument_steps_per_s" in r:
+                extra += f"  instrument-steps/s {r['instrument_steps_per_s']:10.3e}"
+            if "target_env_steps_per_s" in r:
+                verdict = "meets" if r["meets_target"] else "MISSES"
+                extra += f"  ({verdict} the target {r['target_env_steps_per_s']:.0e})"
+            ratio = ""
+            if ref is not None:
+                r["ratio_to_sb3_cpu"] = r["env_steps_per_s"] / ref
+                ratio = f"  x SB3-CPU {r['ratio_to_sb3_cpu']:8.1f}"
             print(
-                f"{r['what']:42s} N={r['num_envs']:6d}  env-steps/s {r['env_steps_per_s']:10.3e}  x SB3-CPU {r['ratio_to_sb3_cpu']:8.1f}{extra}"
+                f"{r['what']:42s} N={r['num_envs']:6d}  env-steps/s {r['env_steps_per_s']:10.3e}{ratio}{extra}"
             )
         else:
             print(
@@ -440,8 +528,8 @@ def main() -> None:
                     else ""
                 )
             )
-    if args.out:
-        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    if out:
+        out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

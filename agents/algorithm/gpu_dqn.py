@@ -54,11 +54,17 @@ from agents.algorithm.hyperparameters import (
 )
 from agents.algorithm.policies import DuelingDQNPolicy
 from agents.algorithm.saved_env import check_observation
-from agents.algorithm.sb3_integration import find_trading_env, make_eval_env, wrap_env
+from agents.algorithm.sb3_integration import (
+    find_portfolio_env,
+    find_trading_env,
+    make_eval_env,
+    wrap_env,
+)
 from agents.algorithm.target_update import TargetNetworkUpdate
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.rollouts.selection import build_rollout
 from gpu_runtime.precision import PrecisionSetting, check_precision, resolve_precision
+from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
@@ -139,8 +145,9 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
       ``y = r + gamma * (1 - done) * mean_d Q_target_d(s', argmax_a Q_d(s', a))`` (the paper's
       "mean" variant, one target for all branches), the loss the mean over branches of each
       branch's weighted Huber loss, the priority the mean over branches of ``|y - Q_d|``
-      (:mod:`agents.algorithm.dqn_loss`). Its replay buffer stores ``[K]`` int64 actions. The
-      fused rollout acts on ``Discrete`` spaces only (SB3's loop collects otherwise).
+      (:mod:`agents.algorithm.dqn_loss`). Its replay buffer stores ``[K]`` int64 actions. On a
+      CUDA :class:`~gpu_trading_env.portfolio_env.PortfolioVectorEnv` the fused rollout acts,
+      steps and stores (:class:`~agents.rollouts.portfolio_fused.PortfolioRollout`).
     - ``curiosity=True`` trains :class:`~agents.CuriosityModel` on replayed transitions every
       ``curiosity_train_freq`` calls of :meth:`train` and installs its weights in the env, whose
       reward then carries the curiosity bonus.
@@ -329,6 +336,7 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
         self._pending_rollout_generator: th.Tensor | None = None
         self._pending_rollout_round: int | None = None
         self.trading_env: TradingVectorEnv | None = find_trading_env(self.env)
+        self.portfolio_env: PortfolioVectorEnv | None = find_portfolio_env(self.env)
         # Saved with the model (env_config): a load builds the model without it, then sets the
         # file's, so a file saved without one is not given the load's env's.
         self._env_config: dict[str, Any] | None = None
@@ -367,14 +375,19 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
         self.check_env_spaces(env, self.observation_space, self.action_space)
         super().set_env(env, force_reset=force_reset)  # type: ignore[arg-type]
         self.trading_env = find_trading_env(self.env)
+        self.portfolio_env = find_portfolio_env(self.env)
         self._fused_rollout = None
         self._restore_curiosity_weights()
 
     def uses_fused_rollout(self, env: VecEnv) -> bool:
         """Whether :meth:`collect_rollouts` on ``env`` runs the device rollout (:attr:`rollout`)
-        rather than SB3's loop: a CUDA trading env under nothing but the adapter, with
-        ``fused_rollout=True`` and a buffer that takes device tensors."""
+        rather than SB3's loop: a CUDA trading env (``Discrete`` actions) or portfolio env
+        (``MultiDiscrete``) under nothing but the adapter, with ``fused_rollout=True`` and a
+        buffer that takes device tensors."""
         te = self.trading_env
+        space: type[spaces.Space] = spaces.Discrete
+        if te is None:
+            te, space = self.portfolio_env, spaces.MultiDiscrete
         return (
             self.fused_rollout
             and te is not None
@@ -384,8 +397,8 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
             and env.venv is te
             # The rollouts store device tensors: the buffer must take them (add_tensors).
             and isinstance(self.replay_buffer, DeviceReplayBuffer)
-            # The rollouts' acting kernels compute one argmax per env.
-            and isinstance(self.action_space, spaces.Discrete)
+            # The rollouts act with one argmax per env (per branch on the portfolio env).
+            and isinstance(self.action_space, space)
         )
 
     # ------------------------------------------------------------------ setup

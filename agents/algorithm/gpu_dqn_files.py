@@ -478,6 +478,7 @@ class GpuDQNFiles(WeightsOnlyFiles):
         return [
             *super()._excluded_save_params(),
             "trading_env",
+            "portfolio_env",
             "curiosity_model",
             "_curiosity",
             "_fused_rollout",

@@ -360,6 +360,16 @@ class BranchingDuelingQNetwork(QNetwork):
         h = self.shared(features)
         return self.value_head(h), self.advantage_head(h)
 
+    def branch_advantages(self, obs: PyTorchObs) -> th.Tensor:
+        """The K advantage heads alone, ``A [B, K, L]`` float32, without the value head.
+
+        ``Q_d(s, .)`` differs from ``A_d(s, .)`` by one constant per state and branch, so each
+        branch's greedy action is ``argmax_a A_d(s, a)``: the fused rollout acts on this
+        (:class:`~agents.rollouts.acting.GreedyActor`).
+        """
+        features = self.extract_features(obs, self.features_extractor)
+        return self.advantage_head(self.shared(features))
+
     def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
         """Greedy actions ``[B, K]`` int64: each branch's argmax."""
         return self(observation).argmax(dim=2)

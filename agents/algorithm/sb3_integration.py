@@ -4,7 +4,8 @@
   :class:`~gpu_trading_env.wrappers.SB3VecEnv` first;
 - :func:`make_eval_env`: the same for the env of SB3's ``evaluate_policy`` and ``EvalCallback``;
 - :func:`find_trading_env`: the raw :class:`~gpu_trading_env.TradingVectorEnv` under SB3's
-  wrappers and the adapter, which the fused rollout and the curiosity weights talk to.
+  wrappers and the adapter, which the fused rollout and the curiosity weights talk to;
+- :func:`find_portfolio_env`: the raw portfolio env there, which the fused rollout steps.
 
 Saving and loading are in :mod:`agents.files.model_files`.
 """
@@ -16,10 +17,11 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
+from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
 from gpu_trading_env.wrappers import SB3VecEnv
 
-__all__ = ["find_trading_env", "make_eval_env", "wrap_env"]
+__all__ = ["find_portfolio_env", "find_trading_env", "make_eval_env", "wrap_env"]
 
 
 def wrap_env(env: GymEnv | GymVectorEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -58,5 +60,17 @@ def find_trading_env(env: VecEnv | None) -> TradingVectorEnv | None:
         inner = env.venv
         raw = getattr(inner, "unwrapped", inner)
         if isinstance(raw, TradingVectorEnv):
+            return raw
+    return None
+
+
+def find_portfolio_env(env: VecEnv | None) -> PortfolioVectorEnv | None:
+    """The ``PortfolioVectorEnv`` under SB3 ``VecEnvWrapper``s and the adapter, if there is one."""
+    while isinstance(env, VecEnvWrapper):
+        env = env.venv
+    if isinstance(env, SB3VecEnv):
+        inner = env.venv
+        raw = getattr(inner, "unwrapped", inner)
+        if isinstance(raw, PortfolioVectorEnv):
             return raw
     return None

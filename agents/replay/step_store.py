@@ -4,9 +4,10 @@ every field of one vector step at a slot read on the device.
 
 ``kernels/store_step.cu`` is launched through :class:`~gpu_runtime.device.KernelLauncher`
 with the parameters of ``STORE_KERNEL_PARAMS`` (``tests/test_kernels_compile.py`` checks them
-against the source). It applies to the storage dtypes of a float32 observation space and a
-``Discrete`` action space; :func:`storage_fits` and :func:`inputs_fit` say when, and the buffer
-keeps its torch path otherwise.
+against the source). It applies to the storage dtypes of a float32 observation space and an
+int64 action space of ``action_dim`` entries per env (1 for ``Discrete``, K for
+``MultiDiscrete([L] * K)``); :func:`storage_fits` and :func:`inputs_fit` say when, and the
+buffer keeps its torch path otherwise.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ STORE_KERNEL_PARAMS: KernelParams = (
     ("slot", PTR),
     ("n_envs", I64),
     ("obs_dim", I64),
+    ("action_dim", I64),
     ("obs", PTR),
     ("next_obs", PTR),
     ("action", PTR),
@@ -77,9 +79,10 @@ _STORAGE_DTYPES = {
 
 def storage_fits(buffer: Any) -> bool:
     """Whether the buffer's storage is what ``store_step`` writes: on a CUDA device, contiguous,
-    float32 observations, one int64 action per env, float32 rewards, dones and timeouts."""
+    float32 observations, ``action_dim`` int64 actions per env, float32 rewards, dones and
+    timeouts."""
     # The storage's own device: ``buffer.device`` may be "cuda" without an index.
-    if buffer.observations.device.type != "cuda" or buffer.action_dim != 1:
+    if buffer.observations.device.type != "cuda":
         return False
     for name, dtype in _STORAGE_DTYPES.items():
         t = getattr(buffer, name)
@@ -90,7 +93,8 @@ def storage_fits(buffer: Any) -> bool:
 
 def inputs_fit(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
     """Whether one step's tensors are what ``store_step`` reads: on the storage's device,
-    contiguous, float32 observations and rewards, int64 actions, bool flags, ``n_envs`` rows."""
+    contiguous, float32 observations and rewards, int64 actions (``[n_envs]`` or
+    ``[n_envs, action_dim]``), bool flags, ``n_envs`` rows."""
     wanted = {
         "obs": th.float32,
         "next_obs": th.float32,
@@ -101,11 +105,13 @@ def inputs_fit(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:
     }
     device = buffer.observations.device
     e = buffer.n_envs
+    obs_dim = math.prod(buffer.obs_shape)
     for name, dtype in wanted.items():
         t = inputs[name]
         if t.dtype != dtype or not t.is_contiguous() or t.device != device:
             return False
-        if t.numel() != (e * math.prod(buffer.obs_shape) if name in ("obs", "next_obs") else e):
+        per_env = {"obs": obs_dim, "next_obs": obs_dim, "action": buffer.action_dim}.get(name, 1)
+        if t.numel() != e * per_env:
             return False
     return True
 
@@ -129,7 +135,7 @@ class CudaStepStore:
         ptr = self.fill_start.data_ptr()
         with self._cp.cuda.Device(self.device_index):
             stream = current_stream(self.device_index)[1]
-            self._launch(1, STORE_THREADS, stream, ptr, 0, 0, *(0,) * 12, ptr)
+            self._launch(1, STORE_THREADS, stream, ptr, 0, 0, 0, *(0,) * 12, ptr)
 
     def __call__(self, slot: th.Tensor, inputs: dict[str, th.Tensor]) -> th.Tensor:
         """Write the step at ``slot`` (int64 [1]); returns ``fill_start`` (int64 [1], the
@@ -137,7 +143,7 @@ class CudaStepStore:
         b = self.buffer
         e = b.n_envs
         d = math.prod(b.obs_shape)
-        total = max(e * d, e)
+        total = max(e * d, e * b.action_dim, e)
         grid = (total + STORE_THREADS - 1) // STORE_THREADS
         timeouts = b.timeouts.data_ptr() if b.handle_timeout_termination else 0
         with self._cp.cuda.Device(self.device_index):
@@ -148,6 +154,7 @@ class CudaStepStore:
                 slot.data_ptr(),
                 e,
                 d,
+                b.action_dim,
                 inputs["obs"].data_ptr(),
                 inputs["next_obs"].data_ptr(),
                 inputs["action"].data_ptr(),

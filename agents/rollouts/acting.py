@@ -14,6 +14,12 @@ and one argmax, where autocast would cast each weight in a launch of its own (do
 "Figures behind choices in the code"). In ``"tf32"`` and ``"fp32"`` the same chain
 runs on the float32 parameters, without copies.
 
+A branching network (:class:`~agents.algorithm.policies.BranchingDuelingQNetwork`, actions
+``MultiDiscrete([L] * K)``) hands its K advantage heads through ``branch_advantages(obs)``
+(``A [N, K, L]``; ``Q_d`` differs from ``A_d`` by one constant per state and branch), and the
+greedy action is each branch's argmax, ``int64 [N, K]``; in ``"bf16"`` under autocast, in
+``"tf32"`` and ``"fp32"`` on the float32 parameters.
+
 Other Q-networks act through their own forward: ``q_net(obs).argmax(dim=1)``.
 
 :class:`NumpyGreedy` is the same chain in NumPy, for one observation per network: the
@@ -71,11 +77,14 @@ _MAX_JOB_ELEMENTS = 2**31 - 1  # the kernel indexes within a job in 32 bits
 
 
 class GreedyActor:
-    """Greedy actions of a Q-network: ``actor(obs) -> int64 [N]``.
+    """Greedy actions of a Q-network: ``actor(obs) -> int64 [N]`` (``[N, K]`` for a branching
+    network).
 
     :param q_net: the online network. With a network that hands a chain through
         ``greedy_chain()`` (:class:`~agents.algorithm.policies.DuelingQNetwork`) (and a flattening features extractor),
-        the trunk and advantage head alone; otherwise ``q_net(obs).argmax(dim=1)``.
+        the trunk and advantage head alone; with one that hands ``branch_advantages(obs)``
+        (:class:`~agents.algorithm.policies.BranchingDuelingQNetwork`), the argmax of each of
+        its K branches; otherwise ``q_net(obs).argmax(dim=1)``.
     :param precision: ``"tf32"`` (tensor-core float32 products), ``"fp32"`` (exact float32)
         or ``"bf16"`` (bfloat16 products with float32 accumulation).
 
@@ -90,6 +99,7 @@ class GreedyActor:
         self.q_net = q_net
         self.precision = precision
         self.chain = _greedy_chain(q_net)
+        self._branches = _branch_advantages(q_net) if self.chain is None else None
         self._linear = [op for op in self.chain or [] if not isinstance(op, nn.Module)]
         self._storage = _storage(self.chain or [])
         self._kernel: KernelLauncher | None = None
@@ -99,9 +109,10 @@ class GreedyActor:
 
     @property
     def kind(self) -> str:
-        """``"advantage-bf16-kernel"``, ``"advantage"`` or ``"q-forward"``: the path taken."""
+        """``"advantage-bf16-kernel"``, ``"advantage"``, ``"branch-advantage"`` or
+        ``"q-forward"``: the path taken."""
         if self.chain is None:
-            return "q-forward"
+            return "q-forward" if self._branches is None else "branch-advantage"
         return "advantage-bf16-kernel" if self._kernel is not None else "advantage"
 
     def serves(self, q_net: nn.Module) -> bool:
@@ -161,7 +172,10 @@ class GreedyActor:
 
     @th.no_grad()
     def __call__(self, obs: th.Tensor) -> th.Tensor:
-        """Greedy actions int64 ``[N]`` for observations ``[N, features]``."""
+        """Greedy actions int64 ``[N]`` (``[N, K]``, one per branch, for a branching network)
+        for observations ``[N, features]``."""
+        if self._branches is not None:
+            return self._branch_forward(obs)
         if self.chain is None:
             return self._q_forward(obs)
         if self._kernel is None:
@@ -200,6 +214,14 @@ class GreedyActor:
                     return run_chain(self.chain, features).argmax(dim=1)
             return run_chain(self.chain, features).argmax(dim=1)
 
+    def _branch_forward(self, obs: th.Tensor) -> th.Tensor:
+        assert self._branches is not None
+        if self.precision == "bf16":
+            with th.autocast(obs.device.type, dtype=th.bfloat16):
+                return self._branches(obs).argmax(dim=2)
+        with tf32_matmuls(self.precision == "tf32"):
+            return self._branches(obs).argmax(dim=2)
+
     def _q_forward(self, obs: th.Tensor) -> th.Tensor:
         if self.precision == "bf16":
             with th.autocast(obs.device.type, dtype=th.bfloat16):
@@ -225,6 +247,15 @@ def _greedy_chain(q_net: nn.Module) -> Chain | None:
     if type(q_net.features_extractor) is not FlattenExtractor:
         return None
     return greedy_chain()
+
+
+def _branch_advantages(q_net: nn.Module) -> Callable[[th.Tensor], th.Tensor] | None:
+    """The ``branch_advantages(obs) -> A [N, K, L]`` method of a branching network (the
+    branching dueling network's
+    :meth:`~agents.algorithm.policies.BranchingDuelingQNetwork.branch_advantages`), else
+    ``None``."""
+    branches = getattr(q_net, "branch_advantages", None)
+    return branches if callable(branches) else None
 
 
 def _numpy_activation(module: nn.Module) -> Callable[[np.ndarray], np.ndarray] | None:

@@ -15,6 +15,9 @@ The whole algorithm of one step, in order (see :meth:`FusedRollout.step`)::
     obs', r, terminated, truncated, info = env.step(action) # one kernel
     next_obs = where(terminated | truncated, final_obs, obs')
     buffer.add_tensors(obs, next_obs, action, r, terminated, truncated)
+
+On the portfolio env (``MultiDiscrete([L] * K)`` actions, a branching Q-network) the same loop
+runs with ``[N, K]`` actions: :class:`~agents.rollouts.portfolio_fused.PortfolioRollout`.
 """
 
 from __future__ import annotations
@@ -64,6 +67,34 @@ def start_compiling_kernels(device: str) -> list[Any]:
     )
 
 
+def epsilon_greedy(
+    greedy: th.Tensor,
+    random_actions: th.Tensor,
+    coins: th.Tensor,
+    epsilon: float | th.Tensor,
+    out: th.Tensor | None = None,
+) -> th.Tensor:
+    """``random_actions`` where an env's coin is below ``epsilon``, else ``greedy``.
+
+    One coin per env: with actions ``[N, K]`` (a ``MultiDiscrete`` space, one entry per
+    branch) an env that explores takes random levels in all K branches together, as SB3's DQN
+    explores one whole action.
+
+    :param greedy: int64 ``[N]`` or ``[N, K]``.
+    :param random_actions: int64, ``greedy``'s shape.
+    :param coins: float32 ``[N]`` in [0, 1).
+    :param epsilon: the exploration rate, a float or a 0-d device tensor.
+    :param out: written in place where given (a CUDA graph's static buffer).
+    :return: int64, ``greedy``'s shape.
+    """
+    explore = coins < epsilon
+    if greedy.dim() == 2:
+        explore = explore[:, None]  # a view: no launch
+    if out is None:
+        return th.where(explore, random_actions, greedy)
+    return th.where(explore, random_actions, greedy, out=out)
+
+
 class FusedRollout:
     """Collects transitions for a :class:`~agents.GpuDQN` whose env is a CUDA TradingVectorEnv.
 
@@ -87,27 +118,12 @@ class FusedRollout:
         act_precision: Precision = "tf32",
         cuda_graph: bool = True,
     ) -> None:
-        env = model.trading_env
-        if env is None or not str(env.device).startswith("cuda"):
-            raise ValueError(
-                "FusedRollout needs model.trading_env to be a TradingVectorEnv on a CUDA device"
-            )
-        if env.array_type != "torch":
-            raise ValueError(
-                f"FusedRollout needs the env's array_type 'torch'; got {env.array_type!r}"
-            )
-        if env.autoreset_mode.name != "SAME_STEP":
-            raise ValueError(
-                f"FusedRollout needs autoreset_mode SAME_STEP; got {env.autoreset_mode.name}"
-            )
+        env = self._checked_env(model)
         self.model = model
         self.env = env
-        # This loop copies what it keeps (into the replay buffer) within the step, so it steps
-        # the zero-copy double buffer; SB3VecEnv, sharing the env, copies its own arrays.
-        env.copy_outputs = False
         self.device = th.device(env.device)
         self.num_envs = env.num_envs
-        self.n_actions = int(env.single_action_space.n)
+        self.n_actions, self.branch_shape = self._action_layout(env.single_action_space)
         self.generator = th.Generator(device=self.device)
         self.generator.manual_seed(int(seed if seed is not None else np.random.randint(2**31 - 1)))  # noqa: NPY002
         self.stats_interval = int(stats_interval)
@@ -122,6 +138,38 @@ class FusedRollout:
         self.runner = GraphRunner("the rollout step", "stepping eagerly", warmup_steps=2)
         self._static: dict[str, Any] | None = None  # the graph's input and output tensors
 
+    def _checked_env(self, model: Any) -> Any:
+        """The env this rollout steps: ``model.trading_env``, checked (CUDA, torch arrays,
+        SAME_STEP) and switched to its zero-copy outputs."""
+        env = model.trading_env
+        if env is None or not str(env.device).startswith("cuda"):
+            raise ValueError(
+                "FusedRollout needs model.trading_env to be a TradingVectorEnv on a CUDA device"
+            )
+        if env.array_type != "torch":
+            raise ValueError(
+                f"FusedRollout needs the env's array_type 'torch'; got {env.array_type!r}"
+            )
+        if env.autoreset_mode.name != "SAME_STEP":
+            raise ValueError(
+                f"FusedRollout needs autoreset_mode SAME_STEP; got {env.autoreset_mode.name}"
+            )
+        # This loop copies what it keeps (into the replay buffer) within the step, so it steps
+        # the zero-copy double buffer; SB3VecEnv, sharing the env, copies its own arrays.
+        env.copy_outputs = False
+        return env
+
+    @staticmethod
+    def _action_layout(space: Any) -> tuple[int, tuple[int, ...]]:
+        """``(actions per choice, shape of one env's action)``: ``(n, ())`` for ``Discrete(n)``."""
+        return int(space.n), ()
+
+    def _env_step(self, action: th.Tensor) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step the env: ``(obs, reward, terminated, truncated, info)`` with the info keys
+        this loop reads (``final_obs``, ``_final_obs``, ``episode_return``,
+        ``_episode_return``, ``episode_length``), every array a device tensor."""
+        return self.env.step(action)
+
     def _draw(
         self,
         n: int,
@@ -129,13 +177,19 @@ class FusedRollout:
         out_actions: th.Tensor | None = None,
         out_coins: th.Tensor | None = None,
     ) -> tuple[th.Tensor, th.Tensor | None]:
-        """The exploration draws of one step: n random actions, then n coins in [0, 1).
+        """The exploration draws of one step: n random actions (``[n, *branch_shape]``), then
+        n coins in [0, 1).
 
         Eager and graph steps both draw here, in this order, so they consume the generator
         alike and their transitions are identical.
         """
         actions = th.randint(
-            0, self.n_actions, (n,), device=self.device, generator=self.generator, out=out_actions
+            0,
+            self.n_actions,
+            (n, *self.branch_shape),
+            device=self.device,
+            generator=self.generator,
+            out=out_actions,
         )
         if not coins:
             return actions, None
@@ -143,12 +197,13 @@ class FusedRollout:
 
     @th.no_grad()
     def act(self, obs: th.Tensor, epsilon: float, random_only: bool = False) -> th.Tensor:
-        """Epsilon-greedy actions int64 [N], one exploration coin per env."""
+        """Epsilon-greedy actions int64 ``[N, *branch_shape]``, one exploration coin per env
+        (:func:`epsilon_greedy`)."""
         rand_actions, coins = self._draw(obs.shape[0], coins=not random_only)
         if random_only:
             return rand_actions
-        greedy = self._greedy(obs)
-        return th.where(coins < epsilon, rand_actions, greedy)
+        assert coins is not None
+        return epsilon_greedy(self._greedy(obs), rand_actions, coins, epsilon)
 
     def _greedy(self, obs: th.Tensor) -> th.Tensor:
         actor = self._actor
@@ -191,8 +246,8 @@ class FusedRollout:
         g = {
             "obs": self.obs.clone(),
             "next_obs": th.empty_like(self.obs),
-            "action": th.zeros(n, dtype=th.int64, device=dev),
-            "rand": th.zeros(n, dtype=th.int64, device=dev),
+            "action": th.zeros((n, *self.branch_shape), dtype=th.int64, device=dev),
+            "rand": th.zeros((n, *self.branch_shape), dtype=th.int64, device=dev),
             "coin": th.ones(n, device=dev),
             "eps": th.zeros((), device=dev),
         }
@@ -224,8 +279,8 @@ class FusedRollout:
                 self._draw(n, out_actions=g["rand"], out_coins=g["coin"])
             greedy = self._greedy(g["obs"])
             # Written in place (out=): a copy after each would be one more node per step.
-            th.where(g["coin"] < g["eps"], g["rand"], greedy, out=g["action"])
-            new_obs, reward, terminated, truncated, info = self.env.step(g["action"])
+            epsilon_greedy(greedy, g["rand"], g["coin"], g["eps"], out=g["action"])
+            new_obs, reward, terminated, truncated, info = self._env_step(g["action"])
             th.where(info["_final_obs"][:, None], info["final_obs"], new_obs, out=g["next_obs"])
             if store_at is not None:
                 store_at(
@@ -299,7 +354,7 @@ class FusedRollout:
     def _eager_step(self, epsilon: float, random_only: bool) -> tuple[th.Tensor, th.Tensor]:
         obs = self.obs
         action = self.act(obs, epsilon, random_only)
-        new_obs, reward, terminated, truncated, info = self.env.step(action)
+        new_obs, reward, terminated, truncated, info = self._env_step(action)
         done = terminated | truncated
         # A host-flag env (device="cpu") reports final_obs only on steps where an episode ended.
         next_obs = (

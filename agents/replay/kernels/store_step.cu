@@ -2,12 +2,14 @@
 // The torch path is a dozen launches (casts, the done and timeout flags, one index copy per
 // field); in a CUDA graph replayed every vector step each launch costs a few microseconds.
 // Storage is [buffer_size, n_envs, ...] contiguous: the step's rows start at slot * n_envs.
-// Thread k copies element k of the observation and next-observation rows (coalesced); threads
-// k < n_envs also write env k's action, reward, done and timeout. Thread 0 writes the step's
+// Thread k copies element k of the observation and next-observation rows (coalesced) and
+// element k of the step's actions (action_dim per env: 1 for Discrete, K for MultiDiscrete);
+// threads k < n_envs also write env k's reward, done and timeout. Thread 0 writes the step's
 // first flat index to fill_start, where the tree's fill launch that follows reads it.
 
 extern "C" __global__ void store_step(const long long* __restrict__ slot, long long n_envs,
-                                      long long obs_dim, const float* __restrict__ obs,
+                                      long long obs_dim, long long action_dim,
+                                      const float* __restrict__ obs,
                                       const float* __restrict__ next_obs,
                                       const long long* __restrict__ action,
                                       const float* __restrict__ reward,
@@ -27,10 +29,10 @@ extern "C" __global__ void store_step(const long long* __restrict__ slot, long l
         obs_store[row0 * obs_dim + k] = obs[k];
         next_obs_store[row0 * obs_dim + k] = next_obs[k];
     }
+    if (k < n_envs * action_dim) action_store[row0 * action_dim + k] = action[k];
     if (k < n_envs) {
         bool term = terminated[k];
         bool trunc = truncated[k];
-        action_store[row0 + k] = action[k];
         reward_store[row0 + k] = reward[k];
         done_store[row0 + k] = (term || trunc) ? 1.0f : 0.0f;
         // A null timeout_store: the buffer does not keep timeouts (handle_timeout_termination off).

@@ -1,0 +1,105 @@
+"""The fused GPU rollout on the portfolio env: act, step and store ``MultiDiscrete`` actions
+without leaving the GPU.
+
+For a :class:`~gpu_trading_env.portfolio_env.PortfolioVectorEnv` on a CUDA device (N envs of K
+instruments, actions ``MultiDiscrete([L] * K)``) and a GpuDQN with the branching dueling head,
+one vector step is :class:`~agents.rollouts.fused.FusedRollout`'s, with ``[N, K]`` actions::
+
+    greedy   = argmax_a A_d(obs)[a] for each branch d          # [N, K] (agents.rollouts.acting)
+    explore  = rand(N) < epsilon                                 # one coin per env
+    action   = where(explore[:, None], randint(L, (N, K)), greedy)   # all K branches together
+    outputs  = backend.step_bound(action, static outputs)        # one kernel, no host sync
+    next_obs = where(done, final_obs, obs')
+    buffer.add_tensors_at(slot, obs, next_obs, action, r, terminated, truncated)  # [N, K] int64
+
+The step goes to :class:`~gpu_trading_env.backends.portfolio_cuda.PortfolioCudaBackend`
+directly, into two sets of static output tensors used in turn (an eager step's observation is
+read after the next step has written the other set), not through ``PortfolioVectorEnv.step``,
+whose info dict asks the host whether any episode ended. The CUDA graph, the exploration
+generator, the replay-buffer write and the episode ring are the Discrete path's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from agents.replay.step_store import store_module_spec
+from agents.replay.tree_kernels import tree_module_spec
+from agents.rollouts.episode_ring import ring_module_spec
+from agents.rollouts.fused import FusedRollout
+from gpu_runtime.device import ModuleSpec
+
+__all__ = ["PortfolioRollout", "portfolio_path_kernels"]
+
+
+def portfolio_path_kernels() -> list[ModuleSpec]:
+    """Every kernel module the first ``learn`` of a GpuDQN on a CUDA portfolio env loads: the
+    portfolio step, the prioritized buffer's tree and store, and the episode ring."""
+    from gpu_trading_env.backends.portfolio_cuda import portfolio_module_spec
+
+    return [portfolio_module_spec(), tree_module_spec(), store_module_spec(), ring_module_spec()]
+
+
+class PortfolioRollout(FusedRollout):
+    """Collects transitions for a :class:`~agents.GpuDQN` whose env is a CUDA
+    ``PortfolioVectorEnv``: :class:`~agents.rollouts.fused.FusedRollout` with actions int64
+    ``[N, K]``.
+
+    Exploration draws one coin per env: an env that explores takes a random level in every one
+    of its K branches (instruments) in that step, as SB3's DQN explores one whole action; the
+    others take each branch's greedy level. The random levels are drawn as ``[N, K]`` before
+    the ``[N]`` coins, in one generator, by eager and graph steps alike.
+
+    :param model: the GpuDQN; its ``portfolio_env`` (CUDA, SAME_STEP), ``q_net`` (a
+        branching network: ``branch_advantages``), ``replay_buffer`` and ``exploration_rate``.
+        The other parameters are :class:`~agents.rollouts.fused.FusedRollout`'s.
+    """
+
+    def _checked_env(self, model: Any) -> Any:
+        env = getattr(model, "portfolio_env", None)
+        if env is None or not str(env.device).startswith("cuda"):
+            raise ValueError(
+                "PortfolioRollout needs model.portfolio_env to be a PortfolioVectorEnv on a CUDA "
+                f"device; got {None if env is None else env.device!r}"
+            )
+        if env.autoreset_mode.name != "SAME_STEP":
+            raise ValueError(
+                f"PortfolioRollout needs autoreset_mode SAME_STEP; got {env.autoreset_mode.name}"
+            )
+        backend = env.backend
+        with th.cuda.device(th.device(env.device)):
+            self._outputs = [backend.make_outputs() for _ in range(2)]
+        self._bound = [backend.bind_outputs(out) for out in self._outputs]
+        self._next_set = 0
+        return env
+
+    @staticmethod
+    def _action_layout(space: Any) -> tuple[int, tuple[int, ...]]:
+        """``(L, (K,))`` of ``MultiDiscrete([L] * K)``."""
+        nvec = np.asarray(space.nvec)
+        if nvec.ndim != 1 or len(set(nvec.tolist())) != 1:
+            raise ValueError(
+                f"the portfolio env's action space {space} is invalid for PortfolioRollout: "
+                "allowed is MultiDiscrete([L] * K)"
+            )
+        return int(nvec[0]), (int(nvec.size),)
+
+    def _env_step(self, action: th.Tensor) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """One backend step into the next static output set; no host read inside a capture."""
+        backend = self.env.backend
+        k = self._next_set
+        self._next_set = 1 - k
+        capturing = th.cuda.is_current_stream_capturing()
+        backend.step_bound(backend.prepare_actions(action), self._bound[k], check=not capturing)
+        out = self._outputs[k]
+        info = {
+            "final_obs": out.final_obs,
+            "_final_obs": out.done,
+            "episode_return": out.episode_return,
+            "_episode_return": out.done,
+            "episode_length": out.episode_length,
+        }
+        return out.obs, out.reward, out.terminated, out.truncated, info
