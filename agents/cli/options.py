@@ -71,6 +71,18 @@ def env_config(args: argparse.Namespace) -> EnvConfig:
         raise UsageError(f"--env / --episode-length: {exc}") from None
 
 
+def portfolio_env(args: argparse.Namespace) -> Any:
+    """The PortfolioConfig of ``train --portfolio``: ``--episode-length`` and the ``--env``
+    overrides of PortfolioConfig's fields."""
+    from agents.pipelines.portfolio_train_config import portfolio_env_config
+
+    length = EPISODE_LENGTH if args.episode_length is None else args.episode_length
+    try:
+        return portfolio_env_config(length, args.env)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 # ---------------------------------------------------------------------- option checks
 
 
@@ -160,7 +172,11 @@ def validate(args: argparse.Namespace) -> None:
         args.model = resolve_model_path(args.model)
     if getattr(args, "device", None) is not None:
         args.device = resolve_device(args.device)
-    if hasattr(args, "episode_length"):
+    if getattr(args, "align", None) is not None and not args.portfolio:
+        raise UsageError("--align ffill is invalid without --portfolio: it aligns a portfolio")
+    if getattr(args, "portfolio", False):
+        args.config = portfolio_env(args)
+    elif hasattr(args, "episode_length"):
         args.config = env_config(args)
 
 

@@ -225,6 +225,22 @@ def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
         help="train and evaluate on this instrument alone (default: train on every instrument "
         "of the data, evaluate on the first)",
     )
+    g = t.add_argument_group("portfolio")
+    g.add_argument(
+        "--portfolio",
+        action="store_true",
+        help="train one policy over every instrument of --data (a file each) on GpuPortfolio-v0, "
+        "an exposure level per instrument; --env takes PortfolioConfig's fields "
+        "(docs/ENV_SPEC.md, 'Portfolio env') (default: one instrument per env)",
+    )
+    g.add_argument(
+        "--align",
+        choices=["ffill"],
+        default=None,
+        help="with --portfolio: put the instruments on the union of their timestamps, a missing "
+        "bar being the previous close with volume 0 (default: refuse instruments whose "
+        "timestamps differ)",
+    )
     t.set_defaults(func=cmd_train)
 
 

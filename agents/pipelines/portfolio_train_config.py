@@ -28,7 +28,6 @@ from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_fie
 
 __all__ = [
     "PORTFOLIO_ENV_DEFAULTS",
-    "SINGLE_ENV_ONLY",
     "PortfolioTrainConfig",
     "PortfolioTrainConfigError",
     "portfolio_env_config",
@@ -37,10 +36,6 @@ __all__ = [
 # The training env's defaults: episodes of train's length, the portfolio env's own other
 # defaults (short / flat / long per instrument, 1 bp, gross exposure capped at 1).
 PORTFOLIO_ENV_DEFAULTS: dict[str, Any] = {"episode_length": EPISODE_LENGTH}
-
-# TrainConfig fields that only the single env's pipeline uses: ``train --portfolio`` refuses
-# them where they differ from their defaults.
-SINGLE_ENV_ONLY = ("predictability_level", "select_inputs", "cross_fit", "curiosity")
 
 _TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 

@@ -13,7 +13,6 @@ test bars come last and judge nothing.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -53,12 +52,14 @@ __all__ = [
     "backtest_portfolio",
     "backtest_portfolios",
     "buy_and_hold_portfolio",
+    "check_portfolio_run",
     "greedy_level_policy",
     "portfolio_reward_scale",
     "portfolio_splits",
     "set_flat_policy",
     "slice_portfolio",
     "train_portfolio",
+    "write_portfolio_run",
 ]
 
 # Bars of the validation and the test window at least: the validation test splits its returns
@@ -101,6 +102,24 @@ def portfolio_splits(n_bars: int, train_fraction: float, val_fraction: float) ->
                 "or other fractions)"
             )
     return PortfolioSplits(fit_stop=fit, val_stop=train, n_bars=int(n_bars))
+
+
+def check_portfolio_run(data: PortfolioData, config: PortfolioTrainConfig) -> PortfolioSplits:
+    """The run's windows, checked before any training: each long enough, the fit window at
+    least one training episode and its mark, and one cost rate per instrument where given.
+
+    :raises ValueError: naming the setting, its value and what the data allows.
+    """
+    config.env.cost_rates(data.n_instruments)
+    splits = portfolio_splits(data.n_bars, config.train_fraction, config.val_fraction)
+    if config.env.episode_length + 1 > splits.fit_stop:
+        raise ValueError(
+            f"PortfolioConfig.episode_length = {config.env.episode_length} is invalid for the "
+            f"{splits.fit_stop} bars of the fit window (of {data.n_bars}): allowed is at most "
+            f"{splits.fit_stop - 1} (one episode and the bar it is marked to); a shorter "
+            "episode or more bars"
+        )
+    return splits
 
 
 def slice_portfolio(data: PortfolioData, start: int, stop: int) -> PortfolioData:
@@ -352,6 +371,7 @@ def train_portfolio(
     device: str,
     out: Path | None,
     progress: bool = False,
+    per_year: float | None = None,
 ) -> PortfolioTrainResult:
     """Train, select and test one portfolio policy (the module doc's procedure).
 
@@ -362,7 +382,9 @@ def train_portfolio(
     :param out: a folder for ``model.zip`` (the kept policy) and ``metrics.json``; None writes
         nothing.
     :param progress: a progress bar on a terminal, else a line every 10 s.
-    :raises ValueError: where the data's bars leave a window too short (:func:`portfolio_splits`).
+    :param per_year: bars per year of the backtests' figures; None: each window's own calendar
+        (``reports.metrics.bars_per_year``).
+    :raises ValueError: where the data does not fit the settings (:func:`check_portfolio_run`).
     """
     t0 = time.perf_counter()
     if not isinstance(config, PortfolioTrainConfig):
@@ -370,15 +392,7 @@ def train_portfolio(
             f"config of type {type(config).__name__} is invalid: allowed is PortfolioTrainConfig"
         )
     config = config.resolved(device)
-    config.env.cost_rates(data.n_instruments)  # a per-instrument cost of another K fails here
-    splits = portfolio_splits(data.n_bars, config.train_fraction, config.val_fraction)
-    if config.env.episode_length + 1 > splits.fit_stop:
-        raise ValueError(
-            f"PortfolioConfig.episode_length = {config.env.episode_length} is invalid for the "
-            f"{splits.fit_stop} bars of the fit window (of {data.n_bars}): allowed is at most "
-            f"{splits.fit_stop - 1} (one episode and the bar it is marked to); a shorter "
-            "episode or more bars"
-        )
+    splits = check_portfolio_run(data, config)
     if str(device) == "cpu" and config.torch_threads is not None:
         import torch
 
@@ -392,7 +406,7 @@ def train_portfolio(
     a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
     nets = [net for _, net, _ in cb.snapshots]
     *runs, val_flat = backtest_portfolios(
-        [greedy_level_policy(net) for net in nets] + [flat], data, env, a, b
+        [greedy_level_policy(net) for net in nets] + [flat], data, env, a, b, per_year
     )
     sharpes = tuple(r.sharpe for r in runs)
     chosen = _best(sharpes)
@@ -410,7 +424,7 @@ def train_portfolio(
     if not keep_network:
         set_flat_policy(model, flat_level(env))
     test_net, test_flat = backtest_portfolios(
-        [greedy_level_policy(nets[chosen]), flat], data, env, b, n
+        [greedy_level_policy(nets[chosen]), flat], data, env, b, n, per_year
     )
     result = PortfolioTrainResult(
         kept=kept,
@@ -421,8 +435,8 @@ def train_portfolio(
         test_flat=test_flat,
         validation_network=runs[chosen],
         test_network=test_net,
-        validation_buy_and_hold=buy_and_hold_portfolio(data, env, a, b),
-        test_buy_and_hold=buy_and_hold_portfolio(data, env, b, n),
+        validation_buy_and_hold=buy_and_hold_portfolio(data, env, a, b, per_year),
+        test_buy_and_hold=buy_and_hold_portfolio(data, env, b, n, per_year),
         gate=gate,
         snapshot_steps=tuple(int(s) for s, _, _ in cb.snapshots),
         snapshot_sharpes=sharpes,
@@ -460,18 +474,9 @@ def _with_seconds(result: PortfolioTrainResult, seconds: float) -> PortfolioTrai
 
 def write_portfolio_run(result: PortfolioTrainResult, out: Path) -> None:
     """``out/model.zip`` (the model acting the kept policy) and ``out/metrics.json``."""
-    from gpu_trading_env.atomic_file import atomic_write
+    from gpu_trading_env.reports.report import write_json
 
     out.mkdir(parents=True, exist_ok=True)
     if result.model is not None:
         result.model.save(out / "model.zip")
-    with atomic_write(out / "metrics.json", "w") as f:
-        json.dump(result.to_dict(), f, indent=2, default=_json_value)
-
-
-def _json_value(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, tuple | np.ndarray):
-        return list(v)
-    return str(v)
+    write_json(result.to_dict(), out / "metrics.json")

@@ -1,0 +1,97 @@
+"""``gpu-trading-env train --portfolio``: its files and report on a tiny budget, and each bad
+input refused as one line naming it (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from random_bars import write_daily_bar_csv
+
+from agents import cli
+from gpu_trading_env.data.features import WARMUP_BARS
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TINY = ["--device", "cpu", "--timesteps", "1500", "--num-envs", "4", "--batch-size", "32"]
+TINY += ["--net-width", "8", "--episode-length", "50", "--no-progress"]
+
+
+@pytest.fixture
+def three_files(tmp_path):
+    n = WARMUP_BARS + 300
+    return [str(write_daily_bar_csv(tmp_path / f"{s}.csv", n, seed=i)) for i, s in enumerate("ABC")]
+
+
+def test_train_portfolio_writes_model_metrics_and_report(tmp_path, three_files, capsys) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--data", *three_files, "--portfolio", "--out", str(out), *TINY]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("verdict: ") < printed.index("out-of-sample")
+    for name in ("model.zip", "metrics.json", "index.html", "positions.png", "costs.png"):
+        assert (out / name).is_file(), name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["kind"] == "portfolio" and metrics["instruments"] == ["A", "B", "C"]
+    assert metrics["reason"] and metrics["kept"] in ("network", "flat")
+    assert set(metrics["test"]["kept"]["costs_by_instrument"]) == {"A", "B", "C"}
+    assert metrics["config"]["env"]["episode_length"] == 50
+    page = (out / "index.html").read_text()
+    assert page.index("Verdict: ") < page.index("<table>")
+    assert "equal-weight buy and hold" in page
+
+
+def _error(argv: list[str], capsys) -> str:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    return err
+
+
+def test_one_csv_is_refused(three_files, capsys) -> None:
+    err = _error(["train", "--data", three_files[0], "--portfolio", *TINY], capsys)
+    assert "--portfolio needs two or more instruments" in err and "(A)" in err
+
+
+def test_no_data_is_refused(capsys) -> None:
+    err = _error(["train", "--portfolio", *TINY], capsys)
+    assert "--portfolio needs --data with two or more files" in err
+
+
+def test_misaligned_files_name_the_instrument_and_timestamp(tmp_path, capsys) -> None:
+    n = WARMUP_BARS + 300
+    a = write_daily_bar_csv(tmp_path / "A.csv", n)
+    b = write_daily_bar_csv(tmp_path / "B.csv", n + 1, seed=1)
+    err = _error(["train", "--data", str(a), str(b), "--portfolio", *TINY], capsys)
+    assert "instrument 'B' disagrees with instrument 'A' at timestamp" in err
+    assert "align='ffill'" in err
+
+
+def test_align_ffill_puts_misaligned_files_on_one_grid(tmp_path, capsys) -> None:
+    n = WARMUP_BARS + 300
+    a = write_daily_bar_csv(tmp_path / "A.csv", n)
+    b = write_daily_bar_csv(tmp_path / "B.csv", n + 1, seed=1)
+    out = tmp_path / "run"
+    argv = ["train", "--data", str(a), str(b), "--portfolio", "--align", "ffill"]
+    assert cli.main([*argv, "--out", str(out), *TINY]) == 0
+    assert json.loads((out / "metrics.json").read_text())["splits"]["test"][1] == n + 1 - (
+        WARMUP_BARS
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--align", "ffill"], "--align ffill is invalid without --portfolio"),
+        (["--portfolio", "--cross-fit"], "--cross-fit is invalid with --portfolio"),
+        (["--portfolio", "--instrument", "A"], "--instrument is invalid with --portfolio"),
+        (["--portfolio", "--env", "cost_bps=-1"], "PortfolioConfig.cost_bps = -1.0 is invalid"),
+        (["--portfolio", "--env", "order_cost_bps=(1,)"], "--env 'order_cost_bps=(1,)' is invalid"),
+        (["--portfolio", "--env", "cost_bps=(1, 2)"], "PortfolioConfig.cost_bps = (1.0, 2.0)"),
+        (["--portfolio", "--episode-length", "400"], "episode_length = 400 is invalid for the"),
+        (["--portfolio", "--gamma", "2"], "--gamma 2.0 is invalid: allowed is a number in (0, 1]"),
+    ],
+)
+def test_bad_options_are_one_line_each(three_files, extra, message, capsys) -> None:
+    argv = ["train", "--data", *three_files, *TINY, *extra]
+    assert message in _error(argv, capsys)
