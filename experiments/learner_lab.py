@@ -167,7 +167,8 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
     from agents.cli import main as cli_main
 
     original = _patched_gpu_dqn()
-    import agents.pipelines.model_selection as wf
+    # The snapshots' backtests run in the module that imported backtest_batch by name.
+    import agents.pipelines.snapshot_training as snapshot_training
 
     timers = {"dump_logs": 0.0, "backtest": 0.0}
 
@@ -181,8 +182,9 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
 
         return wrapper
 
-    wf.backtest_batch = timed(wf.backtest_batch, "backtest")
-    original.dump_logs = timed(original.dump_logs, "dump_logs")
+    backtest_batch, dump_logs = snapshot_training.backtest_batch, original.dump_logs
+    snapshot_training.backtest_batch = timed(backtest_batch, "backtest")
+    original.dump_logs = timed(dump_logs, "dump_logs")
     rows = []
     for cfg in configs:
         _GPU_DQN_OVERRIDES.clear()
@@ -216,6 +218,7 @@ def sweep(configs: list[dict], seeds: list[int], out: Path) -> list[dict]:
     import agents
 
     agents.GpuDQN = original
+    snapshot_training.backtest_batch, original.dump_logs = backtest_batch, dump_logs
     return rows
 
 

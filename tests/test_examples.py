@@ -109,3 +109,26 @@ def example_runs(tmp_path_factory) -> dict[str, str | None]:
 def test_example_runs(script: str, args: list[str], example_runs) -> None:
     error = example_runs[script]
     assert error is None, f"{script} {' '.join(args)}:\n{error[-3000:]}"
+
+
+# Examples that need a CUDA GPU: each in its own process, run where CUDA and CuPy are.
+GPU_CASES = [("cuda_graph_step.py", [])]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("script, args", GPU_CASES)
+def test_gpu_example_runs(script: str, args: list[str], tmp_path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 0, f"{script} {' '.join(args)}:\n{proc.stderr[-3000:]}"
+    assert proc.stdout.strip(), f"{script} printed nothing"

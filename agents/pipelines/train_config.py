@@ -323,8 +323,8 @@ class TrainConfig:
     # None on a GPU: torch's own count.
     torch_threads: int | None = _setting(
         None,
-        f"torch's CPU threads (default: {CPU_TORCH_THREADS} with --device cpu: 10% slower than 2 "
-        "on an idle 2-core machine, 3.9 times faster beside one other job; torch's own count on "
+        f"torch's CPU threads (default: {CPU_TORCH_THREADS} with --device cpu, which keeps "
+        "parallel runs from oversubscribing the cores: docs/PERFORMANCE.md; torch's own count on "
         "a GPU)",
         check=_int_range(1, 1024, "1 is fastest for the CPU defaults' small batches"),
         cpu=CPU_TORCH_THREADS,
