@@ -2,7 +2,8 @@
 # One GPU call for a release: the market zoo with train's defaults (5 seeds) beside the GPU test
 # tier, then, on a quiet GPU, the env's step modes, the learner's throughput and the quickstart.
 # Results under $OUT: zoo.tar.gz (the zoo's report folder), zoo.log, gpu_tests.log,
-# env_modes.json, train.json, quickstart_cuda.json, and logs.tar.gz (the last three's logs).
+# env_modes.json, train.json, train_portfolio.json (GpuDQN.learn on the portfolio env, K = 8),
+# quickstart_cuda.json, and logs.tar.gz (the last four's logs).
 # ZOO=0 leaves the zoo out (the tests then start at once): a release check for a short call.
 set -uo pipefail
 OUT=${OUT:-release-results}
@@ -41,6 +42,9 @@ tail -16 "$LOGS/env_modes.log"
 timeout --foreground "${TRAIN_TIMEOUT:-150}" python3 -m benchmarks.train_throughput \
   --learner-only --defaults-only --out "$OUT/train.json" >"$LOGS/train.log" 2>&1
 tail -16 "$LOGS/train.log"
+timeout --foreground "${TRAIN_TIMEOUT:-150}" python3 -m benchmarks.train_throughput \
+  --portfolio 8 --out "$OUT/train_portfolio.json" >"$LOGS/train_portfolio.log" 2>&1
+tail -4 "$LOGS/train_portfolio.log"
 timeout --foreground "${QUICKSTART_TIMEOUT:-90}" python3 -m benchmarks.quickstart_record \
   --device cuda --out "$OUT/quickstart_cuda.json" >"$LOGS/quickstart.log" 2>&1
 tail -8 "$LOGS/quickstart.log"

@@ -217,7 +217,8 @@ class GreedyActor:
     def _branch_forward(self, obs: th.Tensor) -> th.Tensor:
         assert self._branches is not None
         if self.precision == "bf16":
-            with th.autocast(obs.device.type, dtype=th.bfloat16):
+            # No cast cache: a capture records the weights' casts, which each replay redoes.
+            with th.autocast(obs.device.type, dtype=th.bfloat16, cache_enabled=False):
                 return self._branches(obs).argmax(dim=2)
         with tf32_matmuls(self.precision == "tf32"):
             return self._branches(obs).argmax(dim=2)
