@@ -16,11 +16,10 @@ from gpu_trading_env.reports.report import write_json
 TINY = ["train", "--device", "cpu", "--timesteps", "400", "--num-envs", "4"]
 TINY += ["--eval-every", "200", "--episode-length", "50", "--no-progress"]
 
-# TrainResult.to_dict's keys, in metrics.json's order ("inputs" only where inputs were selected).
-RUN_KEYS = [
-    "timesteps",
-    "train_seconds",
-    "env_steps_per_second",
+# TrainResult.to_dict's keys, in metrics.json's order ("inputs" only where inputs were selected):
+# its timing, then its model selection's.
+RUN_TIMING = ["timesteps", "train_seconds", "env_steps_per_second"]
+RUN_SELECTION = [
     "cross_fit",
     "kept_policy",
     "deployment",
@@ -30,8 +29,8 @@ RUN_KEYS = [
     "network_strategy",
     "last_model_strategy",
     "validation",
-    "inputs",
 ]
+RUN_KEYS = [*RUN_TIMING, *RUN_SELECTION, "inputs"]
 # train's metrics.json on the built-in (planted) market, in its order.
 METRICS_KEYS = [
     "instrument",
@@ -43,21 +42,11 @@ METRICS_KEYS = [
     "bars_per_year",
     "device",
     "num_envs",
-    "timesteps",
-    "train_seconds",
-    "env_steps_per_second",
+    *RUN_TIMING,
     "seed",
     "instruments",
     "model_selection",
-    "cross_fit",
-    "kept_policy",
-    "deployment",
-    "baseline",
-    "deflated_sharpe",
-    "fallback_test",
-    "network_strategy",
-    "last_model_strategy",
-    "validation",
+    *RUN_SELECTION,
     "data",
     "order_cost_bps",
     "inputs",
