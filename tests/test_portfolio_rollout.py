@@ -196,3 +196,95 @@ def test_monolithic_rollout_kernel_is_refused_on_the_portfolio_env():
     model = _portfolio_model()
     with pytest.raises(ValueError, match=r"rollout_kernel = 'monolithic' is invalid.*'fused'"):
         build_rollout(model, "monolithic", "auto")
+
+
+# -- the rollout's eager steps, on a CPU stand-in of the CUDA backend's static outputs ----------
+class _StaticOutputs:
+    """PortfolioCudaBackend's static-output API (``make_outputs``, ``bind_outputs``,
+    ``step_bound``) over the NumPy backend, on CPU torch tensors: the kernel writes its outputs
+    into the bound tensors in place, as this does."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.step_args_version = 0
+
+    def make_outputs(self):
+        from gpu_trading_env.core.portfolio_state import (
+            PortfolioStepOutputs,
+            allocate_portfolio_outputs,
+        )
+
+        b = self.backend
+        out = allocate_portfolio_outputs(np, b.num_envs, b.n_instruments, b.obs_dim)
+        return PortfolioStepOutputs(**{k: th.from_numpy(v) for k, v in vars(out).items()})
+
+    def bind_outputs(self, outputs):
+        return outputs
+
+    def prepare_actions(self, actions):
+        return actions
+
+    def step_bound(self, actions, bound, check=True):
+        out = self.backend.step(actions.numpy())
+        for name, value in vars(out).items():
+            getattr(bound, name).copy_(th.from_numpy(np.asarray(value)))
+
+    def observe(self):
+        return th.from_numpy(np.array(self.backend.observe()))
+
+    def check_errors(self):
+        pass
+
+
+def test_eager_portfolio_steps_store_what_the_env_gives_for_the_stored_actions():
+    """PortfolioRollout's eager steps (greedy and random) store ``[N, K]`` actions and, for
+    them, the observations, next observations (final ones where an episode ended), rewards and
+    flags of a second env stepped by hand; the two static output sets taken in turn keep a
+    step's observation intact while the next step writes."""
+    from agents.rollouts.portfolio_fused import PortfolioRollout
+    from gpu_trading_env.data.portfolio_markets import ar1_portfolio
+    from gpu_trading_env.portfolio_env import PortfolioVectorEnv
+
+    class CpuPortfolioRollout(PortfolioRollout):
+        def _checked_env(self, model):
+            env = model.portfolio_env
+            env.backend = _StaticOutputs(env.backend)
+            self._outputs = [env.backend.make_outputs() for _ in range(2)]
+            self._bound = [env.backend.bind_outputs(out) for out in self._outputs]
+            self._next_set = 0
+            return env
+
+    n, k, steps = 16, 4, 30
+    kw = dict(num_envs=n, device="cpu", data=ar1_portfolio(400, k), episode_length=10)
+    env = PortfolioVectorEnv(**kw, autoreset_mode="same_step")
+    env.reset(seed=7)
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        buffer_size=n * (steps + 5),
+        learning_starts=0,
+        policy_kwargs={"net_arch": SMALL_ARCH},
+        seed=0,
+        device="cpu",
+    )
+    ro = CpuPortfolioRollout(model, seed=3, cuda_graph=False)
+    assert (ro.n_actions, ro.branch_shape) == (3, (k,))
+    for t in range(steps):
+        ro.step(0.3, random_only=t == 12)
+    ended, episodes = ro.ring.drain()
+    assert ended == 3 * n and all(e["l"] == 10 for e in episodes)
+
+    ref = PortfolioVectorEnv(**kw, autoreset_mode="same_step")
+    obs = th.from_numpy(ref.reset(seed=7)[0])
+    buf = model.replay_buffer
+    for t in range(steps):
+        new_obs, reward, terminated, truncated, info = ref.step(buf.actions[t].numpy())
+        new_obs, done = th.from_numpy(new_obs), th.from_numpy(terminated | truncated)
+        final = th.from_numpy(info["final_obs"]) if "final_obs" in info else new_obs
+        assert th.equal(buf.observations[t], obs), t
+        assert th.equal(buf.next_observations[t], th.where(done[:, None], final, new_obs)), t
+        assert th.equal(buf.rewards[t], th.from_numpy(reward)), t
+        assert th.equal(buf.dones[t], done.float()), t
+        assert th.equal(buf.timeouts[t], th.from_numpy(truncated & ~terminated).float()), t
+        obs = new_obs
+    assert float(buf.timeouts[:steps].sum()) == 3 * n

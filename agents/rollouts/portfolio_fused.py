@@ -92,7 +92,7 @@ class PortfolioRollout(FusedRollout):
         backend = self.env.backend
         k = self._next_set
         self._next_set = 1 - k
-        capturing = th.cuda.is_current_stream_capturing()
+        capturing = self.device.type == "cuda" and th.cuda.is_current_stream_capturing()
         backend.step_bound(backend.prepare_actions(action), self._bound[k], check=not capturing)
         out = self._outputs[k]
         info = {
