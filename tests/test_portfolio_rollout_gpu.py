@@ -160,3 +160,23 @@ def test_save_load_after_learn_acts_alike_and_learns_on(tmp_path):
         assert th.equal(p, q)
     loaded.learn(N_ENVS * 20, reset_num_timesteps=False)
     assert isinstance(loaded.rollout, PortfolioRollout) and loaded.rollout.captured
+
+
+def test_the_discrete_path_keeps_its_rollout_actor_and_one_action_per_env():
+    """On the single-instrument env ``learn`` still builds the Discrete ``FusedRollout``
+    (advantage-chain actor, ``[N]`` actions, the store kernel at ``action_dim = 1``); its
+    transitions are held to the host rollout bit for bit by ``tests/test_fused_rollout.py``."""
+    from agents.rollouts.fused import FusedRollout
+    from agents.rollouts.portfolio_fused import PortfolioRollout
+    from gpu_trading_env import MarketData, TradingVectorEnv
+
+    data = MarketData.synthetic(kind="planted", n_bars=2000, seed=1)
+    env = TradingVectorEnv(num_envs=N_ENVS, device="cuda", data=data, episode_length=50)
+    model = _model(env)
+    model.learn(N_ENVS * 20)
+    ro = model.rollout
+    assert type(ro) is FusedRollout and not isinstance(ro, PortfolioRollout)
+    assert ro.branch_shape == () and ro.stores_in_graph
+    assert ro._actor is not None and ro._actor.kind.startswith("advantage")
+    assert model.replay_buffer.actions.shape[1:] == (N_ENVS, 1)
+    assert model.replay_buffer._step_store is not None
