@@ -9,7 +9,7 @@ The zoo's market, `train`'s env config and split (``agents.pipelines.zoo.train_a
 sign rule (``planted_rule_exposure``) backtested over the training bars with that env's
 costs; its per-bar returns over the last 3,200 / 6,400 / 12,800 of them tested as ``train``'s
 fallback tests a network (the reality check of one strategy against flat at ``GATE_LEVEL``).
-docs/ZOO.md, "Validation window and actions".
+experiments/README.md, "Validation window and actions".
 """
 
 from __future__ import annotations

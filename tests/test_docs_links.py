@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted(
+    [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "experiments" / "README.md",
+     *(ROOT / "docs").glob("*.md")]
+)  # fmt: skip
 # Top-level folders of the repository: a path starting with one of them names a tracked file.
 TOP = ("agents", "benchmarks", "docs", "examples", "experiments", "gpu_runtime",
        "gpu_trading_env", "tests", ".ci")  # fmt: skip
@@ -74,3 +77,33 @@ def test_readme_stays_a_short_page() -> None:
     cells = [c.strip() for line in lines if line.startswith("|") for c in line.split("|")]
     assert max(map(len, cells)) <= 200, max(cells, key=len)
     assert len((ROOT / "docs" / "PERFORMANCE.md").read_text().splitlines()) <= 400
+
+
+# Modules of benchmarks/ that the benchmarks import, not scripts of their own.
+BENCHMARK_HELPERS = {"__init__.py", "run_info.py"}
+
+
+def _benchmarks_run_from(script: Path, seen: set[str]) -> None:
+    """Add to ``seen`` every benchmarks/ file that ``script`` runs, and what those run (a shell
+    script may name a module by its stem alone, as gpu_suite.sh's sanitizer loop does)."""
+    text = script.read_text()
+    for path in sorted(ROOT.joinpath("benchmarks").iterdir()):
+        stem = path.name.removesuffix(".py")
+        bare = rf"\b{re.escape(stem)}\b" if script.suffix == ".sh" else r"(?!)"
+        named = f"benchmarks/{path.name}" in text or re.search(
+            rf"\bbenchmarks\.{re.escape(stem)}\b|{bare}", text
+        )
+        if path.name not in seen and named:
+            seen.add(path.name)
+            _benchmarks_run_from(path, seen)
+
+
+def test_benchmarks_hold_only_what_performance_or_the_release_runs() -> None:
+    """Every script in benchmarks/ is run by docs/PERFORMANCE.md or the release script
+    (directly, or through a script they run); a one-question script belongs in experiments/."""
+    seen: set[str] = set()
+    _benchmarks_run_from(ROOT / "docs" / "PERFORMANCE.md", seen)
+    _benchmarks_run_from(ROOT / "benchmarks" / "release_h200.sh", seen)
+    scripts = {p.name for p in (ROOT / "benchmarks").iterdir() if p.is_file()}
+    stray = sorted(scripts - seen - BENCHMARK_HELPERS - {"release_h200.sh"})
+    assert not stray, f"benchmarks/ holds scripts nothing documented runs: {stray}"

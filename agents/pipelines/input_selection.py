@@ -2,8 +2,8 @@
 and a fitted regime filter's forecast.
 
 A Q-network fed every feature fits the noise of those that carry nothing, and on a market whose
-edge sits in a slowly moving hidden state it fits nothing else (docs/ZOO.md, "The regime
-market"). So ``train`` gives the network only what the training bars show to predict:
+edge sits in a slowly moving hidden state it fits nothing else (experiments/README.md, "The
+regime market"). So ``train`` gives the network only what the training bars show to predict:
 
 1. **A regime filter's forecast.** An HMM with Student-t errors is fitted by EM to the training
    bars' log returns, its number of regimes (2, 3 or 4) and degrees of freedom chosen by BIC

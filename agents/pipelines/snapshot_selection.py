@@ -111,7 +111,7 @@ def cross_fitted(
     each instrument of ``train`` and backtested, every snapshot, on the first ``n_val`` (which
     the first network trained on).
 
-    It doubles the validation bars of the fallback's test (its power: docs/ZOO.md) for one
+    It doubles the validation bars of the fallback's test (its power: experiments/README.md) for one
     more training; the deployed network stays the first,
     which never saw a bar after its validation window. It starts from ``init_from`` as the
     first does (a walk-forward warm start), so that the test judges the same procedure.

@@ -74,7 +74,7 @@ TRAIN_ENV_DEFAULTS = {
     "sub_actions": 1,
     # Short, flat, long: each exposure's value is learned from a third of the transitions
     # instead of a fifth; the half exposures added nothing on the zoo's markets that the
-    # weak edges did not pay for (docs/ZOO.md, "Validation window and actions").
+    # weak edges did not pay for (experiments/README.md, "Validation window and actions").
     "exposure_levels": (-1.0, 0.0, 1.0),
 }
 
@@ -148,8 +148,8 @@ def _valid_device(name: Any) -> bool:
 
 # Budgets that finish in minutes on two CPU cores and on one GPU; on the CPU the gradient steps
 # are most of the time, hence 24 envs (docs/PERFORMANCE.md, "The CPU quickstart on 2 cores"). The
-# GPU budget and gradient steps per vector step are the market zoo's choice (docs/ZOO.md, "Reward
-# scale, width and budget" and "The number of updates").
+# GPU budget and gradient steps per vector step are the market zoo's choice (experiments/README.md,
+# "Reward scale, width and budget" and "The number of updates").
 _NUM_ENVS = (24, 4096)
 _TIMESTEPS = (200_000, 6_000_000)
 _BATCH_SIZE = (128, 4096)
@@ -230,8 +230,8 @@ class TrainConfig:
         "discount factor (rewards of trading pay off within a few bars)",
         check=_number(lambda v: 0.0 < v <= 1.0, "a number in (0, 1]"),
     )
-    # A window long enough for the fallback's test to see a weak edge (docs/ZOO.md, "Validation
-    # window and actions").
+    # A window long enough for the fallback's test to see a weak edge (experiments/README.md,
+    # "Validation window and actions").
     val_fraction: float = _setting(
         0.4,
         "last part of the training bars held out to select the model",
@@ -280,8 +280,8 @@ class TrainConfig:
         option="--all-inputs",
         negated=True,
     )
-    # The width that fitted the zoo's weak edges out of sample (docs/ZOO.md, "Reward scale,
-    # width and budget").
+    # The width that fitted the zoo's weak edges out of sample (experiments/README.md, "Reward
+    # scale, width and budget").
     net_width: int = _setting(
         32,
         "dueling Q-network: a trunk of two layers of this width, value and advantage heads of "

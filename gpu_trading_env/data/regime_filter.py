@@ -2,7 +2,7 @@
 
 Markets that switch between regimes (bull, bear, sideways) carry their edge in a hidden state
 that persists for hundreds of bars, which the indicator features do not summarise and a filter
-fitted on the training bars does (docs/ZOO.md, "The regime market"). This module holds that
+fitted on the training bars does (experiments/README.md, "The regime market"). This module holds that
 model:
 
 - :func:`fit_gaussian_hmm`: Baum-Welch on one series of log returns (or several, one per

@@ -6,8 +6,8 @@ a time. Per fold and seed: the deployed policy, the reason, its out-of-sample re
 baseline's and buy-and-hold's. The summary counts the (fold, seed) pairs where a network was
 deployed and then returned more than 5% below its baseline (docs/REAL_MARKETS.md).
 
-    python3 benchmarks/real_walkforward.py --device cuda --seeds 0 1 2 --out wf.json
-    python3 benchmarks/real_walkforward.py --from-json wf.json --figure wf.png
+    python3 -m experiments.real_walkforward --device cuda --seeds 0 1 2 --out wf.json
+    python3 -m experiments.real_walkforward --from-json wf.json --figure wf.png
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def main() -> None:
     with open(a.out, "w") as fh:
         json.dump(
             {
-                "command": "python3 benchmarks/real_walkforward.py " + " ".join(sys.argv[1:]),
+                "command": "python3 -m experiments.real_walkforward " + " ".join(sys.argv[1:]),
                 "wall_seconds": time.perf_counter() - t0,
                 "summary": summary,
                 "runs": ordered,

@@ -2,7 +2,7 @@
 # The real-market benchmark on one GPU (docs/REAL_MARKETS.md). Parts, any of:
 #   real   zoo --real: the real series (3 seeds) and the shifting and regime-family markets (5)
 #   zoo    the market zoo on seeds 20 to 24 (seeds no choice of the learner looked at)
-#   wf     walkforward's defaults on every real series, 3 seeds (benchmarks/real_walkforward.py)
+#   wf     walkforward's defaults on every real series, 3 seeds (experiments/real_walkforward.py)
 #   tests  the GPU test tier, beside the first part
 # Results under $OUT: one .tar.gz per report folder, and the logs.
 set -uo pipefail
@@ -38,7 +38,7 @@ if want zoo; then
   tar -czf "$OUT/zoo.tar.gz" -C /tmp zoo-20-24 2>/dev/null
 fi
 if want wf; then
-  timeout --foreground "${WF_TIMEOUT:-500}" python3 benchmarks/real_walkforward.py --device cuda \
+  timeout --foreground "${WF_TIMEOUT:-500}" python3 -m experiments.real_walkforward --device cuda \
     --seeds 0 1 2 --workers "$W" --out "$OUT/real_walkforward.json" >"$OUT/real_walkforward.log" 2>&1
   echo "exit $?" >>"$OUT/real_walkforward.log"
 fi
