@@ -3,12 +3,14 @@ checks, the splits, and train_portfolio end to end on a tiny budget (CPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 
+from agents.pipelines.portfolio_inputs import select_portfolio_inputs
 from agents.pipelines.portfolio_training import (
     PortfolioTrainConfig,
     PortfolioTrainConfigError,
@@ -207,9 +209,10 @@ TINY = PortfolioTrainConfig(
 
 def test_train_portfolio_end_to_end_tiny(tmp_path) -> None:
     data = noise_data()
-    result = train_portfolio(data, TINY, seed=0, device="cpu", out=tmp_path)
+    config = TINY.replace(select_inputs=False)
+    result = train_portfolio(data, config, seed=0, device="cpu", out=tmp_path)
     assert result.kept == "flat"  # noise and a tiny budget: nothing beats flat
-    assert result.reason.startswith("flat kept:")
+    assert result.reason.startswith("flat kept: the best snapshot")
     assert result.test.total_return == 0.0 and result.test.sharpe == 0.0
     assert result.splits.to_dict() == {
         "fit": [0, 192],
@@ -232,9 +235,35 @@ def test_train_portfolio_end_to_end_tiny(tmp_path) -> None:
 
 
 def test_train_portfolio_without_fallback_keeps_the_network() -> None:
-    result = train_portfolio(
-        noise_data(), TINY.replace(fallback=False), seed=0, device="cpu", out=None
-    )
+    config = TINY.replace(fallback=False, select_inputs=False)
+    result = train_portfolio(noise_data(), config, seed=0, device="cpu", out=None)
     assert result.kept == "network"
     assert "--no-fallback" in result.reason
     np.testing.assert_array_equal(result.test.equity, result.test_network.equity)
+
+
+def test_no_predictive_input_keeps_flat_without_training(tmp_path) -> None:
+    result = train_portfolio(noise_data(), TINY, seed=0, device="cpu", out=tmp_path)
+    assert result.inputs is not None and result.inputs.n_kept == 0
+    assert result.kept == "flat" and "no network was trained" in result.reason
+    assert result.snapshot_steps == () and result.gate is None and result.train_seconds == 0.0
+    np.testing.assert_array_equal(result.test_network.equity, result.test_flat.equity)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["inputs"]["kept"] == [] and metrics["inputs"]["tests"] == 2 * 2 * 2
+
+
+def test_input_selection_keeps_a_column_that_leads_another_instrument() -> None:
+    # Column (N0, f1) holds N1's next return plus as much noise: a lead-lag column.
+    data = noise_data(n_bars=1500, seed=3)
+    rng = np.random.default_rng(4)
+    close = np.asarray(data.close)
+    features = np.array(data.features)
+    nxt = np.r_[np.log(close[1:, 1] / close[:-1, 1]), 0.0]
+    features[:, 0, 1] = (nxt / nxt.std() + rng.normal(size=len(nxt))).astype(np.float32)
+    leading = dataclasses.replace(data, features=features)
+    inputs = select_portfolio_inputs(leading, 1200)
+    assert inputs.kept_names() == ["N0:f1"]
+    assert inputs.z[0, 1, 1] > 10.0 and inputs.family_p_value < 1e-10
+    seen = inputs.apply(leading)
+    np.testing.assert_array_equal(seen.features[:, 0, 1], features[:, 0, 1])
+    assert not seen.features[:, 1, :].any() and not seen.features[:, 0, 0].any()

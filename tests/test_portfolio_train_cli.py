@@ -25,7 +25,16 @@ def three_files(tmp_path):
 
 def test_train_portfolio_writes_model_metrics_and_report(tmp_path, three_files, capsys) -> None:
     out = tmp_path / "run"
-    argv = ["train", "--data", *three_files, "--portfolio", "--out", str(out), *TINY]
+    argv = [
+        "train",
+        "--data",
+        *three_files,
+        "--portfolio",
+        "--all-inputs",
+        "--out",
+        str(out),
+        *TINY,
+    ]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert printed.index("verdict: ") < printed.index("out-of-sample")

@@ -22,7 +22,6 @@ SINGLE_ENV_OPTIONS: dict[str, tuple[str, Any]] = {
     "instrument": ("--instrument", None),
     "cross_fit": ("--cross-fit", False),
     "curiosity": ("--curiosity", False),
-    "all_inputs": ("--all-inputs", False),
 }
 
 

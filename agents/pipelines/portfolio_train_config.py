@@ -109,6 +109,7 @@ class PortfolioTrainConfig:
     eval_every: int | None = _shared("eval_every")
     train_precision: str = _shared("train_precision")
     fallback: bool = _shared("fallback")
+    select_inputs: bool = _shared("select_inputs")
     net_width: int = _shared("net_width")
     weight_decay: float = _shared("weight_decay")
     reward_scale: float | None = _shared("reward_scale")

@@ -36,6 +36,7 @@ from agents.pipelines.portfolio_backtest import (
     buy_and_hold_portfolio,
     flat_level,
 )
+from agents.pipelines.portfolio_inputs import PortfolioInputs, select_portfolio_inputs
 from agents.pipelines.portfolio_train_config import (
     PortfolioTrainConfig,
     PortfolioTrainConfigError,
@@ -62,6 +63,11 @@ __all__ = [
     "write_portfolio_run",
 ]
 
+# Why flat is kept where the input selection keeps nothing.
+_NO_INPUT_REASON = (
+    "flat kept: no (instrument, feature) column predicts an instrument's next return on the "
+    "training bars, so no network was trained (--all-inputs trains one on every feature)"
+)
 # Bars of the validation and the test window at least: the validation test splits its returns
 # in halves of at least four (the bootstrap's minimum).
 MIN_WINDOW_BARS = 10
@@ -203,12 +209,15 @@ class PortfolioTrainResult:
         reason: one line saying why.
         validation, test: the kept policy's backtests of the validation and test bars.
         validation_flat, test_flat: flat's there (zero returns: no trade).
-        validation_network, test_network: the best snapshot's there, kept or not.
+        validation_network, test_network: the best snapshot's there, kept or not (flat's
+            where no network was trained).
         test_buy_and_hold: equal-weight buy-and-hold of the test bars.
         validation_buy_and_hold: the same of the validation bars.
-        gate: the validation test (``GateVerdict``) of the best snapshot against flat.
+        gate: the validation test (``GateVerdict``) of the best snapshot against flat; None
+            where no network was trained.
         snapshot_steps: env steps of each snapshot; ``snapshot_sharpes`` their validation
-            Sharpe; ``chosen_snapshot`` the best's index.
+            Sharpe; ``chosen_snapshot`` the best's index (None: no network trained).
+        inputs: the input selection (None with ``select_inputs=False``).
         splits: the windows; ``config``: the settings, resolved for ``device``.
         reward_scale: the TD target's reward factor used.
         seconds: wall seconds of the whole run; ``train_seconds`` of ``learn`` alone.
@@ -225,10 +234,10 @@ class PortfolioTrainResult:
     test_network: PortfolioBacktest
     validation_buy_and_hold: PortfolioBacktest
     test_buy_and_hold: PortfolioBacktest
-    gate: GateVerdict
+    gate: GateVerdict | None
     snapshot_steps: tuple[int, ...]
     snapshot_sharpes: tuple[float, ...]
-    chosen_snapshot: int
+    chosen_snapshot: int | None
     splits: PortfolioSplits
     config: PortfolioTrainConfig
     instruments: tuple[str, ...]
@@ -237,6 +246,7 @@ class PortfolioTrainResult:
     reward_scale: float
     seconds: float
     train_seconds: float
+    inputs: PortfolioInputs | None = None
     model: Any = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -261,7 +271,8 @@ class PortfolioTrainResult:
                 "network": self.test_network.to_dict(),
                 "buy_and_hold": self.test_buy_and_hold.to_dict(),
             },
-            "gate": self.gate.to_dict(),
+            "gate": None if self.gate is None else self.gate.to_dict(),
+            "inputs": None if self.inputs is None else self.inputs.to_dict(),
             "snapshots": [
                 {"step": s, "validation_sharpe": v}
                 for s, v in zip(self.snapshot_steps, self.snapshot_sharpes, strict=True)
@@ -363,6 +374,71 @@ def _reason(kept: str, gate: GateVerdict, fallback: bool, sharpe: float) -> str:
     return f"flat kept: the best snapshot beats flat but not in both validation halves ({evidence})"
 
 
+def _start_torch(config: PortfolioTrainConfig, device: str) -> None:
+    if str(device) == "cpu" and config.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(int(config.torch_threads))
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """What the validation bars decided: the kept policy, why, and the backtests."""
+
+    kept: str
+    reason: str
+    gate: GateVerdict | None
+    chosen: int | None
+    sharpes: tuple[float, ...]
+    validation_network: PortfolioBacktest
+    test_network: PortfolioBacktest
+
+
+def _choose(
+    model: Any,
+    cb: Any,
+    data: PortfolioData,
+    config: PortfolioTrainConfig,
+    splits: PortfolioSplits,
+    flats: tuple[PortfolioBacktest, PortfolioBacktest],
+    per_year: float | None,
+) -> _Choice:
+    """Backtest every snapshot on the validation bars, keep the best where it beats flat
+    (``model`` then holds its weights, else acts flat), and backtest it on the test bars."""
+    env = config.env
+    a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
+    nets = [net for _, net, _ in cb.snapshots]
+    runs = backtest_portfolios(
+        [greedy_level_policy(net) for net in nets], data, env, a, b, per_year
+    )
+    sharpes = tuple(r.sharpe for r in runs)
+    chosen = _best(sharpes)
+    candidates = [ValidationReturns(r.returns) for r in runs]
+    gate = network_beats_baseline(
+        candidates[chosen],
+        ValidationReturns(flats[0].returns),
+        "flat",
+        runs[chosen].per_year,
+        candidates=candidates,
+    )
+    kept = "network" if gate.keep_network or not config.fallback else "flat"
+    model.policy.load_state_dict(cb.snapshots[chosen][2])
+    if kept == "flat":
+        set_flat_policy(model, flat_level(env))
+    (test_net,) = backtest_portfolios(
+        [greedy_level_policy(nets[chosen])], data, env, b, n, per_year
+    )
+    return _Choice(
+        kept=kept,
+        reason=_reason(kept, gate, config.fallback, sharpes[chosen]),
+        gate=gate,
+        chosen=chosen,
+        sharpes=sharpes,
+        validation_network=runs[chosen],
+        test_network=test_net,
+    )
+
+
 def train_portfolio(
     data: PortfolioData,
     config: PortfolioTrainConfig,
@@ -393,65 +469,51 @@ def train_portfolio(
         )
     config = config.resolved(device)
     splits = check_portfolio_run(data, config)
-    if str(device) == "cpu" and config.torch_threads is not None:
-        import torch
-
-        torch.set_num_threads(int(config.torch_threads))
-    fit = slice_portfolio(data, 0, splits.fit_stop)
-    model = _model(fit, config, seed, device)
-    cb, train_seconds = _learn(model, config, progress)
-    model.env.close()
-    env = config.env
+    _start_torch(config, device)
+    inputs = select_portfolio_inputs(data, splits.val_stop) if config.select_inputs else None
+    seen = data if inputs is None else inputs.apply(data)
+    env, (a, b, n) = config.env, (splits.fit_stop, splits.val_stop, splits.n_bars)
     flat = np.full((data.n_bars, data.n_instruments), flat_level(env), dtype=np.int64)
-    a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
-    nets = [net for _, net, _ in cb.snapshots]
-    *runs, val_flat = backtest_portfolios(
-        [greedy_level_policy(net) for net in nets] + [flat], data, env, a, b, per_year
+    flats = (
+        backtest_portfolio(flat, data, env, a, b, per_year),
+        backtest_portfolio(flat, data, env, b, n, per_year),
     )
-    sharpes = tuple(r.sharpe for r in runs)
-    chosen = _best(sharpes)
-    candidates = [ValidationReturns(r.returns) for r in runs]
-    gate = network_beats_baseline(
-        candidates[chosen],
-        ValidationReturns(val_flat.returns),
-        "flat",
-        runs[chosen].per_year,
-        candidates=candidates,
-    )
-    keep_network = gate.keep_network or not config.fallback
-    kept = "network" if keep_network else "flat"
-    model.policy.load_state_dict(cb.snapshots[chosen][2])
-    if not keep_network:
+    model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device)
+    if inputs is not None and inputs.n_kept == 0:
         set_flat_policy(model, flat_level(env))
-    test_net, test_flat = backtest_portfolios(
-        [greedy_level_policy(nets[chosen]), flat], data, env, b, n, per_year
-    )
+        choice = _Choice("flat", _NO_INPUT_REASON, None, None, (), *flats)
+        cb, train_seconds = None, 0.0
+    else:
+        cb, train_seconds = _learn(model, config, progress)
+        choice = _choose(model, cb, seen, config, splits, flats, per_year)
+    model.env.close()
+    keep_network = choice.kept == "network"
     result = PortfolioTrainResult(
-        kept=kept,
-        reason=_reason(kept, gate, config.fallback, sharpes[chosen]),
-        validation=runs[chosen] if keep_network else val_flat,
-        test=test_net if keep_network else test_flat,
-        validation_flat=val_flat,
-        test_flat=test_flat,
-        validation_network=runs[chosen],
-        test_network=test_net,
+        kept=choice.kept,
+        reason=choice.reason,
+        validation=choice.validation_network if keep_network else flats[0],
+        test=choice.test_network if keep_network else flats[1],
+        validation_flat=flats[0],
+        test_flat=flats[1],
+        validation_network=choice.validation_network,
+        test_network=choice.test_network,
         validation_buy_and_hold=buy_and_hold_portfolio(data, env, a, b, per_year),
         test_buy_and_hold=buy_and_hold_portfolio(data, env, b, n, per_year),
-        gate=gate,
-        snapshot_steps=tuple(int(s) for s, _, _ in cb.snapshots),
-        snapshot_sharpes=sharpes,
-        chosen_snapshot=chosen,
+        gate=choice.gate,
+        snapshot_steps=tuple(int(s) for s, _, _ in cb.snapshots) if cb is not None else (),
+        snapshot_sharpes=choice.sharpes,
+        chosen_snapshot=choice.chosen,
         splits=splits,
         config=config,
         instruments=data.instruments,
         seed=int(seed),
         device=str(device),
         reward_scale=float(model.reward_scale),
-        seconds=0.0,
+        seconds=time.perf_counter() - t0,
         train_seconds=float(train_seconds),
+        inputs=inputs,
         model=model,
     )
-    result = _with_seconds(result, time.perf_counter() - t0)
     if out is not None:
         write_portfolio_run(result, Path(out))
     return result
@@ -464,12 +526,6 @@ def _best(sharpes: tuple[float, ...]) -> int:
         if s >= value:
             best, value = j, s
     return best
-
-
-def _with_seconds(result: PortfolioTrainResult, seconds: float) -> PortfolioTrainResult:
-    import dataclasses
-
-    return dataclasses.replace(result, seconds=float(seconds))
 
 
 def write_portfolio_run(result: PortfolioTrainResult, out: Path) -> None:
