@@ -180,3 +180,21 @@ def test_the_discrete_path_keeps_its_rollout_actor_and_one_action_per_env():
     assert ro._actor is not None and ro._actor.kind.startswith("advantage")
     assert model.replay_buffer.actions.shape[1:] == (N_ENVS, 1)
     assert model.replay_buffer._step_store is not None
+
+
+def test_kernels_compiled_in_the_background_are_the_ones_the_portfolio_path_loads():
+    """``portfolio_path_kernels`` lists every module a first ``learn`` on the portfolio env
+    loads, with the arguments its users pass: none is compiled again."""
+    from agents.rollouts.fused import start_compiling_kernels
+    from agents.rollouts.portfolio_fused import portfolio_path_kernels
+    from gpu_runtime.device import compiled_modules
+
+    for thread in start_compiling_kernels("cuda:0", portfolio_path_kernels()):
+        thread.join()
+    ready = compiled_modules()
+    for spec in portfolio_path_kernels():
+        assert (spec, 0) in ready, spec[0].name
+    _model(_env(_data(), num_envs=64)).learn(64 * 20)
+    sources = {spec[0] for spec in portfolio_path_kernels()}
+    again = [s for s, _ in compiled_modules()[len(ready) :] if s[0] in sources]
+    assert again == [], f"compiled again with other arguments: {[s[0].name for s in again]}"

@@ -51,11 +51,13 @@ def fused_path_kernels() -> list[ModuleSpec]:
     ]
 
 
-def start_compiling_kernels(device: str) -> list[Any]:
-    """On a CUDA ``device`` ("cuda" or "cuda:N"), start compiling :func:`fused_path_kernels`
-    side by side on background threads (:func:`gpu_runtime.device.compile_in_background`) and
-    return the threads; elsewhere do nothing. Call it before building the env and the model:
-    on a new machine their first use waited for about 7 s of NVRTC, one module after another."""
+def start_compiling_kernels(device: str, modules: list[ModuleSpec] | None = None) -> list[Any]:
+    """On a CUDA ``device`` ("cuda" or "cuda:N"), start compiling ``modules`` (default
+    :func:`fused_path_kernels`; on the portfolio env
+    :func:`~agents.rollouts.portfolio_fused.portfolio_path_kernels`) side by side on background
+    threads (:func:`gpu_runtime.device.compile_in_background`) and return the threads;
+    elsewhere do nothing. Call it before building the env and the model: on a new machine
+    their first use waited for about 7 s of NVRTC, one module after another."""
     if not str(device).startswith("cuda"):
         return []
     cp = cupy_or_none()
@@ -63,7 +65,8 @@ def start_compiling_kernels(device: str) -> list[Any]:
         return []
     index = cuda_index(device)
     return compile_in_background(
-        fused_path_kernels(), cp.cuda.runtime.getDevice() if index is None else index
+        fused_path_kernels() if modules is None else modules,
+        cp.cuda.runtime.getDevice() if index is None else index,
     )
 
 
