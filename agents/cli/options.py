@@ -174,10 +174,9 @@ def validate(args: argparse.Namespace) -> None:
         args.device = resolve_device(args.device)
     if getattr(args, "align", None) is not None and not args.portfolio:
         raise UsageError("--align ffill is invalid without --portfolio: it aligns a portfolio")
-    if getattr(args, "portfolio", False):
-        args.config = portfolio_env(args)
-    elif hasattr(args, "episode_length"):
-        args.config = env_config(args)
+    if hasattr(args, "episode_length"):
+        # train --portfolio's env is a PortfolioConfig (zoo --portfolio builds its own).
+        args.config = portfolio_env(args) if getattr(args, "portfolio", False) else env_config(args)
 
 
 def resolve_model_path(given: str) -> Path:
