@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from eager_captured_parity import assert_steps_agree, copy_training_state
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
@@ -371,23 +372,6 @@ def test_captured_train_step_learns_the_sign_bandit_on_cuda() -> None:
     np.testing.assert_array_equal(actions, best_actions(signs))
 
 
-def _copy_state(src: GpuDQN, dst: GpuDQN) -> None:
-    """dst's weights, Adam moments and tree become src's (in place: the graph's memory)."""
-    th.cuda.synchronize()
-    with th.no_grad():
-        for a, b in zip(src.policy.parameters(), dst.policy.parameters(), strict=True):
-            b.copy_(a)
-        so, do = src.policy.optimizer, dst.policy.optimizer
-        for pa, pb in zip(so.param_groups[0]["params"], do.param_groups[0]["params"], strict=True):
-            for key, value in so.state.get(pa, {}).items():
-                do.state[pb][key].copy_(value)
-    ts, td = src.replay_buffer.tree, dst.replay_buffer.tree
-    td.sum_tree[...] = ts.sum_tree
-    td.min_tree[...] = ts.min_tree
-    td.max_value[...] = ts.max_value
-    th.cuda.synchronize()
-
-
 @pytest.mark.gpu
 def test_captured_and_eager_steps_agree_on_cuda() -> None:
     """Ten gradient steps (fp32 products); before each, the captured model takes the eager
@@ -414,18 +398,10 @@ def test_captured_and_eager_steps_agree_on_cuda() -> None:
         )
         for k in range(10):
             if k > 0:
-                _copy_state(eager, captured)
+                copy_training_state(eager, captured)
             for m in (eager, captured):
                 m.train(gradient_steps=1, batch_size=128)
-            for a, b in zip(eager.policy.parameters(), captured.policy.parameters(), strict=True):
-                th.testing.assert_close(b, a, rtol=1e-4, atol=2e-5)
-            np.testing.assert_allclose(
-                captured.replay_buffer.tree.leaves(),
-                eager.replay_buffer.tree.leaves(),
-                rtol=1e-3,
-                atol=5e-5,
-                err_msg=f"step {k}",
-            )
+            assert_steps_agree(eager, captured, k)
     finally:
         th.backends.cuda.matmul.allow_tf32 = prev
     step = captured.captured_train_step

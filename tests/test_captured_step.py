@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from eager_captured_parity import assert_steps_agree, copy_training_state
 from stable_baselines3.common.buffers import ReplayBuffer
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
@@ -177,23 +178,6 @@ def _train_steps(model: GpuDQN, steps: int) -> None:
         model._on_step()  # target updates on SB3's schedule
 
 
-def _copy_state(src: GpuDQN, dst: GpuDQN) -> None:
-    """dst's weights, target, Adam moments and tree become src's (in place: the graph's memory)."""
-    th.cuda.synchronize()
-    with th.no_grad():
-        for a, b in zip(src.policy.parameters(), dst.policy.parameters(), strict=True):
-            b.copy_(a)
-        so, do = src.policy.optimizer, dst.policy.optimizer
-        for pa, pb in zip(so.param_groups[0]["params"], do.param_groups[0]["params"], strict=True):
-            for key, value in so.state.get(pa, {}).items():
-                do.state[pb][key].copy_(value)
-    ts, td = src.replay_buffer.tree, dst.replay_buffer.tree
-    td.sum_tree[...] = ts.sum_tree
-    td.min_tree[...] = ts.min_tree
-    td.max_value[...] = ts.max_value
-    th.cuda.synchronize()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("double_q, compile_update", [(True, False), (False, False), (True, True)])
 def test_captured_step_matches_eager(double_q: bool, compile_update: bool, monkeypatch) -> None:
@@ -214,24 +198,11 @@ def test_captured_step_matches_eager(double_q: bool, compile_update: bool, monke
         initial_target = captured.q_net_target.shared[0].weight.detach().clone()
         for k in range(50):
             if k > 0:
-                _copy_state(eager, captured)
+                copy_training_state(eager, captured)
             for m in (eager, captured):
                 m.train(gradient_steps=1, batch_size=m.batch_size)
                 m._on_step()  # target updates on SB3's schedule
-            for a, b in zip(eager.policy.parameters(), captured.policy.parameters(), strict=True):
-                # Adam's first step is lr * sign(g): a gradient at rounding level may flip
-                # (seen on the H200: 3 elements at <= 9e-6, lr 1e-3), later steps agree to 1e-6.
-                th.testing.assert_close(b, a, rtol=1e-4, atol=2e-5)
-            np.testing.assert_allclose(
-                captured.replay_buffer.tree.leaves(),
-                eager.replay_buffer.tree.leaves(),
-                # Priorities are (|td| + eps)**alpha: near td = 0 the slope alpha*|td|**(alpha-1)
-                # turns a float32 rounding difference of the TD error (1e-6) into ~1e-5 of
-                # priority (seen on the H200: 1.1e-5 at a priority of 0.004).
-                rtol=1e-3,
-                atol=5e-5,
-                err_msg=f"step {k}",
-            )
+            assert_steps_agree(eager, captured, k)
     finally:
         th.backends.cuda.matmul.allow_tf32 = prev
     step = captured.captured_train_step
