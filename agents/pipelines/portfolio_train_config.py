@@ -40,11 +40,12 @@ PORTFOLIO_ENV_DEFAULTS: dict[str, Any] = {"episode_length": EPISODE_LENGTH}
 _TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 # (CPU, GPU) budgets: the CPU's finish a run in about a minute on two cores; the GPU's are sized
-# for a run of at most a minute on one GPU at K = 8 and K = 32.
+# for a run of at most a minute on one GPU at K = 8 and K = 32, and a buffer whose observations
+# (K·F + 1 + K floats each, twice) fit beside the network at K = 32.
 _NUM_ENVS = (16, 4096)
 _TIMESTEPS = (30_000, 4_000_000)
 _BATCH_SIZE = (128, 4096)
-_BUFFER_SIZE = (100_000, 2_000_000)
+_BUFFER_SIZE = (100_000, 1_000_000)
 _GRADIENT_STEPS = (1, 2)
 
 
