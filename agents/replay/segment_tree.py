@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,6 +40,20 @@ _VERDICT_POSITION_MASK = (1 << VERDICT_SEQ_SHIFT) - 1
 # Reads of the verdict word before waiting on the stream: a read of mapped host memory is far
 # cheaper than a stream synchronisation, and most verdicts arrive within these.
 _VERDICT_POLLS = 2000
+
+
+class _UpdateBatch(NamedTuple):
+    """One :meth:`CudaSumMinTree.update`'s inputs, as both of its launch paths pass them on."""
+
+    idx: int  # device address of the int64 indices [n]
+    x: int  # device address of the values [n]
+    f32: bool  # the values are float32 (else float64)
+    n: int
+    transform: bool  # priorities are (x + epsilon) ** alpha (else x itself)
+    alpha: float
+    epsilon: float
+    n_ok: int  # indices below it are valid
+    seq: int  # the update's number, which its verdict carries
 
 
 def _torch_module() -> Any | None:
@@ -252,14 +266,11 @@ class CudaSumMinTree(SumMinTree):
             # update() may return before its kernels have read the inputs (it waits for the
             # verdict only): converted inputs stay referenced until the next update.
             self._inputs_in_flight = (idx, x)
+            batch = _UpdateBatch(idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, n_ok, seq)
             if n <= SMEM_KEYS:
-                self._launch_update(
-                    stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, n_ok, seq
-                )
+                self._launch_update(stream, batch)
             else:
-                self._launch_check_then_write(
-                    cstream, stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, n_ok, seq
-                )
+                self._launch_check_then_write(cstream, stream, batch)
             if check:
                 k = self._wait_verdict(seq, stream)
                 if k >= 0:
@@ -274,84 +285,62 @@ class CudaSumMinTree(SumMinTree):
                         transform,
                     )
 
-    def _launch_update(
-        self,
-        stream: Any,
-        idx_ptr: int,
-        x_ptr: int,
-        f32: bool,
-        n: int,
-        transform: bool,
-        alpha: float,
-        epsilon: float,
-        n_ok: int,
-        seq: int,
-    ) -> None:
-        """An update of ``n <= SMEM_KEYS`` entries in one launch (check, deduplicate, write)."""
+    def _verdict_args(self, b: _UpdateBatch) -> tuple[int, ...]:
+        """The arguments both update kernels end their checks with: where the verdict of
+        update ``b.seq`` goes (the running maximum, the device and host status words)."""
+        return (
+            b.n_ok,
+            self.max_value.data.ptr,
+            self._status.data.ptr,
+            self._status_host.ctypes.data,
+            b.seq,
+        )
+
+    def _launch_update(self, stream: Any, b: _UpdateBatch) -> None:
+        """An update of ``b.n <= SMEM_KEYS`` entries in one launch (check, deduplicate, write)."""
         # Whether (x + eps)**alpha can overflow for a finite x >= 0 (else every block of the
         # kernel checks the indices and inputs only).
-        may_overflow = transform and not (0.0 <= alpha <= 1.0 and 0.0 <= epsilon < 1e290)
-        self._launchers["seg_tree_update_f32" if f32 else "seg_tree_update_f64"](
-            (n + UPDATE_THREADS - 1) // UPDATE_THREADS,
+        may_overflow = b.transform and not (0.0 <= b.alpha <= 1.0 and 0.0 <= b.epsilon < 1e290)
+        self._launchers["seg_tree_update_f32" if b.f32 else "seg_tree_update_f64"](
+            (b.n + UPDATE_THREADS - 1) // UPDATE_THREADS,
             UPDATE_THREADS,
             stream,
             *self._ptrs,
-            idx_ptr,
-            x_ptr,
-            n,
+            b.idx,
+            b.x,
+            b.n,
             self.pow2,
             self.levels,
-            int(transform),
-            alpha,
-            epsilon,
+            int(b.transform),
+            b.alpha,
+            b.epsilon,
             int(may_overflow),
-            n_ok,
-            self.max_value.data.ptr,
-            self._status.data.ptr,
-            self._status_host.ctypes.data,
-            seq,
+            *self._verdict_args(b),
             self._ticket.data.ptr,
         )
 
-    def _launch_check_then_write(
-        self,
-        cstream: Any,
-        stream: Any,
-        idx_ptr: int,
-        x_ptr: int,
-        f32: bool,
-        n: int,
-        transform: bool,
-        alpha: float,
-        epsilon: float,
-        n_ok: int,
-        seq: int,
-    ) -> None:
+    def _launch_check_then_write(self, cstream: Any, stream: Any, b: _UpdateBatch) -> None:
         """An update of more than ``SMEM_KEYS`` entries: check (and sort) first, then write."""
         cp = self._cp
-        if self._keys.size < n:  # room to sort an unsorted batch
+        if self._keys.size < b.n:  # room to sort an unsorted batch
             with cstream:
-                self._keys = cp.zeros(next_pow2(n), dtype=cp.uint64)
-        self._launchers["seg_tree_check_f32" if f32 else "seg_tree_check_f64"](
-            (n + CHECK_THREADS - 1) // CHECK_THREADS,
+                self._keys = cp.zeros(next_pow2(b.n), dtype=cp.uint64)
+        self._launchers["seg_tree_check_f32" if b.f32 else "seg_tree_check_f64"](
+            (b.n + CHECK_THREADS - 1) // CHECK_THREADS,
             CHECK_THREADS,
             stream,
-            idx_ptr,
-            x_ptr,
-            n,
-            int(transform),
-            alpha,
-            epsilon,
-            n_ok,
-            self.max_value.data.ptr,
-            self._status.data.ptr,
-            self._status_host.ctypes.data,
-            seq,
+            b.idx,
+            b.x,
+            b.n,
+            int(b.transform),
+            b.alpha,
+            b.epsilon,
+            *self._verdict_args(b),
             self._flags.data.ptr,
             self._keys.data.ptr,
             self._scratch.data.ptr,
         )
-        self._launch_levels(stream, idx_ptr, x_ptr, f32, n, transform, alpha, epsilon, -1)
+        self._launch_levels(stream, b.idx, b.x, b.f32, b.n, b.transform, b.alpha, b.epsilon, -1)
 
     def status_tensor(self) -> Any:
         """The verdict of the latest :meth:`update` on the device, as a torch view (no copy):
