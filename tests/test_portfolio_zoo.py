@@ -149,6 +149,7 @@ def test_zoo_portfolio_command_writes_the_report(tmp_path, capsys) -> None:
         (["--real"], "--portfolio and --real are invalid together"),
         (["--train-args", "--gamma 0.9"], "is invalid with --portfolio"),
         (["--seeds", "1", "1"], "--seeds [1, 1] is invalid"),
+        (["--bars", "300"], "--bars 300 is invalid: allowed are bars whose fit window"),
     ],
 )
 def test_zoo_portfolio_command_refuses(argv: list[str], needle: str, capsys) -> None:
@@ -157,3 +158,23 @@ def test_zoo_portfolio_command_refuses(argv: list[str], needle: str, capsys) -> 
     assert main(["zoo", "--portfolio", "--device", "cpu", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err, err
+
+
+def test_zoo_bars_needs_portfolio(capsys) -> None:
+    from agents.cli import main
+
+    assert main(["zoo", "--device", "cpu", "--bars", "3000"]) == 2
+    assert "--bars 3000 is invalid without --portfolio" in capsys.readouterr().err
+
+
+def test_zoo_portfolio_bars_sizes_the_markets(tmp_path, capsys) -> None:
+    from agents.cli import main
+
+    out = tmp_path / "pzoo"
+    code = main(
+        ["zoo", "--portfolio", "--small", "--bars", "1000", "--device", "cpu", "--markets",
+         "common_factor_k8", "--seeds", "0", "--no-progress", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err[-2000:]
+    run = json.loads((out / "portfolio_zoo.json").read_text())["runs"][0]
+    assert (run["test_start"], run["test_stop"]) == (800, 1000)

@@ -413,6 +413,13 @@ def _add_zoo(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFo
         "1,500 bars, 2,000 env steps a run",
     )
     z.add_argument(
+        "--bars",
+        type=_int,
+        default=None,
+        help="with --portfolio: bars of each market's grid after the warm-up (default: 20,000; "
+        "1,500 with --small)",
+    )
+    z.add_argument(
         "--train-args",
         default=None,
         metavar="'OPTIONS'",

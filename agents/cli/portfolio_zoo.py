@@ -10,6 +10,7 @@ See :mod:`agents.pipelines.portfolio_zoo` for the markets, their rules and the t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import time
@@ -17,7 +18,12 @@ import time
 from agents.cli.options import UsageError
 from agents.cli.run_folder import claim_out
 from agents.cli.run_progress import RunProgress
-from agents.pipelines.portfolio_zoo import FailedPortfolioZooRun, PortfolioZooRow
+from agents.pipelines.portfolio_zoo import (
+    SMALL_PORTFOLIO,
+    FailedPortfolioZooRun,
+    PortfolioZooBudget,
+    PortfolioZooRow,
+)
 
 __all__ = ["cmd_portfolio_zoo", "cmd_zoo_suite"]
 
@@ -27,6 +33,9 @@ def cmd_zoo_suite(args: argparse.Namespace) -> int:
     (:func:`agents.cli.zoo.cmd_zoo`)."""
     from agents.cli.zoo import cmd_zoo
 
+    if not args.portfolio and args.bars is not None:
+        raise UsageError(f"--bars {args.bars} is invalid without --portfolio: the zoo's markets "
+                         "have their own bars")  # fmt: skip
     return cmd_portfolio_zoo(args) if args.portfolio else cmd_zoo(args)
 
 
@@ -58,6 +67,29 @@ def _check_options(args: argparse.Namespace) -> None:
         )
 
 
+def _budget(args: argparse.Namespace) -> PortfolioZooBudget:
+    """The runs' budget: ``--small``'s or the zoo's, with ``--bars``; raises UsageError where
+    the bars leave the training env's episodes no room in the fit window."""
+    from agents.pipelines.portfolio_training import portfolio_splits
+
+    budget = SMALL_PORTFOLIO if args.small else PortfolioZooBudget()
+    if args.bars is None:
+        return budget
+    config = budget.config()
+    need = config.env.episode_length + 1
+    try:
+        fit = portfolio_splits(args.bars, config.train_fraction, config.val_fraction).fit_stop
+    except ValueError:
+        fit = 0
+    if fit < need:
+        raise UsageError(
+            f"--bars {args.bars} is invalid: allowed are bars whose fit window (the first "
+            f"{config.train_fraction:g} of them less the last {config.val_fraction:g} of those) "
+            f"holds at least {need} bars, an episode and the bar it is marked to"
+        )
+    return dataclasses.replace(budget, bars=int(args.bars))
+
+
 def _done_line(row: PortfolioZooRow) -> str:
     """One run's progress line: its error, or the agent's test Sharpe and return beside the
     rule's."""
@@ -75,8 +107,6 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
     from agents.cli.sweep import resolve_devices
     from agents.cli.zoo import _check_seeds_and_runs
     from agents.pipelines.portfolio_zoo import (
-        SMALL_PORTFOLIO,
-        PortfolioZooBudget,
         check_targets,
         markdown_table,
         run_portfolio_zoo,
@@ -87,7 +117,7 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
     markets = _chosen_markets(args)
     _check_seeds_and_runs(args)
     devices = resolve_devices([args.device] if args.device != "auto" else ["auto"])
-    budget = SMALL_PORTFOLIO if args.small else PortfolioZooBudget()
+    budget = _budget(args)
     out = claim_out(args, "portfolio-zoo")
     total = len(markets) * len(args.seeds)
     print(
