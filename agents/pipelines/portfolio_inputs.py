@@ -2,10 +2,8 @@
 feature) of the observation that predict some instrument's next return.
 
 A portfolio observation holds ``K · F`` feature columns (1,632 at K = 32 with the built-in
-features), and a Q-network fed all of them fits their noise: on K independent AR(1)
-instruments it learned nothing in 200,000 env steps, and with every column but each
-instrument's last return zeroed it learned the sign rule in half of that (docs/ENV_SPEC.md,
-"Portfolio training"). So, as the single env's ``train`` does
+features), and a Q-network fed all of them fits their noise before it finds the few that carry
+an edge. So, as the single env's ``train`` does
 (:mod:`agents.pipelines.input_selection`), the network sees only what the training bars show to
 predict. A column may predict another instrument's return (a lead-lag pair: A's last return
 predicts B's next one), so every column is tested against every instrument's next log return:
