@@ -241,6 +241,9 @@ def bench_k(k: int, args: argparse.Namespace, peak: float | None, copy_gbps: flo
     }
     del backend, outputs, actions, bound
     torch.cuda.empty_cache()
+    import cupy as cp
+
+    cp.get_default_memory_pool().free_all_blocks()  # the state, for the next K's free memory
     return row
 
 
