@@ -28,6 +28,7 @@ from gpu_trading_env.backends.numpy_step_parts import (
     observation,
     put_rows,
     reset_rows,
+    seed_rows,
     take_rows,
     trade,
 )
@@ -122,9 +123,7 @@ class NumpyBackend(Backend):
 
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
-        mask = np.asarray(mask, dtype=bool)
-        self.state.seed[mask] = np.asarray(seeds, dtype=np.uint64)[mask]
-        self.state.episode_count[mask] = 0
+        seed_rows(self.state, seeds, mask)
         self._cache_valid = False
 
     def state_restored(self) -> None:

@@ -1,5 +1,5 @@
-"""Parts of the NumPy backend's step: start-bar draws, observation rows, resets, the trade,
-the barriers and row subsets of a state.
+"""Parts of the NumPy backends' step: seeds and start-bar draws, observation rows, resets, the
+trade, the barriers and row subsets of a state.
 
 The trade and barrier helpers work on the rows that need them (reversals, opened positions)
 and update the state in place; ``tests/step_oracle.py`` states the same semantics plainly and
@@ -15,7 +15,16 @@ import numpy as np
 from gpu_runtime.philox import STREAM_START_BAR, philox4x32, split_u64, uniform_index
 from gpu_trading_env.backends.base import StepParams
 from gpu_trading_env.core.constants import BARRIER_ARMED, BARRIER_NONE, RUNNING
+from gpu_trading_env.core.portfolio_state import PortfolioState
 from gpu_trading_env.core.state import EnvState
+
+
+def seed_rows(s: EnvState | PortfolioState, seeds: np.ndarray, mask: np.ndarray) -> None:
+    """The envs of ``mask`` (bool [N]) take their ``seeds`` (uint64 [N]) as Philox keys, and
+    their start-bar draws begin again at counter 0 (in place)."""
+    mask = np.asarray(mask, dtype=bool)
+    s.seed[mask] = np.asarray(seeds, dtype=np.uint64)[mask]
+    s.episode_count[mask] = 0
 
 
 def draw_start_bars(

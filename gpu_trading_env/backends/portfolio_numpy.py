@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_trading_env.backends.numpy_step_parts import draw_start_bars, trade
+from gpu_trading_env.backends.numpy_step_parts import draw_start_bars, seed_rows, trade
 from gpu_trading_env.backends.portfolio_base import PortfolioBackend
 from gpu_trading_env.core.constants import (
     MODE_DISABLED,
@@ -54,9 +54,7 @@ class PortfolioNumpyBackend(PortfolioBackend):
 
     # ---------------------------------------------------------------- contract
     def seed(self, seeds: np.ndarray, mask: np.ndarray) -> None:
-        mask = np.asarray(mask, dtype=bool)
-        self.state.seed[mask] = np.asarray(seeds, dtype=np.uint64)[mask]
-        self.state.episode_count[mask] = 0
+        seed_rows(self.state, seeds, mask)
 
     def reset(self, mask: Any, start_index: Any) -> np.ndarray:
         idx = np.flatnonzero(np.asarray(mask, dtype=bool))
