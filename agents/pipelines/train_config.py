@@ -291,8 +291,8 @@ class TrainConfig:
             "0 (no hidden layers) or an integer in [2, 4096]",
         ),
     )
-    # The decay chosen on the market zoo (docs/PERFORMANCE.md, "Figures behind choices in the
-    # code").
+    # The decay chosen on the market zoo (experiments/README.md, "Reward scale, width and
+    # budget").
     weight_decay: float = _setting(
         0.1,
         "decoupled weight decay of the Q-network's Adam (AdamW-style); 0 turns it off",
