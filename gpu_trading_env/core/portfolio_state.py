@@ -28,6 +28,7 @@ class PortfolioState:
     costs: Any  # float64 [K, N], the episode's costs per instrument (currency)
 
 
+# Spelled out field by field as state.allocate_state is: the two share field names, not layouts.
 def allocate_portfolio_state(xp: Any, num_envs: int, n_instruments: int) -> PortfolioState:
     """Zeroed state of ``num_envs`` envs over ``n_instruments`` instruments."""
     n, k = num_envs, n_instruments
