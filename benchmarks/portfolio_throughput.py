@@ -6,9 +6,10 @@
 Per K (default 1, 4, 8, 32, 64) at 2^20 envs, or the largest power-of-two N whose arrays fit
 in the GPU's free memory (the table says which N ran): the CUDA backend steps into static
 outputs (``step_bound``, what a CUDA graph captures) with random actions drawn on the device
-beforehand, SAME_STEP autoreset (the fused rollout's mode), ``fill="close"``. After a warm-up,
-CUDA events time ``--steps`` back-to-back steps: env-steps/s = N x steps / time, and
-instrument-steps/s = K x that.
+beforehand, SAME_STEP autoreset (the fused rollout's mode), ``fill="close"``. The episodes are
+first spread over every phase (one env in ``episode_length`` reset at each of as many steps),
+so that as many end per step as in a long run; after a warm-up, CUDA events time ``--steps``
+back-to-back steps: env-steps/s = N x steps / time, and instrument-steps/s = K x that.
 
 Memory traffic: :func:`bytes_per_env_step` counts each array element a step reads or writes
 once (state, actions, prices, the K*F feature floats of the env's bar, every output), the
@@ -209,6 +210,13 @@ def bench_k(k: int, args: argparse.Namespace, peak: float | None, copy_gbps: flo
     outputs = backend.make_outputs()
     bound = backend.bind_outputs(outputs)
     stream = backend.stream_handle()
+    # Episodes spread over every phase first, so that about N / episode_length end per step
+    # as in a long run (envs reset together would all end on the same step).
+    phase = np.arange(n) % args.episode_length
+    start_draw = np.full(n, -1, dtype=np.int64)
+    for s in range(args.episode_length):
+        backend.reset(phase == s, start_draw)
+        backend.step_bound(actions[s % len(actions)], bound, check=False, stream=stream)
     for s in range(args.warmup):
         backend.step_bound(actions[s % len(actions)], bound, check=False, stream=stream)
     torch.cuda.synchronize()
