@@ -81,6 +81,37 @@ def resolve_dueling_arch(net_arch: list[int] | dict[str, list[int]] | None) -> d
     return arch
 
 
+def _init_trunk_and_value(
+    net: QNetwork,
+    observation_space: spaces.Space,
+    action_space: spaces.Space,
+    features_extractor: BaseFeaturesExtractor,
+    features_dim: int,
+    net_arch: list[int] | dict[str, list[int]] | None,
+    activation_fn: type[nn.Module],
+    normalize_images: bool,
+) -> tuple[dict[str, list[int]], int]:
+    """What both dueling networks build before their advantage head: BasePolicy's setup, the
+    resolved ``net_arch``, the ``shared`` trunk and the ``value_head`` (in that order, so the
+    initial weights follow torch's generator alike). Returns ``(arch, trunk width)``."""
+    # QNetwork.__init__ would build a plain MLP we do not use; BasePolicy sets up the rest.
+    BasePolicy.__init__(
+        net,
+        observation_space,
+        action_space,
+        features_extractor=features_extractor,
+        normalize_images=normalize_images,
+    )
+    arch = resolve_dueling_arch(net_arch)
+    net.net_arch = arch
+    net.activation_fn = activation_fn
+    net.features_dim = features_dim
+    trunk_dim = arch["shared"][-1] if arch["shared"] else features_dim
+    net.shared = nn.Sequential(*create_mlp(features_dim, -1, arch["shared"], activation_fn))
+    net.value_head = nn.Sequential(*create_mlp(trunk_dim, 1, arch["value"], activation_fn))
+    return arch, trunk_dim
+
+
 class DuelingQNetwork(QNetwork):
     """Dueling action-value network: ``Q = V + A - mean(A)``.
 
@@ -109,23 +140,17 @@ class DuelingQNetwork(QNetwork):
         activation_fn: type[nn.Module] = nn.LeakyReLU,
         normalize_images: bool = True,
     ) -> None:
-        # QNetwork.__init__ would build a plain MLP we do not use; BasePolicy sets up the rest.
-        BasePolicy.__init__(
+        arch, trunk_dim = _init_trunk_and_value(
             self,
             observation_space,
             action_space,
-            features_extractor=features_extractor,
-            normalize_images=normalize_images,
+            features_extractor,
+            features_dim,
+            net_arch,
+            activation_fn,
+            normalize_images,
         )
-        arch = resolve_dueling_arch(net_arch)
-        self.net_arch = arch
-        self.activation_fn = activation_fn
-        self.features_dim = features_dim
         n_actions = int(self.action_space.n)
-        shared = create_mlp(features_dim, -1, arch["shared"], activation_fn)
-        trunk_dim = arch["shared"][-1] if arch["shared"] else features_dim
-        self.shared = nn.Sequential(*shared)
-        self.value_head = nn.Sequential(*create_mlp(trunk_dim, 1, arch["value"], activation_fn))
         self.advantage_head = nn.Sequential(
             *create_mlp(trunk_dim, n_actions, arch["advantage"], activation_fn)
         )
@@ -319,22 +344,18 @@ class BranchingDuelingQNetwork(QNetwork):
         normalize_images: bool = True,
     ) -> None:
         n_branches, n_levels = check_branching_space(action_space)
-        BasePolicy.__init__(
+        arch, trunk_dim = _init_trunk_and_value(
             self,
             observation_space,
             action_space,
-            features_extractor=features_extractor,
-            normalize_images=normalize_images,
+            features_extractor,
+            features_dim,
+            net_arch,
+            activation_fn,
+            normalize_images,
         )
-        arch = resolve_dueling_arch(net_arch)
-        self.net_arch = arch
-        self.activation_fn = activation_fn
-        self.features_dim = features_dim
         self.n_branches = n_branches
         self.n_levels = n_levels
-        trunk_dim = arch["shared"][-1] if arch["shared"] else features_dim
-        self.shared = nn.Sequential(*create_mlp(features_dim, -1, arch["shared"], activation_fn))
-        self.value_head = nn.Sequential(*create_mlp(trunk_dim, 1, arch["value"], activation_fn))
         widths = [*arch["advantage"], n_levels]
         layers: list[nn.Module] = [
             nn.Linear(trunk_dim, n_branches * widths[0]),
