@@ -53,6 +53,8 @@ def bandit_env(n_envs: int = 8) -> DummyVecEnv:
 
 
 def make_model(env=None, **kwargs) -> GpuDQN:
+    """GpuDQN with the sign bandit's settings (test_gpu_dqn.py's make_model holds the trading
+    env's: the two share the pattern, not a value)."""
     params = dict(
         learning_starts=200,
         train_freq=1,
