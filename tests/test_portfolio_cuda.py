@@ -196,3 +196,26 @@ def test_invalid_device_actions_are_raised_at_the_check() -> None:
         env.step(torch.ones((64, 3), device="cuda"))
     with pytest.raises(ValueError, match=r"actions\[0, 0\] = -1"):
         env.step(-np.ones((64, 3), dtype=np.int64))  # host arrays: the reference's checks
+
+
+def test_switching_the_autoreset_mode_on_cuda_follows_the_reference() -> None:
+    rng = np.random.default_rng(21)
+    data = MarketData.synthetic("gbm", n_bars=200, n_instruments=3, seed=6)
+    envs = [
+        PortfolioVectorEnv(64, device=device, data=data, episode_length=5, max_leverage=3.0)
+        for device in ("cpu", "cuda")
+    ]
+    for env in envs:
+        env.reset(seed=2)
+    for mode in ("same_step", "disabled", "next_step"):
+        waiting = bool(envs[0].backend.state.done_flag.any())  # then reset() must come next
+        for env in envs:
+            env.set_autoreset_mode(mode)
+            if waiting:
+                env.reset()
+        for _ in range(12):
+            a = rng.integers(0, 3, (64, 3))
+            (ro, rr, *_, ri), (co, cr, *_, ci) = (env.step(a) for env in envs)
+            np.testing.assert_array_equal(ro, to_numpy(co), err_msg=mode)
+            np.testing.assert_array_equal(rr, to_numpy(cr), err_msg=mode)
+            np.testing.assert_array_equal(ri["positions"], to_numpy(ci["positions"]))
