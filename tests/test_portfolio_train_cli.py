@@ -104,3 +104,32 @@ def test_align_ffill_puts_misaligned_files_on_one_grid(tmp_path, capsys) -> None
 def test_bad_options_are_one_line_each(three_files, extra, message, capsys) -> None:
     argv = ["train", "--data", *three_files, *TINY, *extra]
     assert message in _error(argv, capsys)
+
+
+def test_eval_portfolio_repeats_the_runs_test_backtest(tmp_path, three_files, capsys) -> None:
+    run = tmp_path / "run"
+    argv = ["train", "--data", *three_files, "--portfolio", "--all-inputs", "--out", str(run)]
+    assert cli.main([*argv, *TINY]) == 0
+    trained = json.loads((run / "metrics.json").read_text())
+    out = tmp_path / "eval"
+    base = ["eval", "--portfolio", "--model", str(run / "model.zip")]
+    argv = [*base, "--data", *three_files]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    assert "verdict: the saved model" in capsys.readouterr().out
+    evaluated = json.loads((out / "metrics.json").read_text())
+    # eval's default --train-fraction skips the bars train trained on: the same test window.
+    assert evaluated["window"] == trained["splits"]["test"]
+    assert evaluated["model_backtest"]["total_return"] == trained["test"]["kept"]["total_return"]
+    assert (out / "index.html").is_file() and (out / "positions.png").is_file()
+    err = _error([*base, "--data", *three_files[::-1]], capsys)
+    assert "--data holds the instruments ['C', 'B', 'A'], the model was trained on" in err
+    err = _error([*argv, "--env", "cost_bps=2"], capsys)
+    assert "--env is invalid with eval --portfolio" in err
+
+
+def test_eval_portfolio_refuses_a_model_without_a_portfolio_run(tmp_path, three_files, capsys):
+    (tmp_path / "model.zip").write_bytes(b"")
+    argv = ["eval", "--portfolio", "--model", str(tmp_path / "model.zip"), "--data", *three_files]
+    assert "metrics.json, which is missing" in _error(argv, capsys)
+    (tmp_path / "metrics.json").write_text(json.dumps({"kind": None}))
+    assert "is not a train --portfolio run's" in _error(argv, capsys)

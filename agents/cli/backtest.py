@@ -68,6 +68,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     (the data with the model's input selection, the model's saved EnvConfig with the
     ``--env`` fields and ``--episode-length`` given on the command line); a file saved without
     an EnvConfig is evaluated in the command line's env."""
+    if args.portfolio:
+        from agents.cli.portfolio_eval import cmd_eval_portfolio
+
+        return cmd_eval_portfolio(args)
     from agents import GpuDQN
     from agents.cli.options import parse_env_overrides
     from agents.files.safe_archive import ArchiveError

@@ -225,14 +225,19 @@ def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
         help="train and evaluate on this instrument alone (default: train on every instrument "
         "of the data, evaluate on the first)",
     )
-    g = t.add_argument_group("portfolio")
-    g.add_argument(
-        "--portfolio",
-        action="store_true",
-        help="train one policy over every instrument of --data (a file each) on GpuPortfolio-v0, "
+    _portfolio_options(
+        t,
+        "train one policy over every instrument of --data (a file each) on GpuPortfolio-v0, "
         "an exposure level per instrument; --env takes PortfolioConfig's fields "
         "(docs/ENV_SPEC.md, 'Portfolio env') (default: one instrument per env)",
     )
+    t.set_defaults(func=cmd_train)
+
+
+def _portfolio_options(p: argparse.ArgumentParser, what: str) -> None:
+    """The ``portfolio`` group: ``--portfolio`` (``what`` it does) and ``--align``."""
+    g = p.add_argument_group("portfolio")
+    g.add_argument("--portfolio", action="store_true", help=what)
     g.add_argument(
         "--align",
         choices=["ffill"],
@@ -241,7 +246,6 @@ def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
         "bar being the previous close with volume 0 (default: refuse instruments whose "
         "timestamps differ)",
     )
-    t.set_defaults(func=cmd_train)
 
 
 def _add_walkforward(
@@ -307,6 +311,12 @@ def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpF
         "for files from a source you trust (default: weights-only files)",
     )
     e.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
+    _portfolio_options(
+        e,
+        "backtest a model that train --portfolio saved on the instruments of --data (the "
+        "model's, in its order), in the env of its run's metrics.json (default: a "
+        "single-instrument model)",
+    )
     e.set_defaults(func=cmd_eval)
 
 

@@ -5,15 +5,16 @@ instrument."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agents.cli.report import results_table, summary_lines
+from agents.pipelines.portfolio_backtest import PortfolioBacktest
 
 if TYPE_CHECKING:
-    from agents.pipelines.portfolio_backtest import PortfolioBacktest
     from agents.pipelines.portfolio_training import PortfolioTrainResult
 
 # Up to this many instruments each weight is a line; above, one row of a heat map each.
@@ -95,53 +96,86 @@ def plot_costs(rows: list[tuple[str, PortfolioBacktest]], path: Path, capital: f
         ax.bar(x + i * width, bt.costs_by_instrument / capital * 1e4, width, label=label)
     ax.set_xticks(x + 0.4 - width / 2, names, rotation=90 if len(names) > 10 else 0, fontsize=8)
     ax.set_ylabel("costs (bps of initial capital)")
-    ax.set_title("Costs by instrument over the test bars")
+    ax.set_title("Costs by instrument")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
 
 
-def portfolio_report(
-    out: Path, result: PortfolioTrainResult, notes: list[str], synthetic: bool = False
-) -> Path:
-    """Write ``out``'s report page (``index.html``) and its plots, rewrite ``metrics.json``
-    with the table's figures, print the verdict and the summary; returns the page.
+@dataclass(frozen=True)
+class PortfolioPage:
+    """What a portfolio report shows: ``rows`` (legend, backtest) of the same bars, the first
+    the policy reported; ``weights`` the backtest whose weights are drawn and its caption;
+    ``verdict`` the first line; ``metrics`` metrics.json before the table's figures."""
 
-    :param notes: lines on the data (after the verdict, which comes first).
-    """
+    title: str
+    heading: str
+    verdict: str
+    rows: list[tuple[str, PortfolioBacktest]]
+    weights: tuple[PortfolioBacktest, str]
+    notes: list[str]
+    metrics: dict[str, Any]
+    capital: float
+    synthetic: bool = False
+
+
+def write_portfolio_page(out: Path, page: PortfolioPage) -> Path:
+    """Write ``out``'s report page (``index.html``), its plots and ``metrics.json`` (with the
+    table's figures), print the verdict and the summary; returns the page."""
     from gpu_trading_env.reports.report import plot_curves, write_html, write_json
 
-    capital = float(result.config.env.initial_capital)
-    rows = series(result)
-    figures = [(label, _metrics(bt, capital)) for label, bt in rows]
-    metrics = {**result.to_dict(), "test_figures": dict(figures), "notes": notes}
+    figures = [(label, _metrics(bt, page.capital)) for label, bt in page.rows]
+    metrics = {**page.metrics, "figures": dict(figures), "notes": page.notes}
     write_json(metrics, out / "metrics.json")
-    # The rows hold flat either way: as the kept policy or beside the kept network.
-    curves = {f"{label}, costs in (Sharpe {bt.sharpe:.2f})": bt.equity for label, bt in rows}
-    title = f"GpuDQN portfolio of {len(result.instruments)} instruments, out-of-sample"
+    curves = {f"{label}, costs in (Sharpe {bt.sharpe:.2f})": bt.equity for label, bt in page.rows}
     images = []
     for log_scale, name in ((False, "equity_curve.png"), (True, "equity_curve_log.png")):
         plot_curves(
-            result.test.timestamps,
+            page.rows[0][1].timestamps,
             curves,
             out / name,
-            title,
+            page.title,
             log_scale=log_scale,
-            synthetic=synthetic,
+            synthetic=page.synthetic,
         )
         images.append((name, f"Value and drawdown, {'log' if log_scale else 'linear'} scale"))
-    shown = result.test if result.kept == "network" else result.test_network
-    which = "kept network" if result.kept == "network" else "network (not kept: flat holds none)"
+    shown, which = page.weights
     plot_weights(shown, out / "positions.png", f"Weight of each instrument, {which}")
     images.append(("positions.png", f"Each instrument's weight after every step, {which}"))
-    plot_costs(rows[:2], out / "costs.png", capital)
-    images.append(("costs.png", "Costs by instrument over the test bars"))
-    verdict = f"Verdict: {result.reason}."
-    page = write_html(out, title, [verdict, *notes], results_table(figures), images)
-    print(f"verdict: {result.reason}")
-    print(f"out-of-sample ({result.test.n_bars} bars, {len(result.instruments)} instruments):")
+    plot_costs(page.rows[:2], out / "costs.png", page.capital)
+    images.append(("costs.png", "Costs by instrument"))
+    html = write_html(
+        out, page.title, [f"Verdict: {page.verdict}.", *page.notes], results_table(figures), images
+    )
+    print(f"verdict: {page.verdict}")
+    bt = page.rows[0][1]
+    print(f"{page.heading} ({bt.n_bars} bars, {len(bt.instruments)} instruments, costs in):")
     for line in summary_lines(figures):
         print(line)
-    print(f"report: {page}  (metrics: {out / 'metrics.json'})")
-    return page
+    print(f"report: {html}  (metrics: {out / 'metrics.json'})")
+    return html
+
+
+def portfolio_report(
+    out: Path, result: PortfolioTrainResult, notes: list[str], synthetic: bool = False
+) -> Path:
+    """The report of a ``train --portfolio`` run on its test bars (:func:`write_portfolio_page`).
+
+    :param notes: lines on the data (after the verdict, which comes first).
+    """
+    network = result.kept == "network"
+    shown = result.test if network else result.test_network
+    which = "kept network" if network else "network (not kept: flat holds none)"
+    page = PortfolioPage(
+        title=f"GpuDQN portfolio of {len(result.instruments)} instruments, out-of-sample",
+        heading="out-of-sample",
+        verdict=result.reason,
+        rows=series(result),
+        weights=(shown, which),
+        notes=notes,
+        metrics=result.to_dict(),
+        capital=float(result.config.env.initial_capital),
+        synthetic=synthetic,
+    )
+    return write_portfolio_page(out, page)

@@ -25,7 +25,7 @@ import numpy as np
 from agents.pipelines.input_selection import SELECTION_LEVEL
 from gpu_trading_env.data.portfolio_data import PortfolioData
 
-__all__ = ["PortfolioInputs", "select_portfolio_inputs"]
+__all__ = ["PortfolioInputs", "select_portfolio_inputs", "zero_columns"]
 
 # Columns of the design matrix per block of the products (bounds the memory at T x 256).
 _BLOCK = 256
@@ -68,16 +68,7 @@ class PortfolioInputs:
 
     def apply(self, data: PortfolioData) -> PortfolioData:
         """``data`` with the columns not kept set to zero (the same grid and prices)."""
-        if data.features.shape[1:] != self.kept.shape:
-            raise ValueError(
-                f"data of features {data.features.shape[1:]} (instruments, features) is invalid "
-                f"for inputs chosen on {self.kept.shape}: allowed is the same instruments and "
-                "features"
-            )
-        features = np.where(self.kept[None, :, :], data.features, np.float32(0.0))
-        features = np.ascontiguousarray(features, dtype=np.float32)
-        features.flags.writeable = False
-        return dataclasses.replace(data, features=features)
+        return zero_columns(data, self.kept)
 
     def to_dict(self) -> dict[str, Any]:
         """metrics.json's ``inputs``: the kept columns, the tests' size and level."""
@@ -89,6 +80,22 @@ class PortfolioInputs:
             "level": self.level,
             "family_p_value": self.family_p_value,
         }
+
+
+def zero_columns(data: PortfolioData, kept: np.ndarray) -> PortfolioData:
+    """``data`` with the feature columns outside ``kept`` (bool [K, F]) set to zero.
+
+    :raises ValueError: where ``kept`` is not of the data's (instruments, features) shape.
+    """
+    if data.features.shape[1:] != kept.shape:
+        raise ValueError(
+            f"data of features {data.features.shape[1:]} (instruments, features) is invalid "
+            f"for inputs chosen on {kept.shape}: allowed is the same instruments and features"
+        )
+    features = np.where(kept[None, :, :], data.features, np.float32(0.0))
+    features = np.ascontiguousarray(features, dtype=np.float32)
+    features.flags.writeable = False
+    return dataclasses.replace(data, features=features)
 
 
 def _robust_z(x: np.ndarray, y: np.ndarray) -> np.ndarray:
