@@ -178,3 +178,16 @@ def test_zoo_portfolio_bars_sizes_the_markets(tmp_path, capsys) -> None:
     assert code == 0, capsys.readouterr().err[-2000:]
     run = json.loads((out / "portfolio_zoo.json").read_text())["runs"][0]
     assert (run["test_start"], run["test_stop"]) == (800, 1000)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("market", ["ar1_k32", "lead_lag_k8"])
+def test_small_run_on_the_gpu(market: str) -> None:
+    """The small budget trains on the CUDA env, and the rule and flat score as on the CPU (the
+    same bars, the NumPy env's backtest)."""
+    gpu = run_portfolio_one(market, 0, "cuda", SMALL_PORTFOLIO)
+    cpu = run_portfolio_one(market, 0, "cpu", SMALL_PORTFOLIO)
+    assert gpu.device == "cuda" and gpu.kept in ("network", "flat")
+    assert (gpu.test_start, gpu.test_stop) == (cpu.test_start, cpu.test_stop) == (1200, 1500)
+    assert (gpu.rule_sharpe, gpu.rule_return) == (cpu.rule_sharpe, cpu.rule_return)
+    assert gpu.rule_sharpe > 0.0 and gpu.flat_return == 0.0
