@@ -93,6 +93,11 @@ TRAIN = ["train", "--device", "cpu", "--out", "out"]
         (["train", "--device", "tpu", "--out", "out"], ["--device 'tpu' is invalid"]),
         (TRAIN + ["--env", "nonsense=1"], ["--env 'nonsense=1' is invalid", "FIELD=VALUE"]),
         (TRAIN + ["--env", "spread=-1"], ["spread"]),
+        (
+            TRAIN + ["--episode-length", "30", "--env", "episode_length=40"],
+            ["--episode-length 30 and --env episode_length=40 both set", "pass one of them"],
+        ),
+        (TRAIN + ["--env", "episode_length=1"], ["--env episode_length = 1 is invalid", "2 to"]),
         (TRAIN + ["--data", "absent.csv"], ["--data absent.csv: no such file"]),
         (TRAIN + ["--column", "close"], ["--column 'close' is invalid", "FIELD=NAME"]),
         (TRAIN + ["--date-format", "%Y"], ["apply to --data files"]),
@@ -126,6 +131,20 @@ TRAIN = ["train", "--device", "cpu", "--out", "out"]
 def test_bad_options(in_tmp, capsys, argv, needles):
     line = _fails(capsys, argv, *needles)
     assert "model.zip.zip" not in line
+
+
+@pytest.mark.parametrize("command", ["train", "backtest", "walkforward"])
+def test_the_episode_length_comes_from_either_option(command):
+    from agents.cli import build_parser, validate
+
+    for argv, length in (
+        ([], 200),
+        (["--episode-length", "30"], 30),
+        (["--env", "episode_length=40"], 40),
+    ):
+        args = build_parser().parse_args([command, *argv])
+        validate(args)
+        assert args.config.episode_length == length, argv
 
 
 def test_missing_column_names_the_cli_option(in_tmp, capsys):

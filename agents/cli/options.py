@@ -61,10 +61,24 @@ def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def env_config(args: argparse.Namespace) -> EnvConfig:
-    """The EnvConfig of a command: ``--episode-length`` (:data:`EPISODE_LENGTH` where not
-    given) and the ``--env`` overrides."""
+    """The EnvConfig of a command: ``--episode-length`` or ``--env episode_length=N``
+    (:data:`EPISODE_LENGTH` where neither is given; both are refused) and the ``--env``
+    overrides."""
     overrides = parse_env_overrides(args.env)
     length = EPISODE_LENGTH if args.episode_length is None else args.episode_length
+    if "episode_length" in overrides:
+        if args.episode_length is not None:
+            raise UsageError(
+                f"--episode-length {args.episode_length} and --env "
+                f"episode_length={overrides['episode_length']!r} both set the episode length: "
+                "pass one of them"
+            )
+        length = overrides.pop("episode_length")
+        lo, hi, hint = INT_RANGES["episode_length"]
+        if isinstance(length, int) and not isinstance(length, bool):  # else EnvConfig names it
+            _check(
+                lo <= length <= hi, "--env episode_length =", length, f"{lo:,} to {hi:,} ({hint})"
+            )
     try:
         return EnvConfig(episode_length=length, **overrides)
     except (ValueError, TypeError) as exc:
