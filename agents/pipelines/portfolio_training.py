@@ -392,6 +392,24 @@ class _Choice:
     sharpes: tuple[float, ...]
     validation_network: PortfolioBacktest
     test_network: PortfolioBacktest
+    validation_flat: PortfolioBacktest
+    test_flat: PortfolioBacktest
+
+
+def _flat_levels(data: PortfolioData, config: PortfolioTrainConfig) -> np.ndarray:
+    """int64 [T, K]: the flat level at every bar."""
+    return np.full((data.n_bars, data.n_instruments), flat_level(config.env), dtype=np.int64)
+
+
+def _untrained_choice(
+    data: PortfolioData, config: PortfolioTrainConfig, splits: PortfolioSplits, per_year: Any
+) -> _Choice:
+    """Flat kept without a network (no input kept): flat's backtests stand for the network's."""
+    flat = _flat_levels(data, config)
+    a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
+    val = backtest_portfolio(flat, data, config.env, a, b, per_year)
+    test = backtest_portfolio(flat, data, config.env, b, n, per_year)
+    return _Choice("flat", _NO_INPUT_REASON, None, None, (), val, test, val, test)
 
 
 def _choose(
@@ -400,23 +418,23 @@ def _choose(
     data: PortfolioData,
     config: PortfolioTrainConfig,
     splits: PortfolioSplits,
-    flats: tuple[PortfolioBacktest, PortfolioBacktest],
     per_year: float | None,
 ) -> _Choice:
     """Backtest every snapshot on the validation bars, keep the best where it beats flat
-    (``model`` then holds its weights, else acts flat), and backtest it on the test bars."""
-    env = config.env
+    (``model`` then holds its weights, else acts flat), and backtest it on the test bars; flat
+    is the last row of each batch."""
+    env, flat = config.env, _flat_levels(data, config)
     a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
     nets = [net for _, net, _ in cb.snapshots]
-    runs = backtest_portfolios(
-        [greedy_level_policy(net) for net in nets], data, env, a, b, per_year
+    *runs, val_flat = backtest_portfolios(
+        [greedy_level_policy(net) for net in nets] + [flat], data, env, a, b, per_year
     )
     sharpes = tuple(r.sharpe for r in runs)
     chosen = _best(sharpes)
     candidates = [ValidationReturns(r.returns) for r in runs]
     gate = network_beats_baseline(
         candidates[chosen],
-        ValidationReturns(flats[0].returns),
+        ValidationReturns(val_flat.returns),
         "flat",
         runs[chosen].per_year,
         candidates=candidates,
@@ -425,8 +443,8 @@ def _choose(
     model.policy.load_state_dict(cb.snapshots[chosen][2])
     if kept == "flat":
         set_flat_policy(model, flat_level(env))
-    (test_net,) = backtest_portfolios(
-        [greedy_level_policy(nets[chosen])], data, env, b, n, per_year
+    test_net, test_flat = backtest_portfolios(
+        [greedy_level_policy(nets[chosen]), flat], data, env, b, n, per_year
     )
     return _Choice(
         kept=kept,
@@ -436,6 +454,8 @@ def _choose(
         sharpes=sharpes,
         validation_network=runs[chosen],
         test_network=test_net,
+        validation_flat=val_flat,
+        test_flat=test_flat,
     )
 
 
@@ -473,28 +493,23 @@ def train_portfolio(
     inputs = select_portfolio_inputs(data, splits.val_stop) if config.select_inputs else None
     seen = data if inputs is None else inputs.apply(data)
     env, (a, b, n) = config.env, (splits.fit_stop, splits.val_stop, splits.n_bars)
-    flat = np.full((data.n_bars, data.n_instruments), flat_level(env), dtype=np.int64)
-    flats = (
-        backtest_portfolio(flat, data, env, a, b, per_year),
-        backtest_portfolio(flat, data, env, b, n, per_year),
-    )
     model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device)
     if inputs is not None and inputs.n_kept == 0:
         set_flat_policy(model, flat_level(env))
-        choice = _Choice("flat", _NO_INPUT_REASON, None, None, (), *flats)
+        choice = _untrained_choice(data, config, splits, per_year)
         cb, train_seconds = None, 0.0
     else:
         cb, train_seconds = _learn(model, config, progress)
-        choice = _choose(model, cb, seen, config, splits, flats, per_year)
+        choice = _choose(model, cb, seen, config, splits, per_year)
     model.env.close()
     keep_network = choice.kept == "network"
     result = PortfolioTrainResult(
         kept=choice.kept,
         reason=choice.reason,
-        validation=choice.validation_network if keep_network else flats[0],
-        test=choice.test_network if keep_network else flats[1],
-        validation_flat=flats[0],
-        test_flat=flats[1],
+        validation=choice.validation_network if keep_network else choice.validation_flat,
+        test=choice.test_network if keep_network else choice.test_flat,
+        validation_flat=choice.validation_flat,
+        test_flat=choice.test_flat,
         validation_network=choice.validation_network,
         test_network=choice.test_network,
         validation_buy_and_hold=buy_and_hold_portfolio(data, env, a, b, per_year),
