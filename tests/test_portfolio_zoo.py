@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from agents.pipelines.portfolio_backtest import backtest_portfolio
+from agents.pipelines.portfolio_backtest import backtest_portfolio, buy_and_hold_portfolio
 from agents.pipelines.portfolio_zoo import (
     PORTFOLIO_ZOO_BY_NAME,
     RUN_SECONDS_TARGET,
@@ -32,7 +32,8 @@ def _run(market: str, seed: int, **figures: float | str | None) -> PortfolioZooR
         "market": market, "kind": m.kind, "n_instruments": m.n_instruments, "seed": seed,
         "device": "cpu", "kept": "network", "reason": "", "agent_sharpe": 8.0,
         "agent_return": 0.1, "network_sharpe": 8.0, "network_return": 0.1, "rule_sharpe": 10.0,
-        "rule_return": 0.12, "flat_sharpe": 0.0, "flat_return": 0.0, "sharpe_ratio": 0.8,
+        "rule_return": 0.12, "flat_sharpe": 0.0, "flat_return": 0.0, "hold_sharpe": 0.5,
+        "hold_return": 0.01, "sharpe_ratio": 0.8,
         "test_start": 16_000, "test_stop": 20_000, "seconds": 30.0, "train_seconds": 25.0,
     }  # fmt: skip
     values.update(figures)
@@ -72,7 +73,7 @@ def test_a_failed_run_leaves_its_market_unjudged() -> None:
 def test_markdown_table_names_each_target_met_or_missed() -> None:
     table = markdown_table(check_targets([_run("ar1_k8", 0), _run("ar1_k32", 0, sharpe_ratio=0.1)]))
     lines = table.splitlines()
-    assert len(lines) == 4 and all(line.count("|") == 13 for line in lines)
+    assert len(lines) == 4 and all(line.count("|") == 14 for line in lines)
     assert "independent AR(1)s, phi 0.10, K = 8" in lines[2] and "| met |" in lines[2]
     assert "agent / rule Sharpe >= 0.6 | missed |" in lines[3]
 
@@ -114,6 +115,8 @@ def test_small_run_is_reproducible_and_scores_the_rule_on_the_agents_bars() -> N
     alone = backtest_portfolio(rule, data, env, a.test_start, a.test_stop)
     assert a.rule_sharpe == alone.sharpe > 5.0 and a.rule_return == alone.total_return
     assert a.flat_return == 0.0 and a.kept in ("network", "flat")
+    hold = buy_and_hold_portfolio(data, env, a.test_start, a.test_stop)
+    assert (a.hold_sharpe, a.hold_return) == (hold.sharpe, hold.total_return)
     if a.kept == "flat":
         assert a.agent_return == 0.0 and a.sharpe_ratio == 0.0
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "PORTFOLIO_ZOO_BY_NAME",
     "PORTFOLIO_ZOO_MARKETS",
     "RUN_SECONDS_TARGET",
     "SMALL_PORTFOLIO",
@@ -39,10 +40,15 @@ __all__ = [
     "PortfolioTargetCheck",
     "PortfolioZooBudget",
     "PortfolioZooMarket",
+    "PortfolioZooFiles",
+    "PortfolioZooRow",
     "PortfolioZooRun",
     "check_targets",
+    "markdown_table",
+    "rule_and_flat_levels",
     "run_portfolio_one",
     "run_portfolio_zoo",
+    "write_portfolio_report",
 ]
 
 PORTFOLIO_ZOO_BARS = 20_000  # bars of the grid after the feature warm-up, as the zoo's markets
@@ -137,7 +143,8 @@ class PortfolioZooRun:
     :param kept: ``"network"`` or ``"flat"``, the deployed policy; ``reason``: why.
     :param agent_sharpe, agent_return: the deployed policy's test figures; ``network_sharpe``,
         ``network_return``: the selected snapshot's, deployed or not.
-    :param rule_sharpe, rule_return: the market's rule's; ``flat_sharpe``, ``flat_return``: flat's.
+    :param rule_sharpe, rule_return: the market's rule's; ``flat_sharpe``, ``flat_return``:
+        flat's; ``hold_sharpe``, ``hold_return``: equal-weight buy-and-hold's.
     :param sharpe_ratio: agent / rule Sharpe; None where the rule's Sharpe is <= 0.
     :param test_start, test_stop: the test bars of the grid.
     :param seconds: the whole run's wall-clock seconds (drawing, training and backtests);
@@ -159,6 +166,8 @@ class PortfolioZooRun:
     rule_return: float
     flat_sharpe: float
     flat_return: float
+    hold_sharpe: float
+    hold_return: float
     sharpe_ratio: float | None
     test_start: int
     test_stop: int
@@ -245,6 +254,8 @@ def run_portfolio_one(
         rule_return=float(rule.total_return),
         flat_sharpe=float(flat.sharpe),
         flat_return=float(flat.total_return),
+        hold_sharpe=float(result.test_buy_and_hold.sharpe),
+        hold_return=float(result.test_buy_and_hold.total_return),
         sharpe_ratio=float(agent.sharpe / rule.sharpe) if rule.sharpe > 0 else None,
         test_start=int(agent.start),
         test_stop=int(agent.stop),
@@ -340,7 +351,7 @@ class PortfolioTargetCheck:
     :param market, title: the market; ``target``: its target in words.
     :param seeds: finished runs; ``failed_runs``: runs that raised.
     :param agent_sharpe, rule_sharpe, flat_sharpe: mean test Sharpe over the finished runs.
-    :param agent_return, rule_return: mean test return (fractions).
+    :param agent_return, rule_return, hold_return: mean test return (fractions).
     :param sharpe_ratio: mean agent / rule Sharpe over the runs where the rule's is > 0.
     :param kept: runs whose network was deployed.
     :param value: the target's measure (``sharpe_ratio`` or ``agent_return``).
@@ -359,6 +370,7 @@ class PortfolioTargetCheck:
     flat_sharpe: float | None
     agent_return: float | None
     rule_return: float | None
+    hold_return: float | None
     sharpe_ratio: float | None
     kept: int
     value: float | None
@@ -403,6 +415,7 @@ def check_targets(rows: Sequence[PortfolioZooRow]) -> list[PortfolioTargetCheck]
                 flat_sharpe=_mean([r.flat_sharpe for r in mine]),
                 agent_return=agent_return,
                 rule_return=_mean([r.rule_return for r in mine]),
+                hold_return=_mean([r.hold_return for r in mine]),
                 sharpe_ratio=ratio,
                 kept=sum(r.kept == "network" for r in mine),
                 value=value,
@@ -449,7 +462,7 @@ def markdown_table(checks: Sequence[PortfolioTargetCheck]) -> str:
     target, met / missed, and the run-time target."""
     head = (
         "| market | seeds | agent Sharpe | rule Sharpe | agent / rule | agent return | "
-        "rule return | network kept | target | met | longest run | "
+        "rule return | hold return | network kept | target | met | longest run | "
         f"<= {RUN_SECONDS_TARGET:g} s |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
@@ -458,7 +471,8 @@ def markdown_table(checks: Sequence[PortfolioTargetCheck]) -> str:
         lines.append(
             f"| {c.title} | {seeds} | {_cell(c.agent_sharpe)} | {_cell(c.rule_sharpe)} | "
             f"{_cell(c.sharpe_ratio)} | {_cell(c.agent_return, '{:.1%}')} | "
-            f"{_cell(c.rule_return, '{:.1%}')} | {c.kept} of {c.seeds} | {c.target} | "
+            f"{_cell(c.rule_return, '{:.1%}')} | {_cell(c.hold_return, '{:.1%}')} | "
+            f"{c.kept} of {c.seeds} | {c.target} | "
             f"{_met(c.met)} | {_cell(c.max_seconds, '{:.1f} s')} | {_met(c.seconds_met)} |"
         )
     return "\n".join(lines) + "\n"
