@@ -79,6 +79,13 @@ def test_readme_stays_a_short_page() -> None:
     assert len((ROOT / "docs" / "PERFORMANCE.md").read_text().splitlines()) <= 400
 
 
+def test_docs_stay_within_their_line_budget() -> None:
+    """docs/ as a whole at most 1,800 lines: one page per topic with today's figures; history
+    goes to CHANGELOG.md and experiments' findings to experiments/README.md."""
+    total = sum(len(p.read_text().splitlines()) for p in (ROOT / "docs").glob("*.md"))
+    assert total <= 1800, total
+
+
 # Modules of benchmarks/ that the benchmarks import, not scripts of their own.
 BENCHMARK_HELPERS = {"__init__.py", "run_info.py"}
 # Benchmarks whose figures are not in docs/PERFORMANCE.md yet: remove each once it is.
