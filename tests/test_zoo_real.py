@@ -114,19 +114,19 @@ def _row(market: str, seed: int, agent: float, baseline: float) -> ZooRun:
 def test_real_target_needs_the_mean_and_every_run_near_the_baseline() -> None:
     series = next(m.name for m in REAL_MARKETS if m.kind == "real")
     near = [_row(series, s, 0.19, 0.20) for s in range(3)]
-    assert summarize(near)[0]["passed"] is True
+    assert summarize(near)[0].passed is True
     # The mean is within 2% of the baseline's, but one run is 12% below it.
     one_far = [_row(series, 0, 0.26, 0.20), _row(series, 1, 0.08, 0.20), _row(series, 2, 0.22, 0.2)]
-    assert summarize(one_far)[0]["passed"] is False
+    assert summarize(one_far)[0].passed is False
     low_mean = [_row(series, s, 0.17, 0.20) for s in range(3)]
-    assert summarize(low_mean)[0]["passed"] is False
+    assert summarize(low_mean)[0].passed is False
 
 
 def test_shifting_targets() -> None:
-    assert summarize([_row("vanishing_edge", 0, -0.02, 0.0)])[0]["passed"] is True
-    assert summarize([_row("flipping_drift", 0, -0.04, 0.0)])[0]["passed"] is False
+    assert summarize([_row("vanishing_edge", 0, -0.02, 0.0)])[0].passed is True
+    assert summarize([_row("flipping_drift", 0, -0.04, 0.0)])[0].passed is False
     # appearing: the agent's Sharpe over the true rule's, mean over seeds, at least 0.5.
-    assert summarize([_row("appearing_edge", 0, 0.1, 0.0)])[0]["passed"] is True
+    assert summarize([_row("appearing_edge", 0, 0.1, 0.0)])[0].passed is True
 
 
 def test_regime_family_hook_is_empty_without_its_module(monkeypatch) -> None:
@@ -219,3 +219,15 @@ def test_report_files_keep_their_columns_and_values(tmp_path) -> None:
     }  # fmt: skip
     failures = {m["market"]: m["failed_runs"] for m in doc["summary"]}
     assert failures == {"builtin": 1, "googl": 0}
+    googl = doc["summary"][1]
+    assert list(googl) == [
+        "market", "title", "target", "seeds", "failed_runs", "agent_sharpe", "reference_sharpe",
+        "buy_and_hold_sharpe", "sharpe_ratio", "network_sharpe_ratio", "agent_return",
+        "reference_return", "buy_and_hold_return", "baseline_return", "baseline_sharpe",
+        "return_minus_baseline", "baselines_chosen", "agent_turnover", "agent_costs",
+        "edge_over_flat_claims", "kept_network", "seconds", "passed",
+    ]  # fmt: skip
+    assert googl["target"] == {"measure": "baseline_return", "threshold": -0.02}
+    assert googl["agent_return"] == {"mean": 0.19, "std": 0.0, "min": 0.19, "max": 0.19, "n": 1}
+    assert googl["baselines_chosen"] == {"hold long": 1} and googl["passed"] is True
+    assert doc["summary"][0]["passed"] is None and doc["summary"][0]["seeds"] == 0

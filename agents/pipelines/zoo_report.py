@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,82 +13,74 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.zoo import MARKETS, MARKETS_BY_NAME, REAL_MARKETS, REAL_RUN_SHORTFALL
-from agents.pipelines.zoo_result import FailedZooRun, ZooRow, ZooRun
+from agents.pipelines.zoo_result import (
+    FailedZooRun,
+    SeedStats,
+    ZooMarketSummary,
+    ZooRow,
+    ZooRun,
+)
 
 __all__ = ["summarize", "summary_table", "write_report"]
 
 
-def _stats(values: list[float]) -> dict[str, float | None]:
-    v = [x for x in values if x is not None and math.isfinite(x)]
-    if not v:
-        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
-    return {
-        "mean": float(np.mean(v)),
-        "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-        "min": float(min(v)),
-        "max": float(max(v)),
-        "n": len(v),
-    }
-
-
-def summarize(rows: Sequence[ZooRow]) -> list[dict[str, Any]]:
-    """Per market: means and spreads over seeds, and whether the target holds."""
+def summarize(rows: Sequence[ZooRow]) -> list[ZooMarketSummary]:
+    """Per market, in the suites' order: means and spreads over seeds, and whether the target
+    holds."""
     out = []
     for market in (*MARKETS, *REAL_MARKETS):
         mine = [r for r in rows if r.market == market.name and isinstance(r, ZooRun)]
         failed = [r for r in rows if r.market == market.name and isinstance(r, FailedZooRun)]
         if not mine and not failed:
             continue
-        ret = _stats([r.agent.total_return for r in mine])
-        bh = _stats([r.buy_and_hold.total_return for r in mine])
-        ratio = _stats([r.sharpe_ratio for r in mine])
+        ret = SeedStats.of([r.agent.total_return for r in mine])
+        bh = SeedStats.of([r.buy_and_hold.total_return for r in mine])
+        ratio = SeedStats.of([r.sharpe_ratio for r in mine])
         claims = sum(r.edge_over_flat_claimed for r in mine)
-        base = _stats([r.chosen_baseline.total_return for r in mine])
+        base = SeedStats.of([r.chosen_baseline.total_return for r in mine])
         shortfall = [r.agent.total_return - r.chosen_baseline.total_return for r in mine]
         measure, threshold = market.target
         if not mine or failed:
             passed = None
         elif measure == "sharpe_ratio":
-            passed = ratio["mean"] is not None and ratio["mean"] >= threshold
+            passed = ratio.mean is not None and ratio.mean >= threshold
         elif measure == "return":
-            passed = ret["mean"] >= threshold and claims <= max(1, len(mine) // 5)
+            passed = ret.mean >= threshold and claims <= max(1, len(mine) // 5)
         elif measure == "mean_return":
-            passed = ret["mean"] >= threshold
+            passed = ret.mean >= threshold
         elif measure == "baseline_return":
-            passed = (
-                ret["mean"] >= base["mean"] + threshold and min(shortfall) >= -REAL_RUN_SHORTFALL
-            )
+            passed = ret.mean >= base.mean + threshold and min(shortfall) >= -REAL_RUN_SHORTFALL
         else:
-            passed = bh["mean"] > 0 and ret["mean"] >= threshold * bh["mean"]
+            passed = bh.mean > 0 and ret.mean >= threshold * bh.mean
         out.append(
-            {
-                "market": market.name,
-                "title": market.title,
-                "target": {"measure": measure, "threshold": threshold},
-                "seeds": len(mine),
-                "failed_runs": len(failed),
-                "agent_sharpe": _stats([r.agent.sharpe for r in mine]),
-                "reference_sharpe": _stats([r.reference.sharpe for r in mine]),
-                "buy_and_hold_sharpe": _stats([r.buy_and_hold.sharpe for r in mine]),
-                "sharpe_ratio": ratio,
-                "network_sharpe_ratio": _stats([r.network_sharpe_ratio for r in mine]),
-                "agent_return": ret,
-                "reference_return": _stats([r.reference.total_return for r in mine]),
-                "buy_and_hold_return": bh,
-                "baseline_return": base,
-                "baseline_sharpe": _stats([r.chosen_baseline.sharpe for r in mine]),
-                "return_minus_baseline": _stats(shortfall),
-                "baselines_chosen": {
+            ZooMarketSummary(
+                market=market.name,
+                title=market.title,
+                target=(measure, threshold),
+                seeds=len(mine),
+                failed_runs=len(failed),
+                agent_sharpe=SeedStats.of([r.agent.sharpe for r in mine]),
+                reference_sharpe=SeedStats.of([r.reference.sharpe for r in mine]),
+                buy_and_hold_sharpe=SeedStats.of([r.buy_and_hold.sharpe for r in mine]),
+                sharpe_ratio=ratio,
+                network_sharpe_ratio=SeedStats.of([r.network_sharpe_ratio for r in mine]),
+                agent_return=ret,
+                reference_return=SeedStats.of([r.reference.total_return for r in mine]),
+                buy_and_hold_return=bh,
+                baseline_return=base,
+                baseline_sharpe=SeedStats.of([r.chosen_baseline.sharpe for r in mine]),
+                return_minus_baseline=SeedStats.of(shortfall),
+                baselines_chosen={
                     b: sum(r.baseline == b for r in mine)
                     for b in sorted({r.baseline for r in mine})
                 },
-                "agent_turnover": _stats([r.agent.turnover for r in mine]),
-                "agent_costs": _stats([r.agent.costs_paid for r in mine]),
-                "edge_over_flat_claims": int(claims),
-                "kept_network": int(sum(r.kept == "network" for r in mine)),
-                "seconds": _stats([r.seconds for r in mine]),
-                "passed": passed,
-            }
+                agent_turnover=SeedStats.of([r.agent.turnover for r in mine]),
+                agent_costs=SeedStats.of([r.agent.costs_paid for r in mine]),
+                edge_over_flat_claims=int(claims),
+                kept_network=int(sum(r.kept == "network" for r in mine)),
+                seconds=SeedStats.of([r.seconds for r in mine]),
+                passed=passed,
+            )
         )
     return out
 
@@ -154,14 +145,14 @@ def _csv_row(r: ZooRow) -> dict[str, Any]:
     }
 
 
-def _fmt(s: dict[str, Any], spec: str = ".2f") -> str:
-    if s["mean"] is None:
+def _fmt(s: SeedStats, spec: str = ".2f") -> str:
+    if s.mean is None:
         return "n/a"
-    return f"{s['mean']:{spec}} ± {s['std']:{spec}} [{s['min']:{spec}}, {s['max']:{spec}}]"
+    return f"{s.mean:{spec}} ± {s.std:{spec}} [{s.min:{spec}}, {s.max:{spec}}]"
 
 
-def _target_text(t: dict[str, Any]) -> str:
-    m, x = t["measure"], t["threshold"]
+def _target_text(target: tuple[str, float]) -> str:
+    m, x = target
     if m == "sharpe_ratio":
         return f"Sharpe ratio >= {x:g}"
     if m == "return":
@@ -176,7 +167,7 @@ def _target_text(t: dict[str, Any]) -> str:
     return f"return >= {x:.0%} of buy-and-hold's"
 
 
-def summary_table(summary: list[dict[str, Any]]) -> list[list[str]]:
+def summary_table(summary: Sequence[ZooMarketSummary]) -> list[list[str]]:
     """Rows of the console and HTML table (header first)."""
     head = [
         "market", "agent Sharpe", "reference Sharpe", "agent / reference", "agent return",
@@ -187,17 +178,17 @@ def summary_table(summary: list[dict[str, Any]]) -> list[list[str]]:
     for s in summary:
         rows.append(
             [
-                s["title"],
-                _fmt(s["agent_sharpe"]),
-                _fmt(s["reference_sharpe"]),
-                _fmt(s["sharpe_ratio"]),
-                _fmt(s["agent_return"], ".1%"),
-                _fmt(s["buy_and_hold_return"], ".1%"),
-                _fmt(s["baseline_return"], ".1%"),
-                f"{s['edge_over_flat_claims']} of {s['seeds']}",
-                f"{s['kept_network']} of {s['seeds']}",
-                _target_text(s["target"]),
-                {True: "yes", False: "NO", None: "n/a"}[s["passed"]],
+                s.title,
+                _fmt(s.agent_sharpe),
+                _fmt(s.reference_sharpe),
+                _fmt(s.sharpe_ratio),
+                _fmt(s.agent_return, ".1%"),
+                _fmt(s.buy_and_hold_return, ".1%"),
+                _fmt(s.baseline_return, ".1%"),
+                f"{s.edge_over_flat_claims} of {s.seeds}",
+                f"{s.kept_network} of {s.seeds}",
+                _target_text(s.target),
+                {True: "yes", False: "NO", None: "n/a"}[s.passed],
             ]
         )
     return rows
@@ -258,7 +249,12 @@ def write_report(
 
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows)
-    doc = {"command": command, **meta, "summary": summary, "runs": [r.to_dict() for r in rows]}
+    doc = {
+        "command": command,
+        **meta,
+        "summary": [s.to_dict() for s in summary],
+        "runs": [r.to_dict() for r in rows],
+    }
     paths = {"json": out / "zoo.json", "csv": out / "zoo.csv", "html": out / "index.html"}
     with atomic_write(paths["json"], "w") as f:
         f.write(json.dumps(doc, indent=1, default=float))
@@ -269,11 +265,11 @@ def write_report(
             w.writerow(_csv_row(r))
     figures = []
     for s in summary:
-        mine = [r for r in rows if r.market == s["market"] and isinstance(r, ZooRun)]
+        mine = [r for r in rows if r.market == s.market and isinstance(r, ZooRun)]
         if mine:
-            name = f"{s['market']}.png"
+            name = f"{s.market}.png"
             _plot_market(mine, out / name)
-            figures.append((name, s["title"]))
+            figures.append((name, s.title))
     table = summary_table(summary)
     cells = "".join(
         "<tr>" + "".join(f"<{t}>{html.escape(c)}</{t}>" for c in row) + "</tr>"

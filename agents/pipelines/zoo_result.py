@@ -1,16 +1,21 @@
-"""What one zoo run gives (:class:`ZooRun`), or its error (:class:`FailedZooRun`);
-``to_dict`` of either is the run's entry of zoo.json."""
+"""What one zoo run gives (:class:`ZooRun`), or its error (:class:`FailedZooRun`), and a
+market's summary over its seeds (:class:`ZooMarketSummary`); ``to_dict`` of each is its entry
+of zoo.json."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from agents.pipelines.deployment import Deployment
 from agents.pipelines.train_result import SnapshotEvaluations
 from gpu_trading_env.reports.metrics import Metrics
 
-__all__ = ["FailedZooRun", "ZooRow", "ZooRun"]
+__all__ = ["FailedZooRun", "SeedStats", "ZooMarketSummary", "ZooRow", "ZooRun"]
 
 
 @dataclass(frozen=True)
@@ -148,3 +153,84 @@ class FailedZooRun:
 
 ZooRow = ZooRun | FailedZooRun
 """One (market, seed) of a zoo: its result or its error."""
+
+
+@dataclass(frozen=True)
+class SeedStats:
+    """One figure over a market's seeds, in the figure's unit: mean, sample standard deviation
+    (ddof 1; 0.0 for one seed), min, max and the number of finite values ``n`` (the others
+    None where there is none)."""
+
+    mean: float | None
+    std: float | None
+    min: float | None
+    max: float | None
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> SeedStats:
+        """The statistics of the finite values among ``values`` (None and NaN left out)."""
+        v = [x for x in values if x is not None and math.isfinite(x)]
+        if not v:
+            return cls(None, None, None, None, 0)
+        std = float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+        return cls(float(np.mean(v)), std, float(min(v)), float(max(v)), len(v))
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {"mean": self.mean, "std": self.std, "min": self.min, "max": self.max, "n": self.n}
+
+
+@dataclass(frozen=True)
+class ZooMarketSummary:
+    """One market of a zoo over its seeds (:func:`~agents.pipelines.zoo_report.summarize`).
+
+    Each :class:`SeedStats` is over the runs that finished, with :class:`ZooRun`'s units
+    (Sharpe ratios annualised, returns as fractions, ``seconds`` of wall clock).
+
+    :param market: the market's name; ``title``: what it is, in words.
+    :param target: ``(measure, threshold)``, as ``Market.target``.
+    :param seeds: runs that finished; ``failed_runs``: runs that raised.
+    :param return_minus_baseline: the agent's total return minus the chosen baseline's, per run.
+    :param baselines_chosen: baseline name -> runs where ``train`` chose it, names sorted.
+    :param edge_over_flat_claims: runs whose agent's Sharpe interval over flat lies above zero.
+    :param kept_network: runs that deployed the network.
+    :param passed: whether the target holds; None where a run failed or none finished.
+    """
+
+    market: str
+    title: str
+    target: tuple[str, float]
+    seeds: int
+    failed_runs: int
+    agent_sharpe: SeedStats
+    reference_sharpe: SeedStats
+    buy_and_hold_sharpe: SeedStats
+    sharpe_ratio: SeedStats
+    network_sharpe_ratio: SeedStats
+    agent_return: SeedStats
+    reference_return: SeedStats
+    buy_and_hold_return: SeedStats
+    baseline_return: SeedStats
+    baseline_sharpe: SeedStats
+    return_minus_baseline: SeedStats
+    baselines_chosen: dict[str, int]
+    agent_turnover: SeedStats
+    agent_costs: SeedStats
+    edge_over_flat_claims: int
+    kept_network: int
+    seconds: SeedStats
+    passed: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The market's entry of zoo.json's ``summary``, in its order."""
+        d: dict[str, Any] = {}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, SeedStats):
+                value = value.to_dict()
+            elif name == "target":
+                value = {"measure": value[0], "threshold": value[1]}
+            elif name == "baselines_chosen":
+                value = dict(value)
+            d[name] = value
+        return d
