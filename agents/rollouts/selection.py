@@ -38,10 +38,15 @@ def build_rollout(
         from agents.rollouts.monolithic import MonolithicRollout
 
         return MonolithicRollout(model, seed=model.seed or 0)
-    from agents.rollouts.fused import FusedRollout
-    from agents.rollouts.portfolio_fused import PortfolioRollout
-
     cuda = model.device.type == "cuda"
-    bf16 = cuda and resolve_precision(train_precision, model.device) == "bf16"
-    rollout = PortfolioRollout if portfolio else FusedRollout
-    return rollout(model, seed=seed, act_precision="bf16" if bf16 else "tf32")
+    act_precision = (
+        "bf16" if cuda and resolve_precision(train_precision, model.device) == "bf16" else "tf32"
+    )
+    if portfolio:
+        from agents.rollouts.portfolio_fused import PortfolioRollout
+
+        return PortfolioRollout(model, seed=seed, act_precision=act_precision)
+    # Each rollout module is imported only when it is used.
+    from agents.rollouts.fused import FusedRollout
+
+    return FusedRollout(model, seed=seed, act_precision=act_precision)
