@@ -168,12 +168,19 @@ def portfolio_reward_scale(data: PortfolioData) -> float:
 
 def greedy_level_policy(net: Any) -> LevelPolicy:
     """``policy(obs [D], bar) -> int64 [K]``: the per-branch argmax of a branching Q-network
-    (``net(obs [1, D]) -> Q [1, K, L]``, on the CPU)."""
+    (``net(obs [1, D]) -> Q [1, K, L]``, on the CPU), with one intra-op thread (the caller's
+    setting restored after each call), as the single env's backtest policies."""
     import torch as th
 
     def policy(obs: np.ndarray, bar: int) -> np.ndarray:
-        with th.no_grad():
-            q = net(th.as_tensor(np.asarray(obs, dtype=np.float32)[None, :]))
+        # A batch of one gains nothing from more threads, and the zoo's workers share the cores.
+        threads = th.get_num_threads()
+        th.set_num_threads(1)
+        try:
+            with th.inference_mode():
+                q = net(th.as_tensor(np.asarray(obs, dtype=np.float32)[None, :]))
+        finally:
+            th.set_num_threads(threads)
         return q[0].argmax(dim=-1).numpy().astype(np.int64)
 
     return policy
