@@ -88,8 +88,6 @@ def test_docs_stay_within_their_line_budget() -> None:
 
 # Modules of benchmarks/ that the benchmarks import, not scripts of their own.
 BENCHMARK_HELPERS = {"__init__.py", "run_info.py"}
-# Benchmarks whose figures are not in docs/PERFORMANCE.md yet: remove each once it is.
-NOT_YET_IN_PERFORMANCE = {"portfolio_throughput.py"}
 
 
 def _benchmarks_run_from(script: Path, seen: set[str]) -> None:
@@ -115,6 +113,6 @@ def test_benchmarks_hold_only_what_performance_or_the_release_runs() -> None:
     _benchmarks_run_from(ROOT / "benchmarks" / "release_h200.sh", seen)
     scripts = {p.name for p in (ROOT / "benchmarks").iterdir() if p.is_file()}
     stray = sorted(
-        scripts - seen - BENCHMARK_HELPERS - NOT_YET_IN_PERFORMANCE - {"release_h200.sh"}
+        scripts - seen - BENCHMARK_HELPERS - {"release_h200.sh"}
     )
     assert not stray, f"benchmarks/ holds scripts nothing documented runs: {stray}"
