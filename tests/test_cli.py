@@ -514,3 +514,11 @@ def test_eval_runs_a_model_in_its_saved_action_layout(in_tmp, capsys):
         "this model acts on 45",
         "['sub_actions']",
     )
+
+
+def test_every_subcommand_of_the_parser_has_its_function() -> None:
+    from agents.cli import COMMANDS
+    from agents.cli.parser import build_parser
+
+    parser = build_parser()
+    assert set(parser.subcommands) == set(COMMANDS)

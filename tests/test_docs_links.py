@@ -112,7 +112,5 @@ def test_benchmarks_hold_only_what_performance_or_the_release_runs() -> None:
     _benchmarks_run_from(ROOT / "docs" / "PERFORMANCE.md", seen)
     _benchmarks_run_from(ROOT / "benchmarks" / "release_h200.sh", seen)
     scripts = {p.name for p in (ROOT / "benchmarks").iterdir() if p.is_file()}
-    stray = sorted(
-        scripts - seen - BENCHMARK_HELPERS - {"release_h200.sh"}
-    )
+    stray = sorted(scripts - seen - BENCHMARK_HELPERS - {"release_h200.sh"})
     assert not stray, f"benchmarks/ holds scripts nothing documented runs: {stray}"

@@ -16,7 +16,9 @@ GPU when CuPy and a CUDA device are present.
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 
 from agents.cli.backtest import cmd_backtest, cmd_eval
 from agents.cli.bench import cmd_bench
@@ -34,11 +36,14 @@ from agents.cli.options import (
     validate,
 )
 from agents.cli.parser import build_parser
+from agents.cli.portfolio_zoo import cmd_zoo_suite
 from agents.cli.run_folder import check_out, claim_out, forget_claims, release_unwritten
+from agents.cli.sweep import cmd_sweep
 from agents.cli.train import CPU_DEFAULTS, GPU_DEFAULTS, WALKFORWARD_CPU_TIMESTEPS, cmd_train
 from agents.cli.walkforward import cmd_walkforward
 
 __all__ = [
+    "COMMANDS",
     "CPU_DEFAULTS",
     "DEBUG_HELP",
     "GPU_DEFAULTS",
@@ -67,6 +72,18 @@ __all__ = [
 ]
 
 
+# Each subcommand's function. The parser (agents/cli/parser.py) knows only the options, so the
+# commands can use it (a sweep checks its runs' train options) without an import circle.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int | None]] = {
+    "train": cmd_train,
+    "walkforward": cmd_walkforward,
+    "eval": cmd_eval,
+    "backtest": cmd_backtest,
+    "sweep": cmd_sweep,
+    "zoo": cmd_zoo_suite,
+    "bench": cmd_bench,
+}
+
 # Options whose value is itself a command line: argparse takes a value that starts with "-" and
 # has no space ("--cross-fit") for an option of its own, so it is attached with "=" first.
 _COMMAND_LINE_OPTIONS = ("--train-args",)
@@ -92,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         validate(args)
         check_out(args)
-        code = int(args.func(args) or 0)
+        code = int(COMMANDS[args.command](args) or 0)
         forget_claims()
         return code
     except UsageError as exc:

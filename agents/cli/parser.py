@@ -7,13 +7,7 @@ import difflib
 import re
 from typing import Any, NoReturn
 
-from agents.cli.backtest import cmd_backtest, cmd_eval
-from agents.cli.bench import cmd_bench
 from agents.cli.options import DEBUG_HELP, PROG
-from agents.cli.portfolio_zoo import cmd_zoo_suite
-from agents.cli.sweep import cmd_sweep
-from agents.cli.train import cmd_train
-from agents.cli.walkforward import cmd_walkforward
 from agents.pipelines.train_config import (
     EPISODE_LENGTH,
     TRAIN_ENV_DEFAULTS,
@@ -231,7 +225,6 @@ def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
         "an exposure level per instrument; --env takes PortfolioConfig's fields "
         "(docs/ENV_SPEC.md, 'Portfolio env') (default: one instrument per env)",
     )
-    t.set_defaults(func=cmd_train)
 
 
 def _portfolio_options(p: argparse.ArgumentParser, what: str) -> None:
@@ -288,7 +281,6 @@ def _add_walkforward(
         help="start each fold from the previous fold's model (default: from scratch)",
     )
     w.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
-    w.set_defaults(func=cmd_walkforward)
 
 
 def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
@@ -317,7 +309,6 @@ def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpF
         "model's, in its order), in the env of its run's metrics.json (default: a "
         "single-instrument model)",
     )
-    e.set_defaults(func=cmd_eval)
 
 
 def _add_backtest(
@@ -338,7 +329,6 @@ def _add_backtest(
     )
     b.add_argument("--exposure", type=float, default=1.0, help="exposure of the rule, in [-1, 1]")
     b.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
-    b.set_defaults(func=cmd_backtest)
 
 
 def _add_sweep(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
@@ -378,7 +368,6 @@ def _add_sweep(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
         metavar="-- TRAIN_OPTION",
         help="after --: train options for every run, not --seed, --out or --device (default: none)",
     )
-    s.set_defaults(func=cmd_sweep)
 
 
 def _add_zoo(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
@@ -447,7 +436,6 @@ def _add_zoo(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFo
         help="empty --out first if it holds an earlier run's report",
     )
     z.add_argument("--no-progress", action="store_true", help="no progress bar")
-    z.set_defaults(func=cmd_zoo_suite)
 
 
 def _add_bench(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
@@ -455,7 +443,6 @@ def _add_bench(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
     n = sub.add_parser("bench", help="env throughput on this machine", formatter_class=fmt)
     n.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     n.add_argument("--steps", type=_int, default=200, help="env steps per measurement")
-    n.set_defaults(func=cmd_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -259,7 +259,7 @@ class MarketData:
             ``name`` (default: the file's stem) and ``metadata``; or ``load_bars``' own
             keywords (``date_format``, ``timestamp_unit``, ``fill_volume``).
         """
-        return _read_bar_file(path, "csv", read_csv_kwargs=read_csv_kwargs, **kwargs)
+        return _read_bar_file(cls, path, "csv", read_csv_kwargs=read_csv_kwargs, **kwargs)
 
     @classmethod
     def from_parquet(cls, path: str | Path, **kwargs: Any) -> MarketData:
@@ -272,7 +272,7 @@ class MarketData:
             raise ImportError(
                 "reading Parquet needs pyarrow: pip install gpu-trading-env[parquet]"
             ) from exc
-        return _read_bar_file(path, "parquet", **kwargs)
+        return _read_bar_file(cls, path, "parquet", **kwargs)
 
     def to_dataframe(self) -> pd.DataFrame:
         """All rows as a DataFrame: ``DatetimeIndex`` named timestamp, then columns ``instrument``,
@@ -448,9 +448,9 @@ class MarketData:
 _RENAMED_OPTIONS = {"timestamp_column": "time_column", "instrument_column": "symbol_column"}
 
 
-def _read_bar_file(path: str | Path, kind: str, **kwargs: Any) -> MarketData:
-    """``from_csv`` / ``from_parquet``: ``load_bars`` with ``from_dataframe``'s option names."""
-    from gpu_trading_env.data.loaders import load_bars
+def _read_bar_file(cls: type[MarketData], path: str | Path, kind: str, **kwargs: Any) -> MarketData:
+    """``from_csv`` / ``from_parquet``: the bar-file reader with ``from_dataframe``'s option names."""
+    from gpu_trading_env.data.bar_files import read_bar_table
 
     options = {_RENAMED_OPTIONS.get(k, k): v for k, v in kwargs.items()}
     rename = options.pop("columns", None) or {}
@@ -463,4 +463,11 @@ def _read_bar_file(path: str | Path, kind: str, **kwargs: Any) -> MarketData:
             )
         fields[str(field).strip().lower()] = column
     meta = {"source": kind, "path": str(path), **(options.pop("metadata", None) or {})}
-    return load_bars(path, columns=fields, metadata=meta, **options)
+    min_bars = options.pop("min_bars", 2)
+    table = read_bar_table(path, columns=fields, **options)
+    return table.build(
+        cls.from_dataframe,
+        features=options.get("features", "builtin"),
+        min_bars=min_bars,
+        metadata=meta,
+    )
