@@ -504,3 +504,94 @@ def test_sb3_vec_env_runs_the_portfolio() -> None:
     for info in infos:
         assert info["terminal_observation"].shape == (3 * 51 + 1 + 3,)
         assert (info["terminal_observation"][-3:] > 0).all()  # the ended episode held longs
+
+
+class _RecordingPortfolioEnv(gym.vector.VectorWrapper):
+    """What the portfolio env gave SB3: the observation before each step, the actions, rewards,
+    flags and final observations of each step."""
+
+    def __init__(self, env: gym.vector.VectorEnv) -> None:
+        super().__init__(env)
+        self.obs: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+        self.rewards: list[np.ndarray] = []
+        self.dones: list[np.ndarray] = []
+        self.truncated: list[np.ndarray] = []
+        self.final_obs: list[dict[int, np.ndarray]] = []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.obs = [np.array(obs, copy=True)]
+        return obs, info
+
+    def step(self, actions):
+        self.actions.append(np.array(actions, copy=True))
+        obs, reward, term, trunc, info = self.env.step(actions)
+        done = np.asarray(term | trunc)
+        self.rewards.append(np.array(reward, copy=True))
+        self.dones.append(done.copy())
+        self.truncated.append(np.asarray(trunc & ~term).copy())
+        self.final_obs.append(
+            {int(i): np.array(info["final_obs"][i], copy=True) for i in np.flatnonzero(done)}
+        )
+        self.obs.append(np.array(obs, copy=True))
+        return obs, reward, term, trunc, info
+
+
+def test_sb3_ppo_on_the_portfolio_stores_what_the_env_gave() -> None:
+    """SB3's PPO through SB3VecEnv on the portfolio env (MultiDiscrete): its rollout buffer holds
+    the env's observations, the actions it stepped and the env's rewards (its own bootstrap of
+    truncated episodes added, as SB3 does), and each ended episode's final observation reached
+    PPO as ``terminal_observation``."""
+    import torch as th
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from gpu_trading_env.wrappers import SB3VecEnv
+
+    th.set_num_threads(1)
+    n, k, n_steps = 4, 3, 32
+    data = MarketData.synthetic("gbm", n_bars=400, n_instruments=k, seed=1)
+    venv = gym.make_vec("GpuPortfolio-v0", num_envs=n, device="cpu", data=data, episode_length=7)
+    rec = _RecordingPortfolioEnv(venv)
+    sb3_env = SB3VecEnv(rec)
+    assert sb3_env.action_space == gym.spaces.MultiDiscrete([3] * k)
+    terminal: list[dict[int, np.ndarray]] = []
+
+    class KeepTerminal(BaseCallback):
+        def _on_step(self) -> bool:
+            dones, infos = self.locals["dones"], self.locals["infos"]
+            terminal.append(
+                {int(i): infos[i]["terminal_observation"] for i in np.flatnonzero(dones)}
+            )
+            return True
+
+    model = PPO("MlpPolicy", sb3_env, n_steps=n_steps, batch_size=64, n_epochs=1, seed=0)
+    model.learn(total_timesteps=n * n_steps * 3, callback=KeepTerminal())
+    steps = len(rec.actions)
+    assert steps == 3 * n_steps and len(terminal) == steps
+    # The last rollout: PPO's training flattened its observations and actions env-major; the
+    # rewards stay [n_steps, n_envs].
+    buf = model.rollout_buffer
+    last = slice(steps - n_steps, steps)
+
+    def time_major(x: np.ndarray) -> np.ndarray:
+        return x.reshape(n, n_steps, *x.shape[1:]).swapaxes(0, 1)
+
+    np.testing.assert_array_equal(time_major(buf.observations), np.stack(rec.obs[last]))
+    np.testing.assert_array_equal(
+        time_major(buf.actions).astype(np.int64), np.stack(rec.actions[last])
+    )
+    rewards = buf.rewards
+    env_rewards = np.stack(rec.rewards[last]).astype(np.float32)
+    plain = ~np.stack(rec.truncated[last])
+    assert plain.sum() > 0 and (~plain).sum() > 0  # both kinds of step were checked
+    np.testing.assert_allclose(rewards[plain], env_rewards[plain], rtol=0, atol=1e-7)
+    assert not np.allclose(rewards[~plain], env_rewards[~plain])  # SB3 added gamma * V(final)
+    ended = 0
+    for seen, given in zip(terminal, rec.final_obs, strict=True):
+        assert seen.keys() == given.keys()
+        for i, obs in given.items():
+            np.testing.assert_array_equal(seen[i], obs)
+            ended += 1
+    assert ended >= n * (steps // 7)
