@@ -133,3 +133,50 @@ def test_eval_portfolio_refuses_a_model_without_a_portfolio_run(tmp_path, three_
     assert "metrics.json, which is missing" in _error(argv, capsys)
     (tmp_path / "metrics.json").write_text(json.dumps({"kind": None}))
     assert "is not a train --portfolio run's" in _error(argv, capsys)
+
+
+def test_backtest_portfolio_holds_the_rule_in_every_instrument(tmp_path, three_files, capsys):
+    """``backtest --portfolio``: the rule at exposure 1 in every instrument is equal weight under
+    the gross cap (max_leverage 1), rebalanced each bar; its figures are the portfolio env's,
+    beside flat and equal-weight buy-and-hold, in metrics.json and the report."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from agents.cli.options import portfolio_env
+    from agents.pipelines.portfolio_backtest import backtest_portfolio
+    from gpu_trading_env.data.loaders import load_bars
+    from gpu_trading_env.data.portfolio_data import PortfolioData
+
+    out = tmp_path / "bt"
+    argv = ["backtest", "--data", *three_files, "--portfolio", "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert "rule buy_and_hold" in capsys.readouterr().out
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["kind"] == "portfolio" and metrics["rule"] == "buy_and_hold"
+    pdata = PortfolioData.from_market_data(load_bars(three_files))
+    start, stop = metrics["window"]
+    assert start == int(0.8 * pdata.n_bars) and stop == pdata.n_bars
+    env = portfolio_env(SimpleNamespace(episode_length=None, env=[]))
+    long = env.exposure_levels.index(1.0)
+    by_hand = backtest_portfolio(np.full((pdata.n_bars, 3), long), pdata, env, start, stop)
+    assert metrics["rule_backtest"] == by_hand.to_dict()
+    np.testing.assert_allclose(by_hand.weights, 1.0 / 3.0, atol=0.01)  # whole units: cash left
+    assert metrics["flat"]["total_return"] == 0.0
+    page = (out / "index.html").read_text()
+    assert "equal-weight buy and hold" in page and (out / "positions.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--exposure", "0.5"], "--exposure 0.5 is invalid with --portfolio: allowed is one of"),
+        (["--rule", "planted"], "--rule planted is invalid with --portfolio"),
+        (["--instrument", "A"], "--instrument is invalid with backtest --portfolio"),
+    ],
+)
+def test_backtest_portfolio_refuses_single_instrument_options(
+    three_files, extra, message, capsys
+) -> None:
+    argv = ["backtest", "--data", *three_files, "--portfolio", *extra]
+    assert message in _error(argv, capsys)

@@ -118,6 +118,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
+    if args.portfolio:
+        from agents.cli.portfolio_backtest import cmd_backtest_portfolio
+
+        return cmd_backtest_portfolio(args)
     from agents.pipelines.backtest_policies import has_known_rule
     from gpu_trading_env.reports.backtest import exposure_policy
 

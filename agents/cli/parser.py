@@ -327,8 +327,18 @@ def _add_backtest(
         "buy_and_hold: a constant exposure (default: planted on the built-in market, "
         "buy_and_hold on --data files)",
     )
-    b.add_argument("--exposure", type=float, default=1.0, help="exposure of the rule, in [-1, 1]")
+    b.add_argument(
+        "--exposure",
+        type=float,
+        default=1.0,
+        help="exposure of the rule, in [-1, 1]; with --portfolio one of the env's exposure levels",
+    )
     b.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
+    _portfolio_options(
+        b,
+        "backtest --rule buy_and_hold in every instrument of --data (one file each) through the "
+        "portfolio env, beside flat and equal-weight buy-and-hold (default: one instrument)",
+    )
 
 
 def _add_sweep(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
