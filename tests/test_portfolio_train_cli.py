@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from random_bars import write_daily_bar_csv
 
@@ -179,4 +180,110 @@ def test_backtest_portfolio_refuses_single_instrument_options(
     three_files, extra, message, capsys
 ) -> None:
     argv = ["backtest", "--data", *three_files, "--portfolio", *extra]
+    assert message in _error(argv, capsys)
+
+
+@pytest.mark.parametrize(
+    ("n", "folds", "train_bars", "test_bars", "rolling"),
+    [(1000, 6, None, None, False), (1000, 4, 300, None, True), (777, 3, 200, 150, False)],
+)
+def test_portfolio_folds_are_the_single_walkforwards_windows(
+    n, folds, train_bars, test_bars, rolling
+) -> None:
+    from agents.pipelines.portfolio_walkforward import portfolio_folds
+    from gpu_trading_env.data.market_data import MarketData
+    from gpu_trading_env.data.splits import walk_forward_ranges
+
+    one = MarketData.synthetic("gbm", n_bars=n, seed=0)
+    if test_bars is None and train_bars is None:
+        from agents.cli.walkforward import default_test_bars
+
+        expected_test = default_test_bars(one.n_bars, folds)
+    else:
+        expected_test = test_bars
+    single = walk_forward_ranges(one, folds, train_bars, expected_test, expanding=not rolling)
+    ours = portfolio_folds(one.n_bars, folds, train_bars, test_bars, rolling)
+    assert [(f.train_start, f.test_start, f.test_stop) for f in ours] == [
+        (train[0][1], test[0][1], test[0][2]) for train, test in single
+    ]
+
+
+def test_stitched_path_chains_the_folds_with_a_flat_step_between() -> None:
+    import numpy as np
+
+    from agents.pipelines.portfolio_backtest import PortfolioBacktest
+    from agents.pipelines.portfolio_walkforward import stitch_backtests
+
+    def piece(start, stop, growth):
+        t = stop - start - 1
+        stamps = np.arange(start, stop).astype("datetime64[D]").astype("datetime64[ns]")
+        return PortfolioBacktest(
+            equity=growth ** np.arange(t + 1),
+            levels=np.full((t, 2), 2),
+            positions=np.ones((t, 2)),
+            weights=np.full((t, 2), 0.5),
+            costs=np.full((t, 2), 0.1),
+            timestamps=stamps,
+            instruments=("A", "B"),
+            start=start,
+            stop=stop,
+            per_year=252.0,
+        )
+
+    a, b = piece(10, 15, 1.01), piece(15, 19, 0.99)
+    st = stitch_backtests([a, b], level=1, per_year=252.0)
+    assert (st.start, st.stop, st.n_bars) == (10, 19, 8)
+    np.testing.assert_allclose(
+        st.equity, np.r_[1.01 ** np.arange(5), 1.01**4 * 0.99 ** np.arange(4)]
+    )
+    assert st.returns[4] == 0.0  # the step between the two test windows is flat
+    np.testing.assert_array_equal(st.levels[4], [1, 1])
+    assert st.costs[4].sum() == 0.0 and st.costs.sum() == pytest.approx(0.1 * 2 * 7)
+    assert st.timestamps.size == st.equity.size == 9
+    with pytest.raises(ValueError, match="not consecutive"):
+        stitch_backtests([a, piece(16, 19, 1.0)], level=1, per_year=252.0)
+
+
+def test_walkforward_portfolio_reports_each_folds_kept_policy(tmp_path, capsys) -> None:
+    n = WARMUP_BARS + 600
+    files = [str(write_daily_bar_csv(tmp_path / f"{s}.csv", n, seed=i)) for i, s in enumerate("AB")]
+    out = tmp_path / "wf"
+    argv = ["walkforward", "--data", *files, "--portfolio", "--all-inputs", "--folds", "2"]
+    argv += ["--seeds", "0", "1", "--out", str(out), *TINY]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    kept = sum(
+        r["kept"] == "network"
+        for f in json.loads((out / "metrics.json").read_text())["folds"]
+        for r in f["runs"]
+    )
+    verdict = (
+        "verdict: no edge found: flat in all 4" if kept == 0 else f"network kept in {kept} of 4"
+    )
+    assert printed.count("fold ") >= 4 and verdict in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["kind"] == "portfolio_walkforward" and metrics["seeds"] == [0, 1]
+    folds = metrics["folds"]
+    assert len(folds) == 2 and folds[0]["test"][1] == folds[1]["test"][0]
+    for fold in folds:
+        assert [r["seed"] for r in fold["runs"]] == [0, 1]
+        for run in fold["runs"]:
+            assert run["kept"] in ("network", "flat") and run["reason"].startswith(run["kept"])
+    for seed in ("0", "1"):
+        chained = np.prod([1 + f["runs"][int(seed)]["test"]["total_return"] for f in folds])
+        assert metrics["stitched"][seed]["total_return"] == pytest.approx(chained - 1, rel=1e-9)
+    page = (out / "index.html").read_text()
+    assert page.index("Verdict: ") < page.index("Fold 1 (test ")
+    assert "equal-weight buy and hold" in page
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--warm-start"], "--warm-start is invalid with walkforward --portfolio"),
+        (["--folds", "400"], "too few for 400 folds"),
+    ],
+)
+def test_walkforward_portfolio_refuses_bad_options(three_files, extra, message, capsys) -> None:
+    argv = ["walkforward", "--data", *three_files, "--portfolio", *extra]
     assert message in _error(argv, capsys)

@@ -281,6 +281,12 @@ def _add_walkforward(
         help="start each fold from the previous fold's model (default: from scratch)",
     )
     w.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
+    _portfolio_options(
+        w,
+        "train --portfolio on each fold of the instruments of --data (one file each), the "
+        "test windows stitched beside flat and equal-weight buy-and-hold (default: one "
+        "instrument)",
+    )
 
 
 def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:

@@ -236,6 +236,10 @@ def _print_summary(
 
 def cmd_walkforward(args: argparse.Namespace) -> int:
     """``walkforward``: train and test every fold and seed, write the stitched report; exit 0."""
+    if args.portfolio:
+        from agents.cli.portfolio_walkforward import cmd_walkforward_portfolio
+
+        return cmd_walkforward_portfolio(args)
     from agents.pipelines.walkforward import walk_forward
     from gpu_trading_env.reports.report import write_html, write_json
 
