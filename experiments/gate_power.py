@@ -20,7 +20,8 @@ from agents.pipelines.baseline_policies import GATE_LEVEL
 from agents.pipelines.zoo import MARKETS_BY_NAME, ZooBudget, market_data, train_args
 from gpu_trading_env.data.synthetic import planted_rule_exposure
 from gpu_trading_env.reports.backtest import backtest, exposure_policy
-from gpu_trading_env.reports.metrics import bars_per_year, best_sharpe_reality_check
+from gpu_trading_env.reports.metrics import bars_per_year
+from gpu_trading_env.reports.significance import best_sharpe_reality_check
 
 WINDOWS = (3_200, 6_400, 12_800)
 

@@ -107,7 +107,7 @@ def test_the_cli_prints_one_line_for_a_bad_file(tmp_path, monkeypatch, capsys) -
 
 def test_the_wald_test_of_a_constant_series_is_no_evidence() -> None:
     # --all-inputs tests the features' slopes on the next return with the same regression.
-    from gpu_trading_env.reports.metrics import regression_slopes_test
+    from gpu_trading_env.reports.significance import regression_slopes_test
 
     x = np.random.default_rng(2).normal(size=(200, 3))
     test = regression_slopes_test(x, np.zeros(200))

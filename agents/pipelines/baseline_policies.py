@@ -8,7 +8,7 @@ best policy that has nothing to fit:
 
 1. **The baseline** is chosen on the whole training window (fit and validation bars): hold long
    where holding beats staying flat there (the circular block bootstrap of the Sharpe
-   difference, :func:`gpu_trading_env.reports.metrics.sharpe_difference_interval`, lower bound
+   difference, :func:`gpu_trading_env.reports.significance.sharpe_difference_interval`, lower bound
    of the two-sided ``GATE_LEVEL`` interval above zero) **and** in each of its ``HOLD_PARTS``
    consecutive parts (one-sided at ``HOLD_PART_LEVEL``); hold short where all are worse; flat
    otherwise. A drift that flips sign, or that one stretch of the training bars carries, is no
@@ -18,7 +18,7 @@ best policy that has nothing to fit:
    training bars; ``train`` deploys the baseline without training one.
 3. **The network** (the snapshot best on validation) is deployed where, on the validation
    window, its Sharpe beats flat's (zero) by White's reality check over every snapshot it was
-   chosen from (:func:`gpu_trading_env.reports.metrics.best_sharpe_reality_check`, the lower
+   chosen from (:func:`gpu_trading_env.reports.significance.best_sharpe_reality_check`, the lower
    bound of its ``GATE_LEVEL`` interval above zero: "significant"); where the baseline is a
    hold, its Sharpe minus the hold's has the lower bound of its ``GATE_LEVEL`` interval above
    zero too (a network replaces a hold only where it beats the hold, not only flat); and its
@@ -46,10 +46,10 @@ import numpy as np
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult, backtest, exposure_policy
-from gpu_trading_env.reports.metrics import (
+from gpu_trading_env.reports.metrics import sharpe
+from gpu_trading_env.reports.significance import (
     best_sharpe_reality_check,
     regression_slopes_test,
-    sharpe,
     sharpe_difference_interval,
 )
 
@@ -214,7 +214,7 @@ def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> Ba
 def features_predict_returns(train: MarketData) -> dict[str, float] | None:
     """Step 4's test on the training window: the robust Wald test that the regression of each
     bar's next log return (close to close, within its instrument) on that bar's features has no
-    slope (:func:`gpu_trading_env.reports.metrics.regression_slopes_test`): ``{"statistic",
+    slope (:func:`gpu_trading_env.reports.significance.regression_slopes_test`): ``{"statistic",
     "df", "p_value", "bars"}``; None where the window has too few bars for the regression
     (at most two per feature: the test would say nothing), and step 4 is not taken."""
     features, next_returns = train.features_and_next_returns()

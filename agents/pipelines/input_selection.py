@@ -51,7 +51,7 @@ from gpu_trading_env.data.regime_filter import (
     fit_regime_model,
     predicted_regimes,
 )
-from gpu_trading_env.reports.metrics import regression_slopes_test
+from gpu_trading_env.reports.significance import regression_slopes_test
 
 __all__ = [
     "MIN_REGIME_BARS",

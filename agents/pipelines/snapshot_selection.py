@@ -16,7 +16,8 @@ from agents.pipelines.train_config import TrainSettings
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult
-from gpu_trading_env.reports.metrics import sharpe, sharpe_difference_interval
+from gpu_trading_env.reports.metrics import sharpe
+from gpu_trading_env.reports.significance import sharpe_difference_interval
 
 if TYPE_CHECKING:
     from gpu_trading_env.reports.sharpe_inference import DeflatedSharpe

@@ -33,7 +33,8 @@ from gpu_trading_env.reports.backtest import (
     BacktestResult,
     backtest,
 )
-from gpu_trading_env.reports.metrics import curve_metrics, sharpe_difference_interval
+from gpu_trading_env.reports.metrics import curve_metrics
+from gpu_trading_env.reports.significance import sharpe_difference_interval
 
 __all__ = ["StitchedCurves", "WalkForwardFold", "WalkForwardResult", "walk_forward"]
 

@@ -400,7 +400,7 @@ def _judged_run(
     flat, buy-and-hold and the chosen baseline, with their intervals, and the run's records."""
     from agents.pipelines.baseline_policies import baseline_backtest, baseline_config
     from gpu_trading_env.reports.backtest import backtest, exposure_policy
-    from gpu_trading_env.reports.metrics import sharpe_difference_interval
+    from gpu_trading_env.reports.significance import sharpe_difference_interval
 
     agent = run.test
     # Flat and buy-and-hold as references act as train's baselines do (no barrier, equity sized).
