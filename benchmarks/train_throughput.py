@@ -202,7 +202,7 @@ def bench_portfolio_learn(
 def bench_sb3_cpu(data: MarketData, timesteps: int, num_envs: int, batch_size: int) -> dict:
     from stable_baselines3 import DQN
 
-    from gpu_trading_env.wrappers import SB3VecEnv
+    from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
     th.set_num_threads(2)  # the reference is a 2-core machine
     env = SB3VecEnv(TradingVectorEnv(num_envs=num_envs, device="cpu", data=data))

@@ -14,7 +14,7 @@ import gymnasium as gym
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import PrioritizedDQN, PrioritizedReplayBuffer
-from gpu_trading_env.wrappers import SB3VecEnv
+from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--num-envs", type=int, default=8)

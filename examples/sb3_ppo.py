@@ -13,7 +13,7 @@ import gymnasium as gym
 from stable_baselines3 import PPO
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
-from gpu_trading_env.wrappers import SB3VecEnv
+from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--num-envs", type=int, default=16)

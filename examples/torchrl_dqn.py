@@ -16,7 +16,7 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer
 from torchrl.modules import MLP, EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, SoftUpdate
 
-from gpu_trading_env.torchrl_env import make_torchrl_env
+from gpu_trading_env.integrations.torchrl_env import make_torchrl_env
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--device", default="cpu")

@@ -16,7 +16,7 @@ import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.env_setup import reset_options, resolve_config
-from gpu_trading_env.library_callers import refuse_torchrl_async_by_id
+from gpu_trading_env.library_checks import refuse_torchrl_async_by_id
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 

@@ -35,7 +35,7 @@ from gpu_trading_env.env_setup import (
     resolve_data,
     seed_keys,
 )
-from gpu_trading_env.library_callers import warn_if_skrl_steps_next_step
+from gpu_trading_env.library_checks import warn_if_skrl_steps_next_step
 from gpu_trading_env.output_pool import OutputPool, OutputSet, storage_use_count
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")

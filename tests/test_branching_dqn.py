@@ -328,7 +328,7 @@ def test_learns_each_branch_best_action_on_the_sign_bandit() -> None:
 def test_sb3_vec_env_passes_multidiscrete_actions_through() -> None:
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-    from gpu_trading_env.wrappers import SB3VecEnv
+    from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
     venv = SyncVectorEnv([SignBandit for _ in range(3)], autoreset_mode=AutoresetMode.SAME_STEP)
     env = SB3VecEnv(venv)

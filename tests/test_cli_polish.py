@@ -251,7 +251,7 @@ def test_an_old_gymnasium_gives_one_message_naming_rays_pin(tmp_path):
     root = Path(__file__).parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
     run = subprocess.run(
-        [sys.executable, "-c", "import gpu_trading_env.rllib_env"],
+        [sys.executable, "-c", "import gpu_trading_env.integrations.rllib_env"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode != 0

@@ -33,7 +33,7 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
     import torch as th
 
     from agents.rollouts.fused import FusedRollout
-    from gpu_trading_env.wrappers import SB3VecEnv
+    from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
     data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=4)
     kw = dict(

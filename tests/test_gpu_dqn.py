@@ -21,7 +21,7 @@ from agents import CuriosityModel, DuelingDQNPolicy, GpuDQN, PrioritizedReplayBu
 from agents.algorithm.policies import DuelingQNetwork
 from gpu_trading_env import TradingVectorEnv
 from gpu_trading_env.core.config import action_table
-from gpu_trading_env.wrappers import SB3VecEnv
+from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

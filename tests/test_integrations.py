@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from gpu_trading_env import TradingEnv, TradingVectorEnv
-from gpu_trading_env.wrappers import SB3VecEnv
+from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 EP_LEN = 12
@@ -310,7 +310,7 @@ def test_plain_id_is_unknown_in_a_fresh_process_and_the_rllib_registration() -> 
     stdout = _run_in_a_fresh_process(code)
     assert stdout.split() == ["NameNotFound"]
 
-    from gpu_trading_env.rllib_env import rllib_env_creator
+    from gpu_trading_env.integrations.rllib_env import rllib_env_creator
 
     class EnvContext(dict):  # RLlib's: a dict with the runner's indices as attributes
         worker_index = 1
@@ -331,7 +331,7 @@ def test_plain_id_is_unknown_in_a_fresh_process_and_the_rllib_registration() -> 
 def test_register_rllib_env(monkeypatch) -> None:
     import types
 
-    from gpu_trading_env.rllib_env import register_rllib_env, rllib_env_creator
+    from gpu_trading_env.integrations.rllib_env import register_rllib_env, rllib_env_creator
 
     try:
         import ray.tune.registry  # noqa: F401
@@ -634,7 +634,7 @@ def test_torchrl_gym_wrapper_collector(one_torch_thread) -> None:
     from torchrl.collectors import Collector
     from torchrl.envs.utils import check_env_specs
 
-    from gpu_trading_env.torchrl_env import make_torchrl_env
+    from gpu_trading_env.integrations.torchrl_env import make_torchrl_env
 
     env = make_torchrl_env(num_envs=N, episode_length=EP_LEN)
     check_env_specs(env)
@@ -652,7 +652,7 @@ def test_torchrl_make_torchrl_env_data_equals_a_plain_env(one_torch_thread) -> N
     pytest.importorskip("torchrl")
     from torchrl.collectors import Collector
 
-    from gpu_trading_env.torchrl_env import make_torchrl_env
+    from gpu_trading_env.integrations.torchrl_env import make_torchrl_env
 
     env = make_torchrl_env(num_envs=N, episode_length=EP_LEN)
     env.set_seed(5)
@@ -787,7 +787,7 @@ def test_skrl_dqn_stores_the_true_final_observations(one_torch_thread) -> None:
     from skrl.agents.torch.dqn import DQN
     from skrl.trainers.torch import SequentialTrainer
 
-    from gpu_trading_env.skrl_env import make_skrl_env, with_final_observations
+    from gpu_trading_env.integrations.skrl_env import make_skrl_env, with_final_observations
 
     timesteps = 300
     env = make_skrl_env(num_envs=N, episode_length=8)
@@ -835,7 +835,7 @@ def test_skrl_warns_when_it_resets_a_next_step_env(one_torch_thread) -> None:
 
 def test_make_skrl_env_switches_or_refuses() -> None:
     pytest.importorskip("skrl")
-    from gpu_trading_env.skrl_env import make_skrl_env
+    from gpu_trading_env.integrations.skrl_env import make_skrl_env
 
     stats = gym.wrappers.vector.RecordEpisodeStatistics(make(N))
     env = make_skrl_env(stats)
@@ -849,7 +849,7 @@ def test_make_skrl_env_switches_or_refuses() -> None:
 
 
 def test_skrl_final_observations_need_same_step() -> None:
-    from gpu_trading_env.skrl_env import final_next_observations
+    from gpu_trading_env.integrations.skrl_env import final_next_observations
 
     nxt = torch.zeros(2, 3)
     done = torch.tensor([[True], [False]])
@@ -899,3 +899,38 @@ def test_cleanrl_style_loop_data_equals_a_plain_env() -> None:
     chain = ~data["done"][:-1]
     np.testing.assert_array_equal(data["next_obs"][:-1][chain], data["obs"][1:][chain])
     assert len(returns) == int(ref["done"].sum()) >= N * 8
+
+
+# ------------------------------------------------------------------ the old module paths
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("gpu_trading_env.skrl_env", "gpu_trading_env.integrations.skrl_env"),
+        ("gpu_trading_env.torchrl_env", "gpu_trading_env.integrations.torchrl_env"),
+        ("gpu_trading_env.rllib_env", "gpu_trading_env.integrations.rllib_env"),
+        ("gpu_trading_env.library_callers", "gpu_trading_env.library_checks"),
+    ],
+)
+def test_an_old_module_path_is_the_new_module_with_a_deprecation_warning(
+    old: str, new: str, monkeypatch
+) -> None:
+    import importlib
+
+    monkeypatch.delitem(sys.modules, old, raising=False)  # imported before: import it anew
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+
+
+def test_the_old_wrappers_path_gives_the_adapters_objects(monkeypatch) -> None:
+    from gpu_trading_env.integrations import mode_switch
+
+    monkeypatch.delitem(sys.modules, "gpu_trading_env.wrappers", raising=False)
+    with pytest.warns(DeprecationWarning, match=r"SB3VecEnv from gpu_trading_env\.integrations"):
+        from gpu_trading_env.wrappers import SB3VecEnv as OldSB3VecEnv
+        from gpu_trading_env.wrappers import env_or_build, switch_to_same_step
+    assert OldSB3VecEnv is SB3VecEnv
+    assert (env_or_build, switch_to_same_step) == (
+        mode_switch.env_or_build,
+        mode_switch.switch_to_same_step,
+    )

@@ -490,7 +490,7 @@ def test_components_and_episode_costs_add_up() -> None:
 
 
 def test_sb3_vec_env_runs_the_portfolio() -> None:
-    from gpu_trading_env.wrappers import SB3VecEnv
+    from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
     data = MarketData.synthetic("gbm", n_bars=200, n_instruments=3, seed=0)
     venv = gym.make_vec("GpuPortfolio-v0", num_envs=4, device="cpu", data=data, episode_length=5)

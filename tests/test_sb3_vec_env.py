@@ -11,7 +11,7 @@ from stable_baselines3.common.env_checker import check_env
 from stable_baselines3.common.monitor import Monitor
 
 from gpu_trading_env import TradingEnv, TradingVectorEnv
-from gpu_trading_env.wrappers import SB3VecEnv
+from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
 N = 8
 EPISODE_LENGTH = 64
@@ -68,15 +68,15 @@ def test_step_outputs_are_numpy_copies(venv: SB3VecEnv) -> None:
 def test_step_arrays_shared_mask_is_read_once_per_step(monkeypatch) -> None:
     """The four step arrays share one ``_key`` mask: the adapter reads it once per step (on a
     GPU each read is a device-to-host copy), not once per key."""
-    import gpu_trading_env.wrappers as wrappers
+    import gpu_trading_env.integrations.sb3_vec_env as sb3_vec_env
 
     env = TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="same_step")
     venv = SB3VecEnv(env)
     venv.reset()
     mask = env.step(np.zeros(N, dtype=np.int64))[4]["_position"]
     reads = []
-    real = wrappers.to_numpy
-    monkeypatch.setattr(wrappers, "to_numpy", lambda a: reads.append(a is mask) or real(a))
+    real = sb3_vec_env.to_numpy
+    monkeypatch.setattr(sb3_vec_env, "to_numpy", lambda a: reads.append(a is mask) or real(a))
     infos = venv.step(np.zeros(N, dtype=np.int64))[3]
     assert sum(reads) == 1
     assert all("position" in row and "barrier_label" in row for row in infos)

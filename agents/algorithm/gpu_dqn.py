@@ -2,10 +2,10 @@
 targets, per-env epsilon-greedy exploration, curiosity training and a fused GPU rollout path.
 
 It takes a :class:`~gpu_trading_env.TradingVectorEnv` (``gym.make_vec("GpuTrading-v0", ...)``)
-as its env and wraps it in :class:`~gpu_trading_env.wrappers.SB3VecEnv`; any SB3 ``VecEnv`` or
-Gymnasium env works too. On a CUDA trading env ``collect_rollouts`` hands the step loop to
-``agents.rollouts.fused.FusedRollout`` (acting, stepping and storing on the device); elsewhere SB3's
-own loop runs through the adapter.
+as its env and wraps it in :class:`~gpu_trading_env.integrations.sb3_vec_env.SB3VecEnv`; any SB3
+``VecEnv`` or Gymnasium env works too. On a CUDA trading env ``collect_rollouts`` hands the step
+loop to ``agents.rollouts.fused.FusedRollout`` (acting, stepping and storing on the device);
+elsewhere SB3's own loop runs through the adapter.
 
 This module holds the algorithm: its options, acting, the rollout and train-step dispatch, and
 the eager gradient step. The rest lives beside it: the target and loss in ``agents.algorithm.dqn_loss``,
@@ -64,9 +64,9 @@ from agents.algorithm.target_update import TargetNetworkUpdate
 from agents.replay.device_buffer import DeviceReplayBuffer
 from agents.rollouts.selection import build_rollout
 from gpu_runtime.precision import PrecisionSetting, check_precision, resolve_precision
+from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
-from gpu_trading_env.wrappers import SB3VecEnv
 
 __all__ = ["GpuDQN"]
 
@@ -124,8 +124,8 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
 
     - ``env`` may be a Gymnasium ``VectorEnv`` such as
       ``gym.make_vec("GpuTrading-v0", num_envs=N, device=...)``; it is wrapped in
-      :class:`~gpu_trading_env.wrappers.SB3VecEnv` and the raw trading env is kept as
-      ``self.trading_env`` (``None`` for other envs). SB3's ``evaluate_policy`` and
+      :class:`~gpu_trading_env.integrations.sb3_vec_env.SB3VecEnv` and the raw trading env is
+      kept as ``self.trading_env`` (``None`` for other envs). SB3's ``evaluate_policy`` and
       ``EvalCallback`` take such an env through :meth:`make_eval_env`.
     - ``replay_buffer_class`` defaults to :class:`~agents.PrioritizedReplayBuffer` with
       ``alpha=0.6, beta=0.4, epsilon=1e-6`` (override through ``replay_buffer_kwargs``); beta is

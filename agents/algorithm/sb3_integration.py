@@ -1,7 +1,7 @@
 """Where :class:`~agents.GpuDQN` meets Stable-Baselines3's env wrapping and its files.
 
 - :func:`wrap_env`: SB3's wrapping, with a Gymnasium ``VectorEnv`` put in
-  :class:`~gpu_trading_env.wrappers.SB3VecEnv` first;
+  :class:`~gpu_trading_env.integrations.sb3_vec_env.SB3VecEnv` first;
 - :func:`make_eval_env`: the same for the env of SB3's ``evaluate_policy`` and ``EvalCallback``;
 - :func:`find_trading_env`: the raw :class:`~gpu_trading_env.TradingVectorEnv` under SB3's
   wrappers and the adapter, which the fused rollout and the curiosity weights talk to;
@@ -17,9 +17,9 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
+from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
-from gpu_trading_env.wrappers import SB3VecEnv
 
 __all__ = ["find_portfolio_env", "find_trading_env", "make_eval_env", "wrap_env"]
 

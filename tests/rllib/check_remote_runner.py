@@ -14,7 +14,7 @@ the package), then one PPO iteration with the plain id after ``register_rllib_en
 import ray
 from ray.rllib.algorithms.ppo import PPOConfig
 
-from gpu_trading_env.rllib_env import register_rllib_env
+from gpu_trading_env.integrations.rllib_env import register_rllib_env
 
 
 def build_ppo():

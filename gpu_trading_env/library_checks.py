@@ -1,0 +1,92 @@
+"""Checks of the RL library that builds or resets the env, for the paths known to store wrong data.
+
+Some libraries drive the env in a way the env cannot see from its own arguments: TorchRL's
+``GymEnv(id, num_envs=N)`` vectorises single envs itself, and skrl's wrapper takes every step of a
+``NEXT_STEP`` vector env as a transition. These functions look at their callers (a bounded walk
+up the Python stack, only on construction or reset, never per step) and refuse or warn with the
+cause and the way that works. The env runs them itself, so they sit beside the env's shells (the
+adapters of :mod:`gpu_trading_env.integrations` are above them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any
+
+from gymnasium.vector import AutoresetMode
+
+__all__ = ["refuse_torchrl_async_by_id", "warn_if_skrl_steps_next_step"]
+
+# Frames between the env and the library's code: gym.make and its env creator, or Gymnasium
+# vector wrappers, sit in between (a few frames each); the bound keeps a check O(1).
+_MAX_CALLER_DEPTH = 32
+
+
+def refuse_torchrl_async_by_id() -> None:
+    """Raise if the calling env is being built by TorchRL's ``GymEnv(id, num_envs=N)``, N > 0.
+
+    TorchRL (0.14) vectorises an env id by ``gymnasium.vector.AsyncVectorEnv`` of single envs,
+    built in Gymnasium's default ``NEXT_STEP`` autoreset mode, but its ``VecGymEnvTransform``
+    reads the batch as ``SAME_STEP`` (CartPole-v1 shows the same): every
+    ``("next", "observation")`` at a done would be zeros (no ``final_obs`` in the info) and the
+    reset step after each done would be kept as a transition with reward 0. The single env
+    cannot see that vector env, so this looks at its callers instead: TorchRL's
+    ``GymEnv._build_env`` with ``num_envs > 0`` builds one env in the main process first.
+
+    :raises RuntimeError: Naming the cause and
+        :func:`~gpu_trading_env.integrations.torchrl_env.make_torchrl_env`, the way that works.
+    """
+    here = inspect.currentframe()  # None where the interpreter keeps no frames
+    frame = here.f_back if here is not None else None
+    for _ in range(_MAX_CALLER_DEPTH):
+        if frame is None:
+            return
+        if (
+            frame.f_code.co_name == "_build_env"
+            and frame.f_globals.get("__name__") == "torchrl.envs.libs.gym"
+            and isinstance(frame.f_locals.get("num_envs"), int)
+            and frame.f_locals["num_envs"] > 0
+        ):
+            n = frame.f_locals["num_envs"]
+            raise RuntimeError(
+                f"GymEnv('GpuTrading-v0', num_envs={n}) is refused: TorchRL builds a gymnasium "
+                "AsyncVectorEnv of single envs in NEXT_STEP autoreset mode and reads it as "
+                "SAME_STEP, so every ('next', 'observation') at a done would be zeros and the "
+                "reset step after each done would be stored as a transition with reward 0. "
+                "Use gpu_trading_env.integrations.torchrl_env.make_torchrl_env("
+                f"num_envs={n}, ...) (one vector env in DISABLED mode; TorchRL resets ended "
+                "envs), or GymEnv('GpuTrading-v0') for a single env"
+            )
+        frame = frame.f_back
+
+
+def warn_if_skrl_steps_next_step(env: Any) -> None:
+    """Warn when skrl resets ``env`` in ``NEXT_STEP`` mode (called by ``env.reset``).
+
+    skrl's wrapper resets a vector env once and then takes every step's output as a transition,
+    so in ``NEXT_STEP`` each episode end adds one transition from the last observation to the
+    next episode's first, with reward 0. Only in ``NEXT_STEP`` mode are the callers looked at.
+
+    :param env: the :class:`~gpu_trading_env.TradingVectorEnv` being reset.
+    """
+    if env.autoreset_mode != AutoresetMode.NEXT_STEP:
+        return
+    here = inspect.currentframe()  # None where the interpreter keeps no frames
+    frame = here.f_back if here is not None else None
+    for _ in range(_MAX_CALLER_DEPTH):
+        if frame is None:
+            return
+        if str(frame.f_globals.get("__name__", "")).startswith("skrl.envs.wrappers"):
+            warnings.warn(
+                "skrl is resetting a GpuTrading vector env in NEXT_STEP autoreset mode: skrl "
+                "stores the reset step after every episode end as a transition (last "
+                "observation -> next episode's first, reward 0). Build it with "
+                "gpu_trading_env.integrations.skrl_env.make_skrl_env(...) (SAME_STEP), with agents from "
+                "with_final_observations(AgentClass) for DQN/DDQN (and PPO's "
+                "time_limit_bootstrap)",
+                UserWarning,
+                stacklevel=2,
+            )
+            return
+        frame = frame.f_back
