@@ -2,7 +2,9 @@
 :mod:`gpu_trading_env.library_checks`.
 
 ``gpu_trading_env.library_callers`` still resolves, with a ``DeprecationWarning``, to that very
-module (so patching either name patches both).
+module (so patching either name patches both). Its skrl check is now
+``warn_if_skrl_is_loaded``, which asks whether skrl's wrapper is loaded instead of walking the
+stack at every reset.
 """
 
 import sys

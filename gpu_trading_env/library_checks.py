@@ -2,25 +2,32 @@
 
 Some libraries drive the env in a way the env cannot see from its own arguments: TorchRL's
 ``GymEnv(id, num_envs=N)`` vectorises single envs itself, and skrl's wrapper takes every step of a
-``NEXT_STEP`` vector env as a transition. These functions look at their callers (a bounded walk
-up the Python stack, only on construction or reset, never per step) and refuse or warn with the
-cause and the way that works. The env runs them itself, so they sit beside the env's shells (the
-adapters of :mod:`gpu_trading_env.integrations` are above them).
+``NEXT_STEP`` vector env as a transition. The env runs these checks itself, so they sit beside
+the env's shells (the adapters of :mod:`gpu_trading_env.integrations` are above them): the TorchRL
+one looks at the callers when a single env is built (a bounded walk up the Python stack); the
+skrl one, at a vector env's reset, only asks whether skrl's Gymnasium wrapper is loaded.
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
 import warnings
 from typing import Any
 
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["refuse_torchrl_async_by_id", "warn_if_skrl_steps_next_step"]
+__all__ = ["refuse_torchrl_async_by_id", "warn_if_skrl_is_loaded"]
 
 # Frames between the env and the library's code: gym.make and its env creator, or Gymnasium
 # vector wrappers, sit in between (a few frames each); the bound keeps a check O(1).
 _MAX_CALLER_DEPTH = 32
+
+# The modules of skrl's Gymnasium wrapper (torch, JAX, Warp), which wrap_env imports to wrap a
+# Gymnasium env: loaded means it may drive this one.
+_SKRL_GYMNASIUM_WRAPPERS = tuple(
+    f"skrl.envs.wrappers.{framework}.gymnasium_envs" for framework in ("torch", "jax", "warp")
+)
 
 
 def refuse_torchrl_async_by_id() -> None:
@@ -61,32 +68,30 @@ def refuse_torchrl_async_by_id() -> None:
         frame = frame.f_back
 
 
-def warn_if_skrl_steps_next_step(env: Any) -> None:
-    """Warn when skrl resets ``env`` in ``NEXT_STEP`` mode (called by ``env.reset``).
+def warn_if_skrl_is_loaded(env: Any) -> bool:
+    """Warn when skrl's Gymnasium wrapper is loaded and ``env`` resets in ``NEXT_STEP`` mode.
 
     skrl's wrapper resets a vector env once and then takes every step's output as a transition,
     so in ``NEXT_STEP`` each episode end adds one transition from the last observation to the
-    next episode's first, with reward 0. Only in ``NEXT_STEP`` mode are the callers looked at.
+    next episode's first, with reward 0. Whether skrl drives this env is not known without a
+    look at the callers, which a reset does not take: the warning says "if". ``env.reset``
+    calls this until it returns True, so each env warns once.
 
     :param env: the :class:`~gpu_trading_env.TradingVectorEnv` being reset.
+    :return: True when it warned.
     """
     if env.autoreset_mode != AutoresetMode.NEXT_STEP:
-        return
-    here = inspect.currentframe()  # None where the interpreter keeps no frames
-    frame = here.f_back if here is not None else None
-    for _ in range(_MAX_CALLER_DEPTH):
-        if frame is None:
-            return
-        if str(frame.f_globals.get("__name__", "")).startswith("skrl.envs.wrappers"):
-            warnings.warn(
-                "skrl is resetting a GpuTrading vector env in NEXT_STEP autoreset mode: skrl "
-                "stores the reset step after every episode end as a transition (last "
-                "observation -> next episode's first, reward 0). Build it with "
-                "gpu_trading_env.integrations.skrl_env.make_skrl_env(...) (SAME_STEP), with agents from "
-                "with_final_observations(AgentClass) for DQN/DDQN (and PPO's "
-                "time_limit_bootstrap)",
-                UserWarning,
-                stacklevel=2,
-            )
-            return
-        frame = frame.f_back
+        return False
+    if not any(name in sys.modules for name in _SKRL_GYMNASIUM_WRAPPERS):
+        return False
+    warnings.warn(
+        "skrl's Gymnasium wrapper is loaded and this GpuTrading vector env resets in NEXT_STEP "
+        "autoreset mode: if skrl's wrapper drives it, skrl stores the reset step after every "
+        "episode end as a transition (last observation -> next episode's first, reward 0). "
+        "Use gpu_trading_env.integrations.skrl_env.make_skrl_env(...) (SAME_STEP), with agents "
+        "from with_final_observations(AgentClass) for DQN/DDQN (and PPO's "
+        "time_limit_bootstrap); an env not driven by skrl can ignore this warning",
+        UserWarning,
+        stacklevel=3,
+    )
+    return True

@@ -35,7 +35,7 @@ from gpu_trading_env.env_setup import (
     resolve_data,
     seed_keys,
 )
-from gpu_trading_env.library_checks import warn_if_skrl_steps_next_step
+from gpu_trading_env.library_checks import warn_if_skrl_is_loaded
 from gpu_trading_env.output_pool import OutputPool, OutputSet, storage_use_count
 
 ARRAY_TYPES = ("numpy", "torch", "cupy")
@@ -149,6 +149,7 @@ class TradingVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._seeded = False
         self._needs_reset = True
+        self._skrl_warned = False  # see library_checks.warn_if_skrl_is_loaded
         self._views: dict[int, dict[str, Any]] = {}
         self._infos: dict[int, dict[str, Any]] = {}
         # Owned outputs: reused blocks (see output_pool.py); torch needs the storage use count.
@@ -176,7 +177,8 @@ class TradingVectorEnv(VectorEnv):
                 for another shape or an all-False mask.
         """
         self._check_open("reset")
-        warn_if_skrl_steps_next_step(self)  # skrl would store the NEXT_STEP reset steps
+        if not self._skrl_warned:  # skrl would store the NEXT_STEP reset steps
+            self._skrl_warned = warn_if_skrl_is_loaded(self)
         options = reset_options(options)
         n = self.num_envs
         mask = self._host_mask(options.get("reset_mask"))

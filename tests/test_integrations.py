@@ -824,13 +824,51 @@ def test_skrl_warns_when_it_resets_a_next_step_env(one_torch_thread) -> None:
     pytest.importorskip("skrl")
     from skrl.envs.wrappers.torch import wrap_env
 
-    env = wrap_env(make(N), wrapper="gymnasium")  # Gymnasium's default mode: NEXT_STEP
-    with pytest.warns(UserWarning, match=r"NEXT_STEP.*make_skrl_env"):
+    raw = make(N)  # Gymnasium's default mode: NEXT_STEP
+    env = wrap_env(raw, wrapper="gymnasium")
+    with pytest.warns(
+        UserWarning, match=r"skrl's Gymnasium wrapper is loaded.*NEXT_STEP.*make_skrl_env"
+    ):
         env.reset()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        raw.reset()  # once per env
         wrap_env(make(N, autoreset_mode="same_step"), wrapper="gymnasium").reset()
-        make(N).reset()  # not under skrl: no warning
+
+
+def test_next_step_resets_warn_once_while_skrls_wrapper_is_loaded(monkeypatch) -> None:
+    """The reset's check is a look-up in ``sys.modules``, not a walk up the stack: without skrl's
+    wrapper loaded it is silent, once it is loaded each NEXT_STEP env warns at its next reset."""
+    import inspect
+    import types
+
+    from gpu_trading_env import library_checks
+
+    for name in library_checks._SKRL_GYMNASIUM_WRAPPERS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    def no_walk(*args):
+        raise AssertionError("reset looked at the stack")
+
+    monkeypatch.setattr(inspect, "currentframe", no_walk)
+    monkeypatch.setattr(inspect, "stack", no_walk)
+    env, switched = make(N), make(N, autoreset_mode="same_step")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.reset()  # skrl's wrapper not loaded
+        switched.reset()
+    wrapper = "skrl.envs.wrappers.torch.gymnasium_envs"
+    monkeypatch.setitem(sys.modules, wrapper, types.ModuleType(wrapper))
+    with pytest.warns(UserWarning, match=r"if skrl's wrapper drives it.*make_skrl_env") as seen:
+        env.reset()
+    assert seen[0].filename == __file__  # it names the line that reset the env
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.reset()  # once per env
+        switched.reset()  # SAME_STEP
+    switched.set_autoreset_mode("next_step")
+    with pytest.warns(UserWarning, match="resets in NEXT_STEP"):
+        switched.reset()
 
 
 def test_make_skrl_env_switches_or_refuses() -> None:

@@ -6,9 +6,9 @@ the agent as ``next_observations``; it never reads ``info["final_obs"]``. So
 
 - with Gymnasium's default ``NEXT_STEP`` mode, the reset step after every episode end is stored
   as a transition (last observation -> next episode's first, reward 0): :func:`make_skrl_env`
-  builds the env in ``SAME_STEP`` instead, and
-  :func:`~gpu_trading_env.library_checks.warn_if_skrl_steps_next_step` warns when skrl resets
-  an env left in ``NEXT_STEP``;
+  builds the env in ``SAME_STEP`` instead, and a vector env warns at its first reset in
+  ``NEXT_STEP`` while skrl's wrapper is loaded
+  (:func:`~gpu_trading_env.library_checks.warn_if_skrl_is_loaded`);
 - in ``SAME_STEP``, the observation returned at an episode end is the next episode's first, so
   off-policy agents (``DQN``, ``DDQN``) store it as ``next_observations`` and bootstrap from it,
   and PPO's ``time_limit_bootstrap`` values it: :func:`with_final_observations` gives an agent
