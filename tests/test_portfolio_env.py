@@ -547,7 +547,7 @@ def test_sb3_ppo_on_the_portfolio_stores_what_the_env_gave() -> None:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from gpu_trading_env.wrappers import SB3VecEnv
+    from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
     th.set_num_threads(1)
     n, k, n_steps = 4, 3, 32
