@@ -85,6 +85,33 @@ def test_not_held_flat_and_drift_not_held():
     assert d.headline.startswith("holds long: the training bars' drift; the network did not")
 
 
+def test_an_edge_faded_in_the_last_third_is_named():
+    last = {**ci(-0.3, -0.9, 0.2, level=0.6)}
+    g = {
+        **gate("flat", "significant", ci(1.0, 0.2, 1.8)),
+        "network_minus_baseline_validation_third_tests": [ci(1.5, 0.5, 2.5)] * 2 + [last],
+    }
+    d = describe_deployment("flat", baseline("flat"), gate=g, selection=SELECTION)
+    assert d.outcome == "not_held"
+    assert "was not in the last third of the validation window (-0.30 Sharpe" in d.headline
+    assert "in its last third: -0.30 Sharpe" in " ".join(d.details)
+    g = {
+        **g,
+        "baseline": "hold long",
+        "network_minus_baseline_validation_sharpe": ci(0.6, 0.1, 1.1),
+    }
+    d = describe_deployment("hold long", baseline("hold long"), gate=g, selection=SELECTION)
+    assert d.outcome == "drift_not_held"
+    assert "was not in the last third of the validation window" in d.headline
+    # Kept: the headline says the edge held in the last third too.
+    g = {
+        **gate("network", "significant", ci(1.9, 0.4, 3.5)),
+        "network_minus_baseline_validation_third_tests": [ci(1.5, 0.5, 2.5)] * 3,
+    }
+    d = describe_deployment("network", baseline("flat"), gate=g, selection=SELECTION)
+    assert d.headline.endswith("in each half of it, and beat the baseline in its last third")
+
+
 def test_no_fallback_is_named():
     g = gate("network", None, ci(-0.5, -1.5, 0.4))
     d = describe_deployment("network", baseline("flat"), gate=g, selection=None, fallback=False)

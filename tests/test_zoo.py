@@ -250,6 +250,37 @@ def test_gate_needs_the_edge_in_each_half_of_validation() -> None:
     )
 
 
+def test_gate_needs_the_edge_in_the_last_third_of_validation() -> None:
+    """An edge over flat over the whole window and in each half, gone (slightly negative) in
+    the last third: the network is not deployed, and the verdict says where the edge faded."""
+    rng = np.random.default_rng(3)
+    fading = np.r_[0.004 * np.ones(2_000), -0.0008 * np.ones(1_000)] + rng.normal(0, 0.01, 3_000)
+    verdict = network_beats_baseline(_returns(fading), _returns(0 * fading), "flat", 8766.0)
+    assert verdict.beat_flat_by == "significant" and verdict.held_in_halves
+    assert verdict.third_tests[-1]["low"] <= 0.0 and not verdict.held_in_last_third
+    assert not verdict.keep_network
+    d = verdict.to_dict()
+    assert d["held_in_last_validation_third"] is False
+    text = describe_deployment(
+        "flat",
+        {"name": "flat", "hold_vs_flat": verdict.validation_vs_flat, "parts": []},
+        gate=d,
+        selection=None,
+    )
+    assert text.outcome == "not_held"
+    assert "was not in the last third of the validation window" in text.headline
+    # The same edge carried to the end of the window is deployed.
+    steady = 0.004 + rng.normal(0, 0.01, 3_000)
+    kept = network_beats_baseline(_returns(steady), _returns(0 * steady), "flat", 8766.0)
+    assert kept.held_in_last_third and kept.keep_network
+    # Against a hold, the last third is the network's edge over the hold, not over flat.
+    hold = rng.normal(0.0006, 0.01, 3_000)
+    over_hold = hold + np.r_[0.004 * np.ones(2_000), -0.0008 * np.ones(1_000)]
+    faded = network_beats_baseline(_returns(over_hold), _returns(hold), "hold long", 8766.0)
+    assert faded.held_in_halves and faded.validation["low"] > 0.0
+    assert not faded.held_in_last_third and not faded.keep_network
+
+
 def test_gate_allows_for_the_choice_among_snapshots() -> None:
     """The best of ten noise snapshots passes a plain test of itself; against the ten it was
     chosen from it does not, while a snapshot with a real edge among noise ones still does."""

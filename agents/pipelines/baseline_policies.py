@@ -21,9 +21,13 @@ best policy that has nothing to fit:
    chosen from (:func:`gpu_trading_env.reports.significance.best_sharpe_reality_check`, the lower
    bound of its ``GATE_LEVEL`` interval above zero: "significant"); where the baseline is a
    hold, its Sharpe minus the hold's has the lower bound of its ``GATE_LEVEL`` interval above
-   zero too (a network replaces a hold only where it beats the hold, not only flat); and its
+   zero too (a network replaces a hold only where it beats the hold, not only flat); its
    Sharpe is above the baseline's in each half of the validation window (an edge one stretch
-   of the window carries is not one that held up).
+   of the window carries is not one that held up); and it beats the baseline in the **last
+   third** of the validation window, the bars nearest the ones it will trade, by the bootstrap
+   test at the one-sided ``HOLD_PART_LEVEL`` a hold's drift is held to in each part (an edge
+   that was fading by the end of the training bars is one the next bars are least likely to
+   keep).
 4. **Where the inputs predict the next return** on the training bars (the selection's
    family-wise p-value below ``predictability_level``), the validation evidence the network
    needs is less, since a weak edge after costs is only one or two standard errors wide over
@@ -128,13 +132,12 @@ class GateVerdict:
     beat_flat_by: str | None = None
     # The network's Sharpe minus the baseline's in each half of the validation window
     halves: tuple[float, ...] = ()
-    # The same in each third and quarter: recorded, not tested, so that a stricter rule can be
-    # judged on runs already made
+    # The same in each third and quarter (the quarters recorded, not tested)
     thirds: tuple[float, ...] = ()
     quarters: tuple[float, ...] = ()
     # The bootstrap test (sharpe_difference_interval at the one-sided HOLD_PART_LEVEL, the level
     # a hold's drift is held to in each part) of the network against the baseline in each half
-    # and each third of validation: recorded, not tested
+    # and each third of validation; the last third's is step 3's last test
     half_tests: tuple[dict[str, float], ...] = ()
     third_tests: tuple[dict[str, float], ...] = ()
 
@@ -142,6 +145,13 @@ class GateVerdict:
     def held_in_halves(self) -> bool:
         """Whether the network's Sharpe is above the baseline's in each half of validation."""
         return bool(self.halves) and all(h > 0.0 for h in self.halves)
+
+    @property
+    def held_in_last_third(self) -> bool:
+        """Whether the network beat the baseline in the last third of validation: the lower
+        bound of that third's one-sided ``HOLD_PART_LEVEL`` interval above zero (False where
+        the window is too short to cut in thirds)."""
+        return bool(self.third_tests) and self.third_tests[-1]["low"] > 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -157,6 +167,7 @@ class GateVerdict:
             "network_minus_baseline_sharpe_in_validation_quarters": list(self.quarters),
             "network_minus_baseline_validation_half_tests": list(self.half_tests),
             "network_minus_baseline_validation_third_tests": list(self.third_tests),
+            "held_in_last_validation_third": self.held_in_last_third,
         }
 
 
@@ -260,18 +271,19 @@ def network_beats_baseline(
     halves, thirds, quarters = (
         _parts_difference(network.returns, baseline.returns, per_year, n) for n in (2, 3, 4)
     )
+    half_tests, third_tests = (
+        _parts_tests(network.returns, baseline.returns, per_year, n) for n in (2, 3)
+    )
     held = bool(halves) and all(h > 0.0 for h in halves)
+    recent = bool(third_tests) and third_tests[-1]["low"] > 0.0
     if name == "flat":
-        keep = beat_flat_by is not None and held
+        keep = beat_flat_by is not None and held and recent
         ci = vs_flat
     else:
         ci = sharpe_difference_interval(
             network.returns, baseline.returns, per_year, level=GATE_LEVEL
         )
-        keep = bool(beat_flat_by is not None and held and ci["low"] > 0.0)
-    half_tests, third_tests = (
-        _parts_tests(network.returns, baseline.returns, per_year, n) for n in (2, 3)
-    )
+        keep = bool(beat_flat_by is not None and held and recent and ci["low"] > 0.0)
     return GateVerdict(
         keep,
         name,

@@ -185,7 +185,8 @@ def _evidence(
     halves: list[float],
 ) -> str:
     """The validation test's evidence in one sentence: the edge over flat (allowing for the
-    choice among snapshots), over buy-and-hold and the baseline, per half of the window."""
+    choice among snapshots), over buy-and-hold and the baseline, per half of the window and in
+    its last third."""
     flat = gate["network_minus_flat_validation_sharpe"]
     evidence = (
         f"the network's validation Sharpe minus flat's, allowing for its choice among "
@@ -202,6 +203,9 @@ def _evidence(
         evidence += f"; minus {name}'s in each half of the validation window: " + ", ".join(
             f"{h:+.2f}" for h in halves
         )
+    thirds = gate.get("network_minus_baseline_validation_third_tests") or []
+    if thirds:
+        evidence += f"; in its last third: {interval_text(thirds[-1])}"
     return evidence[0].upper() + evidence[1:] + "."
 
 
@@ -222,6 +226,8 @@ def _network_kept(
             f"it beat flat on the validation window at {PREDICTED_CONFIDENCE} one-sided, "
             "where its inputs predict the next return on the training bars",
         )
+    if fallback:
+        reason += ", in each half of it, and beat the baseline in its last third"
     headline = f"{OUTCOMES[outcome]}: validation edge over flat {interval_text(flat)}; {reason}"
     return Deployment(kept, outcome, headline, tuple(details), True)
 
@@ -229,18 +235,21 @@ def _network_kept(
 def _baseline_kept(
     kept: str, name: str, gate: dict[str, Any], halves: list[float], details: list[str]
 ) -> Deployment:
-    """A trained network replaced by the baseline: its edge was not enough, or not in each
-    half of the validation window."""
+    """A trained network replaced by the baseline: its edge was not enough, not in each half of
+    the validation window, or not in its last third."""
     flat = gate["network_minus_flat_validation_sharpe"]
+    beat_flat = gate.get("beat_flat_by") is not None
     split = ""
-    if gate.get("beat_flat_by") is not None and halves and not all(h > 0.0 for h in halves):
+    if beat_flat and halves and not all(h > 0.0 for h in halves):
         split = ", ".join(f"{h:+.2f}" for h in halves)
+    faded = "" if split or not beat_flat else _faded_text(gate)
     if name == "flat":
-        why = (
-            f"was not in each half of the validation window ({split})"
-            if split
-            else "was not enough"
-        )
+        if split:
+            why = f"was not in each half of the validation window ({split})"
+        elif faded:
+            why = f"was not in the last third of the validation window ({faded})"
+        else:
+            why = "was not enough"
         return Deployment(
             kept,
             "not_held",
@@ -249,13 +258,20 @@ def _baseline_kept(
             tuple(details),
             True,
         )
-    vs_hold = interval_text(gate["network_minus_baseline_validation_sharpe"])
-    why = (
-        f"its edge over the hold ({vs_hold}) was not in each half of the validation window "
-        f"({split})"
-        if split and gate["network_minus_baseline_validation_sharpe"]["low"] > 0.0
-        else f"the network did not beat it on the validation window ({vs_hold})"
-    )
+    vs = gate["network_minus_baseline_validation_sharpe"]
+    vs_hold = interval_text(vs)
+    if split and vs["low"] > 0.0:
+        why = (
+            f"its edge over the hold ({vs_hold}) was not in each half of the validation window "
+            f"({split})"
+        )
+    elif faded and vs["low"] > 0.0:
+        why = (
+            f"its edge over the hold ({vs_hold}) was not in the last third of the validation "
+            f"window ({faded})"
+        )
+    else:
+        why = f"the network did not beat it on the validation window ({vs_hold})"
     return Deployment(
         kept,
         "drift_not_held",
@@ -263,3 +279,12 @@ def _baseline_kept(
         tuple(details),
         True,
     )
+
+
+def _faded_text(gate: dict[str, Any]) -> str:
+    """The last third's test where it failed (the edge faded by the end of validation), else
+    empty (passed, or not recorded)."""
+    thirds = gate.get("network_minus_baseline_validation_third_tests") or []
+    if not thirds or thirds[-1]["low"] > 0.0:
+        return ""
+    return interval_text(thirds[-1])
