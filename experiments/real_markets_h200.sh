@@ -14,8 +14,14 @@ mkdir -p "$OUT"
 parts=" ${*:-real zoo} "
 parts=${parts/ real / series synthetic }
 want() { [[ $parts == *" $1 "* ]]; }
-# A report folder's JSON and CSV files (figures and models stay: the files back are limited).
-pack() { (cd /tmp && find "$1" \( -name '*.json' -o -name '*.csv' \) -print | tar -czf "$OUT/$1.tar.gz" -T -); }
+# A report folder's JSON and CSV files, and its PNG figures with "png" as $2 (models stay: the
+# files back are limited).
+pack() {
+  local png=(-false)
+  [ "${2:-}" = png ] && png=(-name '*.png')
+  (cd /tmp && find "$1" \( -name '*.json' -o -name '*.csv' -o "${png[@]}" \) -print |
+    tar -czf "$OUT/$1.tar.gz" -T -)
+}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 W=${WORKERS:-4}
@@ -27,7 +33,7 @@ if want tests; then
 fi
 if want wf; then
   timeout --foreground "${WF_TIMEOUT:-500}" python3 -m experiments.real_walkforward --device cuda \
-    --seeds ${WF_SEEDS:-0 1 2} --workers "$W" --out "$OUT/real_walkforward.json" \
+    --seeds ${WF_SEEDS:-0 1 2} --workers "$W" --out "$OUT/real_walkforward.json" --figure "$OUT/walkforward.png" \
     >"$OUT/real_walkforward.log" 2>&1
   echo "exit $?" >>"$OUT/real_walkforward.log"
 fi
@@ -36,14 +42,14 @@ if want series; then
   timeout --foreground "${REAL_TIMEOUT:-300}" python3 -m agents.cli zoo --real --device cuda \
     --markets $series --seeds 0 1 2 --runs-per-device "$W" --no-progress --out /tmp/real-series \
     >"$OUT/real_series.log" 2>&1; echo "exit $?" >>"$OUT/real_series.log"
-  pack real-series
+  pack real-series png
 fi
 if want synthetic; then
   others=$(python3 -c "from agents.pipelines.zoo import REAL_MARKETS; print(*[m.name for m in REAL_MARKETS if m.kind != 'real'])")
   timeout --foreground "${SHIFT_TIMEOUT:-300}" python3 -m agents.cli zoo --real --device cuda \
     --markets $others --seeds ${SYNTHETIC_SEEDS:-0 1 2 3 4} --runs-per-device "$W" --no-progress \
     --out /tmp/real-synthetic >"$OUT/real_synthetic.log" 2>&1; echo "exit $?" >>"$OUT/real_synthetic.log"
-  pack real-synthetic
+  pack real-synthetic png
 fi
 if want zoo; then
   timeout --foreground "${ZOO_TIMEOUT:-330}" python3 -m agents.cli zoo --device cuda \
