@@ -330,6 +330,7 @@ def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: 
         exploration_fraction=config.exploration_fraction,
         exploration_final_eps=config.exploration_final_eps,
         train_precision=config.train_precision,
+        branch_rewards=config.branch_rewards,
         verbose=config.verbose,
         seed=seed,
         device=device,
