@@ -186,3 +186,63 @@ def test_branch_rewards_refused_where_there_are_no_branches() -> None:
         GpuDQN("DuelingPolicy", env, device="cpu", buffer_size=100, branch_rewards=1)
     with pytest.raises(PortfolioTrainConfigError, match="branch_rewards = 'yes' is invalid"):
         PortfolioTrainConfig(branch_rewards="yes")
+
+
+def test_fused_rollout_steps_store_each_instruments_share() -> None:
+    """PortfolioRollout's eager steps with ``branch_rewards`` (the CPU stand-in of the CUDA
+    backend's static outputs of tests/test_portfolio_rollout.py): the stored ``[N, K]`` rewards
+    are the NumPy shares of a second env stepped by hand with the stored actions."""
+    from test_portfolio_rollout import SMALL_ARCH, _StaticOutputs
+
+    from agents.rollouts.portfolio_fused import PortfolioRollout
+    from gpu_trading_env.portfolio_env import PortfolioVectorEnv
+
+    class Backend(_StaticOutputs):
+        def __getattr__(self, name):  # close, open, state, params: the NumPy backend's
+            return getattr(self.backend, name)
+
+    class CpuPortfolioRollout(PortfolioRollout):
+        def _checked_env(self, model):
+            env = model.portfolio_env
+            env.backend = Backend(env.backend)
+            self._outputs = [env.backend.make_outputs() for _ in range(2)]
+            self._bound = [env.backend.bind_outputs(out) for out in self._outputs]
+            self._next_set = 0
+            self._branch_rewards = DeviceBranchRewards(env.backend, th.device("cpu"))
+            return env
+
+    n, k, steps = 16, 4, 30
+    data = portfolio_market("lead_lag", 400, k, seed=1)
+    kw = dict(num_envs=n, device="cpu", data=data, episode_length=10, fill="next_open")
+    env = PortfolioVectorEnv(**kw, autoreset_mode="same_step")
+    env.reset(seed=7)
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        buffer_size=n * (steps + 5),
+        learning_starts=0,
+        policy_kwargs={"net_arch": SMALL_ARCH},
+        branch_rewards=True,
+        seed=0,
+        device="cpu",
+    )
+    ro = CpuPortfolioRollout(model, seed=3, cuda_graph=False)
+    for t in range(steps):
+        ro.step(0.3, random_only=t == 12)
+    ref = PortfolioVectorEnv(**kw, autoreset_mode="same_step")
+    ref.reset(seed=7)
+    buf = model.replay_buffer
+    assert buf.rewards.shape[1:] == (n, k)
+    for t in range(steps):
+        before = pre_step(ref.backend.state)
+        _, reward, _, _, info = ref.step(buf.actions[t].numpy())
+        want = instrument_rewards(
+            ref.backend.close,
+            ref.backend.open,
+            before,
+            info["positions"],
+            info["costs"],
+            fill_next_open=True,
+        )
+        np.testing.assert_allclose(buf.rewards[t].numpy(), want, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(want.sum(1), reward, rtol=1e-5, atol=1e-7)

@@ -108,6 +108,8 @@ class PortfolioRollout(FusedRollout):
         The other parameters are :class:`~agents.rollouts.fused.FusedRollout`'s.
     """
 
+    _branch_rewards: DeviceBranchRewards | None = None
+
     def _checked_env(self, model: Any) -> Any:
         env = getattr(model, "portfolio_env", None)
         if env is None or not str(env.device).startswith("cuda"):
