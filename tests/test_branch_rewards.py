@@ -174,6 +174,9 @@ def test_model_learns_with_branch_rewards_and_round_trips(tmp_path) -> None:
         loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0]
     )
     loaded.set_env(env)
+    model.save_replay_buffer(tmp_path / "buffer.zip")
+    loaded.load_replay_buffer(tmp_path / "buffer.zip")
+    assert th.equal(loaded.replay_buffer.rewards, buf.rewards)
     loaded.learn(200)  # and trains on
     env.close()
 
