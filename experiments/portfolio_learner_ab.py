@@ -7,7 +7,8 @@ budgets (4,096 envs, 4,000,000 env steps, batches of 4,096, 2 gradient steps a v
 buffer of 1,000,000) on the NumPy env and the CPU, and the variant's settings over them:
 
 - ``shared``: every branch's TD target is the whole portfolio's reward (``branch_rewards=False``);
-- ``branch``: each branch's target is its own instrument's reward (``branch_rewards=True``).
+- ``branch``: each branch's target is its own instrument's reward (``branch_rewards=True``);
+- ``branch_values``: that, and one value a branch in the dueling head (``branch_values=True``).
 
 Figures are not the H200's bit for bit (fp32 here, bf16 there; other random streams), only the
 same algorithm and budget. One line a run; ``--json`` appends the zoo's row of each run.
@@ -24,7 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-VARIANTS = {"shared": False, "branch": True}
+# variant: (branch_rewards, branch_values)
+VARIANTS = {"shared": (False, False), "branch": (True, False), "branch_values": (True, True)}
 
 
 def _settings(variant: str, args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
@@ -39,10 +41,11 @@ def _settings(variant: str, args: argparse.Namespace) -> tuple[tuple[str, object
         ("torch_threads", args.threads),
     ]
     names = {f.name for f in dataclasses.fields(PortfolioTrainConfig)}
-    if "branch_rewards" in names:
-        settings.append(("branch_rewards", VARIANTS[variant]))
-    elif VARIANTS[variant]:
-        raise SystemExit("variant 'branch' needs PortfolioTrainConfig.branch_rewards")
+    for name, value in zip(("branch_rewards", "branch_values"), VARIANTS[variant], strict=True):
+        if name in names:
+            settings.append((name, value))
+        elif value:
+            raise SystemExit(f"variant {variant!r} needs PortfolioTrainConfig.{name}")
     return tuple(settings)
 
 

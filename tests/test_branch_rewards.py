@@ -249,3 +249,35 @@ def test_fused_rollout_steps_store_each_instruments_share() -> None:
         )
         np.testing.assert_allclose(buf.rewards[t].numpy(), want, rtol=1e-6, atol=1e-9)
         np.testing.assert_allclose(want.sum(1), reward, rtol=1e-5, atol=1e-7)
+
+
+def test_branch_values_give_each_branch_its_value_and_round_trip(tmp_path) -> None:
+    from agents.pipelines.portfolio_training import set_flat_policy
+
+    env = portfolio_env(3, n=4)
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        device="cpu",
+        buffer_size=1_000,
+        batch_size=16,
+        learning_starts=50,
+        branch_rewards=True,
+        policy_kwargs={"branch_values": True},
+        seed=0,
+    )
+    obs = th.as_tensor(env.unwrapped.observe())
+    value, adv = model.q_net.value_and_advantage(obs)
+    assert value.shape == (4, 3) and adv.shape == (4, 3, 3)
+    q = model.q_net(obs)  # Q_d = V_d + A_d - mean A_d: each branch's mean is its own value
+    th.testing.assert_close(q.mean(dim=2), value)
+    model.learn(200)
+    model.save(tmp_path / "values.zip")
+    loaded = GpuDQN.load(tmp_path / "values.zip", device="cpu")
+    assert loaded.q_net.branch_values and loaded.policy.branch_values
+    th.testing.assert_close(loaded.q_net(obs), model.q_net(obs))
+    set_flat_policy(loaded, 1)
+    assert (loaded.predict(obs.numpy(), deterministic=True)[0] == 1).all()
+    with pytest.raises(TypeError, match="branch_values = 'yes' is invalid"):
+        GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"branch_values": "yes"})
+    env.close()

@@ -331,6 +331,9 @@ class BranchingDuelingQNetwork(QNetwork):
         hidden layers of each branch), see :func:`resolve_dueling_arch`.
     :param activation_fn: Activation class (default ``nn.LeakyReLU``, slope 0.01).
     :param normalize_images: Whether to divide image observations by 255.
+    :param branch_values: One value a branch, ``V_d(s)`` (the value head's last layer ``K``
+        wide: ``Q_d = V_d + A_d - mean A_d``), for branches whose returns differ (GpuDQN's
+        ``branch_rewards``); ``False``: one ``V(s)`` shared by the branches.
     """
 
     def __init__(
@@ -342,8 +345,13 @@ class BranchingDuelingQNetwork(QNetwork):
         net_arch: list[int] | dict[str, list[int]] | None = None,
         activation_fn: type[nn.Module] = nn.LeakyReLU,
         normalize_images: bool = True,
+        branch_values: bool = False,
     ) -> None:
         n_branches, n_levels = check_branching_space(action_space)
+        if not isinstance(branch_values, bool):
+            raise TypeError(
+                f"branch_values = {branch_values!r} is invalid: allowed is True or False"
+            )
         arch, trunk_dim = _init_trunk_and_value(
             self,
             observation_space,
@@ -356,6 +364,10 @@ class BranchingDuelingQNetwork(QNetwork):
         )
         self.n_branches = n_branches
         self.n_levels = n_levels
+        self.branch_values = branch_values
+        if branch_values:  # the value head's last layer K wide: V [B, K]
+            value_in = arch["value"][-1] if arch["value"] else trunk_dim
+            self.value_head[-1] = nn.Linear(value_in, n_branches)
         widths = [*arch["advantage"], n_levels]
         layers: list[nn.Module] = [
             nn.Linear(trunk_dim, n_branches * widths[0]),
@@ -376,7 +388,8 @@ class BranchingDuelingQNetwork(QNetwork):
         return value.unsqueeze(-1) + adv - adv.mean(dim=2, keepdim=True)
 
     def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
-        """The heads before they are combined: ``(V [B, 1], A [B, K, L])``."""
+        """The heads before they are combined: ``(V [B, 1] (``[B, K]`` with
+        ``branch_values``), A [B, K, L])``."""
         features = self.extract_features(obs, self.features_extractor)
         h = self.shared(features)
         return self.value_head(h), self.advantage_head(h)
@@ -415,6 +428,8 @@ class DuelingDQNPolicy(DQNPolicy):
     :param normalize_images: Whether to divide image observations by 255.
     :param optimizer_class: Optimizer class (``th.optim.Adam``).
     :param optimizer_kwargs: Optimizer keyword arguments, excluding the learning rate.
+    :param branch_values: With ``MultiDiscrete``, one value a branch
+        (:class:`BranchingDuelingQNetwork`'s ``branch_values``).
     """
 
     q_net: DuelingQNetwork | BranchingDuelingQNetwork
@@ -432,7 +447,10 @@ class DuelingDQNPolicy(DQNPolicy):
         normalize_images: bool = True,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
+        branch_values: bool = False,
     ) -> None:
+        # Read by make_q_net, which DQNPolicy.__init__ calls.
+        self.branch_values = branch_values
         super().__init__(
             observation_space,
             action_space,
@@ -447,9 +465,13 @@ class DuelingDQNPolicy(DQNPolicy):
             optimizer_kwargs=optimizer_kwargs,
         )
 
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {**super()._get_constructor_parameters(), "branch_values": self.branch_values}
+
     def make_q_net(self) -> DuelingQNetwork | BranchingDuelingQNetwork:
         # A separate features extractor per network, as SB3's DQNPolicy does.
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)
         if isinstance(self.action_space, spaces.MultiDiscrete):
-            return BranchingDuelingQNetwork(**net_args).to(self.device)
+            branch_values = getattr(self, "branch_values", False)
+            return BranchingDuelingQNetwork(**net_args, branch_values=branch_values).to(self.device)
         return DuelingQNetwork(**net_args).to(self.device)

@@ -129,6 +129,17 @@ class PortfolioTrainConfig:
             )
         },
     )
+    branch_values: bool = field(
+        default=False,
+        metadata={
+            "setting": Setting(
+                "one value a branch in the branching dueling head, V_k(s) (False: one V(s) "
+                "shared by the branches)",
+                check=(lambda v: isinstance(v, bool), "True or False"),
+                option=None,
+            )
+        },
+    )
     train_fraction: float = field(
         default=TRAIN_FRACTION,
         metadata={

@@ -308,6 +308,8 @@ def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: 
     policy_kwargs: dict[str, Any] = {
         "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
     }
+    if config.branch_values:
+        policy_kwargs["branch_values"] = True
     if config.weight_decay:
         policy_kwargs["optimizer_kwargs"] = {
             "weight_decay": config.weight_decay,
