@@ -119,7 +119,7 @@ class PortfolioTrainConfig:
     torch_threads: int | None = _shared("torch_threads")
     verbose: int = _shared("verbose")
     branch_rewards: bool = field(
-        default=False,
+        default=True,
         metadata={
             "setting": Setting(
                 "each branch's TD target from its own instrument's share of the reward (False: "
