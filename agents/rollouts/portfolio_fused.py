@@ -62,6 +62,10 @@ class DeviceBranchRewards:
 
     def __init__(self, backend: Any, device: th.device) -> None:
         def view(a: Any) -> th.Tensor:
+            # A CuPy array through DLPack: a view of its memory, never a copy (the snapshot must
+            # read the state the kernel writes); NumPy's (CPU tests) through as_tensor.
+            if hasattr(a, "__cuda_array_interface__"):
+                return th.from_dlpack(a)
             return th.as_tensor(a, device=device)
 
         self.close, self.open = view(backend.close), view(backend.open)
