@@ -49,6 +49,23 @@ def _settings(variant: str, args: argparse.Namespace) -> tuple[tuple[str, object
     return tuple(settings)
 
 
+def _reward_scale(market: str, seed: int, factor: float) -> float:
+    """``factor`` times the reward scale ``train_portfolio`` gives the run's fit bars."""
+    from agents.pipelines.portfolio_training import (
+        portfolio_reward_scale,
+        portfolio_splits,
+        slice_portfolio,
+    )
+    from agents.pipelines.portfolio_zoo import PORTFOLIO_ZOO_BY_NAME, PortfolioZooBudget
+    from gpu_trading_env.data.portfolio_markets import portfolio_market
+
+    m, budget = PORTFOLIO_ZOO_BY_NAME[market], PortfolioZooBudget()
+    config = budget.config()
+    data = portfolio_market(m.kind, budget.bars, m.n_instruments, int(seed))
+    fit = portfolio_splits(data.n_bars, config.train_fraction, config.val_fraction).fit_stop
+    return factor * portfolio_reward_scale(slice_portfolio(data, 0, fit))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--markets", nargs="+", default=["ar1_k8"])
@@ -60,6 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gradient-steps", type=int, default=2)
     p.add_argument("--buffer-size", type=int, default=1_000_000)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--reward-scale-factor",
+        type=float,
+        default=None,
+        help="reward_scale = this times train_portfolio's own (default: its own)",
+    )
     p.add_argument("--json", type=Path, default=None, help="append each run's zoo row here")
     args = p.parse_args(argv)
 
@@ -77,7 +100,11 @@ def main(argv: list[str] | None = None) -> None:
     for market in args.markets:
         for seed in args.seeds:
             for variant in args.variants:
-                budget = PortfolioZooBudget(settings=_settings(variant, args))
+                settings = _settings(variant, args)
+                if args.reward_scale_factor is not None:
+                    scale = _reward_scale(market, seed, args.reward_scale_factor)
+                    settings += (("reward_scale", scale),)
+                budget = PortfolioZooBudget(settings=settings)
                 r = run_portfolio_one(market, seed, "cpu", budget)
                 ratio = "n/a" if r.sharpe_ratio is None else f"{r.sharpe_ratio:+.2f}"
                 print(
@@ -87,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"{r.network_return:+.2%}, kept {r.kept}, {r.seconds:.0f} s "
                     f"(train {r.train_seconds:.0f} s); budget {args.num_envs} envs, "
                     f"{args.timesteps:,} steps, batch {args.batch_size}, "
-                    f"{args.gradient_steps} grad steps",
+                    f"{args.gradient_steps} grad steps, reward scale x "
+                    f"{args.reward_scale_factor or 1.0:g}",
                     flush=True,
                 )
                 if args.json is not None:
