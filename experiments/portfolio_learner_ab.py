@@ -8,7 +8,9 @@ buffer of 1,000,000) on the NumPy env and the CPU, and the variant's settings ov
 
 - ``shared``: every branch's TD target is the whole portfolio's reward (``branch_rewards=False``);
 - ``branch``: each branch's target is its own instrument's reward (``branch_rewards=True``);
-- ``branch_values``: that, and one value a branch in the dueling head (``branch_values=True``).
+- ``branch_values``: that, and one value a branch in the dueling head (``branch_values=True``);
+- ``encoder``: ``branch`` with the network whose weights the instruments share
+  (``instrument_encoder=True``, :mod:`agents.algorithm.instrument_encoder`).
 
 Figures are not the H200's bit for bit (fp32 here, bf16 there; other random streams), only the
 same algorithm and budget. One line a run; ``--json`` appends the zoo's row of each run.
@@ -25,8 +27,14 @@ import json
 import sys
 from pathlib import Path
 
-# variant: (branch_rewards, branch_values)
-VARIANTS = {"shared": (False, False), "branch": (True, False), "branch_values": (True, True)}
+# variant: (branch_rewards, branch_values, instrument_encoder)
+SETTINGS = ("branch_rewards", "branch_values", "instrument_encoder")
+VARIANTS = {
+    "shared": (False, False, False),
+    "branch": (True, False, False),
+    "branch_values": (True, True, False),
+    "encoder": (True, False, True),
+}
 
 
 def _settings(variant: str, args: argparse.Namespace) -> tuple[tuple[str, object], ...]:
@@ -41,7 +49,7 @@ def _settings(variant: str, args: argparse.Namespace) -> tuple[tuple[str, object
         ("torch_threads", args.threads),
     ]
     names = {f.name for f in dataclasses.fields(PortfolioTrainConfig)}
-    for name, value in zip(("branch_rewards", "branch_values"), VARIANTS[variant], strict=True):
+    for name, value in zip(SETTINGS, VARIANTS[variant], strict=True):
         if name in names:
             settings.append((name, value))
         elif value:

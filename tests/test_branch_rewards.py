@@ -281,3 +281,52 @@ def test_branch_values_give_each_branch_its_value_and_round_trip(tmp_path) -> No
     with pytest.raises(TypeError, match="branch_values = 'yes' is invalid"):
         GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"branch_values": "yes"})
     env.close()
+
+
+# -- the instrument encoder ----------------------------------------------------------------------
+SMALL = {"shared": [32, 32], "value": [16], "advantage": [16]}
+
+
+def test_instrument_encoder_shares_its_weights_and_round_trips(tmp_path) -> None:
+    from agents.algorithm.instrument_encoder import InstrumentEncoderQNetwork, portfolio_layout
+    from agents.pipelines.portfolio_training import set_flat_policy
+
+    env = portfolio_env(4, n=4)
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        device="cpu",
+        buffer_size=1_000,
+        batch_size=16,
+        learning_starts=50,
+        branch_rewards=True,
+        policy_kwargs={"instrument_encoder": True, "net_arch": SMALL},
+        seed=0,
+    )
+    net = model.q_net
+    assert isinstance(net, InstrumentEncoderQNetwork) and net.n_features == 51
+    # One encoder and one pair of heads for the four instruments: their sizes do not grow with K.
+    assert net.encoder[0].in_features == 51 + 2 + 8 and net.advantage_head[-1].out_features == 3
+    obs = th.as_tensor(env.unwrapped.observe())
+    value, adv = net.value_and_advantage(obs)
+    assert value.shape == (4, 4) and adv.shape == (4, 4, 3)
+    th.testing.assert_close(net(obs).mean(dim=2), value)
+    th.testing.assert_close(net.branch_advantages(obs), adv)
+    model.learn(200)
+    model.save(tmp_path / "encoder.zip")
+    loaded = GpuDQN.load(tmp_path / "encoder.zip", device="cpu")
+    assert isinstance(loaded.q_net, InstrumentEncoderQNetwork)
+    th.testing.assert_close(loaded.q_net(obs), model.q_net(obs))
+    set_flat_policy(loaded, 1)
+    assert (loaded.predict(obs.numpy(), deterministic=True)[0] == 1).all()
+    with pytest.raises(ValueError, match="observation of 10 floats is invalid for instrument_enc"):
+        portfolio_layout(10, 4)
+    env.close()
+
+
+def test_instrument_encoder_refused_without_branches() -> None:
+    env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu")
+    with pytest.raises(ValueError, match="instrument_encoder = True is invalid with the action"):
+        GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_encoder": True})
+    with pytest.raises(TypeError, match="instrument_encoder = 1 is invalid"):
+        GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_encoder": 1})

@@ -430,6 +430,9 @@ class DuelingDQNPolicy(DQNPolicy):
     :param optimizer_kwargs: Optimizer keyword arguments, excluding the learning rate.
     :param branch_values: With ``MultiDiscrete``, one value a branch
         (:class:`BranchingDuelingQNetwork`'s ``branch_values``).
+    :param instrument_encoder: With the portfolio env's ``MultiDiscrete``, the network whose
+        weights the instruments share
+        (:class:`~agents.algorithm.instrument_encoder.InstrumentEncoderQNetwork`).
     """
 
     q_net: DuelingQNetwork | BranchingDuelingQNetwork
@@ -448,9 +451,11 @@ class DuelingDQNPolicy(DQNPolicy):
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         branch_values: bool = False,
+        instrument_encoder: bool = False,
     ) -> None:
         # Read by make_q_net, which DQNPolicy.__init__ calls.
         self.branch_values = branch_values
+        self.instrument_encoder = instrument_encoder
         super().__init__(
             observation_space,
             action_space,
@@ -466,11 +471,29 @@ class DuelingDQNPolicy(DQNPolicy):
         )
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        return {**super()._get_constructor_parameters(), "branch_values": self.branch_values}
+        return {
+            **super()._get_constructor_parameters(),
+            "branch_values": self.branch_values,
+            "instrument_encoder": self.instrument_encoder,
+        }
 
     def make_q_net(self) -> DuelingQNetwork | BranchingDuelingQNetwork:
         # A separate features extractor per network, as SB3's DQNPolicy does.
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)
+        encoder = getattr(self, "instrument_encoder", False)
+        if not isinstance(encoder, bool):
+            raise TypeError(
+                f"instrument_encoder = {encoder!r} is invalid: allowed is True or False"
+            )
+        if encoder:
+            if not isinstance(self.action_space, spaces.MultiDiscrete):
+                raise ValueError(
+                    f"instrument_encoder = True is invalid with the action space "
+                    f"{self.action_space}: allowed is the portfolio env's MultiDiscrete([L] * K)"
+                )
+            from agents.algorithm.instrument_encoder import InstrumentEncoderQNetwork
+
+            return InstrumentEncoderQNetwork(**net_args).to(self.device)
         if isinstance(self.action_space, spaces.MultiDiscrete):
             branch_values = getattr(self, "branch_values", False)
             return BranchingDuelingQNetwork(**net_args, branch_values=branch_values).to(self.device)

@@ -140,6 +140,17 @@ class PortfolioTrainConfig:
             )
         },
     )
+    instrument_encoder: bool = field(
+        default=False,
+        metadata={
+            "setting": Setting(
+                "one encoder shared by the instruments beside the trunk, heads shared by the "
+                "branches (agents/algorithm/instrument_encoder.py)",
+                check=(lambda v: isinstance(v, bool), "True or False"),
+                option=None,
+            )
+        },
+    )
     train_fraction: float = field(
         default=TRAIN_FRACTION,
         metadata={
