@@ -10,7 +10,7 @@ buffer of 1,000,000) on the NumPy env and the CPU, and the variant's settings ov
 - ``branch``: each branch's target is its own instrument's reward (``branch_rewards=True``);
 - ``branch_values``: that, and one value a branch in the dueling head (``branch_values=True``);
 - ``encoder``: ``branch`` with the network whose weights the instruments share
-  (``instrument_encoder=True``, :mod:`agents.algorithm.instrument_encoder`).
+  (``instrument_encoder=True``, :class:`agents.algorithm.policies.InstrumentEncoderQNetwork`).
 
 Figures are not the H200's bit for bit (fp32 here, bf16 there; other random streams), only the
 same algorithm and budget. One line a run; ``--json`` appends the zoo's row of each run.

@@ -288,7 +288,7 @@ SMALL = {"shared": [32, 32], "value": [16], "advantage": [16]}
 
 
 def test_instrument_encoder_shares_its_weights_and_round_trips(tmp_path) -> None:
-    from agents.algorithm.instrument_encoder import InstrumentEncoderQNetwork, portfolio_layout
+    from agents.algorithm.policies import InstrumentEncoderQNetwork, portfolio_layout
     from agents.pipelines.portfolio_training import set_flat_policy
 
     env = portfolio_env(4, n=4)

@@ -53,8 +53,7 @@ from gymnasium import spaces
 from agents.algorithm.capturable_adam import adam_update, capturable_adam
 from agents.algorithm.compiled_or_eager import CompiledOrEager
 from agents.algorithm.dqn_loss import taken_q, td_target, weighted_td_loss
-from agents.algorithm.instrument_encoder import InstrumentEncoderQNetwork
-from agents.algorithm.policies import BranchingDuelingQNetwork
+from agents.algorithm.policies import BranchingDuelingQNetwork, InstrumentEncoderQNetwork
 from agents.replay.batch import FlatStorage
 from gpu_runtime.cuda_graph import GraphRunner
 from gpu_runtime.precision import Precision, check_precision, tf32_matmuls

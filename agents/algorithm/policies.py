@@ -34,7 +34,9 @@ __all__ = [
     "BranchingDuelingQNetwork",
     "DuelingDQNPolicy",
     "DuelingQNetwork",
+    "InstrumentEncoderQNetwork",
     "aligned_width",
+    "portfolio_layout",
     "resolve_dueling_arch",
     "run_chain",
 ]
@@ -409,6 +411,127 @@ class BranchingDuelingQNetwork(QNetwork):
         return self(observation).argmax(dim=2)
 
 
+# -- the instrument encoder ----------------------------------------------------------------------
+# A branching dueling Q-network for the portfolio env whose weights are shared by the
+# instruments (:class:`InstrumentEncoderQNetwork`).
+EMBEDDING_DIM = 8  # the learned instrument embedding e_k
+
+
+def portfolio_layout(obs_dim: int, n_instruments: int) -> int:
+    """F, the features of one instrument, of a portfolio observation of ``obs_dim`` floats.
+
+    :raises ValueError: where ``obs_dim`` is not ``K·F + 1 + K`` for an integer ``F >= 1``.
+    """
+    k = int(n_instruments)
+    rest = int(obs_dim) - 1 - k
+    if k < 1 or rest < k or rest % k:
+        raise ValueError(
+            f"observation of {obs_dim} floats is invalid for instrument_encoder with {k} "
+            "instruments: allowed is K·F + 1 + K floats (the portfolio env's layout) with F >= 1"
+        )
+    return rest // k
+
+
+class InstrumentEncoderQNetwork(QNetwork):
+    """A branching dueling Q-network for the portfolio env whose weights the instruments share.
+
+    The observation is ``[features_0 .. features_{K-1} (F each), V/C0, pos_0 .. pos_{K-1}]``.
+    One encoder reads each instrument's slice ``[features_k, pos_k, V/C0, e_k]`` (``e_k`` a
+    learned embedding of the instrument), so what it learns of one instrument's features serves
+    the others; beside it the dueling trunk reads the whole observation (a follower needs its
+    leader's features). The heads, shared by the branches, read ``z_k = [encoder(slice_k),
+    trunk(obs)]``: ``A_k = advantage(z_k)`` ``[B, K, L]``, ``V_k = value(z_k)`` ``[B, K]`` (one
+    value a branch) and ``Q_k(s, a) = V_k + A_k(a) - mean A_k``. Its interface is
+    :class:`BranchingDuelingQNetwork`'s (``forward``, ``value_and_advantage``,
+    ``branch_advantages``, ``_predict``, ``n_branches``, ``n_levels``, an ``advantage_head``
+    whose last layer gives the levels), which the fused rollout, the captured step, the
+    backtests and ``set_flat_policy`` use.
+
+    :param observation_space: ``Box`` of ``K·F + 1 + K`` floats.
+    :param action_space: ``MultiDiscrete([L] * K)``.
+    :param features_extractor: Features extractor (a flatten: the observation as it is).
+    :param features_dim: Its output width (``K·F + 1 + K``).
+    :param net_arch: ``{"shared", "value", "advantage"}`` as the dueling networks': the trunk over
+        the whole observation, and the hidden widths of the branches' heads; the encoder has
+        two layers of the heads' first width.
+    :param activation_fn: Activation class.
+    :param normalize_images: Whether to divide image observations by 255.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.MultiDiscrete,
+        features_extractor: BaseFeaturesExtractor,
+        features_dim: int,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.LeakyReLU,
+        normalize_images: bool = True,
+    ) -> None:
+        n_branches, n_levels = check_branching_space(action_space)
+        arch, trunk_dim = _init_trunk_and_value(
+            self,
+            observation_space,
+            action_space,
+            features_extractor,
+            features_dim,
+            net_arch,
+            activation_fn,
+            normalize_images,
+        )
+        self.n_branches, self.n_levels = n_branches, n_levels
+        self.n_features = portfolio_layout(features_dim, n_branches)
+        self.branch_values = True
+        width = (arch["advantage"] or arch["value"] or [64])[0]
+        self.embedding = nn.Parameter(
+            th.randn(n_branches, EMBEDDING_DIM) / math.sqrt(EMBEDDING_DIM)
+        )
+        slice_dim = self.n_features + 2 + EMBEDDING_DIM
+        self.encoder = nn.Sequential(*create_mlp(slice_dim, -1, [width, width], activation_fn))
+        z_dim = width + trunk_dim
+        self.value_head = nn.Sequential(*create_mlp(z_dim, 1, arch["value"], activation_fn))
+        self.advantage_head = nn.Sequential(
+            *create_mlp(z_dim, n_levels, arch["advantage"], activation_fn)
+        )
+
+    def _branch_inputs(self, obs: PyTorchObs) -> th.Tensor:
+        """``z [B, K, width + trunk]``: each instrument's encoding beside the trunk's output."""
+        x = self.extract_features(obs, self.features_extractor)
+        b, k, f = x.shape[0], self.n_branches, self.n_features
+        slices = th.cat(
+            [
+                x[:, : k * f].reshape(b, k, f),
+                x[:, k * f + 1 :].unsqueeze(-1),  # pos_k
+                x[:, k * f : k * f + 1].unsqueeze(1).expand(b, k, 1),  # V / C0
+                self.embedding.to(x.dtype).unsqueeze(0).expand(b, k, EMBEDDING_DIM),
+            ],
+            dim=2,
+        )
+        g = self.shared(x)
+        return th.cat([self.encoder(slices), g.unsqueeze(1).expand(b, k, g.shape[1])], dim=2)
+
+    def forward(self, obs: PyTorchObs) -> th.Tensor:
+        """:return: ``[B, K, L]`` float32, ``Q_k(s, a)`` at ``[:, k, a]``."""
+        value, adv = self.value_and_advantage(obs)
+        return value.unsqueeze(-1) + adv - adv.mean(dim=2, keepdim=True)
+
+    def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+        """``(V [B, K], A [B, K, L])``."""
+        z = self._branch_inputs(obs)
+        return self.value_head(z).squeeze(-1), self.advantage_head(z)
+
+    def branch_advantages(self, obs: PyTorchObs) -> th.Tensor:
+        """``A [B, K, L]`` without the value head: each branch's greedy action is its argmax."""
+        return self.advantage_head(self._branch_inputs(obs))
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
+        """Greedy actions ``[B, K]`` int64."""
+        return self(observation).argmax(dim=2)
+
+    def extra_repr(self) -> str:
+        return f"n_branches={self.n_branches}, n_features={self.n_features}"
+
+
 class DuelingDQNPolicy(DQNPolicy):
     """DQN policy with a :class:`DuelingQNetwork` as online and target network.
 
@@ -432,7 +555,7 @@ class DuelingDQNPolicy(DQNPolicy):
         (:class:`BranchingDuelingQNetwork`'s ``branch_values``).
     :param instrument_encoder: With the portfolio env's ``MultiDiscrete``, the network whose
         weights the instruments share
-        (:class:`~agents.algorithm.instrument_encoder.InstrumentEncoderQNetwork`).
+        (:class:`InstrumentEncoderQNetwork`).
     """
 
     q_net: DuelingQNetwork | BranchingDuelingQNetwork
@@ -491,8 +614,6 @@ class DuelingDQNPolicy(DQNPolicy):
                     f"instrument_encoder = True is invalid with the action space "
                     f"{self.action_space}: allowed is the portfolio env's MultiDiscrete([L] * K)"
                 )
-            from agents.algorithm.instrument_encoder import InstrumentEncoderQNetwork
-
             return InstrumentEncoderQNetwork(**net_args).to(self.device)
         if isinstance(self.action_space, spaces.MultiDiscrete):
             branch_values = getattr(self, "branch_values", False)

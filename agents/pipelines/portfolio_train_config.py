@@ -145,7 +145,7 @@ class PortfolioTrainConfig:
         metadata={
             "setting": Setting(
                 "one encoder shared by the instruments beside the trunk, heads shared by the "
-                "branches (agents/algorithm/instrument_encoder.py)",
+                "branches (InstrumentEncoderQNetwork)",
                 check=(lambda v: isinstance(v, bool), "True or False"),
                 option=None,
             )
