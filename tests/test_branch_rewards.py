@@ -305,8 +305,11 @@ def test_instrument_encoder_shares_its_weights_and_round_trips(tmp_path) -> None
     )
     net = model.q_net
     assert isinstance(net, InstrumentEncoderQNetwork) and net.n_features == 51
-    # One encoder and one pair of heads for the four instruments: their sizes do not grow with K.
-    assert net.encoder[0].in_features == 51 + 2 + 8 and net.advantage_head[-1].out_features == 3
+    # One encoder and its advantage head for the four instruments (sizes that do not grow with
+    # K), beside each branch's own head on the trunk.
+    assert net.encoder[0].in_features == 51 + 2 + 8
+    assert net.encoder_advantage[-1].out_features == 3
+    assert net.advantage_head[-1].weight.shape[:2] == (4, 3)
     obs = th.as_tensor(env.unwrapped.observe())
     value, adv = net.value_and_advantage(obs)
     assert value.shape == (4, 4) and adv.shape == (4, 4, 3)

@@ -440,12 +440,13 @@ class InstrumentEncoderQNetwork(QNetwork):
     learned embedding of the instrument), so what it learns of one instrument's features serves
     the others; beside it the dueling trunk reads the whole observation (a follower needs its
     leader's features). The heads, shared by the branches, read ``z_k = [encoder(slice_k),
-    trunk(obs)]``: ``A_k = advantage(z_k)`` ``[B, K, L]``, ``V_k = value(z_k)`` ``[B, K]`` (one
-    value a branch) and ``Q_k(s, a) = V_k + A_k(a) - mean A_k``. Its interface is
+    trunk(obs)]``: ``V_k = value(z_k)`` ``[B, K]`` (one value a branch); the advantage is the
+    sum of a head shared by the branches on ``encoder(slice_k)`` (``encoder_advantage``) and
+    each branch's own head on the trunk (``advantage_head``, :class:`BranchingDuelingQNetwork`'s),
+    ``[B, K, L]``; ``Q_k(s, a) = V_k + A_k(a) - mean A_k``. Its interface is
     :class:`BranchingDuelingQNetwork`'s (``forward``, ``value_and_advantage``,
-    ``branch_advantages``, ``_predict``, ``n_branches``, ``n_levels``, an ``advantage_head``
-    whose last layer gives the levels), which the fused rollout, the captured step, the
-    backtests and ``set_flat_policy`` use.
+    ``branch_advantages``, ``_predict``, ``n_branches``, ``n_levels``), which the fused
+    rollout, the captured step and the backtests use; ``set_flat_policy`` zeroes both heads.
 
     :param observation_space: ``Box`` of ``K·F + 1 + K`` floats.
     :param action_space: ``MultiDiscrete([L] * K)``.
@@ -490,12 +491,23 @@ class InstrumentEncoderQNetwork(QNetwork):
         self.encoder = nn.Sequential(*create_mlp(slice_dim, -1, [width, width], activation_fn))
         z_dim = width + trunk_dim
         self.value_head = nn.Sequential(*create_mlp(z_dim, 1, arch["value"], activation_fn))
-        self.advantage_head = nn.Sequential(
-            *create_mlp(z_dim, n_levels, arch["advantage"], activation_fn)
+        # Two advantages added: one head shared by the branches on each instrument's encoding
+        # (what one instrument teaches serves all), and each branch's own head on the trunk, as
+        # BranchingDuelingQNetwork's (which leader's features belong to which follower).
+        self.encoder_advantage = nn.Sequential(
+            *create_mlp(width, n_levels, arch["advantage"], activation_fn)
         )
+        widths = [*arch["advantage"], n_levels]
+        layers: list[nn.Module] = [
+            nn.Linear(trunk_dim, n_branches * widths[0]),
+            nn.Unflatten(1, (n_branches, widths[0])),
+        ]
+        for w_in, w_out in zip(widths[:-1], widths[1:], strict=True):
+            layers += [activation_fn(), BranchLinear(n_branches, w_in, w_out)]
+        self.advantage_head = nn.Sequential(*layers)
 
-    def _branch_inputs(self, obs: PyTorchObs) -> th.Tensor:
-        """``z [B, K, width + trunk]``: each instrument's encoding beside the trunk's output."""
+    def _parts(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+        """``(encodings [B, K, width], trunk [B, trunk])``."""
         x = self.extract_features(obs, self.features_extractor)
         b, k, f = x.shape[0], self.n_branches, self.n_features
         slices = th.cat(
@@ -507,8 +519,10 @@ class InstrumentEncoderQNetwork(QNetwork):
             ],
             dim=2,
         )
-        g = self.shared(x)
-        return th.cat([self.encoder(slices), g.unsqueeze(1).expand(b, k, g.shape[1])], dim=2)
+        return self.encoder(slices), self.shared(x)
+
+    def _advantages(self, h: th.Tensor, g: th.Tensor) -> th.Tensor:
+        return self.encoder_advantage(h) + self.advantage_head(g)
 
     def forward(self, obs: PyTorchObs) -> th.Tensor:
         """:return: ``[B, K, L]`` float32, ``Q_k(s, a)`` at ``[:, k, a]``."""
@@ -517,12 +531,13 @@ class InstrumentEncoderQNetwork(QNetwork):
 
     def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
         """``(V [B, K], A [B, K, L])``."""
-        z = self._branch_inputs(obs)
-        return self.value_head(z).squeeze(-1), self.advantage_head(z)
+        h, g = self._parts(obs)
+        z = th.cat([h, g.unsqueeze(1).expand(*h.shape[:2], g.shape[1])], dim=2)
+        return self.value_head(z).squeeze(-1), self._advantages(h, g)
 
     def branch_advantages(self, obs: PyTorchObs) -> th.Tensor:
         """``A [B, K, L]`` without the value head: each branch's greedy action is its argmax."""
-        return self.advantage_head(self._branch_inputs(obs))
+        return self._advantages(*self._parts(obs))
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
         """Greedy actions ``[B, K]`` int64."""

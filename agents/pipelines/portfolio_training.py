@@ -203,9 +203,13 @@ def set_flat_policy(model: Any, level: int) -> None:
             raise TypeError("set_flat_policy needs a branching head of hidden advantage layers")
         if not 0 <= int(level) < last.out_features:
             raise ValueError(f"level = {level!r} is invalid: allowed is 0..{last.out_features - 1}")
+        # A second advantage added to it (the instrument encoder's shared head) goes to zero.
+        extra = getattr(net, "encoder_advantage", None)
+        shared = [m for m in extra if isinstance(m, th.nn.Linear)][-1:] if extra else []
         with th.no_grad():
-            last.weight.zero_()
-            last.bias.zero_()
+            for layer in (last, *shared):
+                layer.weight.zero_()
+                layer.bias.zero_()
             last.bias[..., int(level)] = 1.0  # [K, L] per branch, or [L] shared by them
 
 
