@@ -141,7 +141,7 @@ class PortfolioTrainConfig:
         },
     )
     instrument_encoder: bool = field(
-        default=False,
+        default=True,
         metadata={
             "setting": Setting(
                 "one encoder shared by the instruments beside the trunk, heads shared by the "
