@@ -198,3 +198,43 @@ def test_kernels_compiled_in_the_background_are_the_ones_the_portfolio_path_load
     sources = {spec[0] for spec in portfolio_path_kernels()}
     again = [s for s, _ in compiled_modules()[len(ready) :] if s[0] in sources]
     assert again == [], f"compiled again with other arguments: {[s[0].name for s in again]}"
+
+
+@pytest.mark.parametrize("encoder", [False, True], ids=["branching", "instrument_encoder"])
+def test_branch_rewards_store_each_instruments_share_in_graph_steps(encoder):
+    """With ``branch_rewards`` the fused steps (graph replays and eager ones) store float32
+    ``[N, K]`` rewards: the shares of a second env stepped by hand with the stored actions,
+    which add up to its reward; the captured train step trains on them (with the branching
+    network and with the instrument encoder)."""
+    import torch as th
+
+    from agents.rollouts.branch_rewards import instrument_rewards
+    from agents.rollouts.portfolio_fused import DeviceBranchRewards, PortfolioRollout
+
+    data = _data()
+    fused_env = _env(data)
+    fused_env.reset(seed=7)
+    fused = _model(fused_env, branch_rewards=True, policy_kwargs={"instrument_encoder": encoder})
+    buf = fused.replay_buffer
+    assert buf.rewards.shape[1:] == (N_ENVS, K) and buf._step_store is None  # torch copies
+    ro = PortfolioRollout(fused, seed=3)
+    for k in range(STEPS):
+        ro.step(EPSILON, random_only=k == RANDOM_STEP)
+    assert ro.captured and ro.stores_in_graph
+
+    host_env = _env(data)
+    host_env.reset(seed=7)
+    ref = DeviceBranchRewards(host_env.backend, th.device(host_env.device))
+    for t in range(STEPS):
+        ref.snapshot()
+        _, reward, _, _, info = host_env.step(buf.actions[t])
+        want = instrument_rewards(
+            ref.close, ref.open, ref.before, info["positions"], info["costs"], fill_next_open=False
+        )
+        th.testing.assert_close(buf.rewards[t], want, msg=f"step {t}")
+        th.testing.assert_close(want.double().sum(1), reward.double(), rtol=1e-5, atol=1e-7)
+    fused.learning_starts = 0
+    fused.train(gradient_steps=4, batch_size=256)
+    step = fused.captured_train_step
+    assert step is not None and not step.graph_failed
+    step.read_stats()  # raises where a priority update saw a NaN or negative TD error

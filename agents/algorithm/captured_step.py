@@ -53,7 +53,7 @@ from gymnasium import spaces
 from agents.algorithm.capturable_adam import adam_update, capturable_adam
 from agents.algorithm.compiled_or_eager import CompiledOrEager
 from agents.algorithm.dqn_loss import taken_q, td_target, weighted_td_loss
-from agents.algorithm.policies import BranchingDuelingQNetwork
+from agents.algorithm.policies import BranchingDuelingQNetwork, InstrumentEncoderQNetwork
 from agents.replay.batch import FlatStorage
 from gpu_runtime.cuda_graph import GraphRunner
 from gpu_runtime.precision import Precision, check_precision, tf32_matmuls
@@ -87,7 +87,7 @@ def captured_train_unsupported(model: Any) -> str | None:
         return "the observation space is not a Box"
     if not isinstance(model.action_space, spaces.Discrete) and not (
         isinstance(model.action_space, spaces.MultiDiscrete)
-        and isinstance(model.q_net, BranchingDuelingQNetwork)
+        and isinstance(model.q_net, BranchingDuelingQNetwork | InstrumentEncoderQNetwork)
     ):
         return "the action space is neither Discrete nor MultiDiscrete with a branching network"
     if model.get_vec_normalize_env() is not None:

@@ -6,9 +6,12 @@ Both take Q-values, not networks, so each caller runs its forward passes as it l
 
 A ``Discrete`` network's Q-values are ``[B, A]``; a branching network's
 (:class:`~agents.algorithm.policies.BranchingDuelingQNetwork`, ``MultiDiscrete([L] * K)``) are
-``[B, K, L]``, and each function takes both. The branching variant is the "mean" one of
-Tavakoli et al. (2018): one target per transition, the branches' next-state values averaged,
-the loss averaged over branches, the priority the mean of the branches' ``|td|``.
+``[B, K, L]``, and each function takes both. With one reward a transition (``[B, 1]``) the
+branching variant is the "mean" one of Tavakoli et al. (2018): one target per transition, the
+branches' next-state values averaged; with one reward a branch (``[B, K]``, GpuDQN's
+``branch_rewards``) each branch has its own target, ``y_d = r_d + gamma·(1 − done)·Q'_d(s',
+argmax_a Q_d(s', a))``. Either way the loss is averaged over branches and the priority is the
+mean of the branches' ``|td|``.
 """
 
 from __future__ import annotations
@@ -42,25 +45,37 @@ def td_target(
 
     ``q_next`` is the target network's value of the online network's greedy action in ``s'``
     (double DQN: pass ``q_next_online``) or, with ``q_next_online=None``, the target network's
-    maximum over actions. Branching Q-values ``[B, K, L]``: the same in every branch, then the
-    mean over branches, ``q_next = mean_d Q'_d(s', argmax_a Q_d(s', a))`` (one target shared by
-    the branches, Tavakoli et al.'s "mean" variant).
+    maximum over actions. Branching Q-values ``[B, K, L]``: the same in every branch; with
+    ``rewards`` ``[B, 1]`` then the mean over branches, ``q_next = mean_d Q'_d(s', argmax_a
+    Q_d(s', a))`` (one target shared by the branches, Tavakoli et al.'s "mean" variant); with
+    ``rewards`` ``[B, K]`` (one a branch) each branch's own, ``y_d = r_d + (1 - done) * gamma *
+    Q'_d(s', argmax_a Q_d(s', a))``.
 
-    :param rewards: ``[B, 1]``.
+    :param rewards: ``[B, 1]``, or ``[B, K]`` with branching Q-values (one reward a branch).
     :param dones: ``[B, 1]``, 1 for terminations only (0 for time-limit truncations).
     :param gamma: a float or ``[B, 1]`` discounts.
     :param q_next_target: ``[B, A]`` or ``[B, K, L]``, ``Q_target(s', .)``.
     :param q_next_online: the same shape, ``Q(s', .)``, or ``None``.
-    :return: ``[B, 1]``.
+    :return: ``[B, 1]``, or ``[B, K]`` with ``rewards`` of ``[B, K]``.
+    :raises ValueError: where ``rewards`` has neither 1 nor K columns (K branches).
     """
     with th.no_grad():
         if q_next_target.ndim == 3:
+            branches = q_next_target.shape[1]
+            if rewards.shape[-1] not in (1, branches):
+                raise ValueError(
+                    f"rewards of shape {tuple(rewards.shape)} are invalid with {branches} "
+                    f"branches: allowed is [B, 1] (one reward a transition) or [B, {branches}] "
+                    "(one a branch)"
+                )
             if q_next_online is not None:
                 next_actions = q_next_online.argmax(dim=2, keepdim=True)
                 branch_q = th.gather(q_next_target, 2, next_actions).squeeze(-1)
             else:
                 branch_q = q_next_target.max(dim=2).values
-            next_q = branch_q.mean(dim=1, keepdim=True)
+            # One reward a branch: each branch bootstraps from its own next value; one shared
+            # reward: from the branches' mean (each branch's value estimates the whole return).
+            next_q = branch_q if rewards.shape[-1] > 1 else branch_q.mean(dim=1, keepdim=True)
         elif q_next_online is not None:
             next_actions = q_next_online.argmax(dim=1, keepdim=True)
             next_q = th.gather(q_next_target, 1, next_actions)
@@ -79,7 +94,7 @@ def weighted_td_loss(
     paper's sum, so that the priorities keep the scale of one branch's error whatever K).
 
     :param q: ``[B, 1]`` (or ``[B, K]``), ``Q(s, a)`` of the taken actions (with gradient).
-    :param target: ``[B, 1]``, the TD target.
+    :param target: ``[B, 1]`` (or ``[B, K]``, one a branch), the TD target.
     :param weights: ``[B]`` or ``[B, 1]`` importance-sampling weights; ``None``: unweighted mean.
     :return: the scalar loss and the absolute TD errors ``[B]`` (detached): the new priorities.
     """

@@ -39,6 +39,7 @@ from stable_baselines3.common.type_aliases import (
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.dqn.policies import DQNPolicy
 
+from agents.algorithm.branch_reward_steps import BranchRewardSteps, check_branch_rewards
 from agents.algorithm.curiosity import CuriosityModel, check_positive_ints
 from agents.algorithm.curiosity_training import CuriosityTraining, curiosity_layout
 from agents.algorithm.distributed import DataParallel, DataParallelMixin
@@ -117,7 +118,14 @@ class DiscreteAndMultiDiscrete(OffPolicyAlgorithm):
         super().__init__(*args, **kwargs)
 
 
-class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteAndMultiDiscrete):
+class GpuDQN(
+    GpuDQNFiles,
+    DataParallelMixin,
+    BranchRewardSteps,
+    PerEnvEpsilonGreedy,
+    DQN,
+    DiscreteAndMultiDiscrete,
+):
     """Deep Q-Network with prioritized replay, double-DQN targets and a dueling policy.
 
     Differences from SB3's ``DQN`` (all other arguments and behaviour are SB3's):
@@ -145,7 +153,11 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
       ``y = r + gamma * (1 - done) * mean_d Q_target_d(s', argmax_a Q_d(s', a))`` (the paper's
       "mean" variant, one target for all branches), the loss the mean over branches of each
       branch's weighted Huber loss, the priority the mean over branches of ``|y - Q_d|``
-      (:mod:`agents.algorithm.dqn_loss`). Its replay buffer stores ``[K]`` int64 actions. On a
+      (:mod:`agents.algorithm.dqn_loss`). Its replay buffer stores ``[K]`` int64 actions. With
+      ``branch_rewards=True`` on the portfolio env each branch learns from its own
+      instrument's share of the reward instead (``y_d = r_d + gamma * (1 - done) *
+      Q_target_d(s', argmax_a Q_d(s', a))``; :mod:`agents.rollouts.branch_rewards`), the buffer
+      storing ``[K]`` rewards a transition. On a
       CUDA :class:`~gpu_trading_env.portfolio_env.PortfolioVectorEnv` the fused rollout acts,
       steps and stores (:class:`~agents.rollouts.portfolio_fused.PortfolioRollout`).
     - ``curiosity=True`` trains :class:`~agents.CuriosityModel` on replayed transitions every
@@ -202,6 +214,9 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
         source design's one-thread-per-env kernel; dueling policy with the default layers only).
     :param compile_train: Run the captured step's loss (and its backward) through
         ``torch.compile`` (falls back to eager with a warning where it cannot).
+    :param branch_rewards: On a ``MultiDiscrete([L] * K)`` portfolio env, store each
+        instrument's share of the reward (``[K]`` a transition) and give each branch its own
+        TD target; ``False``: one reward, one target shared by the branches.
     :param distributed: Train data-parallel over ``process_group``; needs
         ``torch.distributed.init_process_group`` first (``ValueError`` otherwise). Rank ``r``
         seeds with ``seed + r``; rank 0's initial parameters are broadcast.
@@ -258,6 +273,7 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
         captured_train: bool = True,
         train_precision: PrecisionSetting = "auto",
         compile_train: bool = True,
+        branch_rewards: bool = False,
         distributed: bool = False,
         process_group: Any = None,
         _init_setup_model: bool = True,
@@ -327,6 +343,7 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
         self.captured_train = bool(captured_train)
         self.train_precision = check_precision("train_precision", train_precision, allow_auto=True)
         self.compile_train = check_flag("compile_train", compile_train)
+        self.branch_rewards = check_flag("branch_rewards", branch_rewards)
         self._mode_free: tuple[Any, bool] = (None, False)  # (policy, no mode-dependent module)
         self._target_update = TargetNetworkUpdate()
         self._captured_step: Any = None
@@ -405,6 +422,9 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
     def _setup_model(self) -> None:
         if isinstance(self.action_space, spaces.MultiDiscrete):
             self._check_branching_setup()
+        reward_dim = check_branch_rewards(self)
+        if reward_dim > 1:  # one reward a branch in the buffer (its [B, K] batches)
+            self.replay_buffer_kwargs = {**self.replay_buffer_kwargs, "reward_dim": reward_dim}
         super()._setup_model()
         self.curiosity_model = None
         self._curiosity = None
@@ -531,7 +551,7 @@ class GpuDQN(GpuDQNFiles, DataParallelMixin, PerEnvEpsilonGreedy, DQN, DiscreteA
             q_next_target = self.q_net_target(next_observations)
             q_next_online = self.q_net(next_observations) if self.double_q else None
         return td_target(
-            rewards.reshape(-1, 1) * self.reward_scale,
+            rewards.reshape(rewards.shape[0], -1) * self.reward_scale,
             dones.reshape(-1, 1),
             gamma,
             q_next_target,

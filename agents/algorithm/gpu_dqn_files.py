@@ -130,7 +130,14 @@ def check_dqn_file_attributes(
                 check_choice(name, data[name], ROLLOUT_KERNELS)
         if "train_precision" in data:
             check_precision("train_precision", data["train_precision"], allow_auto=True)
-        for name in ("compile_train", "captured_train", "fused_rollout", "double_q", "curiosity"):
+        for name in (
+            "compile_train",
+            "captured_train",
+            "fused_rollout",
+            "double_q",
+            "curiosity",
+            "branch_rewards",
+        ):
             if name in data:
                 check_flag(name, data[name])
         _check_sizes(data, params, device)
@@ -488,6 +495,7 @@ class GpuDQNFiles(WeightsOnlyFiles):
             "_target_update",
             "_pending_rollout_generator",
             "_pending_rollout_round",
+            "_pre_step",
         ]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:

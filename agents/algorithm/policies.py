@@ -34,7 +34,9 @@ __all__ = [
     "BranchingDuelingQNetwork",
     "DuelingDQNPolicy",
     "DuelingQNetwork",
+    "InstrumentEncoderQNetwork",
     "aligned_width",
+    "portfolio_layout",
     "resolve_dueling_arch",
     "run_chain",
 ]
@@ -331,6 +333,130 @@ class BranchingDuelingQNetwork(QNetwork):
         hidden layers of each branch), see :func:`resolve_dueling_arch`.
     :param activation_fn: Activation class (default ``nn.LeakyReLU``, slope 0.01).
     :param normalize_images: Whether to divide image observations by 255.
+    :param branch_values: One value a branch, ``V_d(s)`` (the value head's last layer ``K``
+        wide: ``Q_d = V_d + A_d - mean A_d``), for branches whose returns differ (GpuDQN's
+        ``branch_rewards``); ``False``: one ``V(s)`` shared by the branches.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.MultiDiscrete,
+        features_extractor: BaseFeaturesExtractor,
+        features_dim: int,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.LeakyReLU,
+        normalize_images: bool = True,
+        branch_values: bool = False,
+    ) -> None:
+        n_branches, n_levels = check_branching_space(action_space)
+        if not isinstance(branch_values, bool):
+            raise TypeError(
+                f"branch_values = {branch_values!r} is invalid: allowed is True or False"
+            )
+        arch, trunk_dim = _init_trunk_and_value(
+            self,
+            observation_space,
+            action_space,
+            features_extractor,
+            features_dim,
+            net_arch,
+            activation_fn,
+            normalize_images,
+        )
+        self.n_branches = n_branches
+        self.n_levels = n_levels
+        self.branch_values = branch_values
+        if branch_values:  # the value head's last layer K wide: V [B, K]
+            value_in = arch["value"][-1] if arch["value"] else trunk_dim
+            self.value_head[-1] = nn.Linear(value_in, n_branches)
+        widths = [*arch["advantage"], n_levels]
+        layers: list[nn.Module] = [
+            nn.Linear(trunk_dim, n_branches * widths[0]),
+            nn.Unflatten(1, (n_branches, widths[0])),
+        ]
+        for w_in, w_out in zip(widths[:-1], widths[1:], strict=True):
+            layers += [activation_fn(), BranchLinear(n_branches, w_in, w_out)]
+        self.advantage_head = nn.Sequential(*layers)
+
+    def forward(self, obs: PyTorchObs) -> th.Tensor:
+        """Q-values of every branch.
+
+        :param obs: Observations ``[B, *obs_shape]``.
+        :return: ``[B, K, L]`` float32, ``Q_d(s, a)`` at ``[:, d, a]``.
+        """
+        value, adv = self.value_and_advantage(obs)
+        # The mean over each branch's actions makes V and A_d identifiable (Tavakoli et al., eq. 1).
+        return value.unsqueeze(-1) + adv - adv.mean(dim=2, keepdim=True)
+
+    def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+        """The heads before they are combined: ``(V [B, 1] (``[B, K]`` with
+        ``branch_values``), A [B, K, L])``."""
+        features = self.extract_features(obs, self.features_extractor)
+        h = self.shared(features)
+        return self.value_head(h), self.advantage_head(h)
+
+    def branch_advantages(self, obs: PyTorchObs) -> th.Tensor:
+        """The K advantage heads alone, ``A [B, K, L]`` float32, without the value head.
+
+        ``Q_d(s, .)`` differs from ``A_d(s, .)`` by one constant per state and branch, so each
+        branch's greedy action is ``argmax_a A_d(s, a)``: the fused rollout acts on this
+        (:class:`~agents.rollouts.acting.GreedyActor`).
+        """
+        features = self.extract_features(obs, self.features_extractor)
+        return self.advantage_head(self.shared(features))
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
+        """Greedy actions ``[B, K]`` int64: each branch's argmax."""
+        return self(observation).argmax(dim=2)
+
+
+# -- the instrument encoder ----------------------------------------------------------------------
+# A branching dueling Q-network for the portfolio env whose weights are shared by the
+# instruments (:class:`InstrumentEncoderQNetwork`).
+EMBEDDING_DIM = 8  # the learned instrument embedding e_k
+
+
+def portfolio_layout(obs_dim: int, n_instruments: int) -> int:
+    """F, the features of one instrument, of a portfolio observation of ``obs_dim`` floats.
+
+    :raises ValueError: where ``obs_dim`` is not ``K·F + 1 + K`` for an integer ``F >= 1``.
+    """
+    k = int(n_instruments)
+    rest = int(obs_dim) - 1 - k
+    if k < 1 or rest < k or rest % k:
+        raise ValueError(
+            f"observation of {obs_dim} floats is invalid for instrument_encoder with {k} "
+            "instruments: allowed is K·F + 1 + K floats (the portfolio env's layout) with F >= 1"
+        )
+    return rest // k
+
+
+class InstrumentEncoderQNetwork(QNetwork):
+    """A branching dueling Q-network for the portfolio env whose weights the instruments share.
+
+    The observation is ``[features_0 .. features_{K-1} (F each), V/C0, pos_0 .. pos_{K-1}]``.
+    One encoder reads each instrument's slice ``[features_k, pos_k, V/C0, e_k]`` (``e_k`` a
+    learned embedding of the instrument), so what it learns of one instrument's features serves
+    the others; beside it the dueling trunk reads the whole observation (a follower needs its
+    leader's features). The heads, shared by the branches, read ``z_k = [encoder(slice_k),
+    trunk(obs)]``: ``V_k = value(z_k)`` ``[B, K]`` (one value a branch); the advantage is the
+    sum of a head shared by the branches on ``encoder(slice_k)`` (``encoder_advantage``) and
+    each branch's own head on the trunk (``advantage_head``, :class:`BranchingDuelingQNetwork`'s),
+    ``[B, K, L]``; ``Q_k(s, a) = V_k + A_k(a) - mean A_k``. Its interface is
+    :class:`BranchingDuelingQNetwork`'s (``forward``, ``value_and_advantage``,
+    ``branch_advantages``, ``_predict``, ``n_branches``, ``n_levels``), which the fused
+    rollout, the captured step and the backtests use; ``set_flat_policy`` zeroes both heads.
+
+    :param observation_space: ``Box`` of ``K·F + 1 + K`` floats.
+    :param action_space: ``MultiDiscrete([L] * K)``.
+    :param features_extractor: Features extractor (a flatten: the observation as it is).
+    :param features_dim: Its output width (``K·F + 1 + K``).
+    :param net_arch: ``{"shared", "value", "advantage"}`` as the dueling networks': the trunk over
+        the whole observation, and the hidden widths of the branches' heads; the encoder has
+        two layers of the heads' first width.
+    :param activation_fn: Activation class.
+    :param normalize_images: Whether to divide image observations by 255.
     """
 
     def __init__(
@@ -354,8 +480,23 @@ class BranchingDuelingQNetwork(QNetwork):
             activation_fn,
             normalize_images,
         )
-        self.n_branches = n_branches
-        self.n_levels = n_levels
+        self.n_branches, self.n_levels = n_branches, n_levels
+        self.n_features = portfolio_layout(features_dim, n_branches)
+        self.branch_values = True
+        width = (arch["advantage"] or arch["value"] or [64])[0]
+        self.embedding = nn.Parameter(
+            th.randn(n_branches, EMBEDDING_DIM) / math.sqrt(EMBEDDING_DIM)
+        )
+        slice_dim = self.n_features + 2 + EMBEDDING_DIM
+        self.encoder = nn.Sequential(*create_mlp(slice_dim, -1, [width, width], activation_fn))
+        z_dim = width + trunk_dim
+        self.value_head = nn.Sequential(*create_mlp(z_dim, 1, arch["value"], activation_fn))
+        # Two advantages added: one head shared by the branches on each instrument's encoding
+        # (what one instrument teaches serves all), and each branch's own head on the trunk, as
+        # BranchingDuelingQNetwork's (which leader's features belong to which follower).
+        self.encoder_advantage = nn.Sequential(
+            *create_mlp(width, n_levels, arch["advantage"], activation_fn)
+        )
         widths = [*arch["advantage"], n_levels]
         layers: list[nn.Module] = [
             nn.Linear(trunk_dim, n_branches * widths[0]),
@@ -365,35 +506,45 @@ class BranchingDuelingQNetwork(QNetwork):
             layers += [activation_fn(), BranchLinear(n_branches, w_in, w_out)]
         self.advantage_head = nn.Sequential(*layers)
 
-    def forward(self, obs: PyTorchObs) -> th.Tensor:
-        """Q-values of every branch.
+    def _parts(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+        """``(encodings [B, K, width], trunk [B, trunk])``."""
+        x = self.extract_features(obs, self.features_extractor)
+        b, k, f = x.shape[0], self.n_branches, self.n_features
+        slices = th.cat(
+            [
+                x[:, : k * f].reshape(b, k, f),
+                x[:, k * f + 1 :].unsqueeze(-1),  # pos_k
+                x[:, k * f : k * f + 1].unsqueeze(1).expand(b, k, 1),  # V / C0
+                self.embedding.to(x.dtype).unsqueeze(0).expand(b, k, EMBEDDING_DIM),
+            ],
+            dim=2,
+        )
+        return self.encoder(slices), self.shared(x)
 
-        :param obs: Observations ``[B, *obs_shape]``.
-        :return: ``[B, K, L]`` float32, ``Q_d(s, a)`` at ``[:, d, a]``.
-        """
+    def _advantages(self, h: th.Tensor, g: th.Tensor) -> th.Tensor:
+        return self.encoder_advantage(h) + self.advantage_head(g)
+
+    def forward(self, obs: PyTorchObs) -> th.Tensor:
+        """:return: ``[B, K, L]`` float32, ``Q_k(s, a)`` at ``[:, k, a]``."""
         value, adv = self.value_and_advantage(obs)
-        # The mean over each branch's actions makes V and A_d identifiable (Tavakoli et al., eq. 1).
         return value.unsqueeze(-1) + adv - adv.mean(dim=2, keepdim=True)
 
     def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
-        """The heads before they are combined: ``(V [B, 1], A [B, K, L])``."""
-        features = self.extract_features(obs, self.features_extractor)
-        h = self.shared(features)
-        return self.value_head(h), self.advantage_head(h)
+        """``(V [B, K], A [B, K, L])``."""
+        h, g = self._parts(obs)
+        z = th.cat([h, g.unsqueeze(1).expand(*h.shape[:2], g.shape[1])], dim=2)
+        return self.value_head(z).squeeze(-1), self._advantages(h, g)
 
     def branch_advantages(self, obs: PyTorchObs) -> th.Tensor:
-        """The K advantage heads alone, ``A [B, K, L]`` float32, without the value head.
-
-        ``Q_d(s, .)`` differs from ``A_d(s, .)`` by one constant per state and branch, so each
-        branch's greedy action is ``argmax_a A_d(s, a)``: the fused rollout acts on this
-        (:class:`~agents.rollouts.acting.GreedyActor`).
-        """
-        features = self.extract_features(obs, self.features_extractor)
-        return self.advantage_head(self.shared(features))
+        """``A [B, K, L]`` without the value head: each branch's greedy action is its argmax."""
+        return self._advantages(*self._parts(obs))
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
-        """Greedy actions ``[B, K]`` int64: each branch's argmax."""
+        """Greedy actions ``[B, K]`` int64."""
         return self(observation).argmax(dim=2)
+
+    def extra_repr(self) -> str:
+        return f"n_branches={self.n_branches}, n_features={self.n_features}"
 
 
 class DuelingDQNPolicy(DQNPolicy):
@@ -415,6 +566,11 @@ class DuelingDQNPolicy(DQNPolicy):
     :param normalize_images: Whether to divide image observations by 255.
     :param optimizer_class: Optimizer class (``th.optim.Adam``).
     :param optimizer_kwargs: Optimizer keyword arguments, excluding the learning rate.
+    :param branch_values: With ``MultiDiscrete``, one value a branch
+        (:class:`BranchingDuelingQNetwork`'s ``branch_values``).
+    :param instrument_encoder: With the portfolio env's ``MultiDiscrete``, the network whose
+        weights the instruments share
+        (:class:`InstrumentEncoderQNetwork`).
     """
 
     q_net: DuelingQNetwork | BranchingDuelingQNetwork
@@ -432,7 +588,12 @@ class DuelingDQNPolicy(DQNPolicy):
         normalize_images: bool = True,
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
+        branch_values: bool = False,
+        instrument_encoder: bool = False,
     ) -> None:
+        # Read by make_q_net, which DQNPolicy.__init__ calls.
+        self.branch_values = branch_values
+        self.instrument_encoder = instrument_encoder
         super().__init__(
             observation_space,
             action_space,
@@ -447,9 +608,29 @@ class DuelingDQNPolicy(DQNPolicy):
             optimizer_kwargs=optimizer_kwargs,
         )
 
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {
+            **super()._get_constructor_parameters(),
+            "branch_values": self.branch_values,
+            "instrument_encoder": self.instrument_encoder,
+        }
+
     def make_q_net(self) -> DuelingQNetwork | BranchingDuelingQNetwork:
         # A separate features extractor per network, as SB3's DQNPolicy does.
         net_args = self._update_features_extractor(self.net_args, features_extractor=None)
+        encoder = getattr(self, "instrument_encoder", False)
+        if not isinstance(encoder, bool):
+            raise TypeError(
+                f"instrument_encoder = {encoder!r} is invalid: allowed is True or False"
+            )
+        if encoder:
+            if not isinstance(self.action_space, spaces.MultiDiscrete):
+                raise ValueError(
+                    f"instrument_encoder = True is invalid with the action space "
+                    f"{self.action_space}: allowed is the portfolio env's MultiDiscrete([L] * K)"
+                )
+            return InstrumentEncoderQNetwork(**net_args).to(self.device)
         if isinstance(self.action_space, spaces.MultiDiscrete):
-            return BranchingDuelingQNetwork(**net_args).to(self.device)
+            branch_values = getattr(self, "branch_values", False)
+            return BranchingDuelingQNetwork(**net_args, branch_values=branch_values).to(self.device)
         return DuelingQNetwork(**net_args).to(self.device)

@@ -660,11 +660,16 @@ def check_buffer_state(state: dict[str, Any], tree: dict[str, Any] | None, where
     obs_space, action_space = state.get("observation_space"), state.get("action_space")
     obs_shape = tuple(getattr(obs_space, "shape", None) or ())
     used = rows if full else pos
+    # One reward a transition, or one a branch of a MultiDiscrete action (branch_rewards).
+    reward_dim = state.get("reward_dim", 1)
+    branches = len(action_space.nvec) if isinstance(action_space, spaces.MultiDiscrete) else 1
+    if not _is_int(reward_dim) or reward_dim not in (1, branches):
+        raise bad("reward_dim", f"1 or {branches} (the action space's branches)")
     shapes = {
         "observations": (rows, n_envs, *obs_shape),
         "next_observations": (rows, n_envs, *obs_shape),
         "actions": (rows, n_envs, state.get("action_dim", 1)),
-        "rewards": (rows, n_envs),
+        "rewards": (rows, n_envs) if reward_dim == 1 else (rows, n_envs, reward_dim),
         "dones": (rows, n_envs),
         "timeouts": (rows, n_envs),
     }

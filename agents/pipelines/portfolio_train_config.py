@@ -118,6 +118,39 @@ class PortfolioTrainConfig:
     exploration_final_eps: float = _shared("exploration_final_eps")
     torch_threads: int | None = _shared("torch_threads")
     verbose: int = _shared("verbose")
+    branch_rewards: bool = field(
+        default=True,
+        metadata={
+            "setting": Setting(
+                "each branch's TD target from its own instrument's share of the reward (False: "
+                "the whole portfolio's reward, one target shared by the branches)",
+                check=(lambda v: isinstance(v, bool), "True or False"),
+                option=None,
+            )
+        },
+    )
+    branch_values: bool = field(
+        default=False,
+        metadata={
+            "setting": Setting(
+                "one value a branch in the branching dueling head, V_k(s) (False: one V(s) "
+                "shared by the branches)",
+                check=(lambda v: isinstance(v, bool), "True or False"),
+                option=None,
+            )
+        },
+    )
+    instrument_encoder: bool = field(
+        default=True,
+        metadata={
+            "setting": Setting(
+                "one encoder shared by the instruments beside the trunk, heads shared by the "
+                "branches (InstrumentEncoderQNetwork)",
+                check=(lambda v: isinstance(v, bool), "True or False"),
+                option=None,
+            )
+        },
+    )
     train_fraction: float = field(
         default=TRAIN_FRACTION,
         metadata={

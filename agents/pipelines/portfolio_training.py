@@ -188,8 +188,8 @@ def greedy_level_policy(net: Any) -> LevelPolicy:
 
 def set_flat_policy(model: Any, level: int) -> None:
     """Make a branching dueling ``model`` act ``level`` in every branch on every observation:
-    each branch's last advantage layer becomes ``A_d = one_hot(level)`` (zero weights, a unit
-    bias); the trunk and the value head stay as trained, and the model saves and loads as any
+    each branch's last advantage layer (or the one shared by the branches) becomes ``A_d =
+    one_hot(level)`` (zero weights, a unit bias); the trunk and the value head stay as trained, and the model saves and loads as any
     other."""
     import torch as th
 
@@ -197,14 +197,20 @@ def set_flat_policy(model: Any, level: int) -> None:
 
     for net in (model.q_net, model.q_net_target):
         last = [m for m in net.advantage_head if isinstance(m, BranchLinear | th.nn.Linear)][-1]
-        if not isinstance(last, BranchLinear):
+        # Each branch's own last layer, or one that gives the L levels to every branch (the
+        # instrument encoder's shared head).
+        if not (isinstance(last, BranchLinear) or last.out_features == net.n_levels):
             raise TypeError("set_flat_policy needs a branching head of hidden advantage layers")
         if not 0 <= int(level) < last.out_features:
             raise ValueError(f"level = {level!r} is invalid: allowed is 0..{last.out_features - 1}")
+        # A second advantage added to it (the instrument encoder's shared head) goes to zero.
+        extra = getattr(net, "encoder_advantage", None)
+        shared = [m for m in extra if isinstance(m, th.nn.Linear)][-1:] if extra else []
         with th.no_grad():
-            last.weight.zero_()
-            last.bias.zero_()
-            last.bias[:, int(level)] = 1.0
+            for layer in (last, *shared):
+                layer.weight.zero_()
+                layer.bias.zero_()
+            last.bias[..., int(level)] = 1.0  # [K, L] per branch, or [L] shared by them
 
 
 @dataclass(frozen=True, eq=False)
@@ -308,6 +314,10 @@ def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: 
     policy_kwargs: dict[str, Any] = {
         "net_arch": {"shared": hidden[0], "value": hidden[1], "advantage": hidden[1]}
     }
+    if config.branch_values:
+        policy_kwargs["branch_values"] = True
+    if config.instrument_encoder:
+        policy_kwargs["instrument_encoder"] = True
     if config.weight_decay:
         policy_kwargs["optimizer_kwargs"] = {
             "weight_decay": config.weight_decay,
@@ -330,6 +340,7 @@ def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: 
         exploration_fraction=config.exploration_fraction,
         exploration_final_eps=config.exploration_final_eps,
         train_precision=config.train_precision,
+        branch_rewards=config.branch_rewards,
         verbose=config.verbose,
         seed=seed,
         device=device,

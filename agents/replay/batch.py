@@ -24,7 +24,7 @@ class StoredBatch(NamedTuple):
     :param actions: [B, action_dim], the storage's dtype.
     :param next_observations: [B, *obs_shape].
     :param dones: [B, 1] float32: terminations (``done * (1 - timeout)`` when timeouts are kept).
-    :param rewards: [B, 1] float32.
+    :param rewards: [B, 1] float32, or [B, K] from a buffer of one reward a branch.
     """
 
     observations: th.Tensor
@@ -50,7 +50,8 @@ class FlatStorage:
         self.observations = buffer.observations.reshape(flat, *buffer.obs_shape)
         self.next_observations = buffer.next_observations.reshape(flat, *buffer.obs_shape)
         self.actions = buffer.actions.reshape(flat, buffer.action_dim)
-        self.rewards = buffer.rewards.reshape(flat)
+        # [C, 1], or [C, K] where the buffer keeps one reward a branch (reward_dim = K).
+        self.rewards = buffer.rewards.reshape(flat, -1)
         self.dones = buffer.dones.reshape(flat)
         # None: time-limit truncations are not kept apart, every done is a termination.
         self.timeouts: th.Tensor | None = (
@@ -67,5 +68,5 @@ class FlatStorage:
             actions=self.actions.index_select(0, idx),
             next_observations=self.next_observations.index_select(0, idx),
             dones=dones.reshape(-1, 1),
-            rewards=self.rewards.index_select(0, idx).reshape(-1, 1),
+            rewards=self.rewards.index_select(0, idx),
         )

@@ -71,7 +71,7 @@ class PrioritizedReplayBufferSamples(NamedTuple):
     :param actions: [B, action_dim], the action dtype (int64 for ``Discrete``).
     :param next_observations: [B, *obs_shape].
     :param dones: [B, 1] float32, ``done * (1 - timeout)`` when timeouts are handled.
-    :param rewards: [B, 1] float32.
+    :param rewards: [B, 1] float32 ([B, K] with ``reward_dim = K``).
     :param weights: [B, 1] float32 importance-sampling weights in (0, 1].
     :param indices: [B] int64 flat slot indices (``row * n_envs + env``) for
         :meth:`PrioritizedReplayBuffer.update_priorities`.
@@ -127,6 +127,9 @@ class PrioritizedReplayBuffer(StepWrites, ReplayBuffer):
     :param epsilon: Added to ``|td|`` so no priority is 0; ``> 0``.
     :param seed: Key of the Philox stream of the stratified draws (default: drawn from
         ``np.random``, which SB3 seeds).
+    :param reward_dim: Rewards per transition: 1 (``rewards`` [buffer_size, n_envs]; sampled
+        [B, 1]), or K, one per branch of a ``MultiDiscrete([L] * K)`` action (``rewards``
+        [buffer_size, n_envs, K]; sampled [B, K]: GpuDQN's ``branch_rewards``).
     """
 
     observations: th.Tensor  # type: ignore[assignment]
@@ -149,7 +152,17 @@ class PrioritizedReplayBuffer(StepWrites, ReplayBuffer):
         beta: float | Callable[[float], float] = 0.4,
         epsilon: float = 1e-6,
         seed: int | None = None,
+        reward_dim: int = 1,
     ):
+        if (
+            isinstance(reward_dim, bool)
+            or not isinstance(reward_dim, int | np.integer)
+            or reward_dim < 1
+        ):
+            raise ValueError(
+                f"reward_dim = {reward_dim!r} is invalid: allowed is an integer >= 1 (1: one "
+                "reward a transition; K: one a branch of a MultiDiscrete([L] * K) action)"
+            )
         if isinstance(buffer_size, bool) or int(buffer_size) != buffer_size or buffer_size < 1:
             raise ValueError(f"buffer_size must be an integer >= 1, got {buffer_size!r}")
         if int(n_envs) != n_envs or n_envs < 1:
@@ -197,7 +210,10 @@ class PrioritizedReplayBuffer(StepWrites, ReplayBuffer):
         self.observations = th.zeros((n, e, *self.obs_shape), dtype=obs_dtype, device=dev)
         self.next_observations = th.zeros((n, e, *self.obs_shape), dtype=obs_dtype, device=dev)
         self.actions = th.zeros((n, e, self.action_dim), dtype=act_dtype, device=dev)
-        self.rewards = th.zeros((n, e), dtype=th.float32, device=dev)
+        # One reward a transition ([n, e]), or one a branch ([n, e, reward_dim]).
+        self.reward_dim = int(reward_dim)
+        reward_shape = (n, e) if self.reward_dim == 1 else (n, e, self.reward_dim)
+        self.rewards = th.zeros(reward_shape, dtype=th.float32, device=dev)
         self.dones = th.zeros((n, e), dtype=th.float32, device=dev)
         self.timeouts = th.zeros((n, e), dtype=th.float32, device=dev)
         self.tree = self._make_tree(n * e, self.seed)

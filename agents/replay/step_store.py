@@ -88,7 +88,8 @@ def storage_fits(buffer: Any) -> bool:
         t = getattr(buffer, name)
         if t.dtype != dtype or not t.is_contiguous():
             return False
-    return True
+    # The kernel writes one reward a transition; a buffer of one a branch takes torch's copies.
+    return buffer.rewards.ndim == 2
 
 
 def inputs_fit(buffer: Any, inputs: dict[str, th.Tensor]) -> bool:

@@ -73,7 +73,7 @@ class StepWrites:
         :param obs: [n_envs, *obs_shape].
         :param next_obs: [n_envs, *obs_shape].
         :param action: [n_envs, action_dim] (or anything reshapeable to it).
-        :param reward: [n_envs].
+        :param reward: [n_envs], or [n_envs, K] in a buffer of ``reward_dim = K``.
         :param done: [n_envs], terminated or truncated.
         :param infos: ``n_envs`` dicts; ``TimeLimit.truncated`` marks time-limit truncations.
         """
@@ -89,7 +89,7 @@ class StepWrites:
             np.asarray(action).reshape((e, self.action_dim)), device=dev
         )
         self.rewards[self.pos] = th.as_tensor(
-            np.asarray(reward, dtype=np.float32).reshape(e), device=dev
+            np.asarray(reward, dtype=np.float32).reshape(self.rewards.shape[1:]), device=dev
         )
         self.dones[self.pos] = th.as_tensor(
             np.asarray(done, dtype=np.float32).reshape(e), device=dev
@@ -119,7 +119,7 @@ class StepWrites:
         :param obs: [n_envs, *obs_shape].
         :param next_obs: [n_envs, *obs_shape], the true next observation (before any reset).
         :param action: [n_envs] or [n_envs, action_dim].
-        :param reward: [n_envs].
+        :param reward: [n_envs], or [n_envs, K] in a buffer of ``reward_dim = K``.
         :param terminated: [n_envs], bool or 0/1.
         :param truncated: [n_envs], bool or 0/1.
         """
@@ -145,7 +145,7 @@ class StepWrites:
             "observations": obs.reshape((e, *self.obs_shape)),
             "next_observations": next_obs.reshape((e, *self.obs_shape)),
             "actions": action.reshape((e, self.action_dim)),
-            "rewards": reward.reshape(e),
+            "rewards": reward.reshape(self.rewards.shape[1:]),
             "dones": term | trunc,
         }
         if self.handle_timeout_termination:

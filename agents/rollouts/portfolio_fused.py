@@ -12,6 +12,11 @@ one vector step is :class:`~agents.rollouts.fused.FusedRollout`'s, with ``[N, K]
     next_obs = where(done, final_obs, obs')
     buffer.add_tensors_at(slot, obs, next_obs, action, r, terminated, truncated)  # [N, K] int64
 
+With the model's ``branch_rewards`` the state's ``bar``, ``cash`` and ``position`` are copied
+into static tensors before the step, and ``r`` is each instrument's share of the reward, float32
+``[N, K]`` (:func:`~agents.rollouts.branch_rewards.instrument_rewards`, torch ops on the device,
+recorded in the graph with the step).
+
 The step goes to :class:`~gpu_trading_env.backends.portfolio_cuda.PortfolioCudaBackend`
 directly, into two sets of static output tensors used in turn (an eager step's observation is
 read after the next step has written the other set), not through ``PortfolioVectorEnv.step``,
@@ -28,11 +33,12 @@ import torch as th
 
 from agents.replay.step_store import store_module_spec
 from agents.replay.tree_kernels import tree_module_spec
+from agents.rollouts.branch_rewards import PreStep, instrument_rewards
 from agents.rollouts.episode_ring import ring_module_spec
 from agents.rollouts.fused import FusedRollout
 from gpu_runtime.device import ModuleSpec
 
-__all__ = ["PortfolioRollout", "portfolio_path_kernels"]
+__all__ = ["DeviceBranchRewards", "PortfolioRollout", "portfolio_path_kernels"]
 
 
 def portfolio_path_kernels() -> list[ModuleSpec]:
@@ -41,6 +47,53 @@ def portfolio_path_kernels() -> list[ModuleSpec]:
     from gpu_trading_env.backends.portfolio_cuda import portfolio_module_spec
 
     return [portfolio_module_spec(), tree_module_spec(), store_module_spec(), ring_module_spec()]
+
+
+class DeviceBranchRewards:
+    """Each instrument's share of a portfolio backend's reward, on its device: :meth:`snapshot`
+    before a step, :meth:`rewards` after it. Torch ops only, on views of the backend's arrays
+    (any array with ``__cuda_array_interface__`` or a torch tensor; NumPy arrays on the CPU),
+    so that a CUDA graph records both with the step.
+
+    :param backend: a portfolio backend: ``close``, ``open`` ``[T, K]``, ``state`` (``bar``,
+        ``cash``, ``position``) and ``params`` (``fill_next_open``, ``reward_log``).
+    :param device: the torch device of its arrays.
+    """
+
+    def __init__(self, backend: Any, device: th.device) -> None:
+        def view(a: Any) -> th.Tensor:
+            # A CuPy array through DLPack: a view of its memory, never a copy (the snapshot must
+            # read the state the kernel writes); NumPy's (CPU tests) through as_tensor.
+            if hasattr(a, "__cuda_array_interface__"):
+                return th.from_dlpack(a)
+            return th.as_tensor(a, device=device)
+
+        self.close, self.open = view(backend.close), view(backend.open)
+        state = backend.state
+        self._state = (view(state.bar), view(state.cash), view(state.position))
+        self.before = PreStep(*(t.clone() for t in self._state))
+        self.fill_next_open = bool(backend.params.fill_next_open)
+        self.log_reward = bool(backend.params.reward_log)
+
+    def snapshot(self) -> None:
+        """Copy the state the next step reads (the step changes it, and resets ended envs)."""
+        saved = (self.before.bar, self.before.cash, self.before.position)
+        for dst, src in zip(saved, self._state, strict=True):
+            dst.copy_(src)
+
+    def rewards(self, out: Any) -> th.Tensor:
+        """float32 ``[N, K]`` of the step whose outputs are ``out`` (``positions``, ``costs``
+        float64 ``[N, K]``, ``reward`` ``[N]``)."""
+        return instrument_rewards(
+            self.close,
+            self.open,
+            self.before,
+            out.positions,
+            out.costs,
+            fill_next_open=self.fill_next_open,
+            reward=out.reward,
+            log_reward=self.log_reward,
+        )
 
 
 class PortfolioRollout(FusedRollout):
@@ -54,9 +107,12 @@ class PortfolioRollout(FusedRollout):
     the ``[N]`` coins, in one generator, by eager and graph steps alike.
 
     :param model: the GpuDQN; its ``portfolio_env`` (CUDA, SAME_STEP), ``q_net`` (a
-        branching network: ``branch_advantages``), ``replay_buffer`` and ``exploration_rate``.
+        branching network: ``branch_advantages``), ``replay_buffer``, ``exploration_rate`` and
+        ``branch_rewards`` (store ``[N, K]`` rewards, :class:`DeviceBranchRewards`).
         The other parameters are :class:`~agents.rollouts.fused.FusedRollout`'s.
     """
+
+    _branch_rewards: DeviceBranchRewards | None = None
 
     def _checked_env(self, model: Any) -> Any:
         env = getattr(model, "portfolio_env", None)
@@ -74,6 +130,11 @@ class PortfolioRollout(FusedRollout):
             self._outputs = [backend.make_outputs() for _ in range(2)]
         self._bound = [backend.bind_outputs(out) for out in self._outputs]
         self._next_set = 0
+        self._branch_rewards = (
+            DeviceBranchRewards(backend, th.device(env.device))
+            if getattr(model, "branch_rewards", False)
+            else None
+        )
         return env
 
     @staticmethod
@@ -93,8 +154,12 @@ class PortfolioRollout(FusedRollout):
         k = self._next_set
         self._next_set = 1 - k
         capturing = self.device.type == "cuda" and th.cuda.is_current_stream_capturing()
+        branch = self._branch_rewards
+        if branch is not None:
+            branch.snapshot()
         backend.step_bound(backend.prepare_actions(action), self._bound[k], check=not capturing)
         out = self._outputs[k]
+        reward = out.reward if branch is None else branch.rewards(out)
         info = {
             "final_obs": out.final_obs,
             "_final_obs": out.done,
@@ -102,4 +167,4 @@ class PortfolioRollout(FusedRollout):
             "_episode_return": out.done,
             "episode_length": out.episode_length,
         }
-        return out.obs, out.reward, out.terminated, out.truncated, info
+        return out.obs, reward, out.terminated, out.truncated, info
