@@ -6,8 +6,8 @@ The aligned bars are split in time (:class:`PortfolioSplits`): the network train
 part, a snapshot of its weights is taken every ``snapshot_every`` env steps and each is
 backtested on the validation bars after it; the best there is kept only where it beats flat,
 allowing for the choice among the snapshots (White's reality check at the single env's
-``GATE_LEVEL``, :func:`agents.pipelines.baseline_policies.network_beats_baseline`) and in each
-half of the validation bars. Otherwise the run keeps flat, and the saved model acts flat. The
+``GATE_LEVEL``, :func:`agents.pipelines.baseline_policies.network_beats_baseline`), in each
+half of the validation bars and in their last third. Otherwise the run keeps flat, and the saved model acts flat. The
 test bars come last and judge nothing.
 """
 
