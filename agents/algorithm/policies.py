@@ -313,6 +313,22 @@ class BranchLinear(nn.Module):
         return f"n_branches={self.n_branches}, in_features={self.in_features}, out_features={self.out_features}"
 
 
+def branch_advantage_head(
+    trunk_dim: int, n_branches: int, widths: list[int], activation_fn: type[nn.Module]
+) -> nn.Sequential:
+    """K advantage heads of the same shape, each its own weights: one ``nn.Linear`` ``trunk ->
+    K * widths[0]`` (the K first layers side by side), a ``nn.Unflatten`` to ``[B, K,
+    widths[0]]``, then the activations and :class:`BranchLinear` layers up to ``[B, K,
+    widths[-1]]``."""
+    layers: list[nn.Module] = [
+        nn.Linear(trunk_dim, n_branches * widths[0]),
+        nn.Unflatten(1, (n_branches, widths[0])),
+    ]
+    for w_in, w_out in zip(widths[:-1], widths[1:], strict=True):
+        layers += [activation_fn(), BranchLinear(n_branches, w_in, w_out)]
+    return nn.Sequential(*layers)
+
+
 class BranchingDuelingQNetwork(QNetwork):
     """Branching Dueling Q-Network (Tavakoli et al., 2018) for ``MultiDiscrete([L] * K)``.
 
@@ -371,13 +387,7 @@ class BranchingDuelingQNetwork(QNetwork):
             value_in = arch["value"][-1] if arch["value"] else trunk_dim
             self.value_head[-1] = nn.Linear(value_in, n_branches)
         widths = [*arch["advantage"], n_levels]
-        layers: list[nn.Module] = [
-            nn.Linear(trunk_dim, n_branches * widths[0]),
-            nn.Unflatten(1, (n_branches, widths[0])),
-        ]
-        for w_in, w_out in zip(widths[:-1], widths[1:], strict=True):
-            layers += [activation_fn(), BranchLinear(n_branches, w_in, w_out)]
-        self.advantage_head = nn.Sequential(*layers)
+        self.advantage_head = branch_advantage_head(trunk_dim, n_branches, widths, activation_fn)
 
     def forward(self, obs: PyTorchObs) -> th.Tensor:
         """Q-values of every branch.
@@ -498,13 +508,7 @@ class InstrumentEncoderQNetwork(QNetwork):
             *create_mlp(width, n_levels, arch["advantage"], activation_fn)
         )
         widths = [*arch["advantage"], n_levels]
-        layers: list[nn.Module] = [
-            nn.Linear(trunk_dim, n_branches * widths[0]),
-            nn.Unflatten(1, (n_branches, widths[0])),
-        ]
-        for w_in, w_out in zip(widths[:-1], widths[1:], strict=True):
-            layers += [activation_fn(), BranchLinear(n_branches, w_in, w_out)]
-        self.advantage_head = nn.Sequential(*layers)
+        self.advantage_head = branch_advantage_head(trunk_dim, n_branches, widths, activation_fn)
 
     def _parts(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
         """``(encodings [B, K, width], trunk [B, trunk])``."""
