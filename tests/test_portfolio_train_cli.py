@@ -46,9 +46,26 @@ def test_train_portfolio_writes_model_metrics_and_report(tmp_path, three_files, 
     assert metrics["reason"] and metrics["kept"] in ("network", "flat")
     assert set(metrics["test"]["kept"]["costs_by_instrument"]) == {"A", "B", "C"}
     assert metrics["config"]["env"]["episode_length"] == 50
+    assert metrics["config"]["branch_rewards"] and metrics["config"]["instrument_encoder"]
     page = (out / "index.html").read_text()
     assert page.index("Verdict: ") < page.index("<table>")
     assert "equal-weight buy and hold" in page
+
+
+def test_the_learners_switches_reach_the_run_and_the_saved_model(tmp_path, three_files) -> None:
+    from agents import GpuDQN
+    from agents.algorithm.policies import BranchingDuelingQNetwork, InstrumentEncoderQNetwork
+
+    out = tmp_path / "run"
+    argv = ["train", "--data", *three_files, "--portfolio", "--all-inputs", "--out", str(out)]
+    argv += [*TINY, "--no-branch-rewards", "--no-instrument-encoder"]
+    assert cli.main(argv) == 0
+    config = json.loads((out / "metrics.json").read_text())["config"]
+    assert config["branch_rewards"] is False and config["instrument_encoder"] is False
+    model = GpuDQN.load(out / "model.zip", device="cpu")
+    assert type(model.q_net) is BranchingDuelingQNetwork
+    assert not isinstance(model.q_net, InstrumentEncoderQNetwork)
+    assert not model.branch_rewards
 
 
 def _error(argv: list[str], capsys) -> str:
@@ -100,6 +117,8 @@ def test_align_ffill_puts_misaligned_files_on_one_grid(tmp_path, capsys) -> None
         (["--portfolio", "--env", "cost_bps=(1, 2)"], "PortfolioConfig.cost_bps = (1.0, 2.0)"),
         (["--portfolio", "--episode-length", "400"], "episode_length = 400 is invalid for the"),
         (["--portfolio", "--gamma", "2"], "--gamma 2.0 is invalid: allowed is a number in (0, 1]"),
+        (["--no-branch-rewards"], "--no-branch-rewards is invalid without --portfolio"),
+        (["--no-instrument-encoder"], "--no-instrument-encoder is invalid without --portfolio"),
     ],
 )
 def test_bad_options_are_one_line_each(three_files, extra, message, capsys) -> None:

@@ -188,6 +188,13 @@ def validate(args: argparse.Namespace) -> None:
         args.device = resolve_device(args.device)
     if getattr(args, "align", None) is not None and not args.portfolio:
         raise UsageError("--align ffill is invalid without --portfolio: it aligns a portfolio")
+    for flag in ("no_branch_rewards", "no_instrument_encoder"):
+        if getattr(args, flag, False) and not args.portfolio:
+            option = "--" + flag.replace("_", "-")
+            raise UsageError(
+                f"{option} is invalid without --portfolio: it switches off a part of the "
+                "portfolio's branching learner"
+            )
     if hasattr(args, "episode_length"):
         # train --portfolio's env is a PortfolioConfig (zoo --portfolio builds its own).
         args.config = portfolio_env(args) if getattr(args, "portfolio", False) else env_config(args)

@@ -224,11 +224,14 @@ def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
         "train one policy over every instrument of --data (a file each) on GpuPortfolio-v0, "
         "an exposure level per instrument; --env takes PortfolioConfig's fields "
         "(docs/ENV_SPEC.md, 'Portfolio env') (default: one instrument per env)",
+        learner=True,
     )
 
 
-def _portfolio_options(p: argparse.ArgumentParser, what: str) -> None:
-    """The ``portfolio`` group: ``--portfolio`` (``what`` it does) and ``--align``."""
+def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = False) -> None:
+    """The ``portfolio`` group: ``--portfolio`` (``what`` it does) and ``--align``; with
+    ``learner``, the branching learner's switches (``PortfolioTrainConfig``'s ``branch_rewards``
+    and ``instrument_encoder``, both on by default)."""
     g = p.add_argument_group("portfolio")
     g.add_argument("--portfolio", action="store_true", help=what)
     g.add_argument(
@@ -238,6 +241,20 @@ def _portfolio_options(p: argparse.ArgumentParser, what: str) -> None:
         help="with --portfolio: put the instruments on the union of their timestamps, a missing "
         "bar being the previous close with volume 0 (default: refuse instruments whose "
         "timestamps differ)",
+    )
+    if not learner:
+        return
+    g.add_argument(
+        "--no-branch-rewards",
+        action="store_true",
+        help="with --portfolio: every branch's TD target from the whole portfolio's reward "
+        "(default: each branch's from its own instrument's share of it)",
+    )
+    g.add_argument(
+        "--no-instrument-encoder",
+        action="store_true",
+        help="with --portfolio: the branching dueling network alone (default: beside it one "
+        "encoder shared by the instruments, agents/algorithm/policies.py)",
     )
 
 
@@ -286,6 +303,7 @@ def _add_walkforward(
         "train --portfolio on each fold of the instruments of --data (one file each), the "
         "test windows stitched beside flat and equal-weight buy-and-hold (default: one "
         "instrument)",
+        learner=True,
     )
 
 

@@ -254,6 +254,11 @@ class PortfolioTrainConfig:
             values[f.name] = (not value) if s.negated else value
         if getattr(args, "train_fraction", None) is not None:
             values["train_fraction"] = args.train_fraction
+        # The learner's switches, options of train and walkforward --portfolio alone.
+        if getattr(args, "no_branch_rewards", False):
+            values["branch_rewards"] = False
+        if getattr(args, "no_instrument_encoder", False):
+            values["instrument_encoder"] = False
         if env is not None:
             values["env"] = env
         try:
