@@ -263,7 +263,37 @@ def test_input_selection_keeps_a_column_that_leads_another_instrument() -> None:
     leading = dataclasses.replace(data, features=features)
     inputs = select_portfolio_inputs(leading, 1200)
     assert inputs.kept_names() == ["N0:f1"]
+    assert inputs.predicted.tolist() == [False, True]  # N0's column predicts N1 alone
     assert inputs.z[0, 1, 1] > 10.0 and inputs.family_p_value < 1e-10
     seen = inputs.apply(leading)
     np.testing.assert_array_equal(seen.features[:, 0, 1], features[:, 0, 1])
     assert not seen.features[:, 1, :].any() and not seen.features[:, 0, 0].any()
+
+
+def test_flat_unpredicted_holds_the_unpredicted_instruments_flat(tmp_path) -> None:
+    # As the lead-lag test above: N0's f1 predicts N1's next return, nothing predicts N0's.
+    data = noise_data(n_bars=1500, seed=3)
+    rng = np.random.default_rng(4)
+    close = np.asarray(data.close)
+    features = np.array(data.features)
+    nxt = np.r_[np.log(close[1:, 1] / close[:-1, 1]), 0.0]
+    features[:, 0, 1] = (nxt / nxt.std() + rng.normal(size=len(nxt))).astype(np.float32)
+    leading = dataclasses.replace(data, features=features)
+    for encoder in (False, True):
+        config = TINY.replace(fallback=False, flat_unpredicted=True, instrument_encoder=encoder)
+        result = train_portfolio(leading, config, seed=0, device="cpu", out=tmp_path)
+        assert result.kept == "network"
+        assert not (result.test.levels[:, 0] != FLAT).any()  # N0 never traded
+        assert not (result.validation.levels[:, 0] != FLAT).any()
+        from agents import GpuDQN
+
+        model = GpuDQN.load(tmp_path / "model.zip", device="cpu")
+        obs = rng.normal(size=(16, model.observation_space.shape[0])).astype(np.float32)
+        actions, _ = model.predict(obs, deterministic=True)
+        np.testing.assert_array_equal(actions[:, 0], np.full(16, FLAT))
+
+
+def test_flat_unpredicted_defaults_off() -> None:
+    assert PortfolioTrainConfig().flat_unpredicted is False
+    with pytest.raises(PortfolioTrainConfigError, match="flat_unpredicted"):
+        PortfolioTrainConfig(flat_unpredicted=1)

@@ -57,6 +57,11 @@ class PortfolioInputs:
     def n_kept(self) -> int:
         return int(self.kept.sum())
 
+    @property
+    def predicted(self) -> np.ndarray:
+        """bool [K]: the instruments whose next return some column predicts (a kept test)."""
+        return (self.adjusted_p <= self.level).any(axis=(0, 1))
+
     def kept_names(self) -> list[str]:
         """``"instrument:feature"`` of each kept column, instrument by instrument."""
         return [f"{self.instruments[k]}:{self.feature_names[f]}" for k, f in np.argwhere(self.kept)]

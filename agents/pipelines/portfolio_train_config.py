@@ -151,6 +151,18 @@ class PortfolioTrainConfig:
             )
         },
     )
+    flat_unpredicted: bool = field(
+        default=False,
+        metadata={
+            "setting": Setting(
+                "the kept network holds flat each instrument whose next return no kept input "
+                "predicts on the training bars (the input selection's tests); needs "
+                "select_inputs",
+                check=(lambda v: isinstance(v, bool), "True or False"),
+                option=None,
+            )
+        },
+    )
     train_fraction: float = field(
         default=TRAIN_FRACTION,
         metadata={

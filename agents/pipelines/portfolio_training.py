@@ -57,6 +57,7 @@ __all__ = [
     "greedy_level_policy",
     "portfolio_reward_scale",
     "portfolio_splits",
+    "set_flat_branches",
     "set_flat_policy",
     "slice_portfolio",
     "train_portfolio",
@@ -211,6 +212,30 @@ def set_flat_policy(model: Any, level: int) -> None:
                 layer.weight.zero_()
                 layer.bias.zero_()
             last.bias[..., int(level)] = 1.0  # [K, L] per branch, or [L] shared by them
+
+
+# The flat level's advantage bias in a branch held flat (set_flat_branches): far above any
+# advantage a trained head gives (Q-values of the scaled rewards are of the order of 1).
+_FLAT_BIAS = 1.0e4
+
+
+def set_flat_branches(net: Any, branches: np.ndarray, level: int) -> None:
+    """Make the branches ``branches`` (bool [K]) of a branching dueling Q-network act ``level``
+    on every observation: each such branch's own last advantage layer gets zero weights and a
+    bias of :data:`_FLAT_BIAS` at ``level`` (above what the instrument encoder's shared head can
+    add); the other branches are unchanged."""
+    import torch as th
+
+    from agents.algorithm.policies import BranchLinear
+
+    last = [m for m in net.advantage_head if isinstance(m, BranchLinear | th.nn.Linear)][-1]
+    if not isinstance(last, BranchLinear):
+        raise TypeError("set_flat_branches needs each branch's own last advantage layer")
+    mask = th.as_tensor(np.asarray(branches, dtype=bool), device=last.weight.device)
+    with th.no_grad():
+        last.weight[mask] = 0.0
+        last.bias[mask] = 0.0
+        last.bias[mask, int(level)] = _FLAT_BIAS
 
 
 @dataclass(frozen=True, eq=False)
@@ -437,13 +462,18 @@ def _choose(
     config: PortfolioTrainConfig,
     splits: PortfolioSplits,
     per_year: float | None,
+    held_flat: np.ndarray | None = None,
 ) -> _Choice:
     """Backtest every snapshot on the validation bars, keep the best where it beats flat
     (``model`` then holds its weights, else acts flat), and backtest it on the test bars; flat
-    is the last row of each batch."""
+    is the last row of each batch. ``held_flat`` (bool [K]): branches every snapshot holds flat
+    (``set_flat_branches``) before it is judged."""
     env, flat = config.env, _flat_levels(data, config)
     a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
     nets = [net for _, net, _ in cb.snapshots]
+    if held_flat is not None and held_flat.any():
+        for net in nets:
+            set_flat_branches(net, held_flat, flat_level(env))
     *runs, val_flat = backtest_portfolios(
         [greedy_level_policy(net) for net in nets] + [flat], data, env, a, b, per_year
     )
@@ -459,6 +489,9 @@ def _choose(
     )
     kept = "network" if gate.keep_network or not config.fallback else "flat"
     model.policy.load_state_dict(cb.snapshots[chosen][2])
+    if held_flat is not None and held_flat.any():
+        for q in (model.q_net, model.q_net_target):
+            set_flat_branches(q, held_flat, flat_level(env))
     if kept == "flat":
         set_flat_policy(model, flat_level(env))
     test_net, test_flat = backtest_portfolios(
@@ -518,7 +551,10 @@ def train_portfolio(
         cb, train_seconds = None, 0.0
     else:
         cb, train_seconds = _learn(model, config, progress)
-        choice = _choose(model, cb, seen, config, splits, per_year)
+        held_flat = None
+        if config.flat_unpredicted and inputs is not None:
+            held_flat = ~inputs.predicted
+        choice = _choose(model, cb, seen, config, splits, per_year, held_flat)
     model.env.close()
     keep_network = choice.kept == "network"
     result = PortfolioTrainResult(
