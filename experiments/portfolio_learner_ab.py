@@ -10,7 +10,9 @@ buffer of 1,000,000) on the NumPy env and the CPU, and the variant's settings ov
 - ``branch``: each branch's target is its own instrument's reward (``branch_rewards=True``);
 - ``branch_values``: that, and one value a branch in the dueling head (``branch_values=True``);
 - ``encoder``: ``branch`` with the network whose weights the instruments share
-  (``instrument_encoder=True``, :class:`agents.algorithm.policies.InstrumentEncoderQNetwork`).
+  (``instrument_encoder=True``, :class:`agents.algorithm.policies.InstrumentEncoderQNetwork`);
+- ``encoder_flat``: ``encoder`` with the instruments no kept input predicts held flat
+  (``flat_unpredicted=True``).
 
 Figures are not the H200's bit for bit (fp32 here, bf16 there; other random streams), only the
 same algorithm and budget. One line a run; ``--json`` appends the zoo's row of each run.
@@ -27,13 +29,14 @@ import json
 import sys
 from pathlib import Path
 
-# variant: (branch_rewards, branch_values, instrument_encoder)
-SETTINGS = ("branch_rewards", "branch_values", "instrument_encoder")
+# variant: (branch_rewards, branch_values, instrument_encoder, flat_unpredicted)
+SETTINGS = ("branch_rewards", "branch_values", "instrument_encoder", "flat_unpredicted")
 VARIANTS = {
-    "shared": (False, False, False),
-    "branch": (True, False, False),
-    "branch_values": (True, True, False),
-    "encoder": (True, False, True),
+    "shared": (False, False, False, False),
+    "branch": (True, False, False, False),
+    "branch_values": (True, True, False, False),
+    "encoder": (True, False, True, False),
+    "encoder_flat": (True, False, True, True),
 }
 
 
