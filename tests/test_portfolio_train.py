@@ -293,7 +293,7 @@ def test_flat_unpredicted_holds_the_unpredicted_instruments_flat(tmp_path) -> No
         np.testing.assert_array_equal(actions[:, 0], np.full(16, FLAT))
 
 
-def test_flat_unpredicted_defaults_off() -> None:
-    assert PortfolioTrainConfig().flat_unpredicted is False
+def test_flat_unpredicted_defaults_on() -> None:
+    assert PortfolioTrainConfig().flat_unpredicted is True
     with pytest.raises(PortfolioTrainConfigError, match="flat_unpredicted"):
         PortfolioTrainConfig(flat_unpredicted=1)

@@ -47,6 +47,7 @@ def test_train_portfolio_writes_model_metrics_and_report(tmp_path, three_files, 
     assert set(metrics["test"]["kept"]["costs_by_instrument"]) == {"A", "B", "C"}
     assert metrics["config"]["env"]["episode_length"] == 50
     assert metrics["config"]["branch_rewards"] and metrics["config"]["instrument_encoder"]
+    assert metrics["config"]["flat_unpredicted"]
     page = (out / "index.html").read_text()
     assert page.index("Verdict: ") < page.index("<table>")
     assert "equal-weight buy and hold" in page
@@ -58,10 +59,11 @@ def test_the_learners_switches_reach_the_run_and_the_saved_model(tmp_path, three
 
     out = tmp_path / "run"
     argv = ["train", "--data", *three_files, "--portfolio", "--all-inputs", "--out", str(out)]
-    argv += [*TINY, "--no-branch-rewards", "--no-instrument-encoder"]
+    argv += [*TINY, "--no-branch-rewards", "--no-instrument-encoder", "--no-flat-unpredicted"]
     assert cli.main(argv) == 0
     config = json.loads((out / "metrics.json").read_text())["config"]
     assert config["branch_rewards"] is False and config["instrument_encoder"] is False
+    assert config["flat_unpredicted"] is False
     model = GpuDQN.load(out / "model.zip", device="cpu")
     assert type(model.q_net) is BranchingDuelingQNetwork
     assert not isinstance(model.q_net, InstrumentEncoderQNetwork)
@@ -119,6 +121,7 @@ def test_align_ffill_puts_misaligned_files_on_one_grid(tmp_path, capsys) -> None
         (["--portfolio", "--gamma", "2"], "--gamma 2.0 is invalid: allowed is a number in (0, 1]"),
         (["--no-branch-rewards"], "--no-branch-rewards is invalid without --portfolio"),
         (["--no-instrument-encoder"], "--no-instrument-encoder is invalid without --portfolio"),
+        (["--no-flat-unpredicted"], "--no-flat-unpredicted is invalid without --portfolio"),
     ],
 )
 def test_bad_options_are_one_line_each(three_files, extra, message, capsys) -> None:

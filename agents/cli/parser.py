@@ -256,6 +256,12 @@ def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = Fa
         help="with --portfolio: the branching dueling network alone (default: beside it one "
         "encoder shared by the instruments, agents/algorithm/policies.py)",
     )
+    g.add_argument(
+        "--no-flat-unpredicted",
+        action="store_true",
+        help="with --portfolio: the kept network trades every instrument (default: it holds "
+        "flat each instrument whose next return no kept input predicts)",
+    )
 
 
 def _add_walkforward(

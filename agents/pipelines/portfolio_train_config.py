@@ -152,7 +152,7 @@ class PortfolioTrainConfig:
         },
     )
     flat_unpredicted: bool = field(
-        default=False,
+        default=True,
         metadata={
             "setting": Setting(
                 "the kept network holds flat each instrument whose next return no kept input "
@@ -271,6 +271,8 @@ class PortfolioTrainConfig:
             values["branch_rewards"] = False
         if getattr(args, "no_instrument_encoder", False):
             values["instrument_encoder"] = False
+        if getattr(args, "no_flat_unpredicted", False):
+            values["flat_unpredicted"] = False
         if env is not None:
             values["env"] = env
         try:
