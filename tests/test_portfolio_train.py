@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -252,15 +253,20 @@ def test_no_predictive_input_keeps_flat_without_training(tmp_path) -> None:
     assert metrics["inputs"]["kept"] == [] and metrics["inputs"]["tests"] == 2 * 2 * 2
 
 
-def test_input_selection_keeps_a_column_that_leads_another_instrument() -> None:
-    # Column (N0, f1) holds N1's next return plus as much noise: a lead-lag column.
+def _leading_column_data() -> tuple[Any, np.ndarray, np.random.Generator]:
+    """Two noise instruments whose column (N0, f1) holds N1's next return plus as much noise (a
+    lead-lag column): ``(data, its features, the generator drawn from)``."""
     data = noise_data(n_bars=1500, seed=3)
     rng = np.random.default_rng(4)
     close = np.asarray(data.close)
     features = np.array(data.features)
     nxt = np.r_[np.log(close[1:, 1] / close[:-1, 1]), 0.0]
     features[:, 0, 1] = (nxt / nxt.std() + rng.normal(size=len(nxt))).astype(np.float32)
-    leading = dataclasses.replace(data, features=features)
+    return dataclasses.replace(data, features=features), features, rng
+
+
+def test_input_selection_keeps_a_column_that_leads_another_instrument() -> None:
+    leading, features, _ = _leading_column_data()
     inputs = select_portfolio_inputs(leading, 1200)
     assert inputs.kept_names() == ["N0:f1"]
     assert inputs.predicted.tolist() == [False, True]  # N0's column predicts N1 alone
@@ -271,14 +277,8 @@ def test_input_selection_keeps_a_column_that_leads_another_instrument() -> None:
 
 
 def test_flat_unpredicted_holds_the_unpredicted_instruments_flat(tmp_path) -> None:
-    # As the lead-lag test above: N0's f1 predicts N1's next return, nothing predicts N0's.
-    data = noise_data(n_bars=1500, seed=3)
-    rng = np.random.default_rng(4)
-    close = np.asarray(data.close)
-    features = np.array(data.features)
-    nxt = np.r_[np.log(close[1:, 1] / close[:-1, 1]), 0.0]
-    features[:, 0, 1] = (nxt / nxt.std() + rng.normal(size=len(nxt))).astype(np.float32)
-    leading = dataclasses.replace(data, features=features)
+    # N0's f1 predicts N1's next return, nothing predicts N0's.
+    leading, _, rng = _leading_column_data()
     for encoder in (False, True):
         config = TINY.replace(fallback=False, flat_unpredicted=True, instrument_encoder=encoder)
         result = train_portfolio(leading, config, seed=0, device="cpu", out=tmp_path)
