@@ -195,24 +195,9 @@ def test_fused_rollout_steps_store_each_instruments_share() -> None:
     """PortfolioRollout's eager steps with ``branch_rewards`` (the CPU stand-in of the CUDA
     backend's static outputs of tests/test_portfolio_rollout.py): the stored ``[N, K]`` rewards
     are the NumPy shares of a second env stepped by hand with the stored actions."""
-    from test_portfolio_rollout import SMALL_ARCH, _StaticOutputs
+    from test_portfolio_rollout import SMALL_ARCH, CpuPortfolioRollout
 
-    from agents.rollouts.portfolio_fused import PortfolioRollout
     from gpu_trading_env.portfolio_env import PortfolioVectorEnv
-
-    class Backend(_StaticOutputs):
-        def __getattr__(self, name):  # close, open, state, params: the NumPy backend's
-            return getattr(self.backend, name)
-
-    class CpuPortfolioRollout(PortfolioRollout):
-        def _checked_env(self, model):
-            env = model.portfolio_env
-            env.backend = Backend(env.backend)
-            self._outputs = [env.backend.make_outputs() for _ in range(2)]
-            self._bound = [env.backend.bind_outputs(out) for out in self._outputs]
-            self._next_set = 0
-            self._branch_rewards = DeviceBranchRewards(env.backend, th.device("cpu"))
-            return env
 
     n, k, steps = 16, 4, 30
     data = portfolio_market("lead_lag", 400, k, seed=1)

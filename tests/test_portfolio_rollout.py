@@ -16,6 +16,7 @@ from agents import GpuDQN, PrioritizedReplayBuffer
 from agents.algorithm.policies import BranchingDuelingQNetwork
 from agents.rollouts.acting import GreedyActor
 from agents.rollouts.fused import epsilon_greedy
+from agents.rollouts.portfolio_fused import PortfolioRollout
 from agents.rollouts.selection import build_rollout
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -235,24 +236,28 @@ class _StaticOutputs:
     def check_errors(self):
         pass
 
+    def __getattr__(self, name):  # close, open, state, params: the NumPy backend's
+        return getattr(self.backend, name)
+
+
+class CpuPortfolioRollout(PortfolioRollout):
+    """PortfolioRollout on a CPU env, its backend behind :class:`_StaticOutputs` (the CUDA
+    check left out, everything it binds bound as on a GPU)."""
+
+    def _checked_env(self, model):
+        env = model.portfolio_env
+        env.backend = _StaticOutputs(env.backend)
+        self._bind_backend(model, env)
+        return env
+
 
 def test_eager_portfolio_steps_store_what_the_env_gives_for_the_stored_actions():
     """PortfolioRollout's eager steps (greedy and random) store ``[N, K]`` actions and, for
     them, the observations, next observations (final ones where an episode ended), rewards and
     flags of a second env stepped by hand; the two static output sets taken in turn keep a
     step's observation intact while the next step writes."""
-    from agents.rollouts.portfolio_fused import PortfolioRollout
     from gpu_trading_env.data.portfolio_markets import ar1_portfolio
     from gpu_trading_env.portfolio_env import PortfolioVectorEnv
-
-    class CpuPortfolioRollout(PortfolioRollout):
-        def _checked_env(self, model):
-            env = model.portfolio_env
-            env.backend = _StaticOutputs(env.backend)
-            self._outputs = [env.backend.make_outputs() for _ in range(2)]
-            self._bound = [env.backend.bind_outputs(out) for out in self._outputs]
-            self._next_set = 0
-            return env
 
     n, k, steps = 16, 4, 30
     kw = dict(num_envs=n, device="cpu", data=ar1_portfolio(400, k), episode_length=10)

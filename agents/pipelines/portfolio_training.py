@@ -7,8 +7,8 @@ part, a snapshot of its weights is taken every ``snapshot_every`` env steps and 
 backtested on the validation bars after it; the best there is kept only where it beats flat,
 allowing for the choice among the snapshots (White's reality check at the single env's
 ``GATE_LEVEL``, :func:`agents.pipelines.baseline_policies.network_beats_baseline`), in each
-half of the validation bars and in their last third. Otherwise the run keeps flat, and the saved model acts flat. The
-test bars come last and judge nothing.
+half of the validation bars and in their last third. Otherwise the run keeps flat, and the
+saved model acts flat. The test bars come last and judge nothing.
 """
 
 from __future__ import annotations
@@ -187,17 +187,26 @@ def greedy_level_policy(net: Any) -> LevelPolicy:
     return policy
 
 
+def _last_advantage_layer(net: Any) -> Any:
+    """The last linear layer of ``net.advantage_head`` (a ``BranchLinear`` or an ``nn.Linear``)."""
+    import torch as th
+
+    from agents.algorithm.policies import BranchLinear
+
+    return [m for m in net.advantage_head if isinstance(m, BranchLinear | th.nn.Linear)][-1]
+
+
 def set_flat_policy(model: Any, level: int) -> None:
     """Make a branching dueling ``model`` act ``level`` in every branch on every observation:
     each branch's last advantage layer (or the one shared by the branches) becomes ``A_d =
-    one_hot(level)`` (zero weights, a unit bias); the trunk and the value head stay as trained, and the model saves and loads as any
-    other."""
+    one_hot(level)`` (zero weights, a unit bias); the trunk and the value head stay as trained,
+    and the model saves and loads as any other."""
     import torch as th
 
     from agents.algorithm.policies import BranchLinear
 
     for net in (model.q_net, model.q_net_target):
-        last = [m for m in net.advantage_head if isinstance(m, BranchLinear | th.nn.Linear)][-1]
+        last = _last_advantage_layer(net)
         # Each branch's own last layer, or one that gives the L levels to every branch (the
         # instrument encoder's shared head).
         if not (isinstance(last, BranchLinear) or last.out_features == net.n_levels):
@@ -228,7 +237,7 @@ def set_flat_branches(net: Any, branches: np.ndarray, level: int) -> None:
 
     from agents.algorithm.policies import BranchLinear
 
-    last = [m for m in net.advantage_head if isinstance(m, BranchLinear | th.nn.Linear)][-1]
+    last = _last_advantage_layer(net)
     if not isinstance(last, BranchLinear):
         raise TypeError("set_flat_branches needs each branch's own last advantage layer")
     mask = th.as_tensor(np.asarray(branches, dtype=bool), device=last.weight.device)

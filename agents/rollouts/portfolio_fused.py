@@ -125,9 +125,15 @@ class PortfolioRollout(FusedRollout):
             raise ValueError(
                 f"PortfolioRollout needs autoreset_mode SAME_STEP; got {env.autoreset_mode.name}"
             )
-        backend = env.backend
         with th.cuda.device(th.device(env.device)):
-            self._outputs = [backend.make_outputs() for _ in range(2)]
+            self._bind_backend(model, env)
+        return env
+
+    def _bind_backend(self, model: Any, env: Any) -> None:
+        """The two static output sets of ``env``'s backend and their bindings, and, with the
+        model's ``branch_rewards``, the per-instrument rewards on its device."""
+        backend = env.backend
+        self._outputs = [backend.make_outputs() for _ in range(2)]
         self._bound = [backend.bind_outputs(out) for out in self._outputs]
         self._next_set = 0
         self._branch_rewards = (
@@ -135,7 +141,6 @@ class PortfolioRollout(FusedRollout):
             if getattr(model, "branch_rewards", False)
             else None
         )
-        return env
 
     @staticmethod
     def _action_layout(space: Any) -> tuple[int, tuple[int, ...]]:
