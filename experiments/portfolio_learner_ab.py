@@ -51,6 +51,8 @@ def _settings(variant: str, args: argparse.Namespace) -> tuple[tuple[str, object
         ("buffer_size", args.buffer_size),
         ("torch_threads", args.threads),
     ]
+    if args.net_width is not None:
+        settings.append(("net_width", args.net_width))
     names = {f.name for f in dataclasses.fields(PortfolioTrainConfig)}
     for name, value in zip(SETTINGS, VARIANTS[variant], strict=True):
         if name in names:
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--gradient-steps", type=int, default=2)
     p.add_argument("--buffer-size", type=int, default=1_000_000)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--net-width", type=int, default=None, help="default: the config's")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU env and rollout")
     p.add_argument(
         "--reward-scale-factor",
         type=float,
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
                     scale = _reward_scale(market, seed, args.reward_scale_factor)
                     settings += (("reward_scale", scale),)
                 budget = PortfolioZooBudget(settings=settings)
-                r = run_portfolio_one(market, seed, "cpu", budget)
+                r = run_portfolio_one(market, seed, args.device, budget)
                 ratio = "n/a" if r.sharpe_ratio is None else f"{r.sharpe_ratio:+.2f}"
                 print(
                     f"{market} seed {seed} {variant}: agent/rule {ratio} (agent Sharpe "
@@ -125,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
                     f"{r.network_return:+.2%}, kept {r.kept}, {r.seconds:.0f} s "
                     f"(train {r.train_seconds:.0f} s); budget {args.num_envs} envs, "
                     f"{args.timesteps:,} steps, batch {args.batch_size}, "
-                    f"{args.gradient_steps} grad steps, reward scale x "
+                    f"{args.gradient_steps} grad steps, width {args.net_width or 'default'}, "
+                    f"{args.device}, reward scale x "
                     f"{args.reward_scale_factor or 1.0:g}",
                     flush=True,
                 )

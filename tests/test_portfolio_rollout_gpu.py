@@ -233,6 +233,9 @@ def test_branch_rewards_store_each_instruments_share_in_graph_steps(encoder):
         )
         th.testing.assert_close(buf.rewards[t], want, msg=f"step {t}")
         th.testing.assert_close(want.double().sum(1), reward.double(), rtol=1e-5, atol=1e-7)
+    from stable_baselines3.common.logger import Logger
+
+    fused.set_logger(Logger(folder=None, output_formats=[]))  # train() outside learn()
     fused.learning_starts = 0
     fused.train(gradient_steps=4, batch_size=256)
     step = fused.captured_train_step
