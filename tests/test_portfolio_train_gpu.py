@@ -54,3 +54,39 @@ def test_default_budget_runs_within_a_minute(k: int) -> None:
         f"rule {rule_test.sharpe:.2f}; {result.reason}"
     )
     assert result.seconds <= 60.0
+
+
+@pytest.mark.gpu
+def test_cuda_backtest_equals_the_numpy_one() -> None:
+    """``backtest_portfolios(device="cuda")``, which ``train_portfolio`` and the zoo use on a
+    GPU, gives the NumPy env's paths: level arrays bit for bit, and a network's greedy policy
+    acting on the device the same levels as on the host."""
+    import torch as th
+
+    from agents.pipelines.portfolio_training import backtest_portfolios, greedy_level_policy
+
+    data = portfolio_market("lead_lag", 1_200, 4, seed=3)
+    config = PortfolioTrainConfig(num_envs=16, timesteps=2_000, batch_size=64)
+    result = train_portfolio(data, config, seed=0, device="cuda", out=None)
+    env = result.config.env
+    net = result.model.q_net.to("cpu").float().eval()
+    th.manual_seed(0)
+    with th.no_grad():  # random weights: a policy whose levels move (not a kept flat)
+        for p in net.parameters():
+            p.normal_(0.0, 0.3)
+    rule = exposure_levels(rule_exposures("lead_lag", data), env.exposure_levels)
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, env.n_levels, size=rule.shape)
+    start, stop = 300, 1_100
+    host = backtest_portfolios([greedy_level_policy(net), rule, noise], data, env, start, stop)
+    dev = backtest_portfolios(
+        [greedy_level_policy(net, "cuda"), rule, noise], data, env, start, stop, device="cuda"
+    )
+    for h, d in zip(host, dev, strict=True):
+        np.testing.assert_array_equal(d.levels, h.levels)
+        np.testing.assert_array_equal(d.equity, h.equity)
+        np.testing.assert_array_equal(d.positions, h.positions)
+        np.testing.assert_array_equal(d.costs, h.costs)
+        assert d.ruined == h.ruined
+    assert len({tuple(r.levels.ravel()) for r in dev}) == 3
+    assert len(np.unique(dev[0].levels)) > 1, "the network's levels never move"

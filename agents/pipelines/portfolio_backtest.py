@@ -5,6 +5,8 @@ equal-weight buy-and-hold of the same bars (``buy_and_hold_portfolio``).
 A policy is an int array of exposure levels ``[T, K]`` or a callable
 ``policy(obs, bar) -> levels``; :func:`backtest_portfolios` runs several side by side in one
 env batch (row ``i`` of the batch is policy ``i``, and equals its single backtest bit for bit).
+With ``device="cuda"`` the batch is the CUDA portfolio env (the NumPy one's accounting, by the
+parity tests) and a callable receives its observation row as a torch tensor on that device.
 """
 
 from __future__ import annotations
@@ -172,9 +174,10 @@ def backtest_portfolios(
     start: int,
     stop: int,
     per_year: float | None = None,
+    device: str = "cpu",
 ) -> list[PortfolioBacktest]:
     """Backtests of several policies over bars ``start .. stop - 1``, side by side in one
-    NumPy env of ``len(policies)`` envs (one per policy) started flat at ``start``.
+    portfolio env of ``len(policies)`` envs (one per policy) started flat at ``start``.
 
     :param policies: each an int array of levels (``[data.n_bars, K]`` indexed by bar, or
         ``[stop - start, K]`` from bar ``start``), or ``policy(obs float32 [D], bar) -> int
@@ -182,6 +185,9 @@ def backtest_portfolios(
     :param env_config: the env's settings; its ``episode_length`` and ``autoreset_mode`` are
         replaced by the window's (one episode of ``stop - start - 1`` steps).
     :param per_year: bars per year; None: ``bars_per_year`` of the window's timestamps.
+    :param device: ``"cpu"`` (the NumPy env) or ``"cuda"`` / ``"cuda:N"`` (the CUDA env: the
+        steps and the records stay on the GPU, and a callable gets its observation row as a
+        torch float32 ``[D]`` tensor there and may return levels on the device).
     :raises ValueError: on a window outside the data, or levels of another shape or range.
     """
     _check_window(data, start, stop)
@@ -192,32 +198,17 @@ def backtest_portfolios(
     acts = [
         p if callable(p) else _level_array_policy(p, data, config, start, stop) for p in policies
     ]
-    n, k = len(acts), data.n_instruments
-    env = PortfolioVectorEnv(num_envs=n, device="cpu", data=data, config=config)
-    obs, _ = env.reset(seed=0, options={"start_index": np.full(n, start, dtype=np.int64)})
+    n = len(acts)
     c0 = float(config.initial_capital)
-    value = np.full((steps + 1, n), c0)
-    levels = np.zeros((steps, n, k), dtype=np.int64)
-    positions = np.zeros((steps, n, k))
-    costs = np.zeros((steps, n, k))
-    alive = np.ones(n, dtype=bool)
-    close = np.asarray(data.close, dtype=np.float64)
-    for i in range(steps):
-        bar = start + i
-        for j, act in enumerate(acts):
-            levels[i, j] = np.asarray(act(obs[j], bar), dtype=np.int64).reshape(k)
-        obs, _, terminated, truncated, info = env.step(levels[i])
-        v1 = np.asarray(info["portfolio_value"], dtype=np.float64)
-        value[i + 1] = np.where(alive, v1, value[i])
-        positions[i] = np.where(alive[:, None], info["positions"], 0.0)
-        costs[i] = np.where(alive[:, None], info["costs"], 0.0)
-        alive &= ~np.asarray(terminated, dtype=bool)
-        if i < steps - 1 and np.asarray(truncated, dtype=bool)[alive].any():
-            raise AssertionError("the env truncated inside the backtest's window")
-    env.close()
+    if str(device) == "cpu":
+        value, levels, positions, costs, alive = _run_on_host(acts, data, config, start, steps)
+    else:
+        value, levels, positions, costs, alive = _run_on_device(
+            acts, data, config, start, steps, str(device)
+        )
     stamps = np.asarray(data.timestamps[start:stop], dtype="datetime64[ns]")
     rate = bars_per_year(stamps) if per_year is None else float(per_year)
-    marks = close[start + 1 : stop]  # [T, K]
+    marks = np.asarray(data.close, dtype=np.float64)[start + 1 : stop]  # [T, K]
     out = []
     for j in range(n):
         equity = value[:, j] / c0
@@ -240,6 +231,81 @@ def backtest_portfolios(
     return out
 
 
+_Paths = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _run_on_host(
+    acts: list[LevelPolicy], data: PortfolioData, config: PortfolioConfig, start: int, steps: int
+) -> _Paths:
+    """The NumPy env's paths: value [T+1, n], levels, positions, costs [T, n, K], alive [n]."""
+    n, k = len(acts), data.n_instruments
+    env = PortfolioVectorEnv(num_envs=n, device="cpu", data=data, config=config)
+    obs, _ = env.reset(seed=0, options={"start_index": np.full(n, start, dtype=np.int64)})
+    c0 = float(config.initial_capital)
+    value = np.full((steps + 1, n), c0)
+    levels = np.zeros((steps, n, k), dtype=np.int64)
+    positions = np.zeros((steps, n, k))
+    costs = np.zeros((steps, n, k))
+    alive = np.ones(n, dtype=bool)
+    for i in range(steps):
+        bar = start + i
+        for j, act in enumerate(acts):
+            levels[i, j] = np.asarray(act(obs[j], bar), dtype=np.int64).reshape(k)
+        obs, _, terminated, truncated, info = env.step(levels[i])
+        v1 = np.asarray(info["portfolio_value"], dtype=np.float64)
+        value[i + 1] = np.where(alive, v1, value[i])
+        positions[i] = np.where(alive[:, None], info["positions"], 0.0)
+        costs[i] = np.where(alive[:, None], info["costs"], 0.0)
+        alive &= ~np.asarray(terminated, dtype=bool)
+        if i < steps - 1 and np.asarray(truncated, dtype=bool)[alive].any():
+            raise AssertionError("the env truncated inside the backtest's window")
+    env.close()
+    return value, levels, positions, costs, alive
+
+
+def _run_on_device(
+    acts: list[LevelPolicy],
+    data: PortfolioData,
+    config: PortfolioConfig,
+    start: int,
+    steps: int,
+    device: str,
+) -> _Paths:
+    """The CUDA env's paths (as :func:`_run_on_host`), recorded on the GPU and copied to the
+    host once: a step costs the policies' calls and one launch, no host round trip."""
+    import torch as th
+
+    n, k = len(acts), data.n_instruments
+    env = PortfolioVectorEnv(num_envs=n, device=device, data=data, config=config)
+    dev = th.device(env.device)
+    obs, _ = env.reset(seed=0, options={"start_index": np.full(n, start, dtype=np.int64)})
+    c0 = float(config.initial_capital)
+    value = th.full((steps + 1, n), c0, dtype=th.float64, device=dev)
+    levels = th.zeros((steps, n, k), dtype=th.int64, device=dev)
+    positions = th.zeros((steps, n, k), dtype=th.float64, device=dev)
+    costs = th.zeros((steps, n, k), dtype=th.float64, device=dev)
+    alive = th.ones(n, dtype=th.bool, device=dev)
+    truncated_early = th.zeros(n, dtype=th.bool, device=dev)
+    for i in range(steps):
+        bar = start + i
+        for j, act in enumerate(acts):
+            a = act(obs[j], bar)
+            if not isinstance(a, th.Tensor):
+                a = th.from_numpy(np.asarray(a, dtype=np.int64))
+            levels[i, j] = a.reshape(k)
+        obs, _, terminated, truncated, info = env.step(levels[i])
+        value[i + 1] = th.where(alive, info["portfolio_value"], value[i])
+        positions[i] = th.where(alive[:, None], info["positions"], 0.0)
+        costs[i] = th.where(alive[:, None], info["costs"], 0.0)
+        alive &= ~terminated
+        if i < steps - 1:
+            truncated_early |= truncated & alive
+    env.close()
+    if bool(truncated_early.any()):
+        raise AssertionError("the env truncated inside the backtest's window")
+    return tuple(t.cpu().numpy() for t in (value, levels, positions, costs, alive))
+
+
 def backtest_portfolio(
     levels: np.ndarray | LevelPolicy,
     data: PortfolioData,
@@ -247,15 +313,16 @@ def backtest_portfolio(
     start: int,
     stop: int,
     per_year: float | None = None,
+    device: str = "cpu",
 ) -> PortfolioBacktest:
     """One policy's backtest over bars ``start .. stop - 1`` (:func:`backtest_portfolios` of
-    one): the NumPy portfolio env with one env, started flat at ``start``, stepped
-    ``stop - start - 1`` times.
+    one): the portfolio env (NumPy on ``"cpu"``, CUDA on a GPU) with one env, started flat at
+    ``start``, stepped ``stop - start - 1`` times.
 
     :param levels: int levels ``[data.n_bars, K]`` (by bar) or ``[stop - start, K]`` (from bar
         ``start``), or a callable ``policy(obs float32 [D], bar) -> int [K]``.
     """
-    return backtest_portfolios([levels], data, env_config, start, stop, per_year)[0]
+    return backtest_portfolios([levels], data, env_config, start, stop, per_year, device)[0]
 
 
 def buy_and_hold_portfolio(

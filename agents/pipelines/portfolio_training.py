@@ -13,6 +13,7 @@ saved model acts flat. The test bars come last and judge nothing.
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 import time
@@ -167,11 +168,25 @@ def portfolio_reward_scale(data: PortfolioData) -> float:
     return 1.0 / sd if sd > 0.0 and math.isfinite(1.0 / sd) else 1.0
 
 
-def greedy_level_policy(net: Any) -> LevelPolicy:
+def greedy_level_policy(net: Any, device: str = "cpu") -> LevelPolicy:
     """``policy(obs [D], bar) -> int64 [K]``: the per-branch argmax of a branching Q-network
-    (``net(obs [1, D]) -> Q [1, K, L]``, on the CPU), with one intra-op thread (the caller's
-    setting restored after each call), as the single env's backtest policies."""
+    (``net(obs [1, D]) -> Q [1, K, L]``).
+
+    On ``"cpu"`` the policy reads NumPy observations with one intra-op thread (the caller's
+    setting restored after each call), as the single env's backtest policies; on a CUDA device
+    it acts a copy of ``net`` moved there, reads the CUDA backtest's torch rows and returns the
+    levels on the device (:func:`backtest_portfolios` with that ``device``).
+    """
     import torch as th
+
+    if str(device) != "cpu":
+        on_device = copy.deepcopy(net).to(th.device(device)).eval()
+
+        def device_policy(obs: Any, bar: int) -> Any:
+            with th.inference_mode():
+                return on_device(obs.reshape(1, -1)).argmax(dim=-1)[0]
+
+        return device_policy
 
     def policy(obs: np.ndarray, bar: int) -> np.ndarray:
         # A batch of one gains nothing from more threads, and the zoo's workers share the cores.
@@ -454,13 +469,17 @@ def _flat_levels(data: PortfolioData, config: PortfolioTrainConfig) -> np.ndarra
 
 
 def _untrained_choice(
-    data: PortfolioData, config: PortfolioTrainConfig, splits: PortfolioSplits, per_year: Any
+    data: PortfolioData,
+    config: PortfolioTrainConfig,
+    splits: PortfolioSplits,
+    per_year: Any,
+    device: str,
 ) -> _Choice:
     """Flat kept without a network (no input kept): flat's backtests stand for the network's."""
     flat = _flat_levels(data, config)
     a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
-    val = backtest_portfolio(flat, data, config.env, a, b, per_year)
-    test = backtest_portfolio(flat, data, config.env, b, n, per_year)
+    val = backtest_portfolio(flat, data, config.env, a, b, per_year, device)
+    test = backtest_portfolio(flat, data, config.env, b, n, per_year, device)
     return _Choice("flat", _NO_INPUT_REASON, None, None, (), val, test, val, test)
 
 
@@ -471,6 +490,7 @@ def _choose(
     config: PortfolioTrainConfig,
     splits: PortfolioSplits,
     per_year: float | None,
+    device: str,
     held_flat: np.ndarray | None = None,
 ) -> _Choice:
     """Backtest every snapshot on the validation bars, keep the best where it beats flat
@@ -483,9 +503,8 @@ def _choose(
     if held_flat is not None and held_flat.any():
         for net in nets:
             set_flat_branches(net, held_flat, flat_level(env))
-    *runs, val_flat = backtest_portfolios(
-        [greedy_level_policy(net) for net in nets] + [flat], data, env, a, b, per_year
-    )
+    policies = [greedy_level_policy(net, device) for net in nets]
+    *runs, val_flat = backtest_portfolios(policies + [flat], data, env, a, b, per_year, device)
     sharpes = tuple(r.sharpe for r in runs)
     chosen = _best(sharpes)
     candidates = [ValidationReturns(r.returns) for r in runs]
@@ -504,7 +523,7 @@ def _choose(
     if kept == "flat":
         set_flat_policy(model, flat_level(env))
     test_net, test_flat = backtest_portfolios(
-        [greedy_level_policy(nets[chosen]), flat], data, env, b, n, per_year
+        [policies[chosen], flat], data, env, b, n, per_year, device
     )
     return _Choice(
         kept=kept,
@@ -556,14 +575,14 @@ def train_portfolio(
     model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device)
     if inputs is not None and inputs.n_kept == 0:
         set_flat_policy(model, flat_level(env))
-        choice = _untrained_choice(data, config, splits, per_year)
+        choice = _untrained_choice(data, config, splits, per_year, device)
         cb, train_seconds = None, 0.0
     else:
         cb, train_seconds = _learn(model, config, progress)
         held_flat = None
         if config.flat_unpredicted and inputs is not None:
             held_flat = ~inputs.predicted
-        choice = _choose(model, cb, seen, config, splits, per_year, held_flat)
+        choice = _choose(model, cb, seen, config, splits, per_year, device, held_flat)
     model.env.close()
     keep_network = choice.kept == "network"
     result = PortfolioTrainResult(

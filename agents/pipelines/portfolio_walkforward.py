@@ -277,7 +277,7 @@ def walk_forward_portfolio(
     level = flat_level(config.env)
     start, stop = folds[0].test_start, folds[-1].test_stop
     flat_levels = np.full((data.n_bars, data.n_instruments), level, dtype=np.int64)
-    flat = backtest_portfolio(flat_levels, data, config.env, start, stop, per_year)
+    flat = backtest_portfolio(flat_levels, data, config.env, start, stop, per_year, device)
     stitched = {
         int(s): stitch_backtests([r.result.test for r in runs if r.seed == s], level, flat.per_year)
         for s in seeds

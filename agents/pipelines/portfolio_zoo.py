@@ -236,7 +236,7 @@ def run_portfolio_one(
     env = config.env
     rule_levels, flat_levels = rule_and_flat_levels(market, data, env.exposure_levels)
     rule, flat = backtest_portfolios(
-        [rule_levels, flat_levels], data, env, agent.start, agent.stop, per_year=agent.per_year
+        [rule_levels, flat_levels], data, env, agent.start, agent.stop, agent.per_year, device
     )
     return PortfolioZooRun(
         market=market.name,
