@@ -1,5 +1,5 @@
-"""Backtests of a portfolio policy (``backtest_portfolio``): the NumPy portfolio env stepped
-over a window of bars from a pinned start, so the accounting is the env's own; and the
+"""Backtests of a portfolio policy (``backtest_portfolio``): the portfolio env stepped over a
+window of bars from a pinned start, so the accounting is the env's own; and the
 equal-weight buy-and-hold of the same bars (``buy_and_hold_portfolio``).
 
 A policy is an int array of exposure levels ``[T, K]`` or a callable
