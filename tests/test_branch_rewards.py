@@ -318,3 +318,58 @@ def test_instrument_encoder_refused_without_branches() -> None:
         GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_encoder": True})
     with pytest.raises(TypeError, match="instrument_encoder = 1 is invalid"):
         GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_encoder": 1})
+
+
+def test_instrument_attention_reads_the_other_instruments_and_round_trips(tmp_path) -> None:
+    """With ``instrument_attention`` the shared head reads a mix of every instrument's encoding
+    whose weights come from the embeddings: a change in instrument 0's features moves the other
+    branches' advantages through that head; the model saves, loads and is held flat as the
+    encoder's."""
+    from agents.algorithm.policies import InstrumentEncoderQNetwork
+    from agents.pipelines.portfolio_training import set_flat_policy
+
+    env = portfolio_env(4, n=4)
+    kwargs = {"instrument_encoder": True, "instrument_attention": True, "net_arch": SMALL}
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        device="cpu",
+        buffer_size=1_000,
+        batch_size=16,
+        learning_starts=50,
+        branch_rewards=True,
+        policy_kwargs=kwargs,
+        seed=0,
+    )
+    net = model.q_net
+    assert isinstance(net, InstrumentEncoderQNetwork) and net.attention
+    w = net.attention_weights()
+    assert w.shape == (4, 4)
+    th.testing.assert_close(w.sum(dim=1), th.ones(4))
+    assert net.encoder_advantage[0].in_features == 2 * net.encoder[0].out_features
+    obs = th.as_tensor(env.unwrapped.observe())
+    moved = obs.clone()
+    moved[:, :51] += 1.0  # instrument 0's features only
+    with th.no_grad():
+        h, _ = net._parts(obs)
+        h2, _ = net._parts(moved)
+        g = net.shared(obs)  # the trunk held fixed: only the shared head's path can move
+        delta = net._advantages(h2, g) - net._advantages(h, g)
+    assert delta[:, 1:].abs().max() > 0, "the other branches do not read instrument 0"
+    model.learn(200)
+    model.save(tmp_path / "attention.zip")
+    loaded = GpuDQN.load(tmp_path / "attention.zip", device="cpu")
+    assert loaded.q_net.attention and loaded.policy.instrument_attention
+    th.testing.assert_close(loaded.q_net(obs), model.q_net(obs))
+    set_flat_policy(loaded, 1)
+    assert (loaded.predict(obs.numpy(), deterministic=True)[0] == 1).all()
+    with pytest.raises(ValueError, match="instrument_attention = True is invalid with instrument"):
+        GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_attention": True})
+    with pytest.raises(TypeError, match="instrument_attention = 'on' is invalid"):
+        GpuDQN(
+            "DuelingPolicy",
+            env,
+            device="cpu",
+            policy_kwargs={"instrument_encoder": True, "instrument_attention": "on"},
+        )
+    env.close()
