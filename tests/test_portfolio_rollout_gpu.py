@@ -200,16 +200,12 @@ def test_kernels_compiled_in_the_background_are_the_ones_the_portfolio_path_load
     assert again == [], f"compiled again with other arguments: {[s[0].name for s in again]}"
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{}, {"instrument_encoder": True}, {"instrument_encoder": True, "instrument_attention": True}],
-    ids=["branching", "instrument_encoder", "instrument_attention"],
-)
-def test_branch_rewards_store_each_instruments_share_in_graph_steps(kwargs):
+@pytest.mark.parametrize("encoder", [False, True], ids=["branching", "instrument_encoder"])
+def test_branch_rewards_store_each_instruments_share_in_graph_steps(encoder):
     """With ``branch_rewards`` the fused steps (graph replays and eager ones) store float32
     ``[N, K]`` rewards: the shares of a second env stepped by hand with the stored actions,
     which add up to its reward; the captured train step trains on them (with the branching
-    network, the instrument encoder and its attention)."""
+    network and with the instrument encoder)."""
     import torch as th
 
     from agents.rollouts.branch_rewards import instrument_rewards
@@ -218,7 +214,7 @@ def test_branch_rewards_store_each_instruments_share_in_graph_steps(kwargs):
     data = _data()
     fused_env = _env(data)
     fused_env.reset(seed=7)
-    fused = _model(fused_env, branch_rewards=True, policy_kwargs=kwargs)
+    fused = _model(fused_env, branch_rewards=True, policy_kwargs={"instrument_encoder": encoder})
     buf = fused.replay_buffer
     assert buf.rewards.shape[1:] == (N_ENVS, K) and buf._step_store is None  # torch copies
     ro = PortfolioRollout(fused, seed=3)

@@ -142,11 +142,6 @@ def test_backtest_refuses_a_window_outside_the_data() -> None:
         ({"gamma": 1.5}, r"PortfolioTrainConfig.gamma = 1.5 is invalid: allowed is a number in"),
         ({"train_fraction": 1.0}, "PortfolioTrainConfig.train_fraction = 1.0 is invalid"),
         (
-            {"instrument_attention": True, "instrument_encoder": False},
-            "PortfolioTrainConfig.instrument_attention = True is invalid: allowed is False where",
-        ),
-        ({"instrument_attention": 1}, "PortfolioTrainConfig.instrument_attention = 1 is invalid"),
-        (
             {"env": PortfolioConfig(exposure_levels=(-1.0, 1.0))},
             "PortfolioTrainConfig.env = .* is invalid: allowed is exposure_levels with a 0.0",
         ),

@@ -467,10 +467,6 @@ class InstrumentEncoderQNetwork(QNetwork):
         two layers of the heads' first width.
     :param activation_fn: Activation class.
     :param normalize_images: Whether to divide image observations by 255.
-    :param attention: The shared advantage head also reads a mix of the other instruments'
-        encodings, ``context_k = sum_j w_kj · value(encoder(slice_j))`` with ``w =
-        softmax(query(e) · key(e)^T / sqrt(8))`` learned from the embeddings: one head for every
-        (follower, leader) pair, where the per-branch heads on the trunk learn each pair apart.
     """
 
     def __init__(
@@ -482,7 +478,6 @@ class InstrumentEncoderQNetwork(QNetwork):
         net_arch: list[int] | dict[str, list[int]] | None = None,
         activation_fn: type[nn.Module] = nn.LeakyReLU,
         normalize_images: bool = True,
-        attention: bool = False,
     ) -> None:
         n_branches, n_levels = check_branching_space(action_space)
         arch, trunk_dim = _init_trunk_and_value(
@@ -509,16 +504,8 @@ class InstrumentEncoderQNetwork(QNetwork):
         # Two advantages added: one head shared by the branches on each instrument's encoding
         # (what one instrument teaches serves all), and each branch's own head on the trunk, as
         # BranchingDuelingQNetwork's (which leader's features belong to which follower).
-        self.attention = bool(attention)
-        if self.attention:
-            # Which other instruments each one reads is a property of the instruments, not of
-            # the bar: the weights come from the embeddings alone.
-            self.attention_query = nn.Linear(EMBEDDING_DIM, EMBEDDING_DIM, bias=False)
-            self.attention_key = nn.Linear(EMBEDDING_DIM, EMBEDDING_DIM, bias=False)
-            self.attention_value = nn.Linear(width, width)
-        head_in = 2 * width if self.attention else width
         self.encoder_advantage = nn.Sequential(
-            *create_mlp(head_in, n_levels, arch["advantage"], activation_fn)
+            *create_mlp(width, n_levels, arch["advantage"], activation_fn)
         )
         widths = [*arch["advantage"], n_levels]
         self.advantage_head = branch_advantage_head(trunk_dim, n_branches, widths, activation_fn)
@@ -538,18 +525,7 @@ class InstrumentEncoderQNetwork(QNetwork):
         )
         return self.encoder(slices), self.shared(x)
 
-    def attention_weights(self) -> th.Tensor:
-        """``[K, K]`` float32: row k, how much instrument k's shared head reads each
-        instrument's encoding (softmax of the embeddings' query-key products; ``attention``)."""
-        e = self.embedding
-        scores = self.attention_query(e) @ self.attention_key(e).T / math.sqrt(EMBEDDING_DIM)
-        return th.softmax(scores, dim=1)
-
     def _advantages(self, h: th.Tensor, g: th.Tensor) -> th.Tensor:
-        if self.attention:
-            w = self.attention_weights().to(h.dtype)
-            context = th.einsum("kj,bjw->bkw", w, self.attention_value(h))
-            h = th.cat([h, context], dim=2)
         return self.encoder_advantage(h) + self.advantage_head(g)
 
     def forward(self, obs: PyTorchObs) -> th.Tensor:
@@ -572,10 +548,7 @@ class InstrumentEncoderQNetwork(QNetwork):
         return self(observation).argmax(dim=2)
 
     def extra_repr(self) -> str:
-        return (
-            f"n_branches={self.n_branches}, n_features={self.n_features}, "
-            f"attention={self.attention}"
-        )
+        return f"n_branches={self.n_branches}, n_features={self.n_features}"
 
 
 class DuelingDQNPolicy(DQNPolicy):
@@ -602,8 +575,6 @@ class DuelingDQNPolicy(DQNPolicy):
     :param instrument_encoder: With the portfolio env's ``MultiDiscrete``, the network whose
         weights the instruments share
         (:class:`InstrumentEncoderQNetwork`).
-    :param instrument_attention: With ``instrument_encoder``, its shared advantage head also
-        reads the other instruments' encodings (``InstrumentEncoderQNetwork(attention=True)``).
     """
 
     q_net: DuelingQNetwork | BranchingDuelingQNetwork
@@ -623,12 +594,10 @@ class DuelingDQNPolicy(DQNPolicy):
         optimizer_kwargs: dict[str, Any] | None = None,
         branch_values: bool = False,
         instrument_encoder: bool = False,
-        instrument_attention: bool = False,
     ) -> None:
         # Read by make_q_net, which DQNPolicy.__init__ calls.
         self.branch_values = branch_values
         self.instrument_encoder = instrument_encoder
-        self.instrument_attention = instrument_attention
         super().__init__(
             observation_space,
             action_space,
@@ -648,7 +617,6 @@ class DuelingDQNPolicy(DQNPolicy):
             **super()._get_constructor_parameters(),
             "branch_values": self.branch_values,
             "instrument_encoder": self.instrument_encoder,
-            "instrument_attention": self.instrument_attention,
         }
 
     def make_q_net(self) -> DuelingQNetwork | BranchingDuelingQNetwork:
@@ -659,23 +627,13 @@ class DuelingDQNPolicy(DQNPolicy):
             raise TypeError(
                 f"instrument_encoder = {encoder!r} is invalid: allowed is True or False"
             )
-        attention = getattr(self, "instrument_attention", False)
-        if not isinstance(attention, bool):
-            raise TypeError(
-                f"instrument_attention = {attention!r} is invalid: allowed is True or False"
-            )
-        if attention and not encoder:
-            raise ValueError(
-                "instrument_attention = True is invalid with instrument_encoder = False: "
-                "allowed only with the instrument encoder (instrument_encoder=True)"
-            )
         if encoder:
             if not isinstance(self.action_space, spaces.MultiDiscrete):
                 raise ValueError(
                     f"instrument_encoder = True is invalid with the action space "
                     f"{self.action_space}: allowed is the portfolio env's MultiDiscrete([L] * K)"
                 )
-            return InstrumentEncoderQNetwork(**net_args, attention=attention).to(self.device)
+            return InstrumentEncoderQNetwork(**net_args).to(self.device)
         if isinstance(self.action_space, spaces.MultiDiscrete):
             branch_values = getattr(self, "branch_values", False)
             return BranchingDuelingQNetwork(**net_args, branch_values=branch_values).to(self.device)

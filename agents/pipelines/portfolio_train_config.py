@@ -151,18 +151,6 @@ class PortfolioTrainConfig:
             )
         },
     )
-    instrument_attention: bool = field(
-        default=False,
-        metadata={
-            "setting": Setting(
-                "with instrument_encoder, its shared advantage head also reads the other "
-                "instruments' encodings, mixed by weights learned from the instruments' "
-                "embeddings (InstrumentEncoderQNetwork(attention=True))",
-                check=(lambda v: isinstance(v, bool), "True or False"),
-                option=None,
-            )
-        },
-    )
     flat_unpredicted: bool = field(
         default=True,
         metadata={
@@ -202,13 +190,6 @@ class PortfolioTrainConfig:
             value = getattr(self, f.name)
             if value is not None and check is not None and not check[0](value):
                 raise PortfolioTrainConfigError(f.name, value, check[1])
-        if self.instrument_attention and not self.instrument_encoder:
-            raise PortfolioTrainConfigError(
-                "instrument_attention",
-                True,
-                "False where instrument_encoder is False (the attention reads the encoder's "
-                "encodings)",
-            )
         if 0.0 not in self.env.exposure_levels:
             raise PortfolioTrainConfigError(
                 "env",

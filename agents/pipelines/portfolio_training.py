@@ -367,8 +367,6 @@ def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: 
         policy_kwargs["branch_values"] = True
     if config.instrument_encoder:
         policy_kwargs["instrument_encoder"] = True
-    if config.instrument_attention:
-        policy_kwargs["instrument_attention"] = True
     if config.weight_decay:
         policy_kwargs["optimizer_kwargs"] = {
             "weight_decay": config.weight_decay,
