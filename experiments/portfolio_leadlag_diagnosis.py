@@ -61,6 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--set", nargs="*", default=[], help="PortfolioTrainConfig FIELD=VALUE pairs")
     p.add_argument("--label", default="default")
+    p.add_argument(
+        "--fixed-slices",
+        action="store_true",
+        help="exposure levels -1/K, 0, 1/K: each instrument its own slice of the capital, never "
+        "rescaled by the gross cap (the rule's exposures likewise)",
+    )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument(
         "--also-flat-unpredicted",
@@ -71,13 +77,12 @@ def main(argv: list[str] | None = None) -> None:
 
     from agents.pipelines import portfolio_training as pt
     from agents.pipelines.portfolio_backtest import backtest_portfolios
+    from agents.pipelines.portfolio_train_config import PORTFOLIO_ENV_DEFAULTS
     from agents.pipelines.portfolio_training import train_portfolio
-    from agents.pipelines.portfolio_zoo import (
-        PORTFOLIO_ZOO_BY_NAME,
-        PortfolioZooBudget,
-        rule_and_flat_levels,
-    )
-    from gpu_trading_env.data.portfolio_markets import portfolio_market
+    from agents.pipelines.portfolio_zoo import PORTFOLIO_ZOO_BY_NAME, PortfolioZooBudget
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+    from gpu_trading_env.data.portfolio_markets import exposure_levels as to_levels
+    from gpu_trading_env.data.portfolio_markets import portfolio_market, rule_exposures
 
     settings = [
         ("num_envs", 4096),
@@ -94,9 +99,16 @@ def main(argv: list[str] | None = None) -> None:
         except (ValueError, SyntaxError):
             value = raw
         settings.append((key, value))
-    budget = PortfolioZooBudget(settings=tuple(settings))
     for name in args.markets:
         market = PORTFOLIO_ZOO_BY_NAME[name]
+        k = market.n_instruments
+        run_settings = list(settings)
+        if args.fixed_slices:
+            levels = (-1.0 / k, 0.0, 1.0 / k)
+            run_settings.append(
+                ("env", PortfolioConfig(**PORTFOLIO_ENV_DEFAULTS, exposure_levels=levels))
+            )
+        budget = PortfolioZooBudget(settings=tuple(run_settings))
         for seed in args.seeds:
             config = budget.config()
             data = portfolio_market(market.kind, budget.bars, market.n_instruments, seed)
@@ -114,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
                 pt._learn = learn.__defaults__[0]
             net, agent = r.test_network, r.test
             env = r.config.env
-            rule_levels, _ = rule_and_flat_levels(market, data, env.exposure_levels)
+            rule_ex = rule_exposures(market.kind, data) / (k if args.fixed_slices else 1)
+            rule_levels = to_levels(rule_ex, env.exposure_levels)
             (rule,) = backtest_portfolios(
                 [rule_levels], data, env, agent.start, agent.stop, per_year=agent.per_year
             )
@@ -122,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
                 "market": name,
                 "seed": seed,
                 "label": args.label,
-                "settings": dict(settings),
+                "settings": {key: str(v) for key, v in run_settings},
                 "kept": r.kept,
                 "ratio": agent.sharpe / rule.sharpe if rule.sharpe > 0 else None,
                 "agent_sharpe": agent.sharpe,
@@ -170,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
                 held = ~r.inputs.predicted
                 seen = r.inputs.apply(data)
                 c = pt._choose(
-                    captured["model"], captured["cb"], seen, r.config, r.splits, None, held
+                    captured["model"], captured["cb"], seen, r.config, r.splits, None, "cpu", held
                 )
                 kept_bt = c.test_network if c.kept == "network" else c.test_flat
                 ratio2 = kept_bt.sharpe / rule.sharpe if rule.sharpe > 0 else float("nan")
