@@ -280,6 +280,9 @@ def test_walkforward_end_to_end_tiny(in_tmp, capsys):
             assert "total_return" in s["baseline_strategy"]
     assert out.count("Fold 1 (") == 2 and out.count("Fold 2 (") == 2
     assert m["settings"]["expanding"] is True
+    # Nothing was tested out of sample before the first fold: no network is deployed there.
+    assert m["settings"]["confirm_out_of_sample"] is True
+    assert all(s["kept"] != "network" for s in m["folds"][0]["seeds"])
     assert set(m["aggregate"]) >= {"ensemble", "buy_and_hold", "random", "rule", "seeds"}
     assert m["sharpe_vs_buy_and_hold"]["low"] <= m["sharpe_vs_buy_and_hold"]["high"]
     for k in range(2):

@@ -15,7 +15,12 @@ from agents.pipelines.baseline_policies import (
     choose_baseline,
     network_beats_baseline,
 )
-from agents.pipelines.deployment import OUTCOMES, describe_deployment, interval_text
+from agents.pipelines.deployment import (
+    OUTCOMES,
+    describe_deployment,
+    describe_unconfirmed,
+    interval_text,
+)
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 
@@ -132,6 +137,8 @@ def test_every_outcome_is_worded():
         d = describe_deployment(kept, baseline(base), gate=g, selection=sel, fallback=fb)
         seen.add(d.outcome)
         assert d.to_dict()["headline"] == d.headline
+        if d.kept == "network":  # walkforward's check on the fold before
+            seen.add(describe_unconfirmed(d, "flat", -0.01, 0.0, first_fold=False).outcome)
     assert seen == set(OUTCOMES)
 
 

@@ -303,6 +303,7 @@ def test_walkforward_portfolio_reports_each_folds_kept_policy(tmp_path, capsys) 
     ("extra", "message"),
     [
         (["--warm-start"], "--warm-start is invalid with walkforward --portfolio"),
+        (["--no-confirm"], "--no-confirm is invalid with walkforward --portfolio"),
         (["--folds", "400"], "too few for 400 folds"),
     ],
 )

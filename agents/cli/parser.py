@@ -303,6 +303,13 @@ def _add_walkforward(
         action="store_true",
         help="start each fold from the previous fold's model (default: from scratch)",
     )
+    w.add_argument(
+        "--no-confirm",
+        action="store_true",
+        help="deploy every network train would deploy (default: a fold deploys a network only "
+        "where the same seed's network of the previous fold beat its baseline on that fold's "
+        "test bars; otherwise its baseline)",
+    )
     w.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     _portfolio_options(
         w,

@@ -20,11 +20,13 @@ def _refuse_options(args: argparse.Namespace) -> None:
     for option, given in (
         ("--instrument", args.instrument is not None),
         ("--warm-start", args.warm_start),
+        ("--no-confirm", getattr(args, "no_confirm", False)),
     ):
         if given:
             raise UsageError(
                 f"{option} is invalid with walkforward --portfolio: every instrument of --data "
-                "is traded and each fold trains from scratch; leave it out"
+                "is traded, each fold trains from scratch and deploys what train --portfolio "
+                "deploys; leave it out"
             )
     check_portfolio_options(args)
 

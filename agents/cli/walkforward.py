@@ -163,6 +163,7 @@ def _metrics(
             "train_bars": res.folds[0].train["bars"],
             "test_bars": res.folds[0].test["bars"],
             "expanding": not args.rolling,
+            "confirm_out_of_sample": res.confirm,
             "seeds": args.seeds,
             "warm_start": args.warm_start,
             "env": {k: str(v) for k, v in asdict(args.config).items()},
@@ -200,7 +201,13 @@ def _notes(
             f"{args.folds} folds, {'rolling' if args.rolling else 'expanding'} training windows; each trains from {'the previous fold (warm start)' if args.warm_start else 'scratch'} "
             f"for {settings.timesteps} env steps per seed; the model kept is the one with the best "
             f"Sharpe on the last {settings.val_fraction:.0%} of its training window (validation), "
-            "never the out-of-sample window.",
+            "never the out-of-sample window"
+            + (
+                "; a fold deploys a network only where the previous fold's network beat its "
+                "baseline on that fold's test bars (--no-confirm turns this off)."
+                if res.confirm
+                else "; every network train would deploy is deployed (--no-confirm)."
+            ),
             f"Sharpe of the seed-averaged strategy minus buy-and-hold's: {ci['difference']:+.2f}, "
             f"{ci['level']:.0%} block-bootstrap interval [{ci['low']:+.2f}, {ci['high']:+.2f}] "
             f"(blocks of {ci['block']} bars, {ci['n_boot']} resamples, costs in both).",
@@ -260,6 +267,7 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
         warm_start=args.warm_start,
         per_year=per_year,
         expanding=not args.rolling,
+        confirm=not args.no_confirm,
     )
     synthetic = is_synthetic(data)
     n_seeds = len(args.seeds)

@@ -15,7 +15,13 @@ from typing import Any
 from agents.pipelines.baseline_policies import PREDICTABLE_P_VALUE
 from agents.pipelines.input_selection import kept_inputs_count
 
-__all__ = ["OUTCOMES", "Deployment", "describe_deployment", "interval_text"]
+__all__ = [
+    "OUTCOMES",
+    "Deployment",
+    "describe_deployment",
+    "describe_unconfirmed",
+    "interval_text",
+]
 
 # Every kind of outcome, and the headline's opening words.
 OUTCOMES = {
@@ -25,6 +31,7 @@ OUTCOMES = {
     "not_held": "no edge held up",
     "drift_not_held": "holds {side}: the training bars' drift",
     "no_fallback": "a network (the fallback is off)",
+    "not_confirmed": "no edge confirmed out of sample",
 }
 
 
@@ -288,3 +295,41 @@ def _faded_text(gate: dict[str, Any]) -> str:
     if not thirds or thirds[-1]["low"] > 0.0:
         return ""
     return interval_text(thirds[-1])
+
+
+def describe_unconfirmed(
+    deployment: Deployment,
+    baseline: str,
+    previous_network_return: float | None,
+    previous_baseline_return: float | None,
+    first_fold: bool,
+) -> Deployment:
+    """The deployment of a walk-forward fold whose network passed ``train``'s gate but whose
+    previous fold's network did not beat its baseline out of sample (or none was tested):
+    the baseline, with that reason first and ``train``'s own verdict kept in the details.
+
+    :param deployment: what ``train`` deployed on the fold (a network).
+    :param baseline: the baseline deployed instead (``"flat"``, ``"hold long"``, ``"hold
+        short"``).
+    :param previous_network_return: the previous fold's network's test return; None where that
+        fold trained no network.
+    :param previous_baseline_return: that fold's baseline's test return.
+    :param first_fold: no fold came before (nothing was tested out of sample yet).
+    """
+    if first_fold:
+        why = "no earlier fold has tested a network out of sample yet"
+    elif previous_network_return is None or previous_baseline_return is None:
+        why = "the previous fold trained no network, so none was tested out of sample"
+    else:
+        why = (
+            f"the previous fold's network returned {previous_network_return:+.1%} on its test "
+            f"bars against its baseline's {previous_baseline_return:+.1%}"
+        )
+    what = "the model stays flat" if baseline == "flat" else f"the model holds {_side(baseline)}"
+    return Deployment(
+        baseline,
+        "not_confirmed",
+        f"{OUTCOMES['not_confirmed']}: {what} (the network passed the validation gate, but {why})",
+        (*deployment.details, f"train's verdict on this fold: {deployment.headline}"),
+        True,
+    )

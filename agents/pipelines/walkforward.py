@@ -5,8 +5,12 @@ Walk-forward: fold k trains on every bar before its test window (``expanding``, 
 the first fold on ``train_bars``) or on the ``train_bars`` bars just before it, and is tested on
 the next ``test_bars`` bars (``MarketData.walk_forward``); each fold starts from scratch, or with
 ``warm_start`` from the previous fold's kept weights. Each fold and seed records the policy
-``train`` deployed and why (:class:`~agents.pipelines.deployment.Deployment`), and that
-baseline's out-of-sample return beside the deployed policy's. Several seeds run per fold. The test
+deployed and why (:class:`~agents.pipelines.deployment.Deployment`), and that baseline's
+out-of-sample return beside the deployed policy's. With ``confirm`` (the default) a network
+``train`` would deploy on fold k is deployed only where the same seed's network of fold k - 1
+beat its baseline on fold k - 1's test bars, bars the fold k network trained on
+(:func:`confirm_deployment`): an edge must have held out of sample once before it is traded,
+and otherwise the fold deploys its baseline. Several seeds run per fold. The test
 windows' per-bar returns are stitched into one out-of-sample curve per seed; the seeds' mean
 return per bar is the "ensemble" curve (an equal-weight portfolio of the seeds' agents). Beside
 it: buy-and-hold with the same costs, a uniformly random policy through the same env, and on
@@ -16,14 +20,21 @@ synthetic planted data the known rule.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from agents.pipelines.backtest_policies import known_rule, random_policy
-from agents.pipelines.baseline_policies import baseline_backtest
+from agents.pipelines.baseline_policies import (
+    baseline_action,
+    baseline_backtest,
+    baseline_config,
+    set_constant_policy,
+)
+from agents.pipelines.deployment import describe_unconfirmed
 from agents.pipelines.model_selection import TrainResult, train_selected
 from agents.pipelines.train_settings import TrainSettings
 from agents.pipelines.walkforward_result import StitchedCurves, WalkForwardFold, WalkForwardResult
@@ -36,7 +47,65 @@ from gpu_trading_env.reports.backtest import (
 from gpu_trading_env.reports.metrics import curve_metrics
 from gpu_trading_env.reports.significance import sharpe_difference_interval
 
-__all__ = ["StitchedCurves", "WalkForwardFold", "WalkForwardResult", "walk_forward"]
+__all__ = [
+    "OutOfSampleRecord",
+    "StitchedCurves",
+    "WalkForwardFold",
+    "WalkForwardResult",
+    "confirm_deployment",
+    "walk_forward",
+]
+
+
+@dataclass(frozen=True)
+class OutOfSampleRecord:
+    """A fold's network out of sample, for the next fold's check (:func:`confirm_deployment`).
+
+    :param network_return: the fold's network's test return (the selected snapshot, deployed
+        or not); None where the fold trained no network.
+    :param baseline_return: the fold's baseline's test return.
+    """
+
+    network_return: float | None
+    baseline_return: float
+
+    @property
+    def confirmed(self) -> bool:
+        """The network beat its baseline on its test bars (ties count as held)."""
+        return self.network_return is not None and self.network_return >= self.baseline_return
+
+
+def confirm_deployment(
+    run: TrainResult,
+    previous: OutOfSampleRecord | None,
+    test: MarketData,
+    config: EnvConfig,
+    per_year: float,
+) -> TrainResult:
+    """``run`` as deployed on a walk-forward fold: unchanged where it keeps a baseline or where
+    ``previous`` (the same seed's record of the fold before; None on the first fold) confirms
+    a network; otherwise its baseline, as ``train``'s fallback deploys it (the model acts the
+    baseline's constant action; ``test`` is the baseline's backtest), with the reason in
+    ``deployment``. ``network_test``, ``validation`` and ``gate`` stay the network's: the
+    evidence that passed the gate."""
+    if run.kept != "network" or (previous is not None and previous.confirmed):
+        return run
+    name = run.baseline.name
+    set_constant_policy(run.model, baseline_action(name, config))
+    run.model.env_config = baseline_config(config)
+    deployment = describe_unconfirmed(
+        run.deployment,
+        name,
+        None if previous is None else previous.network_return,
+        None if previous is None else previous.baseline_return,
+        first_fold=previous is None,
+    )
+    return dataclasses.replace(
+        run,
+        test=baseline_backtest(name, test, config, per_year),
+        kept=name,
+        deployment=deployment,
+    )
 
 
 def _stitch(results: list[BacktestResult]) -> tuple[np.ndarray, np.ndarray]:
@@ -62,9 +131,14 @@ def walk_forward(
     warm_start: bool,
     per_year: float,
     expanding: bool = True,
+    confirm: bool = True,
     log: Callable[[str], None] = print,
 ) -> WalkForwardResult:
     """Rolling-fold training and out-of-sample evaluation of one instrument (``data``).
+
+    :param confirm: deploy a fold's network only where the previous fold's network beat its
+        baseline out of sample (:func:`confirm_deployment`); False: ``train``'s deployment as
+        it is.
 
     :returns: the folds (per-fold figures and runs), the curves stitched over all test windows
         (per seed, ensemble, buy-and-hold, random, rule), their metrics (costs in) and the
@@ -76,6 +150,7 @@ def walk_forward(
     by_seed: dict[int, list[BacktestResult]] = {s: [] for s in seeds}
     bench: dict[str, list[BacktestResult]] = {"buy_and_hold": [], "random": [], "rule": []}
     warm: dict[int, Any] = {}
+    records: dict[int, OutOfSampleRecord] = {}
     for k, (train, test) in enumerate(pieces):
         runs = []
         for s in seeds:
@@ -92,8 +167,9 @@ def walk_forward(
                 per_year=per_year,
                 init_from=warm.get(s) if warm_start else None,
             )
-            if warm_start:
+            if warm_start:  # the trained weights, whatever the check below deploys
                 warm[s] = copy.deepcopy(run.model.policy.state_dict())
+            run, records[s] = _deployed(run, records.get(s), test, config, per_year, confirm)
             by_seed[s].append(run.test)
             runs.append(run)
         rnd = backtest(random_policy(config.n_actions, 10_000 + k), test, config, per_year=per_year)
@@ -117,7 +193,25 @@ def walk_forward(
         beats_buy_and_hold_every_fold=dict(zip(map(str, seeds), beats, strict=True)),
         settings=asdict(settings),
         expanding=bool(expanding),
+        confirm=bool(confirm),
     )
+
+
+def _deployed(
+    run: TrainResult,
+    previous: OutOfSampleRecord | None,
+    test: MarketData,
+    config: EnvConfig,
+    per_year: float,
+    confirm: bool,
+) -> tuple[TrainResult, OutOfSampleRecord]:
+    """The fold's deployment (:func:`confirm_deployment` with ``confirm``) and its record for
+    the same seed's next fold."""
+    base = baseline_backtest(run.baseline.name, test, config, per_year)
+    if confirm:
+        run = confirm_deployment(run, previous, test, config, per_year)
+    network = None if run.network_test is None else run.network_test.strategy.total_return
+    return run, OutOfSampleRecord(network, base.strategy.total_return)
 
 
 def _fold_record(

@@ -95,6 +95,8 @@ class WalkForwardResult:
         buy-and-hold's in every fold.
     :param settings: the training settings (``asdict(TrainSettings)``).
     :param expanding: whether the training windows expand (else they roll).
+    :param confirm: whether a fold's network needed the previous fold's network to have beaten
+        its baseline out of sample (``walk_forward(confirm=)``).
     """
 
     folds: list[WalkForwardFold]
@@ -104,3 +106,4 @@ class WalkForwardResult:
     beats_buy_and_hold_every_fold: dict[str, bool]
     settings: dict[str, Any]
     expanding: bool
+    confirm: bool = True

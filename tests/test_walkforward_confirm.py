@@ -1,0 +1,92 @@
+"""walkforward's out-of-sample check: a fold deploys a network only where the same seed's
+network of the fold before beat its baseline on that fold's test bars."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from agents.pipelines.baseline_policies import baseline_action, baseline_backtest
+from agents.pipelines.deployment import OUTCOMES, Deployment, describe_unconfirmed
+from agents.pipelines.walkforward import OutOfSampleRecord, confirm_deployment
+from gpu_trading_env.core.config import EnvConfig
+from gpu_trading_env.data.market_data import MarketData
+
+TRAIN_VERDICT = Deployment(
+    "network", "network", "a network: validation edge over flat ...", ("d",), True
+)
+
+
+@pytest.mark.parametrize(
+    ("network", "baseline", "confirmed"),
+    [
+        (0.05, 0.0, True),
+        (0.0, 0.0, True),
+        (-0.01, 0.0, False),
+        (0.10, 0.12, False),
+        (None, 0.0, False),
+    ],
+)
+def test_a_record_confirms_only_a_network_that_beat_its_baseline(network, baseline, confirmed):
+    assert OutOfSampleRecord(network, baseline).confirmed is confirmed
+
+
+@pytest.mark.parametrize(
+    ("baseline", "previous", "first", "words"),
+    [
+        ("flat", (None, None), True, "no earlier fold has tested a network out of sample yet"),
+        ("flat", (None, 0.0), False, "the previous fold trained no network"),
+        (
+            "hold long",
+            (-0.031, 0.02),
+            False,
+            "the previous fold's network returned -3.1% on its test bars against its "
+            "baseline's +2.0%",
+        ),
+    ],
+)
+def test_the_unconfirmed_verdict_says_why_and_keeps_trains(baseline, previous, first, words):
+    d = describe_unconfirmed(TRAIN_VERDICT, baseline, *previous, first_fold=first)
+    assert d.outcome == "not_confirmed" and d.kept == baseline and d.trained
+    what = "the model stays flat" if baseline == "flat" else "the model holds long"
+    assert d.headline.startswith(f"{OUTCOMES['not_confirmed']}: {what} (the network passed")
+    assert words in d.headline
+    assert d.details == ("d", f"train's verdict on this fold: {TRAIN_VERDICT.headline}")
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    """A CPU train run on planted bars (seconds), its test window and env."""
+    from agents.pipelines.model_selection import train_selected
+    from agents.pipelines.train_settings import TrainSettings
+
+    data = MarketData.synthetic("planted", 1_500, seed=1)
+    train, test = data.split(0.8)
+    config = EnvConfig(episode_length=50, barriers=False, exposure_levels=(-1.0, 0.0, 1.0))
+    settings = TrainSettings(timesteps=300, num_envs=4, batch_size=16, buffer_size=300)
+    run = train_selected(train, test, config, settings, seed=0, per_year=8766.0)
+    return run, test, config
+
+
+def test_an_unconfirmed_network_deploys_its_baseline(tiny_run):
+    run, test, config = tiny_run
+    run = dataclasses.replace(run, kept="network", deployment=TRAIN_VERDICT)
+    name = run.baseline.name
+    out = confirm_deployment(run, OutOfSampleRecord(-0.02, 0.0), test, config, 8766.0)
+    assert out.kept == name and out.deployment.outcome == "not_confirmed"
+    want = baseline_backtest(name, test, config, 8766.0)
+    np.testing.assert_array_equal(out.test.equity, want.equity)
+    assert out.network_test is run.network_test  # the evidence stays
+    obs = np.zeros((3, out.model.observation_space.shape[0]), dtype=np.float32)
+    actions, _ = out.model.predict(obs, deterministic=True)
+    assert (actions == baseline_action(name, config)).all()
+
+
+def test_a_confirmed_network_and_a_baseline_stay_as_they_are(tiny_run):
+    run, test, config = tiny_run
+    network = dataclasses.replace(run, kept="network", deployment=TRAIN_VERDICT)
+    assert confirm_deployment(network, OutOfSampleRecord(0.01, 0.0), test, config, 1.0) is network
+    base = dataclasses.replace(run, kept=run.baseline.name)
+    assert confirm_deployment(base, None, test, config, 1.0) is base
