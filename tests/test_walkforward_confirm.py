@@ -74,9 +74,9 @@ def test_an_unconfirmed_network_deploys_its_baseline(tiny_run):
     run, test, config = tiny_run
     run = dataclasses.replace(run, kept="network", deployment=TRAIN_VERDICT)
     name = run.baseline.name
-    out = confirm_deployment(run, OutOfSampleRecord(-0.02, 0.0), test, config, 8766.0)
-    assert out.kept == name and out.deployment.outcome == "not_confirmed"
     want = baseline_backtest(name, test, config, 8766.0)
+    out = confirm_deployment(run, OutOfSampleRecord(-0.02, 0.0), want, config)
+    assert out.kept == name and out.deployment.outcome == "not_confirmed"
     np.testing.assert_array_equal(out.test.equity, want.equity)
     assert out.network_test is run.network_test  # the evidence stays
     obs = np.zeros((3, out.model.observation_space.shape[0]), dtype=np.float32)
@@ -87,6 +87,7 @@ def test_an_unconfirmed_network_deploys_its_baseline(tiny_run):
 def test_a_confirmed_network_and_a_baseline_stay_as_they_are(tiny_run):
     run, test, config = tiny_run
     network = dataclasses.replace(run, kept="network", deployment=TRAIN_VERDICT)
-    assert confirm_deployment(network, OutOfSampleRecord(0.01, 0.0), test, config, 1.0) is network
+    want = baseline_backtest(run.baseline.name, test, config, 8766.0)
+    assert confirm_deployment(network, OutOfSampleRecord(0.01, 0.0), want, config) is network
     base = dataclasses.replace(run, kept=run.baseline.name)
-    assert confirm_deployment(base, None, test, config, 1.0) is base
+    assert confirm_deployment(base, None, want, config) is base

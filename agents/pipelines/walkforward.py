@@ -78,16 +78,15 @@ class OutOfSampleRecord:
 def confirm_deployment(
     run: TrainResult,
     previous: OutOfSampleRecord | None,
-    test: MarketData,
+    baseline_test: BacktestResult,
     config: EnvConfig,
-    per_year: float,
 ) -> TrainResult:
     """``run`` as deployed on a walk-forward fold: unchanged where it keeps a baseline or where
     ``previous`` (the same seed's record of the fold before; None on the first fold) confirms
     a network; otherwise its baseline, as ``train``'s fallback deploys it (the model acts the
-    baseline's constant action; ``test`` is the baseline's backtest), with the reason in
-    ``deployment``. ``network_test``, ``validation`` and ``gate`` stay the network's: the
-    evidence that passed the gate."""
+    baseline's constant action; ``test`` becomes ``baseline_test``, the baseline's backtest of
+    the fold's test window), with the reason in ``deployment``. ``network_test``,
+    ``validation`` and ``gate`` stay the network's: the evidence that passed the gate."""
     if run.kept != "network" or (previous is not None and previous.confirmed):
         return run
     name = run.baseline.name
@@ -102,7 +101,7 @@ def confirm_deployment(
     )
     return dataclasses.replace(
         run,
-        test=baseline_backtest(name, test, config, per_year),
+        test=baseline_test,
         kept=name,
         deployment=deployment,
     )
@@ -152,7 +151,7 @@ def walk_forward(
     warm: dict[int, Any] = {}
     records: dict[int, OutOfSampleRecord] = {}
     for k, (train, test) in enumerate(pieces):
-        runs = []
+        runs, bases = [], []
         for s in seeds:
             log(
                 f"fold {k + 1}/{folds}, seed {s}: training on {train.n_bars} bars "
@@ -169,16 +168,20 @@ def walk_forward(
             )
             if warm_start:  # the trained weights, whatever the check below deploys
                 warm[s] = copy.deepcopy(run.model.policy.state_dict())
-            run, records[s] = _deployed(run, records.get(s), test, config, per_year, confirm)
+            base = baseline_backtest(run.baseline.name, test, config, per_year)
+            if confirm:
+                run = confirm_deployment(run, records.get(s), base, config)
+            records[s] = _record(run, base)
             by_seed[s].append(run.test)
             runs.append(run)
+            bases.append(base)
         rnd = backtest(random_policy(config.n_actions, 10_000 + k), test, config, per_year=per_year)
         rule = known_rule(test, config)
         bench["random"].append(rnd)
         bench["buy_and_hold"].append(runs[0].test)  # its buy_and_hold curve
         if rule is not None:
             bench["rule"].append(rule)
-        fold_out.append(_fold_record(k, train, test, seeds, runs, rnd, rule, config, per_year))
+        fold_out.append(_fold_record(k, train, test, seeds, runs, bases, rnd, rule))
     stitched, ensemble, bh_rets = _stitched(pieces, seeds, by_seed, bench)
     ci = sharpe_difference_interval(ensemble, bh_rets, per_year)
     beats = [
@@ -197,21 +200,10 @@ def walk_forward(
     )
 
 
-def _deployed(
-    run: TrainResult,
-    previous: OutOfSampleRecord | None,
-    test: MarketData,
-    config: EnvConfig,
-    per_year: float,
-    confirm: bool,
-) -> tuple[TrainResult, OutOfSampleRecord]:
-    """The fold's deployment (:func:`confirm_deployment` with ``confirm``) and its record for
-    the same seed's next fold."""
-    base = baseline_backtest(run.baseline.name, test, config, per_year)
-    if confirm:
-        run = confirm_deployment(run, previous, test, config, per_year)
+def _record(run: TrainResult, baseline_test: BacktestResult) -> OutOfSampleRecord:
+    """A fold's record for the same seed's next fold (its network and baseline out of sample)."""
     network = None if run.network_test is None else run.network_test.strategy.total_return
-    return run, OutOfSampleRecord(network, base.strategy.total_return)
+    return OutOfSampleRecord(network, baseline_test.strategy.total_return)
 
 
 def _fold_record(
@@ -220,12 +212,12 @@ def _fold_record(
     test: MarketData,
     seeds: list[int],
     runs: list[TrainResult],
+    bases: list[BacktestResult],
     rnd: BacktestResult,
     rule: BacktestResult | None,
-    config: EnvConfig,
-    per_year: float,
 ) -> WalkForwardFold:
-    """Fold ``k``: its windows, each seed's deployed policy and figures, the benchmarks'."""
+    """Fold ``k``: its windows, each seed's deployed policy and figures (``bases``: each seed's
+    baseline on the test window), the benchmarks'."""
     return WalkForwardFold(
         fold=k,
         train=_window(train),
@@ -237,9 +229,7 @@ def _fold_record(
                 "verdict": r.deployment.headline,
                 "deployment": r.deployment.to_dict(),
                 "baseline": r.baseline.name,
-                "baseline_strategy": baseline_backtest(
-                    r.baseline.name, test, config, per_year
-                ).strategy.to_dict(),
+                "baseline_strategy": base.strategy.to_dict(),
                 "strategy": r.test.strategy.to_dict(),
                 "last_model_strategy": None
                 if r.last_test is None
@@ -251,7 +241,7 @@ def _fold_record(
                 "learning_curve": r.curve,
                 "evaluations": r.evals.to_dict(),
             }
-            for s, r in zip(seeds, runs, strict=True)
+            for s, r, base in zip(seeds, runs, bases, strict=True)
         ],
         buy_and_hold=runs[0].test.benchmark.to_dict(),
         random=rnd.strategy.to_dict(),
