@@ -74,6 +74,7 @@ __all__ = [
     "choose_baseline",
     "features_predict_returns",
     "network_beats_baseline",
+    "set_baseline_policy",
     "set_constant_policy",
 ]
 
@@ -351,3 +352,10 @@ def set_constant_policy(model: Any, action: int) -> None:
             last.weight.zero_()
             last.bias.zero_()
             last.bias[int(action)] = 1.0
+
+
+def set_baseline_policy(model: Any, name: str, config: EnvConfig) -> None:
+    """Make ``model`` deploy baseline ``name``: its constant action (:func:`set_constant_policy`)
+    in the env the baseline is evaluated in (``model.env_config = baseline_config(config)``)."""
+    set_constant_policy(model, baseline_action(name, config))
+    model.env_config = baseline_config(config)

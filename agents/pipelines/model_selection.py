@@ -27,11 +27,10 @@ from agents.pipelines.baseline_policies import (
     ValidationReturns,
     baseline_action,
     baseline_backtest,
-    baseline_config,
     choose_baseline,
     features_predict_returns,
     network_beats_baseline,
-    set_constant_policy,
+    set_baseline_policy,
 )
 from agents.pipelines.deployment import describe_deployment
 from agents.pipelines.input_selection import InputSelection, apply_inputs, select_inputs
@@ -253,8 +252,7 @@ def _deployed(
     model.input_selection = inputs
     deployed, deployed_val = runs.test_runs[best], runs.val_runs[best]
     if settings.fallback and not verdict.keep_network:
-        set_constant_policy(model, baseline_action(choice.name, config))
-        model.env_config = baseline_config(config)  # the env the baseline was evaluated in
+        set_baseline_policy(model, choice.name, config)
         deployed = runs.base_test
         deployed_val = runs.base_val
     kept = "network" if deployed is runs.test_runs[best] else choice.name
@@ -311,8 +309,7 @@ def _baseline_only(
     room = max(settings.batch_size, settings.num_envs)
     model, env = untrained_model(fit, config, settings, seed, buffer_size=room)
     env.close()
-    set_constant_policy(model, baseline_action(choice.name, config))
-    model.env_config = baseline_config(config)  # the env the baseline was evaluated in
+    set_baseline_policy(model, choice.name, config)
     inputs = selection.to_dict()
     model.input_selection = inputs
     base_val = baseline_backtest(choice.name, val, config, per_year)

@@ -28,12 +28,7 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.backtest_policies import known_rule, random_policy
-from agents.pipelines.baseline_policies import (
-    baseline_action,
-    baseline_backtest,
-    baseline_config,
-    set_constant_policy,
-)
+from agents.pipelines.baseline_policies import baseline_backtest, set_baseline_policy
 from agents.pipelines.deployment import describe_unconfirmed
 from agents.pipelines.model_selection import TrainResult, train_selected
 from agents.pipelines.train_settings import TrainSettings
@@ -90,8 +85,7 @@ def confirm_deployment(
     if run.kept != "network" or (previous is not None and previous.confirmed):
         return run
     name = run.baseline.name
-    set_constant_policy(run.model, baseline_action(name, config))
-    run.model.env_config = baseline_config(config)
+    set_baseline_policy(run.model, name, config)
     deployment = describe_unconfirmed(
         run.deployment,
         name,
