@@ -318,3 +318,67 @@ def test_instrument_encoder_refused_without_branches() -> None:
         GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_encoder": True})
     with pytest.raises(TypeError, match="instrument_encoder = 1 is invalid"):
         GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_encoder": 1})
+
+
+def test_evidence_head_reads_each_branchs_own_columns_and_round_trips(tmp_path) -> None:
+    from agents.pipelines.portfolio_training import set_flat_policy
+
+    env = portfolio_env(4, n=4)
+    columns = [[0, 1], [], [51], [104, 102, 103]]
+    model = GpuDQN(
+        "DuelingPolicy",
+        env,
+        device="cpu",
+        buffer_size=1_000,
+        batch_size=16,
+        learning_starts=50,
+        branch_rewards=True,
+        policy_kwargs={"instrument_encoder": True, "branch_columns": columns, "net_arch": SMALL},
+        seed=0,
+    )
+    net = model.q_net
+    assert net.branch_columns == [[0, 1], [], [51], [102, 103, 104]]
+    assert net.evidence_index.shape == (4, 3) and net.evidence_mask.sum(1).tolist() == [2, 0, 1, 3]
+    obs = th.as_tensor(env.unwrapped.observe()).clone()
+    _, _, evidence = net._parts(obs)
+    assert evidence.shape == (4, 4, 3)
+    moved = obs.clone()
+    moved[:, 0] += 1.0  # column 0: branch 0's alone
+    _, _, after = net._parts(moved)
+    assert not th.allclose(after[:, 0], evidence[:, 0])
+    th.testing.assert_close(after[:, 1:], evidence[:, 1:])
+    # A branch without columns gets its head's constant, whatever the observation.
+    th.testing.assert_close(evidence[:, 1], evidence[:1, 1].expand(4, 3))
+    th.testing.assert_close(net.branch_advantages(obs), net.value_and_advantage(obs)[1])
+    model.learn(200)
+    model.save(tmp_path / "evidence.zip")
+    loaded = GpuDQN.load(tmp_path / "evidence.zip", device="cpu")
+    assert loaded.q_net.branch_columns == net.branch_columns
+    th.testing.assert_close(loaded.q_net(obs), model.q_net(obs))
+    set_flat_policy(loaded, 1)
+    assert (loaded.predict(moved.numpy() * 100.0, deterministic=True)[0] == 1).all()
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"branch_columns": [[0]] * 3}, ValueError, "branch_columns of 3 lists is invalid"),
+        ({"branch_columns": [[0], [204], [], []]}, ValueError, r"branch_columns\[1\] = \[204\]"),
+        (
+            {"branch_columns": [[0], [-1], [], []]},
+            ValueError,
+            r"allowed are feature columns 0..203",
+        ),
+        ({"branch_columns": [[True], [], [], []]}, ValueError, r"branch_columns\[0\] = \[True\]"),
+    ],
+)
+def test_branch_columns_errors_name_the_branch_and_what_is_allowed(kwargs, error, message) -> None:
+    env = portfolio_env(4, n=2)
+    with pytest.raises(error, match=message):
+        GpuDQN(
+            "DuelingPolicy", env, device="cpu", policy_kwargs={"instrument_encoder": True, **kwargs}
+        )
+    with pytest.raises(ValueError, match="branch_columns is invalid without instrument_encoder"):
+        GpuDQN("DuelingPolicy", env, device="cpu", policy_kwargs={"branch_columns": [[0]] * 4})
+    env.close()

@@ -200,7 +200,7 @@ def test_kernels_compiled_in_the_background_are_the_ones_the_portfolio_path_load
     assert again == [], f"compiled again with other arguments: {[s[0].name for s in again]}"
 
 
-@pytest.mark.parametrize("encoder", [False, True], ids=["branching", "instrument_encoder"])
+@pytest.mark.parametrize("encoder", ["branching", "instrument_encoder", "evidence"])
 def test_branch_rewards_store_each_instruments_share_in_graph_steps(encoder):
     """With ``branch_rewards`` the fused steps (graph replays and eager ones) store float32
     ``[N, K]`` rewards: the shares of a second env stepped by hand with the stored actions,
@@ -214,7 +214,10 @@ def test_branch_rewards_store_each_instruments_share_in_graph_steps(encoder):
     data = _data()
     fused_env = _env(data)
     fused_env.reset(seed=7)
-    fused = _model(fused_env, branch_rewards=True, policy_kwargs={"instrument_encoder": encoder})
+    kwargs = {"instrument_encoder": encoder != "branching"}
+    if encoder == "evidence":  # each branch its own columns, gathered inside the graph
+        kwargs["branch_columns"] = [[j, j + 1] for j in range(K)]
+    fused = _model(fused_env, branch_rewards=True, policy_kwargs=kwargs)
     buf = fused.replay_buffer
     assert buf.rewards.shape[1:] == (N_ENVS, K) and buf._step_store is None  # torch copies
     ro = PortfolioRollout(fused, seed=3)

@@ -297,3 +297,19 @@ def test_flat_unpredicted_defaults_on() -> None:
     assert PortfolioTrainConfig().flat_unpredicted is True
     with pytest.raises(PortfolioTrainConfigError, match="flat_unpredicted"):
         PortfolioTrainConfig(flat_unpredicted=1)
+
+
+def test_branch_inputs_give_each_branch_the_columns_that_predict_it() -> None:
+    leading, _, _ = _leading_column_data()
+    inputs = select_portfolio_inputs(leading, 1200)
+    assert inputs.branch_columns() == [[], [1]]  # (N0, f1) = column 0·F + 1 predicts N1 alone
+    config = TINY.replace(fallback=False)
+    assert config.branch_inputs is True
+    result = train_portfolio(leading, config, seed=0, device="cpu", out=None)
+    assert result.model.q_net.branch_columns == [[], [1]]
+    off = train_portfolio(
+        leading, config.replace(branch_inputs=False), seed=0, device="cpu", out=None
+    )
+    assert off.model.q_net.branch_columns is None and off.model.q_net.evidence_head is None
+    with pytest.raises(PortfolioTrainConfigError, match="branch_inputs"):
+        PortfolioTrainConfig(branch_inputs="yes")

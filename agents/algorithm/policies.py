@@ -467,6 +467,11 @@ class InstrumentEncoderQNetwork(QNetwork):
         two layers of the heads' first width.
     :param activation_fn: Activation class.
     :param normalize_images: Whether to divide image observations by 255.
+    :param branch_columns: For each branch k, the feature columns of the observation
+        (``instrument·F + feature``) found to predict instrument k's returns: a third advantage,
+        each branch's own head on those columns alone (``evidence_head``), so a branch reads
+        the few columns that carry its edge directly, not through a trunk all K share. None:
+        no such head.
     """
 
     def __init__(
@@ -478,6 +483,7 @@ class InstrumentEncoderQNetwork(QNetwork):
         net_arch: list[int] | dict[str, list[int]] | None = None,
         activation_fn: type[nn.Module] = nn.LeakyReLU,
         normalize_images: bool = True,
+        branch_columns: list[list[int]] | None = None,
     ) -> None:
         n_branches, n_levels = check_branching_space(action_space)
         arch, trunk_dim = _init_trunk_and_value(
@@ -509,9 +515,21 @@ class InstrumentEncoderQNetwork(QNetwork):
         )
         widths = [*arch["advantage"], n_levels]
         self.advantage_head = branch_advantage_head(trunk_dim, n_branches, widths, activation_fn)
+        self.branch_columns = check_branch_columns(branch_columns, n_branches, self.n_features)
+        self.evidence_head: nn.Sequential | None = None
+        if self.branch_columns is not None:
+            index, mask = evidence_index(self.branch_columns)
+            self.register_buffer("evidence_index", index)
+            self.register_buffer("evidence_mask", mask)
+            sizes = [index.shape[1], *arch["advantage"], n_levels]
+            layers: list[nn.Module] = []
+            for w_in, w_out in zip(sizes[:-1], sizes[1:], strict=True):
+                layers += [BranchLinear(n_branches, w_in, w_out), activation_fn()]
+            self.evidence_head = nn.Sequential(*layers[:-1])
 
-    def _parts(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
-        """``(encodings [B, K, width], trunk [B, trunk])``."""
+    def _parts(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
+        """``(encodings [B, K, width], trunk [B, trunk], evidence advantage [B, K, L] or
+        None)``."""
         x = self.extract_features(obs, self.features_extractor)
         b, k, f = x.shape[0], self.n_branches, self.n_features
         slices = th.cat(
@@ -523,10 +541,16 @@ class InstrumentEncoderQNetwork(QNetwork):
             ],
             dim=2,
         )
-        return self.encoder(slices), self.shared(x)
+        evidence = None
+        if self.evidence_head is not None:
+            # Each branch's own columns, [B, K, C]; a padded slot reads column 0 times 0.
+            picked = x[:, self.evidence_index] * self.evidence_mask.to(x.dtype)
+            evidence = self.evidence_head(picked)
+        return self.encoder(slices), self.shared(x), evidence
 
-    def _advantages(self, h: th.Tensor, g: th.Tensor) -> th.Tensor:
-        return self.encoder_advantage(h) + self.advantage_head(g)
+    def _advantages(self, h: th.Tensor, g: th.Tensor, evidence: th.Tensor | None) -> th.Tensor:
+        adv = self.encoder_advantage(h) + self.advantage_head(g)
+        return adv if evidence is None else adv + evidence
 
     def forward(self, obs: PyTorchObs) -> th.Tensor:
         """:return: ``[B, K, L]`` float32, ``Q_k(s, a)`` at ``[:, k, a]``."""
@@ -535,9 +559,9 @@ class InstrumentEncoderQNetwork(QNetwork):
 
     def value_and_advantage(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
         """``(V [B, K], A [B, K, L])``."""
-        h, g = self._parts(obs)
+        h, g, evidence = self._parts(obs)
         z = th.cat([h, g.unsqueeze(1).expand(*h.shape[:2], g.shape[1])], dim=2)
-        return self.value_head(z).squeeze(-1), self._advantages(h, g)
+        return self.value_head(z).squeeze(-1), self._advantages(h, g, evidence)
 
     def branch_advantages(self, obs: PyTorchObs) -> th.Tensor:
         """``A [B, K, L]`` without the value head: each branch's greedy action is its argmax."""
@@ -548,7 +572,54 @@ class InstrumentEncoderQNetwork(QNetwork):
         return self(observation).argmax(dim=2)
 
     def extra_repr(self) -> str:
-        return f"n_branches={self.n_branches}, n_features={self.n_features}"
+        columns = (
+            ""
+            if self.branch_columns is None
+            else f", evidence columns={self.evidence_index.shape[1]}"
+        )
+        return f"n_branches={self.n_branches}, n_features={self.n_features}{columns}"
+
+
+def check_branch_columns(
+    branch_columns: Any, n_branches: int, n_features: int
+) -> list[list[int]] | None:
+    """``branch_columns`` as K lists of ints, each in ``0 .. K·F - 1`` (None stays None).
+
+    :raises ValueError: naming the branch and the column where one is out of range, or where
+        there are not K lists.
+    """
+    if branch_columns is None:
+        return None
+    columns = list(branch_columns)
+    if len(columns) != n_branches:
+        raise ValueError(
+            f"branch_columns of {len(columns)} lists is invalid: allowed is one list a branch "
+            f"({n_branches})"
+        )
+    out: list[list[int]] = []
+    for k, cols in enumerate(columns):
+        row = [int(c) for c in cols]
+        bad = [c for c in row if not 0 <= c < n_branches * n_features]
+        if bad or any(isinstance(c, bool) for c in cols):
+            raise ValueError(
+                f"branch_columns[{k}] = {list(cols)!r} is invalid: allowed are feature "
+                f"columns 0..{n_branches * n_features - 1} (instrument·F + feature, F = "
+                f"{n_features})"
+            )
+        out.append(sorted(set(row)))
+    return out
+
+
+def evidence_index(branch_columns: list[list[int]]) -> tuple[th.Tensor, th.Tensor]:
+    """``(index int64 [K, C], mask float32 [K, C])``: each branch's columns padded to the
+    longest list (C >= 1) with column 0 and mask 0."""
+    width = max(1, *(len(c) for c in branch_columns))
+    index = th.zeros(len(branch_columns), width, dtype=th.int64)
+    mask = th.zeros(len(branch_columns), width)
+    for k, cols in enumerate(branch_columns):
+        index[k, : len(cols)] = th.tensor(cols, dtype=th.int64)
+        mask[k, : len(cols)] = 1.0
+    return index, mask
 
 
 class DuelingDQNPolicy(DQNPolicy):
@@ -575,6 +646,8 @@ class DuelingDQNPolicy(DQNPolicy):
     :param instrument_encoder: With the portfolio env's ``MultiDiscrete``, the network whose
         weights the instruments share
         (:class:`InstrumentEncoderQNetwork`).
+    :param branch_columns: With ``instrument_encoder``, each branch's evidence columns
+        (:class:`InstrumentEncoderQNetwork`'s ``branch_columns``).
     """
 
     q_net: DuelingQNetwork | BranchingDuelingQNetwork
@@ -594,10 +667,12 @@ class DuelingDQNPolicy(DQNPolicy):
         optimizer_kwargs: dict[str, Any] | None = None,
         branch_values: bool = False,
         instrument_encoder: bool = False,
+        branch_columns: list[list[int]] | None = None,
     ) -> None:
         # Read by make_q_net, which DQNPolicy.__init__ calls.
         self.branch_values = branch_values
         self.instrument_encoder = instrument_encoder
+        self.branch_columns = branch_columns
         super().__init__(
             observation_space,
             action_space,
@@ -617,6 +692,7 @@ class DuelingDQNPolicy(DQNPolicy):
             **super()._get_constructor_parameters(),
             "branch_values": self.branch_values,
             "instrument_encoder": self.instrument_encoder,
+            "branch_columns": self.branch_columns,
         }
 
     def make_q_net(self) -> DuelingQNetwork | BranchingDuelingQNetwork:
@@ -633,7 +709,13 @@ class DuelingDQNPolicy(DQNPolicy):
                     f"instrument_encoder = True is invalid with the action space "
                     f"{self.action_space}: allowed is the portfolio env's MultiDiscrete([L] * K)"
                 )
-            return InstrumentEncoderQNetwork(**net_args).to(self.device)
+            columns = getattr(self, "branch_columns", None)
+            return InstrumentEncoderQNetwork(**net_args, branch_columns=columns).to(self.device)
+        if getattr(self, "branch_columns", None) is not None:
+            raise ValueError(
+                "branch_columns is invalid without instrument_encoder = True: allowed is None "
+                "(the evidence head is the instrument encoder's)"
+            )
         if isinstance(self.action_space, spaces.MultiDiscrete):
             branch_values = getattr(self, "branch_values", False)
             return BranchingDuelingQNetwork(**net_args, branch_values=branch_values).to(self.device)

@@ -188,7 +188,12 @@ def validate(args: argparse.Namespace) -> None:
         args.device = resolve_device(args.device)
     if getattr(args, "align", None) is not None and not args.portfolio:
         raise UsageError("--align ffill is invalid without --portfolio: it aligns a portfolio")
-    for flag in ("no_branch_rewards", "no_instrument_encoder", "no_flat_unpredicted"):
+    for flag in (
+        "no_branch_rewards",
+        "no_instrument_encoder",
+        "no_flat_unpredicted",
+        "no_branch_inputs",
+    ):
         if getattr(args, flag, False) and not args.portfolio:
             option = "--" + flag.replace("_", "-")
             raise UsageError(

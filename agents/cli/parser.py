@@ -230,8 +230,8 @@ def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
 
 def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = False) -> None:
     """The ``portfolio`` group: ``--portfolio`` (``what`` it does) and ``--align``; with
-    ``learner``, the branching learner's switches (``PortfolioTrainConfig``'s ``branch_rewards``
-    and ``instrument_encoder``, both on by default)."""
+    ``learner``, the branching learner's switches (``PortfolioTrainConfig``'s ``branch_rewards``,
+    ``instrument_encoder``, ``flat_unpredicted`` and ``branch_inputs``, all on by default)."""
     g = p.add_argument_group("portfolio")
     g.add_argument("--portfolio", action="store_true", help=what)
     g.add_argument(
@@ -261,6 +261,12 @@ def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = Fa
         action="store_true",
         help="with --portfolio: the kept network trades every instrument (default: it holds "
         "flat each instrument whose next return no kept input predicts)",
+    )
+    g.add_argument(
+        "--no-branch-inputs",
+        action="store_true",
+        help="with --portfolio: no head of a branch's own on the columns that predict its "
+        "instrument (default: each branch reads them directly, a follower its leader's)",
     )
 
 

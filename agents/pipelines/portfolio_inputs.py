@@ -62,6 +62,13 @@ class PortfolioInputs:
         """bool [K]: the instruments whose next return some column predicts (a kept test)."""
         return (self.adjusted_p <= self.level).any(axis=(0, 1))
 
+    def branch_columns(self) -> list[list[int]]:
+        """For each instrument j, the observation's feature columns ``k·F + f`` whose test on
+        j's next return passed (the evidence head's inputs, ``branch_inputs``)."""
+        k, f, _ = self.adjusted_p.shape
+        passed = (self.adjusted_p <= self.level) & self.kept[:, :, None]
+        return [np.flatnonzero(passed[:, :, j].reshape(k * f)).tolist() for j in range(k)]
+
     def kept_names(self) -> list[str]:
         """``"instrument:feature"`` of each kept column, instrument by instrument."""
         return [f"{self.instruments[k]}:{self.feature_names[f]}" for k, f in np.argwhere(self.kept)]

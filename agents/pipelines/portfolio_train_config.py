@@ -163,6 +163,18 @@ class PortfolioTrainConfig:
             )
         },
     )
+    branch_inputs: bool = field(
+        default=True,
+        metadata={
+            "setting": Setting(
+                "with instrument_encoder, each branch also reads, in a head of its own, the "
+                "columns the input selection's tests found predicting its instrument (a "
+                "follower its leader's); needs select_inputs",
+                check=(lambda v: isinstance(v, bool), "True or False"),
+                option=None,
+            )
+        },
+    )
     train_fraction: float = field(
         default=TRAIN_FRACTION,
         metadata={
@@ -273,6 +285,8 @@ class PortfolioTrainConfig:
             values["instrument_encoder"] = False
         if getattr(args, "no_flat_unpredicted", False):
             values["flat_unpredicted"] = False
+        if getattr(args, "no_branch_inputs", False):
+            values["branch_inputs"] = False
         if env is not None:
             values["env"] = env
         try:

@@ -228,9 +228,12 @@ def set_flat_policy(model: Any, level: int) -> None:
             raise TypeError("set_flat_policy needs a branching head of hidden advantage layers")
         if not 0 <= int(level) < last.out_features:
             raise ValueError(f"level = {level!r} is invalid: allowed is 0..{last.out_features - 1}")
-        # A second advantage added to it (the instrument encoder's shared head) goes to zero.
-        extra = getattr(net, "encoder_advantage", None)
-        shared = [m for m in extra if isinstance(m, th.nn.Linear)][-1:] if extra else []
+        # The other advantages added to it (the instrument encoder's shared head, the evidence
+        # head) go to zero.
+        shared = []
+        for extra in (getattr(net, "encoder_advantage", None), getattr(net, "evidence_head", None)):
+            if extra is not None:
+                shared += [m for m in extra if isinstance(m, th.nn.Linear | BranchLinear)][-1:]
         with th.no_grad():
             for layer in (last, *shared):
                 layer.weight.zero_()
@@ -347,8 +350,15 @@ class PortfolioTrainResult:
         }
 
 
-def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: str) -> Any:
-    """A new GpuDQN with the branching dueling head on ``config.num_envs`` envs over ``fit``."""
+def _model(
+    fit: PortfolioData,
+    config: PortfolioTrainConfig,
+    seed: int,
+    device: str,
+    inputs: PortfolioInputs | None = None,
+) -> Any:
+    """A new GpuDQN with the branching dueling head on ``config.num_envs`` envs over ``fit``;
+    ``inputs`` give each branch its evidence columns (``config.branch_inputs``)."""
     import gymnasium as gym
 
     import gpu_trading_env  # noqa: F401  (registers the envs)
@@ -367,6 +377,8 @@ def _model(fit: PortfolioData, config: PortfolioTrainConfig, seed: int, device: 
         policy_kwargs["branch_values"] = True
     if config.instrument_encoder:
         policy_kwargs["instrument_encoder"] = True
+        if config.branch_inputs and inputs is not None and inputs.n_kept:
+            policy_kwargs["branch_columns"] = inputs.branch_columns()
     if config.weight_decay:
         policy_kwargs["optimizer_kwargs"] = {
             "weight_decay": config.weight_decay,
@@ -572,7 +584,7 @@ def train_portfolio(
     inputs = select_portfolio_inputs(data, splits.val_stop) if config.select_inputs else None
     seen = data if inputs is None else inputs.apply(data)
     env, (a, b, n) = config.env, (splits.fit_stop, splits.val_stop, splits.n_bars)
-    model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device)
+    model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device, inputs)
     if inputs is not None and inputs.n_kept == 0:
         set_flat_policy(model, flat_level(env))
         choice = _untrained_choice(data, config, splits, per_year, device)
