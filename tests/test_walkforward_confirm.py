@@ -1,5 +1,6 @@
 """walkforward's out-of-sample check: a fold deploys a network only where the same seed's
-network of the fold before beat its baseline on that fold's test bars."""
+network of the fold before beat its baseline on that fold's test bars, in return and in Sharpe
+(one-sided 20%)."""
 
 from __future__ import annotations
 
@@ -19,18 +20,43 @@ TRAIN_VERDICT = Deployment(
 )
 
 
+ABOVE = {"difference": 0.9, "low": 0.1, "high": 1.6, "level": 0.6}
+SPANS = {"difference": 0.2, "low": -0.4, "high": 0.8, "level": 0.6}
+
+
 @pytest.mark.parametrize(
-    ("network", "baseline", "confirmed"),
+    ("network", "baseline", "edge", "confirmed"),
     [
-        (0.05, 0.0, True),
-        (0.0, 0.0, True),
-        (-0.01, 0.0, False),
-        (0.10, 0.12, False),
-        (None, 0.0, False),
+        (0.05, 0.0, ABOVE, True),
+        (0.0, 0.0, ABOVE, True),
+        (0.05, 0.0, SPANS, False),  # more than the baseline's return, but within luck's reach
+        (0.05, 0.0, None, False),
+        (-0.01, 0.0, ABOVE, False),
+        (0.10, 0.12, ABOVE, False),
+        (None, 0.0, None, False),
     ],
 )
-def test_a_record_confirms_only_a_network_that_beat_its_baseline(network, baseline, confirmed):
-    assert OutOfSampleRecord(network, baseline).confirmed is confirmed
+def test_a_record_confirms_only_a_network_that_beat_its_baseline(
+    network, baseline, edge, confirmed
+):
+    assert OutOfSampleRecord(network, baseline, edge).confirmed is confirmed
+
+
+def test_the_record_tests_the_networks_sharpe_edge_on_its_test_bars(tiny_run):
+    from agents.pipelines.walkforward import CONFIRM_LEVEL, _record
+    from gpu_trading_env.reports.significance import sharpe_difference_interval
+
+    run, test, config = tiny_run
+    base = baseline_backtest(run.baseline.name, test, config, 8766.0)
+    record = _record(run, base, 8766.0)
+    net, flat = run.network_test.equity, base.equity
+    want = sharpe_difference_interval(
+        net[1:] / net[:-1] - 1.0, flat[1:] / flat[:-1] - 1.0, 8766.0, level=CONFIRM_LEVEL
+    )
+    assert CONFIRM_LEVEL == pytest.approx(0.6) and record.edge == want
+    assert record.network_return == run.network_test.strategy.total_return
+    assert record.confirmed is (record.network_return >= record.baseline_return and want["low"] > 0)
+    assert _record(dataclasses.replace(run, network_test=None), base, 8766.0).edge is None
 
 
 @pytest.mark.parametrize(
@@ -45,10 +71,21 @@ def test_a_record_confirms_only_a_network_that_beat_its_baseline(network, baseli
             "the previous fold's network returned -3.1% on its test bars against its "
             "baseline's +2.0%",
         ),
+        (
+            "flat",
+            (0.036, 0.0, SPANS),
+            False,
+            "the previous fold's network returned +3.6% on its test bars against its "
+            "baseline's +0.0%, a Sharpe edge of +0.20 whose 60% interval [-0.40, +0.80] is not "
+            "above zero",
+        ),
     ],
 )
 def test_the_unconfirmed_verdict_says_why_and_keeps_trains(baseline, previous, first, words):
-    d = describe_unconfirmed(TRAIN_VERDICT, baseline, *previous, first_fold=first)
+    edge = previous[2] if len(previous) > 2 else None
+    d = describe_unconfirmed(
+        TRAIN_VERDICT, baseline, *previous[:2], first_fold=first, previous_edge=edge
+    )
     assert d.outcome == "not_confirmed" and d.kept == baseline and d.trained
     what = "the model stays flat" if baseline == "flat" else "the model holds long"
     assert d.headline.startswith(f"{OUTCOMES['not_confirmed']}: {what} (the network passed")
@@ -88,6 +125,7 @@ def test_a_confirmed_network_and_a_baseline_stay_as_they_are(tiny_run):
     run, test, config = tiny_run
     network = dataclasses.replace(run, kept="network", deployment=TRAIN_VERDICT)
     want = baseline_backtest(run.baseline.name, test, config, 8766.0)
-    assert confirm_deployment(network, OutOfSampleRecord(0.01, 0.0), want, config) is network
+    record = OutOfSampleRecord(0.01, 0.0, ABOVE)
+    assert confirm_deployment(network, record, want, config) is network
     base = dataclasses.replace(run, kept=run.baseline.name)
     assert confirm_deployment(base, None, want, config) is base

@@ -303,6 +303,7 @@ def describe_unconfirmed(
     previous_network_return: float | None,
     previous_baseline_return: float | None,
     first_fold: bool,
+    previous_edge: dict[str, float] | None = None,
 ) -> Deployment:
     """The deployment of a walk-forward fold whose network passed ``train``'s gate but whose
     previous fold's network did not beat its baseline out of sample (or none was tested):
@@ -315,6 +316,8 @@ def describe_unconfirmed(
         fold trained no network.
     :param previous_baseline_return: that fold's baseline's test return.
     :param first_fold: no fold came before (nothing was tested out of sample yet).
+    :param previous_edge: the previous network's Sharpe edge over its baseline on its test bars
+        (``sharpe_difference_interval``), said where its return beat the baseline's.
     """
     if first_fold:
         why = "no earlier fold has tested a network out of sample yet"
@@ -325,6 +328,12 @@ def describe_unconfirmed(
             f"the previous fold's network returned {previous_network_return:+.1%} on its test "
             f"bars against its baseline's {previous_baseline_return:+.1%}"
         )
+        if previous_edge is not None and previous_network_return >= previous_baseline_return:
+            why += (
+                f", a Sharpe edge of {previous_edge['difference']:+.2f} whose "
+                f"{previous_edge['level']:.0%} interval [{previous_edge['low']:+.2f}, "
+                f"{previous_edge['high']:+.2f}] is not above zero"
+            )
     what = "the model stays flat" if baseline == "flat" else f"the model holds {_side(baseline)}"
     return Deployment(
         baseline,

@@ -8,8 +8,8 @@ the next ``test_bars`` bars (``MarketData.walk_forward``); each fold starts from
 deployed and why (:class:`~agents.pipelines.deployment.Deployment`), and that baseline's
 out-of-sample return beside the deployed policy's. With ``confirm`` (the default) a network
 ``train`` would deploy on fold k is deployed only where the same seed's network of fold k - 1
-beat its baseline on fold k - 1's test bars, bars the fold k network trained on
-(:func:`confirm_deployment`): an edge must have held out of sample once before it is traded,
+beat its baseline on fold k - 1's test bars, bars the fold k network trained on, in return and
+in Sharpe at the one-sided 20% level (:func:`confirm_deployment`): an edge must have held out of sample once before it is traded,
 and otherwise the fold deploys its baseline. Several seeds run per fold. The test
 windows' per-bar returns are stitched into one out-of-sample curve per seed; the seeds' mean
 return per bar is the "ensemble" curve (an equal-weight portfolio of the seeds' agents). Beside
@@ -28,7 +28,11 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.backtest_policies import known_rule, random_policy
-from agents.pipelines.baseline_policies import baseline_backtest, set_baseline_policy
+from agents.pipelines.baseline_policies import (
+    HOLD_PART_LEVEL,
+    baseline_backtest,
+    set_baseline_policy,
+)
 from agents.pipelines.deployment import describe_unconfirmed
 from agents.pipelines.model_selection import TrainResult, train_selected
 from agents.pipelines.train_settings import TrainSettings
@@ -43,6 +47,7 @@ from gpu_trading_env.reports.metrics import curve_metrics
 from gpu_trading_env.reports.significance import sharpe_difference_interval
 
 __all__ = [
+    "CONFIRM_LEVEL",
     "OutOfSampleRecord",
     "StitchedCurves",
     "WalkForwardFold",
@@ -52,6 +57,11 @@ __all__ = [
 ]
 
 
+# The two-sided level of the out-of-sample check's interval: its lower end above zero is a
+# one-sided 20% test, as the gate's test of the validation window's last third.
+CONFIRM_LEVEL = 1.0 - 2.0 * HOLD_PART_LEVEL
+
+
 @dataclass(frozen=True)
 class OutOfSampleRecord:
     """A fold's network out of sample, for the next fold's check (:func:`confirm_deployment`).
@@ -59,15 +69,25 @@ class OutOfSampleRecord:
     :param network_return: the fold's network's test return (the selected snapshot, deployed
         or not); None where the fold trained no network.
     :param baseline_return: the fold's baseline's test return.
+    :param edge: :func:`sharpe_difference_interval` of the network's per-bar test returns
+        against the baseline's at :data:`CONFIRM_LEVEL`; None where no network was trained.
     """
 
     network_return: float | None
     baseline_return: float
+    edge: dict[str, float] | None = None
 
     @property
     def confirmed(self) -> bool:
-        """The network beat its baseline on its test bars (ties count as held)."""
-        return self.network_return is not None and self.network_return >= self.baseline_return
+        """The network returned at least its baseline on its test bars and its Sharpe edge over
+        the baseline is above zero at the one-sided 20% level: a return a little above the
+        baseline's over a year or two of bars is what luck alone gives."""
+        return (
+            self.network_return is not None
+            and self.network_return >= self.baseline_return
+            and self.edge is not None
+            and self.edge["low"] > 0.0
+        )
 
 
 def confirm_deployment(
@@ -92,6 +112,7 @@ def confirm_deployment(
         None if previous is None else previous.network_return,
         None if previous is None else previous.baseline_return,
         first_fold=previous is None,
+        previous_edge=None if previous is None else previous.edge,
     )
     return dataclasses.replace(
         run,
@@ -165,7 +186,7 @@ def walk_forward(
             base = baseline_backtest(run.baseline.name, test, config, per_year)
             if confirm:
                 run = confirm_deployment(run, records.get(s), base, config)
-            records[s] = _record(run, base)
+            records[s] = _record(run, base, per_year)
             by_seed[s].append(run.test)
             runs.append(run)
             bases.append(base)
@@ -194,10 +215,19 @@ def walk_forward(
     )
 
 
-def _record(run: TrainResult, baseline_test: BacktestResult) -> OutOfSampleRecord:
+def _record(run: TrainResult, baseline_test: BacktestResult, per_year: float) -> OutOfSampleRecord:
     """A fold's record for the same seed's next fold (its network and baseline out of sample)."""
-    network = None if run.network_test is None else run.network_test.strategy.total_return
-    return OutOfSampleRecord(network, baseline_test.strategy.total_return)
+    if run.network_test is None:
+        return OutOfSampleRecord(None, baseline_test.strategy.total_return)
+    net, base = run.network_test.equity, baseline_test.equity
+    edge = None
+    if len(net) > 4:  # the bootstrap needs 4 paired returns
+        edge = sharpe_difference_interval(
+            net[1:] / net[:-1] - 1.0, base[1:] / base[:-1] - 1.0, per_year, level=CONFIRM_LEVEL
+        )
+    return OutOfSampleRecord(
+        run.network_test.strategy.total_return, baseline_test.strategy.total_return, edge
+    )
 
 
 def _fold_record(
