@@ -313,3 +313,27 @@ def test_branch_inputs_give_each_branch_the_columns_that_predict_it() -> None:
     assert off.model.q_net.branch_columns is None and off.model.q_net.evidence_head is None
     with pytest.raises(PortfolioTrainConfigError, match="branch_inputs"):
         PortfolioTrainConfig(branch_inputs="yes")
+
+
+def test_branch_columns_leave_an_instruments_own_columns_to_the_shared_encoder() -> None:
+    from agents.pipelines.portfolio_inputs import PortfolioInputs
+
+    def inputs(passing: list[tuple[int, int, int]]) -> PortfolioInputs:
+        p = np.ones((2, 2, 2))
+        for k, f, j in passing:
+            p[k, f, j] = 0.001
+        return PortfolioInputs(
+            kept=(p <= 0.01).any(axis=2),
+            z=np.zeros((2, 2, 2)),
+            adjusted_p=p,
+            level=0.01,
+            bars=100,
+            instruments=("N0", "N1"),
+            feature_names=("f0", "f1"),
+        )
+
+    # N1's own f0 and N0's f1 predict N1: the evidence head reads N0's column (0·2 + 1) alone.
+    assert inputs([(1, 0, 1), (0, 1, 1)]).branch_columns() == [[], [1]]
+    # Each instrument predicted by its own columns only (the AR(1) market): no evidence head.
+    assert inputs([(0, 0, 0), (1, 1, 1)]).branch_columns() is None
+    assert inputs([]).branch_columns() is None

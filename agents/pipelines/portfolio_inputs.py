@@ -62,12 +62,16 @@ class PortfolioInputs:
         """bool [K]: the instruments whose next return some column predicts (a kept test)."""
         return (self.adjusted_p <= self.level).any(axis=(0, 1))
 
-    def branch_columns(self) -> list[list[int]]:
-        """For each instrument j, the observation's feature columns ``k·F + f`` whose test on
-        j's next return passed (the evidence head's inputs, ``branch_inputs``)."""
+    def branch_columns(self) -> list[list[int]] | None:
+        """For each instrument j, the other instruments' feature columns ``k·F + f`` (k != j)
+        whose test on j's next return passed: the evidence head's inputs (``branch_inputs``).
+        An instrument's own columns are left to the encoder the instruments share, which learns
+        from all K of them. None where no instrument has such a column (no head is built)."""
         k, f, _ = self.adjusted_p.shape
         passed = (self.adjusted_p <= self.level) & self.kept[:, :, None]
-        return [np.flatnonzero(passed[:, :, j].reshape(k * f)).tolist() for j in range(k)]
+        passed[np.arange(k), :, np.arange(k)] = False
+        columns = [np.flatnonzero(passed[:, :, j].reshape(k * f)).tolist() for j in range(k)]
+        return columns if any(columns) else None
 
     def kept_names(self) -> list[str]:
         """``"instrument:feature"`` of each kept column, instrument by instrument."""

@@ -168,8 +168,8 @@ class PortfolioTrainConfig:
         metadata={
             "setting": Setting(
                 "with instrument_encoder, each branch also reads, in a head of its own, the "
-                "columns the input selection's tests found predicting its instrument (a "
-                "follower its leader's); needs select_inputs",
+                "other instruments' columns the input selection's tests found predicting its "
+                "instrument (a follower its leader's); needs select_inputs",
                 check=(lambda v: isinstance(v, bool), "True or False"),
                 option=None,
             )

@@ -377,8 +377,9 @@ def _model(
         policy_kwargs["branch_values"] = True
     if config.instrument_encoder:
         policy_kwargs["instrument_encoder"] = True
-        if config.branch_inputs and inputs is not None and inputs.n_kept:
-            policy_kwargs["branch_columns"] = inputs.branch_columns()
+        columns = inputs.branch_columns() if config.branch_inputs and inputs else None
+        if columns is not None:
+            policy_kwargs["branch_columns"] = columns
     if config.weight_decay:
         policy_kwargs["optimizer_kwargs"] = {
             "weight_decay": config.weight_decay,
