@@ -368,9 +368,11 @@ def test_evidence_head_reads_each_branchs_own_columns_and_round_trips(tmp_path) 
         (
             {"branch_columns": [[0], [-1], [], []]},
             ValueError,
-            r"allowed are feature columns 0..203",
+            r"allowed are integer feature columns 0..203",
         ),
         ({"branch_columns": [[True], [], [], []]}, ValueError, r"branch_columns\[0\] = \[True\]"),
+        ({"branch_columns": [["a"], [], [], []]}, ValueError, r"branch_columns\[0\] = \['a'\]"),
+        ({"branch_columns": [[1.5], [], [], []]}, ValueError, r"branch_columns\[0\] = \[1.5\]"),
     ],
 )
 def test_branch_columns_errors_name_the_branch_and_what_is_allowed(kwargs, error, message) -> None:

@@ -598,11 +598,12 @@ def check_branch_columns(
         )
     out: list[list[int]] = []
     for k, cols in enumerate(columns):
-        row = [int(c) for c in cols]
-        bad = [c for c in row if not 0 <= c < n_branches * n_features]
-        if bad or any(isinstance(c, bool) for c in cols):
+        cols = list(cols)
+        whole = all(isinstance(c, int | np.integer) and not isinstance(c, bool) for c in cols)
+        row = [int(c) for c in cols] if whole else []
+        if not whole or any(not 0 <= c < n_branches * n_features for c in row):
             raise ValueError(
-                f"branch_columns[{k}] = {list(cols)!r} is invalid: allowed are feature "
+                f"branch_columns[{k}] = {list(cols)!r} is invalid: allowed are integer feature "
                 f"columns 0..{n_branches * n_features - 1} (instrument·F + feature, F = "
                 f"{n_features})"
             )
