@@ -265,8 +265,9 @@ def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = Fa
     g.add_argument(
         "--no-branch-inputs",
         action="store_true",
-        help="with --portfolio: no head of a branch's own on the columns that predict its "
-        "instrument (default: each branch reads them directly, a follower its leader's)",
+        help="with --portfolio: no head of a branch's own on the other instruments' columns "
+        "that predict its instrument (default: each branch reads them directly, a follower "
+        "its leader's)",
     )
 
 
