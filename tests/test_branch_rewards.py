@@ -30,6 +30,21 @@ def portfolio_env(k: int, n: int = 16, **config):
     return gym.make_vec("GpuPortfolio-v0", num_envs=n, device="cpu", data=data, config=cfg)
 
 
+def branch_model(env, **policy_kwargs) -> GpuDQN:
+    """A small GpuDQN with per-branch rewards on ``env`` (CPU) and the policy's keywords."""
+    return GpuDQN(
+        "DuelingPolicy",
+        env,
+        device="cpu",
+        buffer_size=1_000,
+        batch_size=16,
+        learning_starts=50,
+        branch_rewards=True,
+        policy_kwargs=policy_kwargs,
+        seed=0,
+    )
+
+
 @pytest.mark.parametrize("k", range(1, 9))
 @pytest.mark.parametrize(
     "config",
@@ -240,17 +255,7 @@ def test_branch_values_give_each_branch_its_value_and_round_trip(tmp_path) -> No
     from agents.pipelines.portfolio_training import set_flat_policy
 
     env = portfolio_env(3, n=4)
-    model = GpuDQN(
-        "DuelingPolicy",
-        env,
-        device="cpu",
-        buffer_size=1_000,
-        batch_size=16,
-        learning_starts=50,
-        branch_rewards=True,
-        policy_kwargs={"branch_values": True},
-        seed=0,
-    )
+    model = branch_model(env, branch_values=True)
     obs = th.as_tensor(env.unwrapped.observe())
     value, adv = model.q_net.value_and_advantage(obs)
     assert value.shape == (4, 3) and adv.shape == (4, 3, 3)
@@ -277,17 +282,7 @@ def test_instrument_encoder_shares_its_weights_and_round_trips(tmp_path) -> None
     from agents.pipelines.portfolio_training import set_flat_policy
 
     env = portfolio_env(4, n=4)
-    model = GpuDQN(
-        "DuelingPolicy",
-        env,
-        device="cpu",
-        buffer_size=1_000,
-        batch_size=16,
-        learning_starts=50,
-        branch_rewards=True,
-        policy_kwargs={"instrument_encoder": True, "net_arch": SMALL},
-        seed=0,
-    )
+    model = branch_model(env, instrument_encoder=True, net_arch=SMALL)
     net = model.q_net
     assert isinstance(net, InstrumentEncoderQNetwork) and net.n_features == 51
     # One encoder and its advantage head for the four instruments (sizes that do not grow with
@@ -325,17 +320,7 @@ def test_evidence_head_reads_each_branchs_own_columns_and_round_trips(tmp_path) 
 
     env = portfolio_env(4, n=4)
     columns = [[0, 1], [], [51], [104, 102, 103]]
-    model = GpuDQN(
-        "DuelingPolicy",
-        env,
-        device="cpu",
-        buffer_size=1_000,
-        batch_size=16,
-        learning_starts=50,
-        branch_rewards=True,
-        policy_kwargs={"instrument_encoder": True, "branch_columns": columns, "net_arch": SMALL},
-        seed=0,
-    )
+    model = branch_model(env, instrument_encoder=True, branch_columns=columns, net_arch=SMALL)
     net = model.q_net
     assert net.branch_columns == [[0, 1], [], [51], [102, 103, 104]]
     assert net.evidence_index.shape == (4, 3) and net.evidence_mask.sum(1).tolist() == [2, 0, 1, 3]

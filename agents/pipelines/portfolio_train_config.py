@@ -58,6 +58,13 @@ class PortfolioTrainConfigError(ValueError):
         self.field, self.value, self.allowed = name, value, allowed
 
 
+def _switch(default: bool, text: str) -> Any:
+    """A True/False setting of the branching learner (no command-line option of its own: the
+    commands' ``--no-...`` switches set it)."""
+    check = (lambda v: isinstance(v, bool), "True or False")
+    return field(default=default, metadata={"setting": Setting(text, check=check, option=None)})
+
+
 def _shared(name: str) -> Any:
     """TrainConfig's field ``name``: its default and its setting (help, check, option)."""
     f = _TRAIN_FIELDS[name]
@@ -118,62 +125,32 @@ class PortfolioTrainConfig:
     exploration_final_eps: float = _shared("exploration_final_eps")
     torch_threads: int | None = _shared("torch_threads")
     verbose: int = _shared("verbose")
-    branch_rewards: bool = field(
-        default=True,
-        metadata={
-            "setting": Setting(
-                "each branch's TD target from its own instrument's share of the reward (False: "
-                "the whole portfolio's reward, one target shared by the branches)",
-                check=(lambda v: isinstance(v, bool), "True or False"),
-                option=None,
-            )
-        },
+    branch_rewards: bool = _switch(
+        True,
+        "each branch's TD target from its own instrument's share of the reward (False: "
+        "the whole portfolio's reward, one target shared by the branches)",
     )
-    branch_values: bool = field(
-        default=False,
-        metadata={
-            "setting": Setting(
-                "one value a branch in the branching dueling head, V_k(s) (False: one V(s) "
-                "shared by the branches)",
-                check=(lambda v: isinstance(v, bool), "True or False"),
-                option=None,
-            )
-        },
+    branch_values: bool = _switch(
+        False,
+        "one value a branch in the branching dueling head, V_k(s) (False: one V(s) "
+        "shared by the branches)",
     )
-    instrument_encoder: bool = field(
-        default=True,
-        metadata={
-            "setting": Setting(
-                "one encoder shared by the instruments beside the trunk, heads shared by the "
-                "branches (InstrumentEncoderQNetwork)",
-                check=(lambda v: isinstance(v, bool), "True or False"),
-                option=None,
-            )
-        },
+    instrument_encoder: bool = _switch(
+        True,
+        "one encoder shared by the instruments beside the trunk, heads shared by the "
+        "branches (InstrumentEncoderQNetwork)",
     )
-    flat_unpredicted: bool = field(
-        default=True,
-        metadata={
-            "setting": Setting(
-                "the kept network holds flat each instrument whose next return no kept input "
-                "predicts on the training bars (the input selection's tests); needs "
-                "select_inputs",
-                check=(lambda v: isinstance(v, bool), "True or False"),
-                option=None,
-            )
-        },
+    flat_unpredicted: bool = _switch(
+        True,
+        "the kept network holds flat each instrument whose next return no kept input "
+        "predicts on the training bars (the input selection's tests); needs "
+        "select_inputs",
     )
-    branch_inputs: bool = field(
-        default=True,
-        metadata={
-            "setting": Setting(
-                "with instrument_encoder, each branch also reads, in a head of its own, the "
-                "other instruments' columns the input selection's tests found predicting its "
-                "instrument (a follower its leader's); needs select_inputs",
-                check=(lambda v: isinstance(v, bool), "True or False"),
-                option=None,
-            )
-        },
+    branch_inputs: bool = _switch(
+        True,
+        "with instrument_encoder, each branch also reads, in a head of its own, the "
+        "other instruments' columns the input selection's tests found predicting its "
+        "instrument (a follower its leader's); needs select_inputs",
     )
     train_fraction: float = field(
         default=TRAIN_FRACTION,
