@@ -4,7 +4,8 @@
 # Results under $OUT: portfolio.json, train_portfolio.json, pzoo.tar.gz (the zoo's report
 # folder), pzoo.log, gpu_tests.log and the benchmarks' logs.
 # TESTS=0 leaves the test tier out, BENCH=0 the two benchmarks; PZOO_MARKETS and PZOO_SEEDS narrow
-# the zoo (default: every market, seeds 0 to 4).
+# the zoo (default: every market, seeds 0 to 4); PROFILE=1 first times the phases of two
+# lead_lag_k32 runs (benchmarks/portfolio_run_profile.py, run_profile.json).
 set -uo pipefail
 OUT=${OUT:-portfolio-results}
 mkdir -p "$OUT"
@@ -17,6 +18,11 @@ if [ "${BENCH:-1}" != 0 ]; then
   timeout --foreground "${TRAIN_TIMEOUT:-110}" python3 -m benchmarks.train_throughput \
     --portfolio 8 --out "$OUT/train_portfolio.json" >"$OUT/train_portfolio.log" 2>&1
   tail -6 "$OUT/train_portfolio.log"
+fi
+if [ "${PROFILE:-0}" != 0 ]; then
+  timeout --foreground "${PROFILE_TIMEOUT:-240}" python3 -m benchmarks.portfolio_run_profile \
+    --market lead_lag_k32 --repeat 2 --out "$OUT/run_profile.json" >"$OUT/run_profile.log" 2>&1
+  tail -12 "$OUT/run_profile.log"
 fi
 markets=()
 [ -n "${PZOO_MARKETS:-}" ] && read -ra markets <<<"--markets $PZOO_MARKETS"
