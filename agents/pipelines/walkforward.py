@@ -9,12 +9,12 @@ deployed and why (:class:`~agents.pipelines.deployment.Deployment`), and that ba
 out-of-sample return beside the deployed policy's. With ``confirm`` (the default) a network
 ``train`` would deploy on fold k is deployed only where the same seed's network of fold k - 1
 beat its baseline on fold k - 1's test bars, bars the fold k network trained on, in return and
-in Sharpe at the one-sided 20% level (:func:`confirm_deployment`): an edge must have held out of sample once before it is traded,
-and otherwise the fold deploys its baseline. Several seeds run per fold. The test
-windows' per-bar returns are stitched into one out-of-sample curve per seed; the seeds' mean
-return per bar is the "ensemble" curve (an equal-weight portfolio of the seeds' agents). Beside
-it: buy-and-hold with the same costs, a uniformly random policy through the same env, and on
-synthetic planted data the known rule.
+in Sharpe at the one-sided 20% level (:func:`confirm_deployment`): an edge must have held out
+of sample once before it is traded, and otherwise the fold deploys its baseline. Several seeds
+run per fold. The test windows' per-bar returns are stitched into one out-of-sample curve per
+seed; the seeds' mean return per bar is the "ensemble" curve (an equal-weight portfolio of the
+seeds' agents). Beside it: buy-and-hold with the same costs, a uniformly random policy through
+the same env, and on synthetic planted data the known rule.
 """
 
 from __future__ import annotations
