@@ -315,7 +315,8 @@ def _add_walkforward(
         action="store_true",
         help="deploy every network train would deploy (default: a fold deploys a network only "
         "where the same seed's network of the previous fold beat its baseline on that fold's "
-        "test bars; otherwise its baseline)",
+        "test bars, in return and in Sharpe at the one-sided 20%% level; otherwise its "
+        "baseline)",
     )
     w.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
     _portfolio_options(

@@ -204,7 +204,8 @@ def _notes(
             "never the out-of-sample window"
             + (
                 "; a fold deploys a network only where the previous fold's network beat its "
-                "baseline on that fold's test bars (--no-confirm turns this off)."
+                "baseline on that fold's test bars, in return and in Sharpe at the one-sided "
+                "20% level (--no-confirm turns this off)."
                 if res.confirm
                 else "; every network train would deploy is deployed (--no-confirm)."
             ),

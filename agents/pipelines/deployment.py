@@ -306,7 +306,8 @@ def describe_unconfirmed(
     previous_edge: dict[str, float] | None = None,
 ) -> Deployment:
     """The deployment of a walk-forward fold whose network passed ``train``'s gate but whose
-    previous fold's network did not beat its baseline out of sample (or none was tested):
+    previous fold's network did not beat its baseline out of sample, in return and in Sharpe
+    (or none was tested):
     the baseline, with that reason first and ``train``'s own verdict kept in the details.
 
     :param deployment: what ``train`` deployed on the fold (a network).

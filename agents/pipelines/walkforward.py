@@ -124,7 +124,7 @@ def confirm_deployment(
 
 def _stitch(results: list[BacktestResult]) -> tuple[np.ndarray, np.ndarray]:
     """Per-bar returns [sum(T_k - 1)] of consecutive test windows and their end timestamps."""
-    rets = np.concatenate([r.equity[1:] / r.equity[:-1] - 1.0 for r in results])
+    rets = np.concatenate([r.returns for r in results])
     ts = np.concatenate([r.timestamps[1:] for r in results])
     return rets, ts
 
@@ -151,8 +151,8 @@ def walk_forward(
     """Rolling-fold training and out-of-sample evaluation of one instrument (``data``).
 
     :param confirm: deploy a fold's network only where the previous fold's network beat its
-        baseline out of sample (:func:`confirm_deployment`); False: ``train``'s deployment as
-        it is.
+        baseline out of sample, in return and in Sharpe (:func:`confirm_deployment`); False:
+        ``train``'s deployment as it is.
 
     :returns: the folds (per-fold figures and runs), the curves stitched over all test windows
         (per seed, ensemble, buy-and-hold, random, rule), their metrics (costs in) and the
@@ -219,12 +219,10 @@ def _record(run: TrainResult, baseline_test: BacktestResult, per_year: float) ->
     """A fold's record for the same seed's next fold (its network and baseline out of sample)."""
     if run.network_test is None:
         return OutOfSampleRecord(None, baseline_test.strategy.total_return)
-    net, base = run.network_test.equity, baseline_test.equity
+    net, base = run.network_test.returns, baseline_test.returns
     edge = None
-    if len(net) > 4:  # the bootstrap needs 4 paired returns
-        edge = sharpe_difference_interval(
-            net[1:] / net[:-1] - 1.0, base[1:] / base[:-1] - 1.0, per_year, level=CONFIRM_LEVEL
-        )
+    if len(net) >= 4:  # the bootstrap needs 4 paired returns
+        edge = sharpe_difference_interval(net, base, per_year, level=CONFIRM_LEVEL)
     return OutOfSampleRecord(
         run.network_test.strategy.total_return, baseline_test.strategy.total_return, edge
     )

@@ -96,7 +96,7 @@ class WalkForwardResult:
     :param settings: the training settings (``asdict(TrainSettings)``).
     :param expanding: whether the training windows expand (else they roll).
     :param confirm: whether a fold's network needed the previous fold's network to have beaten
-        its baseline out of sample (``walk_forward(confirm=)``).
+        its baseline out of sample, in return and in Sharpe (``walk_forward(confirm=)``).
     """
 
     folds: list[WalkForwardFold]
