@@ -39,7 +39,9 @@ SPANS = {"difference": 0.2, "low": -0.4, "high": 0.8, "level": 0.6}
 def test_a_record_confirms_only_a_network_that_beat_its_baseline(
     network, baseline, edge, confirmed
 ):
-    assert OutOfSampleRecord(network, baseline, edge).confirmed is confirmed
+    record = OutOfSampleRecord(network, baseline, edge)
+    assert record.confirmed is confirmed
+    assert record.returned_baseline is (network is not None and network >= baseline)
 
 
 def test_the_record_tests_the_networks_sharpe_edge_on_its_test_bars(tiny_run):

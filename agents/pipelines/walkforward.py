@@ -78,16 +78,16 @@ class OutOfSampleRecord:
     edge: dict[str, float] | None = None
 
     @property
+    def returned_baseline(self) -> bool:
+        """The network returned at least its baseline on its test bars."""
+        return self.network_return is not None and self.network_return >= self.baseline_return
+
+    @property
     def confirmed(self) -> bool:
-        """The network returned at least its baseline on its test bars and its Sharpe edge over
-        the baseline is above zero at the one-sided 20% level: a return a little above the
-        baseline's over a year or two of bars is what luck alone gives."""
-        return (
-            self.network_return is not None
-            and self.network_return >= self.baseline_return
-            and self.edge is not None
-            and self.edge["low"] > 0.0
-        )
+        """:attr:`returned_baseline`, and the network's Sharpe edge over the baseline is above
+        zero at the one-sided 20% level: a return a little above the baseline's over a year or
+        two of bars is what luck alone gives."""
+        return self.returned_baseline and self.edge is not None and self.edge["low"] > 0.0
 
 
 def confirm_deployment(
