@@ -26,6 +26,7 @@ generator, the replay-buffer write and the episode ring are the Discrete path's.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,11 @@ class DeviceBranchRewards:
             # read the state the kernel writes); NumPy's (CPU tests) through as_tensor.
             if hasattr(a, "__cuda_array_interface__"):
                 return th.from_dlpack(a)
+            if isinstance(a, np.ndarray) and not a.flags.writeable:
+                # The market's bars are read-only; the snapshot only reads them.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    return th.as_tensor(a, device=device)
             return th.as_tensor(a, device=device)
 
         self.close, self.open = view(backend.close), view(backend.open)
