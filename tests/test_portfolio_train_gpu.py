@@ -4,6 +4,8 @@ prints each run's seconds and test Sharpe beside the rule's)."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -77,10 +79,25 @@ def test_cuda_backtest_equals_the_numpy_one() -> None:
     rule = exposure_levels(rule_exposures("lead_lag", data), env.exposure_levels)
     rng = np.random.default_rng(0)
     noise = rng.integers(0, env.n_levels, size=rule.shape)
+    other = copy.deepcopy(net)
+    with th.no_grad():  # a second network, as the snapshots: both act in one CUDA graph
+        for p in other.parameters():
+            p.normal_(0.0, 0.3)
     start, stop = 300, 1_100
-    host = backtest_portfolios([greedy_level_policy(net), rule, noise], data, env, start, stop)
+    host = backtest_portfolios(
+        [greedy_level_policy(net), rule, greedy_level_policy(other), noise],
+        data,
+        env,
+        start,
+        stop,
+    )
     dev = backtest_portfolios(
-        [greedy_level_policy(net, "cuda"), rule, noise], data, env, start, stop, device="cuda"
+        [greedy_level_policy(net, "cuda"), rule, greedy_level_policy(other, "cuda"), noise],
+        data,
+        env,
+        start,
+        stop,
+        device="cuda",
     )
     for h, d in zip(host, dev, strict=True):
         np.testing.assert_array_equal(d.levels, h.levels)
@@ -88,5 +105,5 @@ def test_cuda_backtest_equals_the_numpy_one() -> None:
         np.testing.assert_array_equal(d.positions, h.positions)
         np.testing.assert_array_equal(d.costs, h.costs)
         assert d.ruined == h.ruined
-    assert len({tuple(r.levels.ravel()) for r in dev}) == 3
+    assert len({tuple(r.levels.ravel()) for r in dev}) == 4
     assert len(np.unique(dev[0].levels)) > 1, "the network's levels never move"

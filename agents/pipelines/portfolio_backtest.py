@@ -24,6 +24,7 @@ from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.reports.metrics import bars_per_year, sharpe
 
 __all__ = [
+    "GreedyDevicePolicy",
     "LevelPolicy",
     "PortfolioBacktest",
     "backtest_portfolio",
@@ -34,6 +35,37 @@ __all__ = [
 
 # policy(obs float32 [D], bar) -> int levels [K]
 LevelPolicy = Callable[[np.ndarray, int], Any]
+
+
+class GreedyDevicePolicy:
+    """The per-branch argmax of a branching Q-network on a CUDA device: ``policy(obs, bar)``
+    takes an observation row (torch float32 ``[D]`` on the net's device) and returns int64
+    ``[K]`` there. :func:`backtest_portfolios` on a CUDA device acts all such policies of a
+    call in one CUDA graph replay a bar.
+
+    :param net: ``net(obs [B, D]) -> Q [B, K, L]``, on the device, in eval mode.
+    """
+
+    def __init__(self, net: Any) -> None:
+        self.net = net
+
+    def __call__(self, obs: Any, bar: int) -> Any:
+        import torch as th
+
+        with th.inference_mode():
+            return self.net(obs.reshape(1, -1)).argmax(dim=-1)[0]
+
+
+@dataclass(frozen=True, eq=False)
+class _LevelRows:
+    """A level-array policy: ``rows`` int64 [stop - start - 1, K], row i the levels of bar
+    ``start + i`` (a CUDA backtest uploads them once)."""
+
+    rows: np.ndarray
+    start: int
+
+    def __call__(self, obs: Any, bar: int) -> np.ndarray:
+        return self.rows[bar - self.start]
 
 
 @dataclass(frozen=True, eq=False)
@@ -164,7 +196,7 @@ def _level_array_policy(
             f"levels[{int(i) + start - offset}, {int(j)}] = {int(window[i, j])} is invalid: "
             f"allowed is 0..{n_levels - 1} (the config's exposure levels)"
         )
-    return lambda obs, bar: a[bar - offset]
+    return _LevelRows(np.ascontiguousarray(window, dtype=np.int64), int(start))
 
 
 def backtest_portfolios(
@@ -272,7 +304,8 @@ def _run_on_device(
     device: str,
 ) -> _Paths:
     """The CUDA env's paths (as :func:`_run_on_host`), recorded on the GPU and copied to the
-    host once: a step costs the policies' calls and one launch, no host round trip."""
+    host once: level arrays are uploaded once, the greedy networks act in one CUDA graph replay
+    a bar (:class:`_GreedyGraph`), other callables one by one; no host round trip a step."""
     import torch as th
 
     n, k = len(acts), data.n_instruments
@@ -286,10 +319,18 @@ def _run_on_device(
     costs = th.zeros((steps, n, k), dtype=th.float64, device=dev)
     alive = th.ones(n, dtype=th.bool, device=dev)
     truncated_early = th.zeros(n, dtype=th.bool, device=dev)
+    arrays = [j for j, a in enumerate(acts) if isinstance(a, _LevelRows)]
+    if arrays:
+        rows = np.stack([acts[j].rows for j in arrays], axis=1)  # [T, len(arrays), K]
+        levels[:, arrays] = th.as_tensor(rows, device=dev)
+    greedy = [j for j, a in enumerate(acts) if isinstance(a, GreedyDevicePolicy)]
+    graph = _GreedyGraph([acts[j].net for j in greedy], greedy, obs) if greedy else None
+    others = [j for j in range(n) if j not in arrays and j not in greedy]
     for i in range(steps):
-        bar = start + i
-        for j, act in enumerate(acts):
-            a = act(obs[j], bar)
+        if graph is not None:
+            levels[i, graph.rows] = graph(obs)
+        for j in others:
+            a = acts[j](obs[j], start + i)
             if not isinstance(a, th.Tensor):
                 a = th.from_numpy(np.asarray(a, dtype=np.int64))
             levels[i, j] = a.reshape(k)
@@ -304,6 +345,46 @@ def _run_on_device(
     if bool(truncated_early.any()):
         raise AssertionError("the env truncated inside the backtest's window")
     return tuple(t.cpu().numpy() for t in (value, levels, positions, costs, alive))
+
+
+class _GreedyGraph:
+    """Greedy networks acting on their env rows in one CUDA graph: each net reads its own row of
+    a static observation buffer, and a bar costs a gather, a replay and a copy instead of each
+    net's launches one by one.
+
+    :param nets: the networks (``GreedyDevicePolicy.net``), on the observations' device.
+    :param rows: each net's env row of the batch.
+    :param obs: the batch's observations (torch float32 [n, D]), for the buffer's shape.
+    """
+
+    def __init__(self, nets: list[Any], rows: list[int], obs: Any) -> None:
+        import torch as th
+
+        self.nets = nets
+        self.rows = th.as_tensor(rows, dtype=th.int64, device=obs.device)
+        self.obs = obs.index_select(0, self.rows).clone()
+        side = th.cuda.Stream(obs.device)
+        side.wait_stream(th.cuda.current_stream(obs.device))
+        # Warm-up out of the capture: cuBLAS handles and the allocator's first blocks.
+        with th.cuda.stream(side), th.no_grad():
+            for _ in range(2):
+                self._levels()
+        th.cuda.current_stream(obs.device).wait_stream(side)
+        self.graph = th.cuda.CUDAGraph()
+        with th.cuda.graph(self.graph), th.no_grad():
+            self.out = self._levels()
+
+    def _levels(self) -> Any:
+        import torch as th
+
+        q = [net(self.obs[j : j + 1]) for j, net in enumerate(self.nets)]
+        return th.cat(q, dim=0).argmax(dim=-1)  # [len(nets), K]
+
+    def __call__(self, obs: Any) -> Any:
+        """int64 [len(nets), K]: the nets' levels on ``obs`` [n, D] (a view replaced next bar)."""
+        self.obs.copy_(obs.index_select(0, self.rows))
+        self.graph.replay()
+        return self.out
 
 
 def backtest_portfolio(

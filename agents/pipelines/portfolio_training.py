@@ -30,6 +30,7 @@ from agents.pipelines.baseline_policies import (
     network_beats_baseline,
 )
 from agents.pipelines.portfolio_backtest import (
+    GreedyDevicePolicy,
     LevelPolicy,
     PortfolioBacktest,
     backtest_portfolio,
@@ -174,19 +175,14 @@ def greedy_level_policy(net: Any, device: str = "cpu") -> LevelPolicy:
 
     On ``"cpu"`` the policy reads NumPy observations with one intra-op thread (the caller's
     setting restored after each call), as the single env's backtest policies; on a CUDA device
-    it acts a copy of ``net`` moved there, reads the CUDA backtest's torch rows and returns the
-    levels on the device (:func:`backtest_portfolios` with that ``device``).
+    it is a :class:`GreedyDevicePolicy` of a copy of ``net`` moved there, which reads the CUDA
+    backtest's torch rows and returns the levels on the device (:func:`backtest_portfolios`
+    with that ``device`` runs several such policies in one CUDA graph a bar).
     """
     import torch as th
 
     if str(device) != "cpu":
-        on_device = copy.deepcopy(net).to(th.device(device)).eval()
-
-        def device_policy(obs: Any, bar: int) -> Any:
-            with th.inference_mode():
-                return on_device(obs.reshape(1, -1)).argmax(dim=-1)[0]
-
-        return device_policy
+        return GreedyDevicePolicy(copy.deepcopy(net).to(th.device(device)).eval())
 
     def policy(obs: np.ndarray, bar: int) -> np.ndarray:
         # A batch of one gains nothing from more threads, and the zoo's workers share the cores.
