@@ -469,9 +469,9 @@ class InstrumentEncoderQNetwork(QNetwork):
     :param normalize_images: Whether to divide image observations by 255.
     :param branch_columns: For each branch k, the feature columns of the observation
         (``instrument·F + feature``) found to predict instrument k's returns: a third advantage,
-        each branch's own head on those columns and its position ``pos_k`` (``evidence_head``),
-        so a branch reads the few columns that carry its edge directly, not through a trunk all
-        K share. None: no such head.
+        each branch's own head on those columns alone (``evidence_head``), so a branch reads
+        the few columns that carry its edge directly, not through a trunk all K share. None:
+        no such head.
     """
 
     def __init__(
@@ -521,9 +521,7 @@ class InstrumentEncoderQNetwork(QNetwork):
             index, mask = evidence_index(self.branch_columns)
             self.register_buffer("evidence_index", index)
             self.register_buffer("evidence_mask", mask)
-            # The branch's own position beside its columns: what a level is worth depends on
-            # what the branch holds (the cost of moving).
-            sizes = [index.shape[1] + 1, *arch["advantage"], n_levels]
+            sizes = [index.shape[1], *arch["advantage"], n_levels]
             layers: list[nn.Module] = []
             for w_in, w_out in zip(sizes[:-1], sizes[1:], strict=True):
                 layers += [BranchLinear(n_branches, w_in, w_out), activation_fn()]
@@ -545,10 +543,8 @@ class InstrumentEncoderQNetwork(QNetwork):
         )
         evidence = None
         if self.evidence_head is not None:
-            # Each branch's own columns and position, [B, K, C + 1]; a padded slot reads column
-            # 0 times 0.
+            # Each branch's own columns, [B, K, C]; a padded slot reads column 0 times 0.
             picked = x[:, self.evidence_index] * self.evidence_mask.to(x.dtype)
-            picked = th.cat([picked, x[:, k * f + 1 :].unsqueeze(-1)], dim=2)
             evidence = self.evidence_head(picked)
         return self.encoder(slices), self.shared(x), evidence
 
