@@ -362,7 +362,7 @@ class _GreedyGraph:
 
         self.nets = nets
         self.rows = th.as_tensor(rows, dtype=th.int64, device=obs.device)
-        self.obs = obs.index_select(0, self.rows).clone()
+        self.obs = obs.index_select(0, self.rows)
         side = th.cuda.Stream(obs.device)
         side.wait_stream(th.cuda.current_stream(obs.device))
         # Warm-up out of the capture: cuBLAS handles and the allocator's first blocks.
