@@ -327,6 +327,12 @@ def test_evidence_head_reads_each_branchs_own_columns_and_round_trips(tmp_path) 
     obs = th.as_tensor(env.unwrapped.observe()).clone()
     _, _, evidence = net._parts(obs)
     assert evidence.shape == (4, 4, 3)
+    # It starts at zero: the untrained network acts as the one without the head.
+    assert not evidence.any()
+    with th.no_grad():  # trained weights, for the routing below
+        net.evidence_head[-1].weight.normal_(0.0, 0.5)
+        net.evidence_head[-1].bias.normal_(0.0, 0.5)
+    _, _, evidence = net._parts(obs)
     moved = obs.clone()
     moved[:, 0] += 1.0  # column 0: branch 0's alone
     _, _, after = net._parts(moved)

@@ -470,8 +470,8 @@ class InstrumentEncoderQNetwork(QNetwork):
     :param branch_columns: For each branch k, the feature columns of the observation
         (``instrument·F + feature``) found to predict instrument k's returns: a third advantage,
         each branch's own head on those columns alone (``evidence_head``), so a branch reads
-        the few columns that carry its edge directly, not through a trunk all K share. None:
-        no such head.
+        the few columns that carry its edge directly, not through a trunk all K share; its
+        last layer starts at zero. None: no such head.
     """
 
     def __init__(
@@ -526,6 +526,11 @@ class InstrumentEncoderQNetwork(QNetwork):
             for w_in, w_out in zip(sizes[:-1], sizes[1:], strict=True):
                 layers += [BranchLinear(n_branches, w_in, w_out), activation_fn()]
             self.evidence_head = nn.Sequential(*layers[:-1])
+            # The head starts at zero: the network starts as the one without it, and the head
+            # grows where its columns pay instead of moving every branch from the first update.
+            with th.no_grad():
+                self.evidence_head[-1].weight.zero_()
+                self.evidence_head[-1].bias.zero_()
 
     def _parts(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor | None]:
         """``(encodings [B, K, width], trunk [B, trunk], evidence advantage [B, K, L] or
