@@ -337,3 +337,30 @@ def test_branch_columns_leave_an_instruments_own_columns_to_the_shared_encoder()
     # Each instrument predicted by its own columns only (the AR(1) market): no evidence head.
     assert inputs([(0, 0, 0), (1, 1, 1)]).branch_columns() is None
     assert inputs([]).branch_columns() is None
+
+
+def test_reason_names_the_validation_test_that_kept_flat() -> None:
+    from agents.pipelines.baseline_policies import GateVerdict
+    from agents.pipelines.portfolio_training import _reason
+
+    check = {"difference": 10.3, "low": 3.8, "high": 12.8, "level": 0.9, "candidates": 5}
+    third = {"difference": 3.36, "low": -0.42, "high": 7.52, "level": 0.6}
+    passed = {"difference": 12.7, "low": 7.5, "high": 17.5, "level": 0.6}
+
+    def gate(halves: tuple[float, ...]) -> GateVerdict:
+        return GateVerdict(
+            keep_network=False,
+            baseline="flat",
+            validation=check,
+            validation_vs_flat=check,
+            beat_flat_by="significant",
+            halves=halves,
+            thirds=(12.7, 14.6, 3.36),
+            third_tests=(passed, passed, third),
+        )
+
+    faded = _reason("flat", gate((10.82, 9.76)), True, 10.3)
+    assert "not in the last third of the validation bars (+3.36 Sharpe (60% interval" in faded
+    assert "[-0.42, +7.52]; the interval spans zero)" in faded and "halves +10.82, +9.76" in faded
+    split = _reason("flat", gate((10.82, -1.5)), True, 10.3)
+    assert "not in each half of the validation bars" in split and "last third" not in split

@@ -29,6 +29,7 @@ from agents.pipelines.baseline_policies import (
     ValidationReturns,
     network_beats_baseline,
 )
+from agents.pipelines.deployment import interval_text
 from agents.pipelines.portfolio_backtest import (
     GreedyDevicePolicy,
     LevelPolicy,
@@ -447,7 +448,16 @@ def _reason(kept: str, gate: GateVerdict, fallback: bool, sharpe: float) -> str:
         return (
             f"flat kept: the best snapshot does not beat flat on the validation bars ({evidence})"
         )
-    return f"flat kept: the best snapshot beats flat but not in both validation halves ({evidence})"
+    if not gate.held_in_halves:
+        return (
+            "flat kept: the best snapshot beats flat but not in each half of the validation bars "
+            f"({evidence})"
+        )
+    last = interval_text(gate.third_tests[-1]) if gate.third_tests else "too few bars"
+    return (
+        "flat kept: the best snapshot beats flat but not in the last third of the validation "
+        f"bars ({last}; {evidence})"
+    )
 
 
 def _start_torch(config: PortfolioTrainConfig, device: str) -> None:
