@@ -25,7 +25,7 @@ from typing import Any
 
 import torch as th
 
-__all__ = ["GraphRunner", "is_recompile_error", "no_recompile"]
+__all__ = ["GraphRunner", "is_recompile_error", "no_recompile", "warm_up_on_side_stream"]
 
 
 def no_recompile() -> Any:
@@ -40,6 +40,19 @@ def no_recompile() -> Any:
     if set_stance is None:
         return contextlib.nullcontext()
     return set_stance("fail_on_recompile")
+
+
+def warm_up_on_side_stream(step: Callable[[], Any], device: th.device, times: int = 1) -> None:
+    """Run ``step`` ``times`` on a fresh side stream of ``device``, joined to the current stream
+    before and after: the eager runs a capture needs first (cuBLAS handles, the allocator's first
+    blocks), kept off the stream the capture records. For forward-only work; a training step
+    warms up through :meth:`GraphRunner.run_eager_on_side_stream` (one stream for autograd)."""
+    side = th.cuda.Stream(device=device)
+    side.wait_stream(th.cuda.current_stream(device))
+    with th.cuda.stream(side), th.no_grad():
+        for _ in range(int(times)):
+            step()
+    th.cuda.current_stream(device).wait_stream(side)
 
 
 def is_recompile_error(err: BaseException) -> bool:

@@ -360,16 +360,12 @@ class _GreedyGraph:
     def __init__(self, nets: list[Any], rows: list[int], obs: Any) -> None:
         import torch as th
 
+        from gpu_runtime.cuda_graph import warm_up_on_side_stream
+
         self.nets = nets
         self.rows = th.as_tensor(rows, dtype=th.int64, device=obs.device)
         self.obs = obs.index_select(0, self.rows)
-        side = th.cuda.Stream(obs.device)
-        side.wait_stream(th.cuda.current_stream(obs.device))
-        # Warm-up out of the capture: cuBLAS handles and the allocator's first blocks.
-        with th.cuda.stream(side), th.no_grad():
-            for _ in range(2):
-                self._levels()
-        th.cuda.current_stream(obs.device).wait_stream(side)
+        warm_up_on_side_stream(self._levels, obs.device, times=2)
         self.graph = th.cuda.CUDAGraph()
         with th.cuda.graph(self.graph), th.no_grad():
             self.out = self._levels()
@@ -382,7 +378,9 @@ class _GreedyGraph:
 
     def __call__(self, obs: Any) -> Any:
         """int64 [len(nets), K]: the nets' levels on ``obs`` [n, D] (a view replaced next bar)."""
-        self.obs.copy_(obs.index_select(0, self.rows))
+        import torch as th
+
+        th.index_select(obs, 0, self.rows, out=self.obs)
         self.graph.replay()
         return self.out
 

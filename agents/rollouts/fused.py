@@ -31,7 +31,7 @@ from agents.replay.step_store import store_module_spec
 from agents.replay.tree_kernels import tree_module_spec
 from agents.rollouts.acting import GreedyActor, cast_module_spec
 from agents.rollouts.episode_ring import EpisodeRing, ring_module_spec
-from gpu_runtime.cuda_graph import GraphRunner
+from gpu_runtime.cuda_graph import GraphRunner, warm_up_on_side_stream
 from gpu_runtime.device import ModuleSpec, compile_in_background, cuda_index, cupy_or_none
 from gpu_runtime.precision import Precision, check_precision
 
@@ -265,11 +265,7 @@ class FusedRollout:
         else:  # the step's observation, kept for add_tensors after the replay
             g["prev_obs"] = th.empty_like(self.obs)
         self.env.backend.restart_error_countdown()  # no host read of the error word in the capture
-        side = th.cuda.Stream(device=dev)
-        side.wait_stream(th.cuda.current_stream(dev))
-        with th.cuda.stream(side), th.no_grad():  # warm-up of the Q forward (cuBLAS handles)
-            self._greedy(g["obs"])
-        th.cuda.current_stream(dev).wait_stream(side)
+        warm_up_on_side_stream(lambda: self._greedy(g["obs"]), dev)  # the Q forward's cuBLAS
         graph = th.cuda.CUDAGraph()
         # The exploration draws go into the graph where torch can replay a generator's draws
         # (each replay advances it as the same draws run eagerly would: same numbers).
