@@ -155,10 +155,6 @@ class CapturedTrainStep:
         self._adam_update = adam_update(self.optimizer)
         self.params = list(self.optimizer.param_groups[0]["params"])
         self.beta = th.zeros((), dtype=th.float64, device=dev)
-        # A tensor, not the float: a constant baked into the compiled loss would make every new
-        # reward scale (one per training run) a cache miss and a full compile.
-        self.reward_scale = th.zeros((), dtype=th.float32, device=dev)
-        self._scale_host: float | None = None
         self.calls = th.zeros((), dtype=th.int64, device=dev)
         self.error = th.full((1,), -1, dtype=th.int64, device=dev)
         self.sums = th.zeros(2, dtype=th.float32, device=dev)
@@ -218,10 +214,6 @@ class CapturedTrainStep:
         if lr != self._lr_host:
             self.lr.fill_(lr)
             self._lr_host = lr
-        scale = float(m.reward_scale)
-        if scale != self._scale_host:
-            self.reward_scale.fill_(scale)
-            self._scale_host = scale
         buf = self.buffer
         buf.set_progress(min(1.0, max(0.0, progress)))
         beta = buf.beta
@@ -316,9 +308,7 @@ class CapturedTrainStep:
         q_next_target = q_next_target.float()
         if q_next_online is not None:
             q_next_online = q_next_online.float()
-        target = td_target(
-            rewards * self.reward_scale, dones, m.gamma, q_next_target, q_next_online
-        )
+        target = td_target(rewards * m.reward_scale, dones, m.gamma, q_next_target, q_next_online)
         return weighted_td_loss(q, target, weights)
 
     def _update(self) -> None:
