@@ -170,6 +170,18 @@ def kept_policy_note(learning: TrainResult) -> str:
     return text
 
 
+def ruin_note(result: Any) -> str:
+    """The ruin of a backtest in words (``BacktestResult.ruined_at_bar``), or "" without one."""
+    if result.ruined_at_bar is None:
+        return ""
+    day = np.datetime_as_string(result.timestamps[result.ruined_at_bar], unit="m")
+    return (
+        f"RUINED at bar {result.ruined_at_bar} ({day}): the value fell to "
+        f"{result.ruin_value:+.2%} of the capital there; the backtest stops trading and its "
+        "equity is held at 0 from that bar (total return -100%)."
+    )
+
+
 def _with_known_rule(
     rule: Any, rows: list[tuple[str, dict[str, Any]]], metrics: dict[str, Any]
 ) -> dict[str, Any]:
@@ -267,10 +279,15 @@ def single_report(
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
     if learning is not None:
         notes.insert(0, kept_policy_note(learning))
+    ruin = ruin_note(result)
+    if ruin:
+        notes.insert(0, ruin)
     page = write_html(out, title, notes, results_table(rows), images)
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):
         print(line)
+    if ruin:
+        print(f"  {ruin}")
     if is_synthetic(data):
         print("  (synthetic data)")
     print(f"report: {page}  (metrics: {out / 'metrics.json'})")
