@@ -129,8 +129,8 @@ def check_resumed_options(given: str, checkpoint: Path, settings: Any, args: Any
     ]
     if "buffer_size" in saved and saved["buffer_size"] != settings.buffer_size:
         differ.append(
-            f"a replay buffer of {saved['buffer_size']:,} (given: {settings.buffer_size:,}, the "
-            f"default of --device {settings.device})"
+            f"--buffer-size {saved['buffer_size']} (given: {settings.buffer_size:,}, "
+            "given or the run's default)"
         )
     if "config" in saved and saved["config"] != repr(args.config):
         differ.append("other --env / --episode-length settings")
