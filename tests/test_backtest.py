@@ -127,21 +127,26 @@ def test_a_ruin_leaves_the_other_backtests_alone() -> None:
     assert rows[2].strategy.total_return > 3.0  # 3x leverage on a tripling, from 40
 
 
+def _bars_file(name: str, close: np.ndarray) -> None:
+    """A daily bar file ``name`` of these closes (each bar opens at its close)."""
+    import pandas as pd
+
+    times = pd.bdate_range("2015-01-01", periods=len(close))
+    pd.DataFrame(
+        {"Date": times.strftime("%Y-%m-%d"), "Open": close, "High": close * 1.001}
+        | {"Low": close * 0.999, "Close": close, "Volume": 1000.0}
+    ).to_csv(name, index=False)
+
+
 def test_backtest_command_reports_the_ruin(tmp_path, monkeypatch, capsys) -> None:
     import json
-
-    import pandas as pd
 
     from agents import cli
     from gpu_trading_env.data.features import WARMUP_BARS
 
     monkeypatch.chdir(tmp_path)
     close = np.r_[np.full(WARMUP_BARS + 20, 100.0), np.full(10, 40.0), np.linspace(40, 120, 60)]
-    times = pd.bdate_range("2015-01-01", periods=len(close))
-    pd.DataFrame(
-        {"Date": times.strftime("%Y-%m-%d"), "Open": close, "High": close * 1.001}
-        | {"Low": close * 0.999, "Close": close, "Volume": 1000.0}
-    ).to_csv("CRASH.csv", index=False)
+    _bars_file("CRASH.csv", close)
     argv = ["backtest", "--data", "CRASH.csv", "--rule", "buy_and_hold", "--train-fraction", "0"]
     argv += ["--env", "sizing=equity", "leverage=3", "max_leverage=3", "--out", "r"]
     assert cli.main(argv) == 0
@@ -150,3 +155,35 @@ def test_backtest_command_reports_the_ruin(tmp_path, monkeypatch, capsys) -> Non
     assert m["strategy"]["total_return"] == -1.0 and m["ruined_at_bar"] is not None
     assert m["strategy"]["sharpe"] < 0
     assert "RUINED at bar" in out and "RUINED at bar" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_rule_buy_and_hold_is_named_for_its_sizing(tmp_path, monkeypatch, capsys) -> None:
+    # The rule held a fixed number of units (capital / median close) beside buy-and-hold's
+    # compounding capital, both rows named alike: +50% against +74% with no reason given.
+    import json
+
+    from agents import cli
+    from gpu_trading_env.data.features import WARMUP_BARS
+
+    monkeypatch.chdir(tmp_path)
+    close = 100.0 * 1.004 ** np.arange(WARMUP_BARS + 150)
+    _bars_file("UP.csv", close)
+    argv = ["backtest", "--data", "UP.csv", "--rule", "buy_and_hold", "--train-fraction", "0"]
+    assert cli.main([*argv, "--out", "units"]) == 0
+    out = capsys.readouterr().out
+    m = json.loads((tmp_path / "units" / "metrics.json").read_text())
+    units = m["max_position"]
+    # The env's default: the capital over the median close of the evaluated bars (after warm-up).
+    assert units == np.floor(EnvConfig().initial_capital / np.median(close[WARMUP_BARS:]))
+    assert f"strategy, {units:g} units " in out and "buy and hold, all capital " in out
+    assert f"a fixed {units:g} units" in out
+    assert f"a fixed {units:g} units" in (tmp_path / "units" / "index.html").read_text()
+    assert m["strategy"]["total_return"] < m["buy_and_hold"]["total_return"] - 0.05
+    # Sized on the equity at leverage 1, the rule is buy and hold (up to the costs' rounding).
+    assert cli.main([*argv, "--env", "sizing=equity", "--out", "equity"]) == 0
+    out = capsys.readouterr().out
+    m = json.loads((tmp_path / "equity" / "metrics.json").read_text())
+    assert "strategy, 1x equity " in out and "a fixed" not in out and m["max_position"] is None
+    assert m["strategy"]["total_return"] == pytest.approx(
+        m["buy_and_hold"]["total_return"], abs=1e-5
+    )

@@ -14,9 +14,13 @@ trade, no cost); the result records the bar (``ruined_at_bar``) and the value / 
 the account reached there before the floor (``ruin_value``, -0.8 for a debt of 80% of the
 capital that the curve does not carry).
 
-The benchmark, buy-and-hold, pays the same market order cost to buy at the first close and to
-sell at the last (``gpu_trading_env.reports.metrics.buy_and_hold_equity``); the frictionless
-``close / first close`` curve is kept beside it and is labelled as such.
+The benchmark, buy-and-hold, invests all the capital at the first close, paying the same market
+order cost to buy there and to sell at the last (``gpu_trading_env.reports.metrics.
+buy_and_hold_equity``); the frictionless ``close / first close`` curve is kept beside it and is
+labelled as such. A policy holding full exposure is that benchmark only with ``sizing="equity"``
+at leverage 1 (up to the episodes' exit and entry costs): with ``sizing="units"`` it holds a
+fixed ``max_position`` units (recorded in the result), which earns that many times the price
+change instead of compounding with the price.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class BacktestResult:
     extra: dict[str, Any] = field(default_factory=dict)
     ruined_at_bar: int | None = None  # the bar whose value was <= 0 (equity 0 from it), or None
     ruin_value: float | None = None  # value / initial capital at that bar before the floor
+    max_position: float | None = None  # units at full exposure with sizing="units", else None
 
     @property
     def returns(self) -> np.ndarray:
@@ -93,6 +98,7 @@ class BacktestResult:
             "episodes": self.episodes,
             "ruined_at_bar": self.ruined_at_bar,
             "ruin_value": self.ruin_value,
+            "max_position": self.max_position,
             "strategy": self.strategy.to_dict(),
             "buy_and_hold": self.benchmark.to_dict(),
             "buy_and_hold_frictionless": self.frictionless_buy_and_hold.to_dict(),
@@ -199,10 +205,9 @@ def backtest_batch(
             obs, _ = env.reset(options={"start_index": bar + 1, "reset_mask": ended})
     episodes += 1
     per_year = bars_per_year(one.timestamps) if per_year is None else float(per_year)
-    results = _results(one, equity, exposure, traded, costs, episodes, per_year, exit_rate)
-    for j in np.flatnonzero(ruin_bar >= 0):
-        results[j].ruined_at_bar, results[j].ruin_value = int(ruin_bar[j]), float(ruin_value[j])
-    return results
+    units = float(env.max_position[0]) if cfg.sizing == "units" else None
+    curves = (equity, exposure, traded, costs)
+    return _results(one, curves, episodes, per_year, exit_rate, (ruin_bar, ruin_value), units)
 
 
 def _floor_ruins(
@@ -229,16 +234,18 @@ def _floor_ruins(
 
 def _results(
     one: MarketData,
-    equity: np.ndarray,
-    exposure: np.ndarray,
-    traded: np.ndarray,
-    costs: np.ndarray,
+    curves: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     episodes: np.ndarray,
     per_year: float,
     exit_rate: float,
+    ruin: tuple[np.ndarray, np.ndarray],
+    max_position: float | None,
 ) -> list[BacktestResult]:
-    """The ``k`` results of :func:`backtest_batch` from its per-bar arrays (``[k, n]`` equity,
-    ``[k, n - 1]`` exposure, traded and costs, ``[k]`` episodes) over the instrument ``one``."""
+    """The ``k`` results of :func:`backtest_batch` from its per-bar arrays (``curves``: ``[k, n]``
+    equity, ``[k, n - 1]`` exposure, traded and costs; ``[k]`` episodes; ``ruin``: ``[k]`` bars
+    of ruin, -1 for none, and the values there) over the instrument ``one``."""
+    equity, exposure, traded, costs = curves
+    ruin_bar, ruin_value = ruin
     close = np.asarray(one.close, dtype=np.float64)
     k = len(equity)
     bh, benchmark, frictionless = _benchmarks(close, exit_rate, per_year)
@@ -262,6 +269,9 @@ def _results(
             frictionless_buy_and_hold=frictionless,
             episodes=int(episodes[j]),
             instrument=one.instruments[0],
+            ruined_at_bar=int(ruin_bar[j]) if ruin_bar[j] >= 0 else None,
+            ruin_value=float(ruin_value[j]) if ruin_bar[j] >= 0 else None,
+            max_position=max_position,
         )
         for j in range(k)
     ]
