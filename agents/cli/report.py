@@ -303,7 +303,7 @@ def single_report(
     if learning is not None:
         notes.insert(0, kept_policy_note(learning))
     ruin, sizing = ruin_note(result), sizing_note(result)
-    notes[:0] = [n for n in (ruin, sizing) if n]
+    notes = [ruin] * bool(ruin) + notes + [sizing] * bool(sizing)
     page = write_html(out, title, notes, results_table(rows), images)
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):
