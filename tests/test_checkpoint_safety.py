@@ -99,10 +99,12 @@ def test_resume_without_out_continues_in_the_runs_own_folder(in_tmp, capsys):
 def test_resume_with_another_gradient_steps_is_refused_naming_both(in_tmp, capsys):
     d = _trained_run(in_tmp)
     capsys.readouterr()
-    assert cli.main(_train("--resume", "d", "--gradient-steps", "3", "--seed", "4")) == 2
+    resumed = _train("--resume", "d", "--gradient-steps", "3", "--seed", "4", "--buffer-size", "99")
+    assert cli.main(resumed) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "--gradient-steps 1 (given: 3)" in err and "--seed 0 (given: 4)" in err, err
+    assert "--buffer-size 64 (given: 99)" in err, err  # 64 steps of 2 envs: a buffer of 64
     assert _steps(d) and (d / "metrics.json").is_file()
 
 

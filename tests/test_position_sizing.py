@@ -142,6 +142,35 @@ def test_bad_sizing_config(changes: dict, pattern: str) -> None:
         EnvConfig(**changes)
 
 
+@pytest.mark.parametrize("field", ["leverage", "max_leverage"])
+@pytest.mark.parametrize("value", [1e5, 1000.5])
+def test_leverage_above_the_bound_is_refused(field: str, value: float) -> None:
+    # 1e5 was accepted: the equity-sized position feature (leverage x value / capital) then
+    # overflowed float32, rewards -inf and observations inf, with nothing raised.
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+
+    with pytest.raises(ValueError, match=rf"EnvConfig.{field} = {value} is invalid.*\(0, 1000\]"):
+        EnvConfig(**{field: value})
+    with pytest.raises(ValueError, match=rf"PortfolioConfig.{field} = {value} is invalid.*1000"):
+        PortfolioConfig(**{field: value})
+
+
+def test_leverage_at_the_bound_is_accepted() -> None:
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+
+    EnvConfig(sizing="equity", leverage=1000.0, max_leverage=1000.0)
+    PortfolioConfig(leverage=1000.0, max_leverage=1000.0)
+
+
+def test_leverage_above_the_bound_is_a_usage_error(capsys) -> None:
+    from agents import cli
+
+    argv = ["backtest", "--env", "sizing=equity", "leverage=1e5", "max_leverage=1e5"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "leverage = 100000.0 is invalid" in err and "1000]" in err
+
+
 def test_equity_leverage_uses_the_largest_exposure() -> None:
     EnvConfig(sizing="equity", leverage=20.0, exposure_levels=(-0.5, 0.0, 0.5))  # 10x: ok
     with pytest.raises(ValueError, match="leverage"):

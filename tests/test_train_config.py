@@ -140,7 +140,12 @@ def test_the_derived_settings_of_the_model() -> None:
         ("val_fraction", 0.6, "(0, 0.5]"),
         ("learning_rate", float("nan"), "a finite number > 0"),
         ("device", "auto", "cpu, cuda or cuda:N"),
-        ("buffer_size", 0, "1 to 17,179,869,184 (default 200,000 on the CPU, 2,000,000 on a GPU)"),
+        (
+            "buffer_size",
+            0,
+            "1 to 17,179,869,184 (default: the run's transitions, at most 200,000 on the CPU, "
+            "2,000,000 on a GPU)",
+        ),
         ("exploration_fraction", 0.0, "a number in (0, 1]"),
         ("num_envs", 2.5, "1 to 16,777,216 (default 24 on the CPU, 4,096 on a GPU)"),
     ],
@@ -204,9 +209,45 @@ def test_pyproject_lists_no_import_of_the_command_line_from_below() -> None:
 def test_fields_without_an_option_have_no_option_and_a_help() -> None:
     no_option = {f.name for f in dataclasses.fields(TrainConfig) if setting(f).option is None}
     assert no_option == {
-        "buffer_size",
         "exploration_fraction",
         "exploration_final_eps",
         "tensorboard_log",
     }
     assert all(setting(f).help for f in dataclasses.fields(TrainConfig))
+
+
+def test_the_buffer_is_sized_from_the_run() -> None:
+    # A run stores timesteps rounded up to whole vector steps: 1,000 on 24 envs is 42 steps.
+    assert TrainConfig(timesteps=1000).buffer_size == 1008
+    assert TrainConfig(timesteps=1000, num_envs=8).buffer_size == 1000
+    # The quickstart's and a GPU's defaults are the caps they were (the same learning).
+    assert TrainConfig().buffer_size == 200_000
+    assert TrainConfig(device="cuda").buffer_size == 2_000_000
+    assert TrainConfig(timesteps=10**9).buffer_size == 200_000
+    assert TrainConfig(timesteps=1000, buffer_size=300_000).buffer_size == 300_000
+
+
+def test_the_buffer_size_is_an_option_of_both_train_paths() -> None:
+    from agents.pipelines.portfolio_train_config import PortfolioTrainConfig
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--device", "cpu", "--buffer-size", "5_000"])
+    assert TrainConfig.from_options(args).buffer_size == 5000
+    args = parser.parse_args(["train", "--portfolio", "--device", "cpu", "--buffer-size", "700"])
+    assert PortfolioTrainConfig.from_options(args).resolved("cpu").buffer_size == 700
+    message = "--buffer-size 0 is invalid: allowed is 1 to 17,179,869,184"
+    with pytest.raises(UsageError, match=re.escape(message)):
+        validate(parser.parse_args(["train", "--device", "cpu", "--buffer-size", "0"]))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PortfolioTrainConfig.from_options(parser.parse_args(["train", "--buffer-size", "0"]))
+
+
+def test_the_portfolio_buffer_is_sized_from_the_run() -> None:
+    # It was 100,000 transitions whatever --timesteps (4.8 GB at 100 instruments).
+    from agents.pipelines.portfolio_train_config import PortfolioTrainConfig
+
+    assert PortfolioTrainConfig(timesteps=2000).resolved("cpu").buffer_size == 2000
+    assert PortfolioTrainConfig(timesteps=2001).resolved("cpu").buffer_size == 2016  # 16 envs
+    assert PortfolioTrainConfig().resolved("cpu").buffer_size == 30_000  # the CPU's run
+    assert PortfolioTrainConfig().resolved("cuda").buffer_size == 1_000_000  # the GPU's cap
+    assert PortfolioTrainConfig(timesteps=10**8).resolved("cpu").buffer_size == 100_000

@@ -35,6 +35,9 @@ RUN_KEYS = [*RUN_TIMING, *RUN_SELECTION, "inputs"]
 METRICS_KEYS = [
     "instrument",
     "episodes",
+    "ruined_at_bar",
+    "ruin_value",
+    "max_position",
     "strategy",
     "buy_and_hold",
     "buy_and_hold_frictionless",

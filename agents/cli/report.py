@@ -170,6 +170,41 @@ def kept_policy_note(learning: TrainResult) -> str:
     return text
 
 
+def strategy_row_name(result: Any, config: EnvConfig) -> str:
+    """The strategy's row, named for its sizing: ``strategy, 8 units`` (``sizing="units"``,
+    ``BacktestResult.max_position`` at full exposure) or ``strategy, 1x equity``."""
+    if result.max_position is None:
+        return f"strategy, {config.leverage:g}x equity"
+    return f"strategy, {result.max_position:g} units"
+
+
+def sizing_note(result: Any) -> str:
+    """Why a strategy holding full exposure with ``sizing="units"`` is not buy and hold, in
+    words ("" with ``sizing="equity"``)."""
+    if result.max_position is None:
+        return ""
+    units = f"{result.max_position:g}"
+    return (
+        f"The strategy holds the env's positions: full exposure is a fixed {units} units "
+        "(sizing='units': the capital over the median close of these bars, or --env "
+        f"max_position), which earns {units} times the price change; buy and hold invests all "
+        "the capital at the first close and grows with the price. With --env sizing=equity "
+        "full exposure is leverage x equity, and at leverage 1 it tracks buy and hold."
+    )
+
+
+def ruin_note(result: Any) -> str:
+    """The ruin of a backtest in words (``BacktestResult.ruined_at_bar``), or "" without one."""
+    if result.ruined_at_bar is None:
+        return ""
+    day = np.datetime_as_string(result.timestamps[result.ruined_at_bar], unit="m")
+    return (
+        f"RUINED at bar {result.ruined_at_bar} ({day}): the value fell to "
+        f"{result.ruin_value:+.2%} of the capital there; the backtest stops trading and its "
+        "equity is held at 0 from that bar (total return -100%)."
+    )
+
+
 def _with_known_rule(
     rule: Any, rows: list[tuple[str, dict[str, Any]]], metrics: dict[str, Any]
 ) -> dict[str, Any]:
@@ -254,9 +289,9 @@ def single_report(
     out.mkdir(parents=True, exist_ok=True)
     metrics = {**result.to_dict(), "synthetic_data": synthetic, "bars_per_year": per_year, **extra}
     rows = [
-        ("strategy", result.strategy.to_dict()),
-        ("buy and hold", result.benchmark.to_dict()),
-        ("buy and hold, frictionless", result.frictionless_buy_and_hold.to_dict()),
+        (strategy_row_name(result, config), result.strategy.to_dict()),
+        ("buy and hold, all capital", result.benchmark.to_dict()),
+        ("buy and hold, all capital, no costs", result.frictionless_buy_and_hold.to_dict()),
     ]
     curves = _with_known_rule(rule, rows, metrics)
     images = _plot_backtest(result, out, title, synthetic, curves)
@@ -267,10 +302,16 @@ def single_report(
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
     if learning is not None:
         notes.insert(0, kept_policy_note(learning))
+    ruin, sizing = ruin_note(result), sizing_note(result)
+    notes = [ruin] * bool(ruin) + notes + [sizing] * bool(sizing)
     page = write_html(out, title, notes, results_table(rows), images)
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):
         print(line)
+    if ruin:
+        print(f"  {ruin}")
+    if sizing and "rule" in extra:  # a rule held at full exposure reads as buy and hold
+        print(f"  {sizing}")
     if is_synthetic(data):
         print("  (synthetic data)")
     print(f"report: {page}  (metrics: {out / 'metrics.json'})")

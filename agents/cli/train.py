@@ -81,6 +81,7 @@ RESUMED_OPTIONS = {
     "timesteps": "--timesteps",
     "num_envs": "--num-envs",
     "batch_size": "--batch-size",
+    "buffer_size": "--buffer-size",
     "gradient_steps": "--gradient-steps",
     "learning_rate": "--learning-rate",
     "final_learning_rate": "--final-learning-rate",
@@ -127,11 +128,6 @@ def check_resumed_options(given: str, checkpoint: Path, settings: Any, args: Any
         for key, option in RESUMED_OPTIONS.items()
         if key in saved and saved[key] != now[key]
     ]
-    if "buffer_size" in saved and saved["buffer_size"] != settings.buffer_size:
-        differ.append(
-            f"a replay buffer of {saved['buffer_size']:,} (given: {settings.buffer_size:,}, the "
-            f"default of --device {settings.device})"
-        )
     if "config" in saved and saved["config"] != repr(args.config):
         differ.append("other --env / --episode-length settings")
     if differ:

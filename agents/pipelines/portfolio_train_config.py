@@ -19,10 +19,12 @@ from typing import Any
 
 from agents.pipelines.train_config import (
     EPISODE_LENGTH,
+    PORTFOLIO_BUFFER_SIZE,
     TRAIN_FRACTION,
     Setting,
     TrainConfig,
     option_name,
+    run_buffer_size,
 )
 from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_field_names
 
@@ -40,12 +42,13 @@ PORTFOLIO_ENV_DEFAULTS: dict[str, Any] = {"episode_length": EPISODE_LENGTH}
 _TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 # (CPU, GPU) budgets: the CPU's finish a run in about a minute on two cores; the GPU's are sized
-# for a run of at most a minute on one GPU at K = 8 and K = 32, and a buffer whose observations
-# (K·F + 1 + K floats each, twice) fit beside the network at K = 32.
+# for a run of at most a minute on one GPU at K = 8 and K = 32; the buffer's are caps
+# (run_buffer_size), whose observations (K·F + 1 + K floats each, twice) fit beside the network
+# at K = 32.
 _NUM_ENVS = (16, 4096)
 _TIMESTEPS = (30_000, 4_000_000)
 _BATCH_SIZE = (128, 4096)
-_BUFFER_SIZE = (100_000, 1_000_000)
+_BUFFER_SIZE = PORTFOLIO_BUFFER_SIZE
 _GRADIENT_STEPS = (1, 2)
 
 
@@ -77,11 +80,13 @@ def _is_int(v: Any) -> bool:
 
 def _budget(name: str, lo: int, hi: int, defaults: tuple[int, int]) -> Any:
     cpu, gpu = defaults
+    # The buffer's defaults are caps on the run's transitions (run_buffer_size).
+    what = "default: the run's transitions, at most" if name == "buffer_size" else "default"
     setting = Setting(
         _TRAIN_FIELDS[name].metadata["setting"].help,
         check=(
             lambda v: _is_int(v) and lo <= v <= hi,
-            f"{lo:,} to {hi:,} (portfolio default {cpu:,} on the CPU, {gpu:,} on a GPU)",
+            f"{lo:,} to {hi:,} (portfolio {what} {cpu:,} on the CPU, {gpu:,} on a GPU)",
         ),
         cpu=cpu,
         gpu=gpu,
@@ -192,13 +197,18 @@ class PortfolioTrainConfig:
 
     def resolved(self, device: str) -> PortfolioTrainConfig:
         """This config with every budget left None set to its default on ``device`` (``"cpu"``:
-        the CPU's, anything else a GPU's)."""
+        the CPU's, anything else a GPU's); the buffer's: room for the run's transitions, at
+        most that default (:func:`~agents.pipelines.train_config.run_buffer_size`)."""
         gpu = str(device) != "cpu"
         changes = {}
         for f in dataclasses.fields(self):
             s: Setting = f.metadata["setting"]
             if s.by_device and getattr(self, f.name) is None:
                 changes[f.name] = s.gpu if gpu else s.cpu
+        if self.buffer_size is None:
+            steps = self.timesteps or changes["timesteps"]
+            envs = self.num_envs or changes["num_envs"]
+            changes["buffer_size"] = run_buffer_size(steps, envs, changes["buffer_size"])
         return self.replace(**changes) if changes else self
 
     @property

@@ -24,6 +24,7 @@ from gpu_trading_env.core.config import EnvConfig, config_field_names
 __all__ = [
     "CPU_TORCH_THREADS",
     "EPISODE_LENGTH",
+    "PORTFOLIO_BUFFER_SIZE",
     "TRAIN_ENV_DEFAULTS",
     "TRAIN_FRACTION",
     "WALKFORWARD_CPU_TIMESTEPS",
@@ -34,6 +35,7 @@ __all__ = [
     "add_training_options",
     "parse_env_overrides",
     "parse_int",
+    "run_buffer_size",
     "set_torch_threads",
     "train_env_config",
     "train_options_parser",
@@ -154,6 +156,9 @@ _NUM_ENVS = (24, 4096)
 _TIMESTEPS = (200_000, 6_000_000)
 _BATCH_SIZE = (128, 4096)
 _BUFFER_SIZE = (200_000, 2_000_000)
+# train --portfolio's caps: observations of K instruments (K·F + 1 + K floats each, twice) fit
+# beside the network at K = 32 on one GPU (agents/pipelines/portfolio_train_config.py).
+PORTFOLIO_BUFFER_SIZE = (100_000, 1_000_000)
 _GRADIENT_STEPS = (1, 2)
 
 
@@ -196,14 +201,20 @@ class TrainConfig:
         cpu=_BATCH_SIZE[0],
         gpu=_BATCH_SIZE[1],
     )
-    # The replay buffer's transitions; no option: the device's default.
+    # None: run_buffer_size, room for every transition of the run up to the device's cap.
     buffer_size: int | None = _setting(
         None,
-        "replay buffer transitions",
-        check=_budget(1, 2**34, *_BUFFER_SIZE),
+        "replay buffer transitions; a longer run overwrites its oldest (default: room for "
+        "every transition of the run, --timesteps rounded up to a whole step of the envs, at "
+        "most the device's cap",
+        check=_int_range(
+            1,
+            2**34,
+            f"default: the run's transitions, at most {_BUFFER_SIZE[0]:,} on the CPU, "
+            f"{_BUFFER_SIZE[1]:,} on a GPU",
+        ),
         cpu=_BUFFER_SIZE[0],
         gpu=_BUFFER_SIZE[1],
-        option=None,
     )
     learning_rate: float = _setting(
         3e-4,
@@ -350,10 +361,13 @@ class TrainConfig:
         gpu = self.device != "cpu"
         for f in dataclasses.fields(self):
             s = setting(f)
-            if s.by_device and getattr(self, f.name) is None:
+            if s.by_device and getattr(self, f.name) is None and f.name != "buffer_size":
                 setattr(self, f.name, s.gpu if gpu else s.cpu)
         for f in dataclasses.fields(self):
             self.check(f.name, getattr(self, f.name))
+        if self.buffer_size is None:
+            cap = _BUFFER_SIZE[1] if gpu else _BUFFER_SIZE[0]
+            self.buffer_size = run_buffer_size(self.timesteps, self.num_envs, cap)
 
     @staticmethod
     def check(name: str, value: Any) -> None:
@@ -418,6 +432,20 @@ class TrainConfig:
         return max(int(self.timesteps or 0) // 100, int(self.num_envs or 0))
 
 
+def run_buffer_size(timesteps: int, num_envs: int, cap: int) -> int:
+    """The default replay buffer of a run: room for every transition it stores (``timesteps``
+    rounded up to a whole vector step of ``num_envs`` envs), at most ``cap`` transitions (the
+    device's default, where a longer run overwrites its oldest). A run that fits stores and
+    samples the same transitions as in any larger buffer, at a fraction of its memory.
+
+    :param timesteps: the run's env steps, >= 1.
+    :param num_envs: its parallel envs, >= 1.
+    :param cap: the most transitions, >= 1.
+    """
+    steps = -(-int(timesteps) // int(num_envs))
+    return min(int(cap), steps * int(num_envs))
+
+
 TrainSettings = TrainConfig  # the name the pipelines used first
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
@@ -455,7 +483,10 @@ def option_help(f: dataclasses.Field[Any], timesteps_cpu: int | None = None) -> 
     a field that has them (``timesteps_cpu``: the command's own CPU budget)."""
     s = setting(f)
     text = s.help
-    if s.by_device and s.gpu is not None:
+    if f.name == "buffer_size":
+        cpu, gpu = PORTFOLIO_BUFFER_SIZE
+        text += f": {s.cpu:,} on the CPU, {s.gpu:,} on a GPU; {cpu:,} and {gpu:,} with --portfolio)"
+    elif s.by_device and s.gpu is not None:
         cpu = timesteps_cpu if f.name == "timesteps" and timesteps_cpu is not None else s.cpu
         text += f" (default: {cpu:,} on the CPU, {s.gpu:,} on a GPU)"
     return text

@@ -131,7 +131,8 @@ class EnvConfig:
     notional = exposure x leverage x current equity (value at the fill price), so a position
     never exceeds what the account carries at ``leverage``."""
     leverage: float = 1.0
-    """Notional per unit of equity at exposure 1.0 with ``sizing="equity"`` ((0, max_leverage])."""
+    """Notional per unit of equity at exposure 1.0 with ``sizing="equity"`` ((0, max_leverage],
+    max_leverage in (0, ``LEVERAGE_MAX`` = 1000])."""
     max_leverage: float = 10.0
     """Leverage cap: ``sizing="equity"`` requires leverage x max|exposure| <= this; with
     ``sizing="units"`` the env warns when max_position x median close exceeds this x capital."""
@@ -202,8 +203,8 @@ class EnvConfig:
         _int_range("episode_length", self.episode_length, 1, 2**31 - 1)
         if self.sizing not in SIZING_MODES:
             _fail("sizing", self.sizing, f"one of {SIZING_MODES}")
-        _in_range("max_leverage", self.max_leverage, 0.0, SCALE_MAX, lo_open=True)
-        _in_range("leverage", self.leverage, 0.0, SCALE_MAX, lo_open=True)
+        _in_range("max_leverage", self.max_leverage, 0.0, LEVERAGE_MAX, lo_open=True)
+        _in_range("leverage", self.leverage, 0.0, LEVERAGE_MAX, lo_open=True)
         if self.sizing == "equity":
             peak = self.leverage * max(abs(x) for x in self.exposure_levels)
             if peak > self.max_leverage:
@@ -324,6 +325,10 @@ def _float_tuple(name: str, value: Any) -> tuple[float, ...]:
 MONEY_MIN = 1e-2
 MONEY_MAX = 1e15
 SCALE_MAX = 1e6
+# Leverage above any broker's (125x crypto perpetuals, 1000:1 offshore FX) only hastens the
+# overflow of the compounding equity: the position feature is leverage x value / capital in
+# float32, infinite (rewards -inf) once that passes 3.4e38, after a few hundred bars at 1e5.
+LEVERAGE_MAX = 1e3
 
 # Field kinds from the annotations (strings under ``from __future__ import annotations``).
 _FLOAT_FIELDS = tuple(

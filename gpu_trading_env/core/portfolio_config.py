@@ -18,9 +18,9 @@ from gymnasium.vector import AutoresetMode
 from gpu_trading_env.core.config import (
     AUTORESET_CODES,
     FILL_MODES,
+    LEVERAGE_MAX,
     MONEY_MAX,
     MONEY_MIN,
-    SCALE_MAX,
     EnvConfig,
     parse_autoreset_mode,
 )
@@ -75,10 +75,10 @@ class PortfolioConfig:
     """Cost rate on traded notional, bps in [0, 10000): one value for every instrument, or one
     per instrument (K values, checked against the data by :meth:`cost_rates`)."""
     leverage: float = 1.0
-    """Notional per unit of equity of an instrument at exposure 1 ((0, 1e6])."""
+    """Notional per unit of equity of an instrument at exposure 1 ((0, 1000])."""
     max_leverage: float = 1.0
     """Cap on the gross exposure ``leverage x sum_k |e_k|``; above it every exposure is scaled
-    down by the same factor ((0, 1e6])."""
+    down by the same factor ((0, 1000])."""
     reserve_pct: float = 0.0
     """Cash reserve, percent of the pre-trade value, that buys may not spend ([0, 100))."""
     fill: str = "close"
@@ -121,8 +121,8 @@ class PortfolioConfig:
         costs = self.cost_bps if isinstance(self.cost_bps, tuple) else (self.cost_bps,)
         if not costs or not all(math.isfinite(x) and 0.0 <= x < 10_000.0 for x in costs):
             _fail("cost_bps", self.cost_bps, "a number or a non-empty tuple, each in [0, 10000)")
-        _in_range("leverage", self.leverage, 0.0, SCALE_MAX, lo_open=True)
-        _in_range("max_leverage", self.max_leverage, 0.0, SCALE_MAX, lo_open=True)
+        _in_range("leverage", self.leverage, 0.0, LEVERAGE_MAX, lo_open=True)
+        _in_range("max_leverage", self.max_leverage, 0.0, LEVERAGE_MAX, lo_open=True)
         if not (math.isfinite(self.reserve_pct) and 0.0 <= self.reserve_pct < 100.0):
             _fail("reserve_pct", self.reserve_pct, "a percentage in [0, 100)")
         if self.fill not in FILL_MODES:

@@ -7,9 +7,20 @@ costs, barriers) apply unchanged. An episode that ends holding a position is clo
 bar's close paying the market order's cost (``order_cost_bps[0]``), as the env's next episode
 starts flat and would otherwise drop the position for free.
 
-The benchmark, buy-and-hold, pays the same market order cost to buy at the first close and to
-sell at the last (``gpu_trading_env.reports.metrics.buy_and_hold_equity``); the frictionless
-``close / first close`` curve is kept beside it and is labelled as such.
+Ruin ends the backtest's capital: the env ends an episode whose value falls to 0 or below, and
+the backtest does not start another from a negative equity (whose gains would book as losses).
+From the bar of ruin on, the equity is 0 (the floor: total return -100%, returns after it 0, no
+trade, no cost); the result records the bar (``ruined_at_bar``) and the value / initial capital
+the account reached there before the floor (``ruin_value``, -0.8 for a debt of 80% of the
+capital that the curve does not carry).
+
+The benchmark, buy-and-hold, invests all the capital at the first close, paying the same market
+order cost to buy there and to sell at the last (``gpu_trading_env.reports.metrics.
+buy_and_hold_equity``); the frictionless ``close / first close`` curve is kept beside it and is
+labelled as such. A policy holding full exposure is that benchmark only with ``sizing="equity"``
+at leverage 1 (up to the episodes' exit and entry costs): with ``sizing="units"`` it holds a
+fixed ``max_position`` units (recorded in the result), which earns that many times the price
+change instead of compounding with the price.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from gpu_trading_env.reports.metrics import (
     bars_per_year,
     buy_and_hold_equity,
     curve_metrics,
+    returns_of,
 )
 from gpu_trading_env.reports.report import plot_equity, plot_learning_curve, write_json
 from gpu_trading_env.vector_env import TradingVectorEnv
@@ -66,21 +78,27 @@ class BacktestResult:
     episodes: int
     instrument: str
     extra: dict[str, Any] = field(default_factory=dict)
+    ruined_at_bar: int | None = None  # the bar whose value was <= 0 (equity 0 from it), or None
+    ruin_value: float | None = None  # value / initial capital at that bar before the floor
+    max_position: float | None = None  # units at full exposure with sizing="units", else None
 
     @property
     def returns(self) -> np.ndarray:
-        """float64 [T-1], the strategy's per-bar returns."""
-        return self.equity[1:] / self.equity[:-1] - 1.0
+        """float64 [T-1], the strategy's per-bar returns (0 after a ruin)."""
+        return returns_of(self.equity)
 
     @property
     def buy_and_hold_returns(self) -> np.ndarray:
         """float64 [T-1], buy-and-hold's per-bar returns over the same bars, costs in."""
-        return self.buy_and_hold[1:] / self.buy_and_hold[:-1] - 1.0
+        return returns_of(self.buy_and_hold)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "instrument": self.instrument,
             "episodes": self.episodes,
+            "ruined_at_bar": self.ruined_at_bar,
+            "ruin_value": self.ruin_value,
+            "max_position": self.max_position,
             "strategy": self.strategy.to_dict(),
             "buy_and_hold": self.benchmark.to_dict(),
             "buy_and_hold_frictionless": self.frictionless_buy_and_hold.to_dict(),
@@ -155,6 +173,7 @@ def backtest_batch(
     scale = np.ones(k)  # equity at the start of each one's current episode
     pos, value = np.zeros(k), np.full(k, float(c0))  # env units, before the bar's trade
     episodes = np.zeros(k, dtype=np.int64)
+    ruin_bar, ruin_value = np.full(k, -1), np.zeros(k)  # -1: not ruined
     obs, _ = env.reset(seed=0, options={"start_index": 0})
     for bar in range(n - 1):
         action = np.asarray(policy(obs, bar), dtype=np.int64).reshape(k)
@@ -167,7 +186,8 @@ def backtest_batch(
         exposure[:, bar] = new_pos * close[bar] / value
         equity[:, bar + 1] = scale * new_value / c0
         pos, value = new_pos, new_value
-        ended = np.asarray(terminated | truncated, dtype=bool)
+        alive = ruin_bar < 0
+        ended = np.asarray(terminated | truncated, dtype=bool) & alive
         if bar + 1 < n - 1 and ended.any():
             # An episode ending with a position is closed at this bar's close, at the market
             # order's cost; the next starts flat here.
@@ -176,27 +196,56 @@ def backtest_batch(
             equity[held, bar + 1] -= scale[held] * exit_cost[held] / c0
             costs[held, bar] += scale[held] * exit_cost[held] / c0
             traded[held, bar] += np.abs(pos[held]) * close[bar + 1] / value[held]
+        _floor_ruins(bar, alive, equity, exposure, traded, costs, ruin_bar, ruin_value)
+        ended &= ruin_bar < 0  # a ruined backtest's env stays ended: no capital to restart
+        if bar + 1 < n - 1 and ended.any():
             scale[ended] = equity[ended, bar + 1]
             episodes[ended] += 1
             pos[ended], value[ended] = 0.0, c0
             obs, _ = env.reset(options={"start_index": bar + 1, "reset_mask": ended})
     episodes += 1
     per_year = bars_per_year(one.timestamps) if per_year is None else float(per_year)
-    return _results(one, equity, exposure, traded, costs, episodes, per_year, exit_rate)
+    units = float(env.max_position[0]) if cfg.sizing == "units" else None
+    curves = (equity, exposure, traded, costs)
+    return _results(one, curves, episodes, per_year, exit_rate, (ruin_bar, ruin_value), units)
 
 
-def _results(
-    one: MarketData,
+def _floor_ruins(
+    bar: int,
+    alive: np.ndarray,
     equity: np.ndarray,
     exposure: np.ndarray,
     traded: np.ndarray,
     costs: np.ndarray,
+    ruin_bar: np.ndarray,
+    ruin_value: np.ndarray,
+) -> None:
+    """Record the backtests whose equity at ``bar + 1`` fell to 0 or below (``ruin_bar``,
+    ``ruin_value`` [k], in place), and hold every ruined one at the floor: equity 0 at
+    ``bar + 1``, and no exposure, trade or cost over ``bar`` for those ruined before it (their
+    env waits ended, its outputs unused)."""
+    now = alive & (equity[:, bar + 1] <= 0.0)
+    ruin_bar[now] = bar + 1
+    ruin_value[now] = equity[now, bar + 1]
+    dead = ~alive
+    exposure[dead, bar] = traded[dead, bar] = costs[dead, bar] = 0.0
+    equity[dead | now, bar + 1] = 0.0
+
+
+def _results(
+    one: MarketData,
+    curves: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     episodes: np.ndarray,
     per_year: float,
     exit_rate: float,
+    ruin: tuple[np.ndarray, np.ndarray],
+    max_position: float | None,
 ) -> list[BacktestResult]:
-    """The ``k`` results of :func:`backtest_batch` from its per-bar arrays (``[k, n]`` equity,
-    ``[k, n - 1]`` exposure, traded and costs, ``[k]`` episodes) over the instrument ``one``."""
+    """The ``k`` results of :func:`backtest_batch` from its per-bar arrays (``curves``: ``[k, n]``
+    equity, ``[k, n - 1]`` exposure, traded and costs; ``[k]`` episodes; ``ruin``: ``[k]`` bars
+    of ruin, -1 for none, and the values there) over the instrument ``one``."""
+    equity, exposure, traded, costs = curves
+    ruin_bar, ruin_value = ruin
     close = np.asarray(one.close, dtype=np.float64)
     k = len(equity)
     bh, benchmark, frictionless = _benchmarks(close, exit_rate, per_year)
@@ -220,6 +269,9 @@ def _results(
             frictionless_buy_and_hold=frictionless,
             episodes=int(episodes[j]),
             instrument=one.instruments[0],
+            ruined_at_bar=int(ruin_bar[j]) if ruin_bar[j] >= 0 else None,
+            ruin_value=float(ruin_value[j]) if ruin_bar[j] >= 0 else None,
+            max_position=max_position,
         )
         for j in range(k)
     ]

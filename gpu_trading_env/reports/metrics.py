@@ -120,9 +120,12 @@ def finite_values(values: np.ndarray, what: str) -> np.ndarray:
 
 
 def returns_of(equity: np.ndarray) -> np.ndarray:
-    """float64 [T-1] per-bar simple returns of an equity curve [T]."""
+    """float64 [T-1] per-bar simple returns of an equity curve [T]; 0 after a bar at 0 or
+    below (a ruined curve, held at 0 by the backtest: nothing left to gain or lose)."""
     equity = finite_values(equity, "equity")
-    return equity[1:] / equity[:-1] - 1.0
+    before = equity[:-1]
+    live = before > 0.0
+    return np.divide(equity[1:], before, out=np.ones_like(before), where=live) - 1.0
 
 
 def _negligible(deviation: float, r: np.ndarray) -> bool:
