@@ -16,7 +16,7 @@ import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.env_setup import reset_options, resolve_config
-from gpu_trading_env.library_checks import refuse_torchrl_async_by_id
+from gpu_trading_env.library_checks import refuse_autoreset_mode, refuse_torchrl_async_by_id
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 
@@ -46,6 +46,8 @@ class TradingEnv(gym.Env):
                 f"render_mode = {render_mode!r} is invalid: allowed is None or 'rgb_array'"
             )
         self.render_mode = render_mode
+        if "autoreset_mode" in config_kwargs:
+            refuse_autoreset_mode(config_kwargs["autoreset_mode"])
         config = resolve_config(config, config_kwargs, owner="TradingEnv.__init__")
         self._venv = TradingVectorEnv(
             1,

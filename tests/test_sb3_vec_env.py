@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -364,3 +366,18 @@ def test_sb3_and_gpudqn_log_episodes_of_a_same_step_sync_vector_env(algo: str) -
     model.learn(256)
     assert len(model.ep_info_buffer) >= 20  # 256 steps / 10-step episodes
     assert all(1 <= ep["l"] <= 10 for ep in model.ep_info_buffer)
+
+
+def test_the_error_for_a_next_step_sync_vector_env_advises_a_call_that_works() -> None:
+    # The advice used to be autoreset_mode='same_step', which make_vec gives to the single envs.
+    kwargs = {"num_envs": 2, "vectorization_mode": "sync", "episode_length": 4, "barriers": False}
+    with pytest.raises(ValueError, match=r"SB3VecEnv needs AutoresetMode.SAME_STEP") as err:
+        SB3VecEnv(gym.make_vec("GpuTrading-v0", **kwargs))
+    found = re.search(r"vector_kwargs=(\{[^}]*\})", str(err.value))
+    assert found is not None, str(err.value)
+    advised = eval(found.group(1), {"AutoresetMode": AutoresetMode})  # noqa: S307 (our text)
+    venv = SB3VecEnv(gym.make_vec("GpuTrading-v0", vector_kwargs=advised, **kwargs))
+    venv.reset()
+    for _ in range(4):
+        _, _, dones, infos = venv.step(np.zeros(2, dtype=np.int64))
+    assert dones.all() and all("terminal_observation" in i for i in infos)
