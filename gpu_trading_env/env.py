@@ -49,25 +49,25 @@ class TradingEnv(gym.Env):
         if "autoreset_mode" in config_kwargs:
             refuse_autoreset_mode(config_kwargs["autoreset_mode"])
         config = resolve_config(config, config_kwargs, owner="TradingEnv.__init__")
-        self._venv = TradingVectorEnv(
-            1,
-            device,
-            data=data,
-            config=config.replace(autoreset_mode="disabled"),
-            array_type="numpy",
-        )
+        self._open(device, data, config.replace(autoreset_mode="disabled"))
         self.config = self._venv.config
         self.observation_space = self._venv.single_observation_space
         self.action_space = self._venv.single_action_space
         self._needs_reset = True
         self._history: list[tuple[float, float, float]] = []
-        self._scalar = None
         self._ready = None
+        self._n_actions = int(self.action_space.n)
+        self._curiosity: tuple[Any, ...] | None = None  # installed again when reset reopens
+
+    def _open(self, device: Any, data: Any, config: EnvConfig) -> None:
+        """Build the inner vector env (and, on the CPU, its scalar step): at construction, and
+        when ``reset`` reopens a closed env."""
+        self._venv = TradingVectorEnv(1, device, data=data, config=config, array_type="numpy")
+        self._scalar = None
         if self._venv.device == "cpu":
             from gpu_trading_env.backends.step_oracle import ScalarStep
 
             self._scalar = ScalarStep(self._venv.backend)
-        self._n_actions = int(self.action_space.n)
         self._seeded = False  # the first reset draws a seed (vector env) if none is given
 
     @property
@@ -81,7 +81,10 @@ class TradingEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._check_open("reset")
+        if self._venv.closed:  # as Gymnasium's own envs: close() frees, reset() reopens
+            self._open(self._venv.device, self._venv.data, self.config)
+            if self._curiosity is not None:
+                self._venv.set_curiosity_weights(*self._curiosity)
         if seed is not None and (
             isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer)
         ):
@@ -192,14 +195,17 @@ class TradingEnv(gym.Env):
         return render_episode(np.asarray(prices), np.asarray(values), np.asarray(positions))
 
     def close(self) -> None:
-        """Close the inner vector env too: ``reset`` and ``step`` raise afterwards."""
+        """Close the inner vector env too, freeing its arrays (device memory on a GPU): ``step``
+        raises afterwards, and ``reset`` builds it again (as Gymnasium's own envs reopen after
+        ``close``, which SB3's ``check_env`` relies on)."""
         self._ready = None
         self._venv.close()
         super().close()
 
     def _check_open(self, what: str) -> None:
         if self._venv.closed:
-            raise RuntimeError(f"{what}() called after close(): build a new env")
+            raise RuntimeError(f"{what}() called after close(): call reset() first (it reopens)")
 
     def set_curiosity_weights(self, w1: Any, b1: Any, w2: Any, b2: Any) -> None:
         self._venv.set_curiosity_weights(w1, b1, w2, b2)
+        self._curiosity = (w1, b1, w2, b2)

@@ -192,8 +192,27 @@ def test_keep_info_false_keeps_sb3_keys() -> None:
     assert all(info["episode"]["l"] == 8 for info in infos)
 
 
-def test_single_env_passes_sb3_check_env() -> None:
-    check_env(TradingEnv(), warn=True)
+@pytest.mark.parametrize("render_mode", [None, "rgb_array"])
+def test_single_env_passes_sb3_check_env(render_mode: str | None) -> None:
+    # The render check closes the env and then resets it again (CartPole-v1 passes): close()
+    # used to make every later reset raise.
+    env = TradingEnv(render_mode=render_mode)
+    check_env(env, warn=True, skip_render_check=False)
+    weights = _curiosity_weights(env)
+    env.set_curiosity_weights(*weights)
+    obs, _ = env.reset(seed=5)
+    ref = TradingEnv(render_mode=render_mode)
+    ref.set_curiosity_weights(*weights)
+    np.testing.assert_array_equal(obs, ref.reset(seed=5)[0])
+    for a in (1, 2, 0, 3):  # the reopened env steps as a new one, curiosity bonus included
+        assert env.step(a)[1] == ref.step(a)[1]
+
+
+def _curiosity_weights(env: TradingEnv) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    d, h = env.config.curiosity_state_dims, env.config.curiosity_hidden
+    shapes = ((h, d + 3), (h,), (d, h), (d,))
+    return tuple(rng.normal(0, 0.5, s).astype(np.float32) for s in shapes)
 
 
 @pytest.mark.gpu
