@@ -151,18 +151,23 @@ class TradingEnv(gym.Env):
         return result
 
     def _action_index(self, action: Any) -> int:
-        """``action`` as an int in ``0..n_actions-1``; ValueError for anything else."""
-        if type(action) is int or isinstance(action, np.integer):
+        """``action`` as an int in ``0..n_actions-1``: what ``action_space.contains`` accepts (a
+        Python or NumPy integer, or a 0-d integer array) but bools; ValueError for anything
+        else, naming its type, shape and dtype (``np.array([3])`` is not an element of
+        ``Discrete``: a batch of one would hide a vector env's action where one is expected)."""
+        if isinstance(action, int | np.integer) and not isinstance(action, bool | np.bool_):
             if 0 <= action < self._n_actions:
                 return int(action)
-        else:
-            a = np.asarray(action)
-            if a.size == 1 and self.action_space.contains(
-                int(a.reshape(-1)[0]) if a.dtype.kind in "iu" else a
-            ):
-                return int(a.reshape(-1)[0])
+        elif isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+            if 0 <= action < self._n_actions:
+                return int(action)
+        given = type(action).__name__
+        if hasattr(action, "shape") and hasattr(action, "dtype"):
+            given += f" of shape {tuple(action.shape)}, dtype {action.dtype}"
         raise ValueError(
-            f"action = {action!r} is invalid: allowed is an int in 0..{self._n_actions - 1}"
+            f"action = {action!r} is invalid: allowed is an int in 0..{self._n_actions - 1}, an "
+            f"element of action_space {self.action_space} (a Python or NumPy integer, or a 0-d "
+            f"integer array); given: {given}"
         )
 
     def _vector_step(self, a: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:

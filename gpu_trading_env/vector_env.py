@@ -29,6 +29,7 @@ from gpu_trading_env.core.state import (
     outputs_block,
 )
 from gpu_trading_env.env_setup import (
+    action_error,
     make_backend,
     reset_options,
     resolve_config,
@@ -213,7 +214,10 @@ class TradingVectorEnv(VectorEnv):
                 "step() called before reset(): call reset() first (after the env is built, or "
                 "after set_autoreset_mode() left envs waiting for their reset)"
             )
-        acts = self.backend.prepare_actions(actions)
+        try:
+            acts = self.backend.prepare_actions(actions)
+        except (TypeError, ValueError) as err:
+            raise action_error(err, actions, self.num_envs, self.single_action_space) from None
         if self.copy_outputs:
             if self._host_copies:
                 views = self._host_views(self.backend.step(acts))
@@ -275,7 +279,10 @@ class TradingVectorEnv(VectorEnv):
         self._check_open("step_into")
         if self._needs_reset:
             raise RuntimeError("step_into() called before reset(): call reset() first")
-        acts = self.backend.prepare_actions(actions)
+        try:
+            acts = self.backend.prepare_actions(actions)
+        except (TypeError, ValueError) as err:
+            raise action_error(err, actions, self.num_envs, self.single_action_space) from None
         arrays = tuple(map(outputs.get, OUTPUT_FIELDS))
         cache = self._into_cache
         if (
