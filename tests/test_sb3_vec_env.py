@@ -75,10 +75,17 @@ def test_step_arrays_shared_mask_is_read_once_per_step(monkeypatch) -> None:
     env = TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="same_step")
     venv = SB3VecEnv(env)
     venv.reset()
-    mask = env.step(np.zeros(N, dtype=np.int64))[4]["_position"]
+    masks = []  # the step arrays' mask of each step (a new one where an episode ended)
+    real_step, real = env.step, sb3_vec_env.to_numpy
+
+    def step(actions):
+        out = real_step(actions)
+        masks.append(out[4]["_position"])
+        return out
+
+    monkeypatch.setattr(env, "step", step)
     reads = []
-    real = sb3_vec_env.to_numpy
-    monkeypatch.setattr(sb3_vec_env, "to_numpy", lambda a: reads.append(a is mask) or real(a))
+    monkeypatch.setattr(sb3_vec_env, "to_numpy", lambda a: reads.append(a is masks[-1]) or real(a))
     infos = venv.step(np.zeros(N, dtype=np.int64))[3]
     assert sum(reads) == 1
     assert all("position" in row and "barrier_label" in row for row in infos)
