@@ -609,3 +609,18 @@ def test_actions_outside_the_space_are_refused_naming_them_and_the_space(env_id:
         assert f"of shape {bad.shape}, dtype {bad.dtype}" in text, text
         assert f"action_space: 4 x {env.single_action_space}" in text, text
     env.step(good)  # the refused calls changed nothing
+
+
+def test_a_restored_next_step_env_masks_the_rows_it_autoresets() -> None:
+    # A checkpoint taken after episodes ended: the restored env's next step autoresets them,
+    # and their info is a reset's (SyncVectorEnv's empty info), as in the env that saved it.
+    env = make(3, mode="next_step", episode_length=2, barriers=False)
+    env.reset(seed=0)
+    env.step(np.zeros(3, dtype=np.int64))
+    assert (env.step(np.zeros(3, dtype=np.int64))[3]).all()
+    saved = env.checkpoint_state()
+    restored = make(3, mode="next_step", episode_length=2, barriers=False)
+    restored.restore_checkpoint(**saved)
+    for e in (env, restored):
+        info = e.step(np.zeros(3, dtype=np.int64))[4]
+        assert not info["_position"].any() and not info["_reward_components"].any()
