@@ -566,6 +566,19 @@ def test_autoreset_metadata(device: str, mode: AutoresetMode) -> None:
     assert make(device, mode.value).metadata["autoreset_mode"] == mode
 
 
+def test_same_step_final_obs(device: str) -> None:
+    """test_same_step_final_obs (episodes of max_count [2, 3, 3]; over the env's own
+    observation space, TESTING_SPACES cannot apply): each ended env's final_obs lies in the
+    single observation space, at the step it ended, masked True there alone."""
+    env = staggered(device, AutoresetMode.SAME_STEP)
+    assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    for ended in ([False] * 3, [True, False, False], [False, True, True]):
+        info = env.step(flat(env))[4]
+        assert_final_keys(env, info, np.asarray(ended))
+        for i in np.flatnonzero(ended):
+            assert host(info["final_obs"])[i] in env.single_observation_space
+
+
 @pytest.mark.parametrize(
     "vectorization_mode",
     [VectorizeMode.VECTOR_ENTRY_POINT, VectorizeMode.SYNC, VectorizeMode.ASYNC],
