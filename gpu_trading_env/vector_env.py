@@ -369,9 +369,11 @@ class TradingVectorEnv(VectorEnv):
         self._seeded = bool(seeded)
         self._needs_reset = bool(needs_reset)
         self._fresh_rows = self._all_rows
-        waiting = self._host(state.done_flag) != 0  # NEXT_STEP autoresets these next step
+        waiting = np.asarray(arrays["done_flag"]) != 0  # NEXT_STEP autoresets these next step
         if self.autoreset_mode == AutoresetMode.NEXT_STEP and waiting.any():
-            self._fresh_rows = self._to_array(self.backend.xp.asarray(~waiting))
+            self._fresh_rows = self._on_device(
+                lambda: self._to_array(self.backend.xp.asarray(~waiting))
+            )
 
     def check_errors(self) -> None:
         """Raise ValueError for an invalid action that a CUDA step recorded on the device and has
