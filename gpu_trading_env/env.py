@@ -16,7 +16,7 @@ import numpy as np
 
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.env_setup import reset_options, resolve_config
-from gpu_trading_env.library_checks import refuse_torchrl_async_by_id
+from gpu_trading_env.library_checks import refuse_autoreset_mode, refuse_torchrl_async_by_id
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 
@@ -46,26 +46,28 @@ class TradingEnv(gym.Env):
                 f"render_mode = {render_mode!r} is invalid: allowed is None or 'rgb_array'"
             )
         self.render_mode = render_mode
+        if "autoreset_mode" in config_kwargs:
+            refuse_autoreset_mode(config_kwargs["autoreset_mode"])
         config = resolve_config(config, config_kwargs, owner="TradingEnv.__init__")
-        self._venv = TradingVectorEnv(
-            1,
-            device,
-            data=data,
-            config=config.replace(autoreset_mode="disabled"),
-            array_type="numpy",
-        )
+        self._open(device, data, config.replace(autoreset_mode="disabled"))
         self.config = self._venv.config
         self.observation_space = self._venv.single_observation_space
         self.action_space = self._venv.single_action_space
         self._needs_reset = True
         self._history: list[tuple[float, float, float]] = []
-        self._scalar = None
         self._ready = None
+        self._n_actions = int(self.action_space.n)
+        self._curiosity: tuple[Any, ...] | None = None  # installed again when reset reopens
+
+    def _open(self, device: Any, data: Any, config: EnvConfig) -> None:
+        """Build the inner vector env (and, on the CPU, its scalar step): at construction, and
+        when ``reset`` reopens a closed env."""
+        self._venv = TradingVectorEnv(1, device, data=data, config=config, array_type="numpy")
+        self._scalar = None
         if self._venv.device == "cpu":
             from gpu_trading_env.backends.step_oracle import ScalarStep
 
             self._scalar = ScalarStep(self._venv.backend)
-        self._n_actions = int(self.action_space.n)
         self._seeded = False  # the first reset draws a seed (vector env) if none is given
 
     @property
@@ -79,7 +81,10 @@ class TradingEnv(gym.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        self._check_open("reset")
+        if self._venv.closed:  # as Gymnasium's own envs: close() frees, reset() reopens
+            self._open(self._venv.device, self._venv.data, self.config)
+            if self._curiosity is not None:
+                self._venv.set_curiosity_weights(*self._curiosity)
         if seed is not None and (
             isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer)
         ):
@@ -146,18 +151,23 @@ class TradingEnv(gym.Env):
         return result
 
     def _action_index(self, action: Any) -> int:
-        """``action`` as an int in ``0..n_actions-1``; ValueError for anything else."""
-        if type(action) is int or isinstance(action, np.integer):
+        """``action`` as an int in ``0..n_actions-1``: what ``action_space.contains`` accepts (a
+        Python or NumPy integer, or a 0-d integer array) but bools; ValueError for anything
+        else, naming its type, shape and dtype (``np.array([3])`` is not an element of
+        ``Discrete``: a batch of one would hide a vector env's action where one is expected)."""
+        if isinstance(action, int | np.integer) and not isinstance(action, bool | np.bool_):
             if 0 <= action < self._n_actions:
                 return int(action)
-        else:
-            a = np.asarray(action)
-            if a.size == 1 and self.action_space.contains(
-                int(a.reshape(-1)[0]) if a.dtype.kind in "iu" else a
-            ):
-                return int(a.reshape(-1)[0])
+        elif isinstance(action, np.ndarray) and action.shape == () and action.dtype.kind in "iu":
+            if 0 <= action < self._n_actions:
+                return int(action)
+        given = type(action).__name__
+        if hasattr(action, "shape") and hasattr(action, "dtype"):
+            given += f" of shape {tuple(action.shape)}, dtype {action.dtype}"
         raise ValueError(
-            f"action = {action!r} is invalid: allowed is an int in 0..{self._n_actions - 1}"
+            f"action = {action!r} is invalid: allowed is an int in 0..{self._n_actions - 1}, an "
+            f"element of action_space {self.action_space} (a Python or NumPy integer, or a 0-d "
+            f"integer array); given: {given}"
         )
 
     def _vector_step(self, a: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -190,14 +200,17 @@ class TradingEnv(gym.Env):
         return render_episode(np.asarray(prices), np.asarray(values), np.asarray(positions))
 
     def close(self) -> None:
-        """Close the inner vector env too: ``reset`` and ``step`` raise afterwards."""
+        """Close the inner vector env too, freeing its arrays (device memory on a GPU): ``step``
+        raises afterwards, and ``reset`` builds it again (as Gymnasium's own envs reopen after
+        ``close``, which SB3's ``check_env`` relies on)."""
         self._ready = None
         self._venv.close()
         super().close()
 
     def _check_open(self, what: str) -> None:
         if self._venv.closed:
-            raise RuntimeError(f"{what}() called after close(): build a new env")
+            raise RuntimeError(f"{what}() called after close(): call reset() first (it reopens)")
 
     def set_curiosity_weights(self, w1: Any, b1: Any, w2: Any, b2: Any) -> None:
         self._venv.set_curiosity_weights(w1, b1, w2, b2)
+        self._curiosity = (w1, b1, w2, b2)

@@ -18,6 +18,7 @@ from gpu_trading_env.core.config import EnvConfig, config_field_names
 
 __all__ = [
     "RESET_OPTIONS",
+    "action_error",
     "make_backend",
     "reset_options",
     "resolve_config",
@@ -60,6 +61,19 @@ def seed_keys(seed: Any, n: int) -> np.ndarray:
         if not 0 <= int(s) < 2**64:
             raise ValueError(f"seed[{k}] = {s} is out of range: allowed is {allowed}")
     return np.asarray([int(s) for s in seeds], dtype=np.uint64)
+
+
+def action_error(err: Exception, actions: Any, num_envs: int, single_space: Any) -> Exception:
+    """``err`` (a backend's refusal of a batch of actions, naming the bad shape, dtype or
+    value) re-made to name what was given (type, shape, dtype) and the action space.
+
+    :param single_space: one env's action space (``Discrete`` or ``MultiDiscrete``).
+    """
+    shape, dtype = getattr(actions, "shape", None), getattr(actions, "dtype", None)
+    given = type(actions).__name__
+    if shape is not None:
+        given += f" of shape {tuple(shape)}, dtype {dtype}"
+    return type(err)(f"{err} (actions given: {given}; action_space: {num_envs} x {single_space})")
 
 
 def reset_options(options: Any, allowed: Sequence[str] = RESET_OPTIONS) -> dict[str, Any]:

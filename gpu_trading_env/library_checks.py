@@ -17,7 +17,9 @@ from typing import Any
 
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["refuse_torchrl_async_by_id", "warn_if_skrl_is_loaded"]
+from gpu_trading_env.core.config import parse_autoreset_mode
+
+__all__ = ["refuse_autoreset_mode", "refuse_torchrl_async_by_id", "warn_if_skrl_is_loaded"]
 
 # Frames between the env and the library's code: gym.make and its env creator, or Gymnasium
 # vector wrappers, sit in between (a few frames each); the bound keeps a check O(1).
@@ -66,6 +68,32 @@ def refuse_torchrl_async_by_id() -> None:
                 "envs), or GymEnv('GpuTrading-v0') for a single env"
             )
         frame = frame.f_back
+
+
+def refuse_autoreset_mode(value: Any) -> None:
+    """Refuse ``autoreset_mode`` given to the single env, naming the calls that honour it.
+
+    The single env never resets itself, and ``gym.make_vec(..., vectorization_mode="sync" or
+    "async", autoreset_mode=...)`` passes the keyword to each single env, not to Gymnasium's
+    vector env, which would stay in ``NEXT_STEP`` (wrong data for a library that needs another
+    mode); the single env cannot see which of the two built it, so the error names both ways.
+
+    :raises ValueError: Always, naming the value and the calls that work.
+    """
+    try:
+        name = parse_autoreset_mode(value).name
+    except (TypeError, ValueError):
+        name = "SAME_STEP"
+    raise ValueError(
+        f"autoreset_mode = {value!r} is invalid for the single env (gym.make('GpuTrading-v0') "
+        "or each sub-env of gym.make_vec(..., vectorization_mode='sync'/'async')): a single "
+        "env never resets itself, and Gymnasium's SyncVectorEnv/AsyncVectorEnv would stay in "
+        "NEXT_STEP. Allowed: gym.make_vec('GpuTrading-v0', num_envs=N, "
+        f"autoreset_mode=AutoresetMode.{name}) (the env's own vector env), or "
+        "gym.make_vec('GpuTrading-v0', num_envs=N, vectorization_mode='sync', "
+        f"vector_kwargs={{'autoreset_mode': AutoresetMode.{name}}}) (AutoresetMode of "
+        "gymnasium.vector); a single env that resets itself: gym.make(..., autoreset=True)"
+    )
 
 
 def warn_if_skrl_is_loaded(env: Any) -> bool:

@@ -22,7 +22,7 @@ from gpu_trading_env.core.config import parse_autoreset_mode
 from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_field_names
 from gpu_trading_env.core.portfolio_state import PORTFOLIO_COMPONENT_NAMES, PortfolioStepOutputs
 from gpu_trading_env.data.portfolio_data import PortfolioData, as_portfolio_data
-from gpu_trading_env.env_setup import reset_options, seed_keys
+from gpu_trading_env.env_setup import action_error, reset_options, seed_keys
 from gpu_trading_env.vector_env import check_reset_mask, check_start_index, limit_episode_length
 
 # The info arrays every step fills for every env, as (info key, step output field).
@@ -188,7 +188,11 @@ class PortfolioVectorEnv(VectorEnv):
                 "step() called before reset(): call reset() first (after the env is built, or "
                 "after set_autoreset_mode() left envs waiting for their reset)"
             )
-        out = self.backend.step(self.backend.prepare_actions(actions))
+        try:
+            acts = self.backend.prepare_actions(actions)
+        except (TypeError, ValueError) as err:
+            raise action_error(err, actions, self.num_envs, self.single_action_space) from None
+        out = self.backend.step(acts)
         return out.obs, out.reward, out.terminated, out.truncated, self._info(out)
 
     def _info(self, out: PortfolioStepOutputs) -> dict[str, Any]:

@@ -9,7 +9,7 @@ no step synchronises with the host.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +29,7 @@ from gpu_trading_env.core.state import (
     outputs_block,
 )
 from gpu_trading_env.env_setup import (
+    action_error,
     make_backend,
     reset_options,
     resolve_config,
@@ -47,6 +48,8 @@ STEP_INFO_FIELDS = (
     ("position", "position"),
     ("barrier_label", "barrier_label"),
 )
+# The episode statistics of the ended episodes, as (info key, step output field).
+EPISODE_INFO_FIELDS = (("episode_return", "episode_return"), ("episode_length", "episode_length"))
 # SAME_STEP's keys of the ended episodes, left out where no episode ended (host flags only).
 FINAL_KEYS = ("final_obs", "_final_obs", "final_info", "_final_info")
 
@@ -84,11 +87,13 @@ class TradingVectorEnv(VectorEnv):
 
     Info keys (arrays with a leading N axis; each key ``k`` comes with ``_k``, the bool [N]
     mask of its valid rows, as in Gymnasium): ``reward_components`` [N, 5], ``portfolio_value``,
-    ``position``, ``barrier_label`` (valid in every row: their masks are one all-True array of
-    the env, shared by every step, read-only with NumPy), and ``episode_return``/
-    ``episode_length`` of the episodes that ended in this step (each ended episode is reported
-    once, masked by ``_episode_return``). In SAME_STEP mode ``final_obs`` [N, obs_dim] and
-    ``final_info`` (the four step arrays) of the episodes that ended, masked by ``done``; where
+    ``position``, ``barrier_label`` (valid where ``SyncVectorEnv`` of single envs has them:
+    not in the rows autoreset in the step, NEXT_STEP, or that ended, SAME_STEP, whose info is
+    a reset's; where every row is valid, one all-True mask of the env, read-only with NumPy),
+    and ``episode_return``/``episode_length`` of the episodes that ended in this step (each
+    ended episode is reported once, masked by ``_episode_return``). In SAME_STEP mode
+    ``final_obs`` [N, obs_dim] and ``final_info`` (the four step arrays and the episode
+    statistics) of the episodes that ended, masked by ``done``; where
     the flags are host arrays (``device="cpu"`` or ``array_type="numpy"``) these keys are present
     only on steps where an episode ended, as in Gymnasium; on a GPU with torch or CuPy arrays
     they are present on every step (deciding would read the device; docs/INTEGRATIONS.md,
@@ -137,6 +142,8 @@ class TradingVectorEnv(VectorEnv):
         # Flags on the host: whether an episode ended is known without a device read.
         self._host_flags = array_type == "numpy" or self.device == "cpu"
         self._all_rows = self._all_rows_mask()
+        # NEXT_STEP: the step arrays' mask of the next step, False on the rows it autoresets.
+        self._fresh_rows = self._all_rows
         self.copy_outputs = bool(copy_outputs)
         self.autoreset_mode: AutoresetMode = self.config.autoreset_mode
         self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
@@ -196,6 +203,12 @@ class TradingVectorEnv(VectorEnv):
         self.backend.check_errors()
         obs = self.backend.reset(self.backend.xp.asarray(mask), self.backend.xp.asarray(start))
         assert obs.shape[0] == n
+        if mask.all() or self._fresh_rows is self._all_rows:
+            self._fresh_rows = self._all_rows
+        else:  # the envs reset here are not autoreset by the next step
+            self._fresh_rows = self._on_device(
+                lambda: self._fresh_rows | self._to_array(self.backend.xp.asarray(mask))
+            )
         self._needs_reset = False
         # observe() returns a fresh array every call: the caller owns it in either output mode.
         return self._to_array(obs), {}
@@ -213,7 +226,10 @@ class TradingVectorEnv(VectorEnv):
                 "step() called before reset(): call reset() first (after the env is built, or "
                 "after set_autoreset_mode() left envs waiting for their reset)"
             )
-        acts = self.backend.prepare_actions(actions)
+        try:
+            acts = self.backend.prepare_actions(actions)
+        except (TypeError, ValueError) as err:
+            raise action_error(err, actions, self.num_envs, self.single_action_space) from None
         if self.copy_outputs:
             if self._host_copies:
                 views = self._host_views(self.backend.step(acts))
@@ -243,7 +259,29 @@ class TradingVectorEnv(VectorEnv):
         if self._host_flags and "final_obs" in info and not views["done"].any():
             for key in FINAL_KEYS:  # Gymnasium reports final_obs only where an episode ended
                 del info[key]
+        if self.autoreset_mode != AutoresetMode.DISABLED:
+            self._mask_reset_rows(info, views["done"])
         return views["obs"], views["reward"], views["terminated"], views["truncated"], info
+
+    def _mask_reset_rows(self, info: dict[str, Any], done: Any) -> None:
+        """Set the step arrays' masks False on the rows whose info ``SyncVectorEnv`` takes from
+        a reset (empty): in NEXT_STEP the rows autoreset in this step (those done in the last),
+        in SAME_STEP the rows that ended (their step info is in ``final_info``).
+
+        Where no row is such, the env's cached all-True mask; else a new ``~done`` (on a GPU one
+        elementwise op on the device, no host read).
+        """
+        if self._host_flags and not done.any():
+            not_done = self._all_rows
+        else:
+            not_done = self._on_device(lambda: ~done)
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            rows = not_done
+        else:
+            rows, self._fresh_rows = self._fresh_rows, not_done
+        if rows is not self._all_rows:
+            for key, _ in STEP_INFO_FIELDS:
+                info["_" + key] = rows
 
     def make_outputs(self) -> dict[str, Any]:
         """A set of output arrays for :meth:`step_into`, in the env's array type, all views of one
@@ -275,7 +313,10 @@ class TradingVectorEnv(VectorEnv):
         self._check_open("step_into")
         if self._needs_reset:
             raise RuntimeError("step_into() called before reset(): call reset() first")
-        acts = self.backend.prepare_actions(actions)
+        try:
+            acts = self.backend.prepare_actions(actions)
+        except (TypeError, ValueError) as err:
+            raise action_error(err, actions, self.num_envs, self.single_action_space) from None
         arrays = tuple(map(outputs.get, OUTPUT_FIELDS))
         cache = self._into_cache
         if (
@@ -327,6 +368,12 @@ class TradingVectorEnv(VectorEnv):
         self.backend.state_restored()
         self._seeded = bool(seeded)
         self._needs_reset = bool(needs_reset)
+        self._fresh_rows = self._all_rows
+        waiting = np.asarray(arrays["done_flag"]) != 0  # NEXT_STEP autoresets these next step
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP and waiting.any():
+            self._fresh_rows = self._on_device(
+                lambda: self._to_array(self.backend.xp.asarray(~waiting))
+            )
 
     def check_errors(self) -> None:
         """Raise ValueError for an invalid action that a CUDA step recorded on the device and has
@@ -364,6 +411,14 @@ class TradingVectorEnv(VectorEnv):
             self._zero(views["final_obs"])
         return block, views
 
+    def _on_device(self, op: Callable[[], Any]) -> Any:
+        """``op()``, with CuPy arrays on the backend's device and stream (NumPy runs on the host,
+        torch on its current stream, where the step ran)."""
+        if self.array_type != "cupy":
+            return op()
+        with self.backend.device_scope(), self.backend.stream():
+            return op()
+
     def _zero(self, arr: Any) -> None:
         """Zero ``arr`` (NumPy, torch, or CuPy on the backend's device and stream)."""
         if hasattr(arr, "zero_"):
@@ -396,9 +451,10 @@ class TradingVectorEnv(VectorEnv):
     def _build_info(self, views: dict[str, Any]) -> dict[str, Any]:
         """The info dict of one set of output arrays, every key with its ``_key`` mask.
 
-        The step arrays are valid in every row (the cached all-True mask); in SAME_STEP mode
-        ``final_obs`` and ``final_info`` (this step's arrays: the last step's info of an ended
-        episode is this step's info at its row) are valid where ``done``.
+        The step arrays are masked by the cached all-True mask (``step`` narrows it, see
+        :meth:`_mask_reset_rows`); in SAME_STEP mode ``final_obs`` and ``final_info`` (this
+        step's arrays: the last step's info of an ended episode is this step's info at its
+        row) are valid where ``done``.
         """
         info: dict[str, Any] = {}
         for key, field in STEP_INFO_FIELDS:
@@ -407,7 +463,7 @@ class TradingVectorEnv(VectorEnv):
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             done = views["done"]
             final: dict[str, Any] = {}
-            for key, field in STEP_INFO_FIELDS:
+            for key, field in (*STEP_INFO_FIELDS, *EPISODE_INFO_FIELDS):
                 final[key] = views[field]
                 final["_" + key] = done
             info["final_info"] = final
@@ -474,6 +530,7 @@ class TradingVectorEnv(VectorEnv):
         self.config = self.config.replace(autoreset_mode=mode)
         self.autoreset_mode = mode
         self.metadata["autoreset_mode"] = mode
+        self._fresh_rows = self._all_rows
         self._infos.clear()
         self._pool.clear()  # the owned outputs' layout has final_obs in SAME_STEP mode only
         waiting = bool((self.backend.state.done_flag != 0).any())

@@ -566,6 +566,19 @@ def test_autoreset_metadata(device: str, mode: AutoresetMode) -> None:
     assert make(device, mode.value).metadata["autoreset_mode"] == mode
 
 
+def test_same_step_final_obs(device: str) -> None:
+    """test_same_step_final_obs (episodes of max_count [2, 3, 3]; over the env's own
+    observation space, TESTING_SPACES cannot apply): each ended env's final_obs lies in the
+    single observation space, at the step it ended, masked True there alone."""
+    env = staggered(device, AutoresetMode.SAME_STEP)
+    assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    for ended in ([False] * 3, [True, False, False], [False, True, True]):
+        info = env.step(flat(env))[4]
+        assert_final_keys(env, info, np.asarray(ended))
+        for i in np.flatnonzero(ended):
+            assert host(info["final_obs"])[i] in env.single_observation_space
+
+
 @pytest.mark.parametrize(
     "vectorization_mode",
     [VectorizeMode.VECTOR_ENTRY_POINT, VectorizeMode.SYNC, VectorizeMode.ASYNC],
@@ -611,31 +624,46 @@ def assert_masked(info: dict[str, Any], n: int) -> None:
 
 def test_vector_return_info(device: str, mode: AutoresetMode) -> None:
     """test_vector_return_info: the reset info and every step's info, each key with its mask;
-    the step arrays valid in every row, the episode statistics where an episode ended."""
+    the step arrays valid in every row but where SyncVectorEnv has a reset's empty info
+    (NEXT_STEP: the rows autoreset in the step; SAME_STEP: the rows that ended), the episode
+    statistics where an episode ended."""
     env = make(device, mode)
     _, reset_info = env.reset(seed=0)
     assert reset_info == {}
+    last_done = np.zeros(env.num_envs, dtype=bool)
+    ended = 0
     for _ in range(2 * EPISODE + 1):
         _, _, terminated, truncated, info = env.step(flat(env))
         assert_masked(info, env.num_envs)
-        for key in STEP_INFO_KEYS:
-            assert host(info["_" + key]).all()
         done = host(terminated) | host(truncated)
+        fresh = {AutoresetMode.NEXT_STEP: ~last_done, AutoresetMode.SAME_STEP: ~done}
+        for key in STEP_INFO_KEYS:
+            np.testing.assert_array_equal(host(info["_" + key]), fresh.get(mode, True))
         np.testing.assert_array_equal(host(info["_episode_return"]), done)
         reset_ended(env, terminated, truncated)
+        last_done = done
+        ended += int(done.any())
+    assert ended == 2
 
 
 def test_step_info_masks_are_cached_and_read_only(device: str) -> None:
-    """The masks of the step arrays are one array made with the env (no allocation per step);
-    the NumPy one is read-only, so no caller can change what later steps report."""
+    """The masks of the step arrays are one array made with the env on steps where every row is
+    valid (no allocation per step where the flags are on the host); the NumPy one is read-only,
+    so no caller can change what later steps report. A step that autoresets rows gets its own."""
     env = make(device, AutoresetMode.NEXT_STEP)
     env.reset(seed=0)
     first = env.step(flat(env))[4]
     second = env.step(flat(env))[4]
-    assert all(second["_" + key] is first["_portfolio_value"] for key in STEP_INFO_KEYS)
+    if host_flags(env):
+        assert all(second["_" + key] is first["_portfolio_value"] for key in STEP_INFO_KEYS)
     if env.array_type == "numpy":
         with pytest.raises(ValueError, match="read-only"):
             first["_position"][0] = False
+    env.step(flat(env))  # every episode ends (EPISODE steps)
+    reset_step = env.step(flat(env))[4]
+    assert not host(reset_step["_position"]).any()
+    assert host(env.step(flat(env))[4]["_position"]).all()
+    assert host(first["_position"]).all()  # no later step wrote the mask it returned
 
 
 @pytest.mark.gpu
@@ -664,15 +692,19 @@ def test_cuda_steps_follow_the_conventions_without_a_host_sync(
 
 def test_dict_info_to_list_reads_every_key(mode: AutoresetMode) -> None:
     """Gymnasium's DictInfoToList wrapper, which reads each key's mask, gives every env its
-    values of the step arrays (and of the episode statistics where an episode ended)."""
+    values of the step arrays (and of the episode statistics where an episode ended); in
+    SAME_STEP an ended env's are in its final_info (its own info is the new episode's)."""
     env = DictInfoToList(make("cpu", mode))
     env.reset(seed=0)
     for _ in range(EPISODE):
         _, _, terminated, truncated, infos = env.step(flat(env.unwrapped))
         assert len(infos) == 3
         for i, row in enumerate(infos):
+            ended = bool(terminated[i] | truncated[i])
+            if mode == AutoresetMode.SAME_STEP and ended:
+                row = row["final_info"]
             assert set(STEP_INFO_KEYS) <= set(row)
-            assert ("episode_return" in row) == bool(terminated[i] | truncated[i])
+            assert ("episode_return" in row) == ended
         reset_ended(env.unwrapped, terminated, truncated)
 
 
@@ -682,3 +714,75 @@ def test_integrations_doc_lists_every_reason_for_a_skip() -> None:
     text = " ".join(doc.read_text(encoding="utf-8").split())
     missing = [k for k, reason in NOT_APPLICABLE.items() if reason not in text]
     assert not missing, f"docs/INTEGRATIONS.md does not give the reasons {missing}"
+
+
+# ------------------------------------------------------------------ against SyncVectorEnv
+def assert_info_as_sync(ours: dict[str, Any], sync: dict[str, Any], where: str) -> None:
+    """Every key of ``sync`` (SyncVectorEnv's info) is in ``ours`` with an equal ``_key`` mask
+    and equal values where masked (nested dicts too); a key only ``ours`` has is valid in no
+    row (no env's info has it), the documented deviations aside (checked by the caller)."""
+    for key, value in sync.items():
+        if key.startswith("_"):
+            continue
+        assert key in ours, f"{where}: {key} missing"
+        mask = host(sync["_" + key])
+        np.testing.assert_array_equal(host(ours["_" + key]), mask, err_msg=f"{where}: _{key}")
+        if isinstance(value, dict):
+            assert_info_as_sync(ours[key], value, f"{where}.{key}")
+            continue
+        mine = host(ours[key])
+        for i in np.flatnonzero(mask):
+            np.testing.assert_array_equal(mine[i], np.asarray(value[i]), err_msg=f"{where}[{i}]")
+    for key in set(ours) - set(sync):
+        if not key.startswith("_") and key not in ("episode_return", "episode_length"):
+            assert not host(ours["_" + key]).any(), f"{where}: {key} valid where Sync has none"
+
+
+@pytest.mark.parametrize("copy_outputs", [True, False], ids=["owned", "zero-copy"])
+def test_info_equals_sync_vector_env_of_single_envs(
+    mode: AutoresetMode, copy_outputs: bool
+) -> None:
+    """The info of every step (keys, ``_key`` masks, values where masked) is what Gymnasium's
+    SyncVectorEnv builds from the single env ``gym.make("GpuTrading-v0")``, over 60 steps of
+    random actions in each autoreset mode: the step arrays' masks are False where SyncVectorEnv
+    holds a reset's empty info (NEXT_STEP: rows autoreset in the step; SAME_STEP: rows that
+    ended, whose step info is in final_info). The deviation (docs/INTEGRATIONS.md): the episode
+    statistics are keys on every step, and in SAME_STEP at the top level too, masked by done.
+
+    A market of episode_length + 1 bars leaves one start bar, so both draw the same episodes;
+    the barriers end them at different steps, and a partial reset staggers them further."""
+    t = np.arange(9)
+    kw = {"data": hand_market(list(100.0 + 5.0 * np.sin(t) + t)), "episode_length": 8}
+    kw |= {"curiosity_state_dims": 7, "profit_target_bps": 30.0, "stop_loss_bps": 30.0}
+    sync = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("GpuTrading-v0", **kw) for _ in range(4)], autoreset_mode=mode
+    )
+    ours = TradingVectorEnv(4, "cpu", autoreset_mode=mode, copy_outputs=copy_outputs, **kw)
+    for env in (sync, ours):
+        env.reset(seed=0)
+        env.step(np.zeros(4, dtype=np.int64))
+        env.reset(options={"reset_mask": np.array([True, False, True, False])})
+    rng = np.random.default_rng(0)
+    partial = ended = 0
+    for k in range(60):
+        actions = rng.integers(0, ours.single_action_space.n, 4)
+        a, b = sync.step(actions), ours.step(actions)
+        for x, y in zip(a[:4], b[:4], strict=True):
+            np.testing.assert_array_equal(x, host(y))
+        done = a[2] | a[3]
+        partial += int(done.any() and not done.all())
+        ended += int(done.sum())
+        info = dict(b[4])
+        if mode == AutoresetMode.SAME_STEP:  # the deviation: also at the top level
+            for key in ("episode_return", "episode_length"):
+                np.testing.assert_array_equal(host(info.pop("_" + key)), done)
+                value = host(info.pop(key))[done]
+                if done.any():
+                    np.testing.assert_array_equal(value, a[4]["final_info"][key][done])
+        assert_info_as_sync(info, a[4], f"step {k}")
+        # DISABLED: every ended env is reset here; NEXT_STEP: some, before their autoreset.
+        manual = mode == AutoresetMode.DISABLED or (mode == AutoresetMode.NEXT_STEP and k % 2)
+        if manual and done.any():
+            for env in (sync, ours):
+                env.reset(options={"reset_mask": done})
+    assert partial > 5 and ended > 10

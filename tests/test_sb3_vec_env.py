@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -73,10 +75,17 @@ def test_step_arrays_shared_mask_is_read_once_per_step(monkeypatch) -> None:
     env = TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="same_step")
     venv = SB3VecEnv(env)
     venv.reset()
-    mask = env.step(np.zeros(N, dtype=np.int64))[4]["_position"]
+    masks = []  # the step arrays' mask of each step (a new one where an episode ended)
+    real_step, real = env.step, sb3_vec_env.to_numpy
+
+    def step(actions):
+        out = real_step(actions)
+        masks.append(out[4]["_position"])
+        return out
+
+    monkeypatch.setattr(env, "step", step)
     reads = []
-    real = sb3_vec_env.to_numpy
-    monkeypatch.setattr(sb3_vec_env, "to_numpy", lambda a: reads.append(a is mask) or real(a))
+    monkeypatch.setattr(sb3_vec_env, "to_numpy", lambda a: reads.append(a is masks[-1]) or real(a))
     infos = venv.step(np.zeros(N, dtype=np.int64))[3]
     assert sum(reads) == 1
     assert all("position" in row and "barrier_label" in row for row in infos)
@@ -190,8 +199,27 @@ def test_keep_info_false_keeps_sb3_keys() -> None:
     assert all(info["episode"]["l"] == 8 for info in infos)
 
 
-def test_single_env_passes_sb3_check_env() -> None:
-    check_env(TradingEnv(), warn=True)
+@pytest.mark.parametrize("render_mode", [None, "rgb_array"])
+def test_single_env_passes_sb3_check_env(render_mode: str | None) -> None:
+    # The render check closes the env and then resets it again (CartPole-v1 passes): close()
+    # used to make every later reset raise.
+    env = TradingEnv(render_mode=render_mode)
+    check_env(env, warn=True, skip_render_check=False)
+    weights = _curiosity_weights(env)
+    env.set_curiosity_weights(*weights)
+    obs, _ = env.reset(seed=5)
+    ref = TradingEnv(render_mode=render_mode)
+    ref.set_curiosity_weights(*weights)
+    np.testing.assert_array_equal(obs, ref.reset(seed=5)[0])
+    for a in (1, 2, 0, 3):  # the reopened env steps as a new one, curiosity bonus included
+        assert env.step(a)[1] == ref.step(a)[1]
+
+
+def _curiosity_weights(env: TradingEnv) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    d, h = env.config.curiosity_state_dims, env.config.curiosity_hidden
+    shapes = ((h, d + 3), (h,), (d, h), (d,))
+    return tuple(rng.normal(0, 0.5, s).astype(np.float32) for s in shapes)
 
 
 @pytest.mark.gpu
@@ -364,3 +392,18 @@ def test_sb3_and_gpudqn_log_episodes_of_a_same_step_sync_vector_env(algo: str) -
     model.learn(256)
     assert len(model.ep_info_buffer) >= 20  # 256 steps / 10-step episodes
     assert all(1 <= ep["l"] <= 10 for ep in model.ep_info_buffer)
+
+
+def test_the_error_for_a_next_step_sync_vector_env_advises_a_call_that_works() -> None:
+    # The advice used to be autoreset_mode='same_step', which make_vec gives to the single envs.
+    kwargs = {"num_envs": 2, "vectorization_mode": "sync", "episode_length": 4, "barriers": False}
+    with pytest.raises(ValueError, match=r"SB3VecEnv needs AutoresetMode.SAME_STEP") as err:
+        SB3VecEnv(gym.make_vec("GpuTrading-v0", **kwargs))
+    found = re.search(r"vector_kwargs=(\{[^}]*\})", str(err.value))
+    assert found is not None, str(err.value)
+    advised = eval(found.group(1), {"AutoresetMode": AutoresetMode})  # noqa: S307 (our text)
+    venv = SB3VecEnv(gym.make_vec("GpuTrading-v0", vector_kwargs=advised, **kwargs))
+    venv.reset()
+    for _ in range(4):
+        _, _, dones, infos = venv.step(np.zeros(2, dtype=np.int64))
+    assert dones.all() and all("terminal_observation" in i for i in infos)

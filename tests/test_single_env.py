@@ -3,9 +3,12 @@ outputs over random configs, markets and action sequences, across several episod
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from gpu_trading_env import MarketData, TradingEnv, TradingVectorEnv
@@ -106,10 +109,55 @@ def test_single_env_matches_the_vector_env(case: int) -> None:
 def test_single_env_actions_of_every_integer_kind_and_bad_ones() -> None:
     env = gym.make("GpuTrading-v0", episode_length=50, barriers=False).unwrapped
     env.reset(seed=0)
-    for a in (3, np.int64(3), np.int32(3), np.array(3), np.array([3])):
+    for a in (3, np.int64(3), np.int32(3), np.uint8(3), np.array(3)):
+        assert env.action_space.contains(a)
         env.step(a)
-    for bad in (-1, 45, np.int64(45), 3.0, True, "3", np.array([1, 2])):
+    # np.array([3]) and [3] used to be taken as 3; action_space.contains refuses them.
+    bad_ones = (-1, 45, np.int64(45), 3.0, True, "3", np.array([1, 2]), np.array([3]), [3])
+    for bad in (*bad_ones, np.array(3.0), np.array([[3]], dtype=np.int32)):
         with pytest.raises(
-            ValueError, match=r"action = .* is invalid: allowed is an int in 0\.\.44"
-        ):
+            ValueError, match=r"action = .* is invalid: allowed is an int in 0\.\.44, an element "
+        ) as err:
             env.step(bad)
+        if isinstance(bad, np.ndarray):
+            assert f"of shape {bad.shape}, dtype {bad.dtype}" in str(err.value)
+        assert "Discrete(45)" in str(err.value)
+        if not isinstance(bad, bool):  # bools are refused, though Discrete.contains(True) holds
+            assert not env.action_space.contains(bad)
+
+
+def _advised_vector_kwargs(message: str) -> dict:
+    """The ``vector_kwargs={...}`` an error message advises, as the dict a user would type."""
+    found = re.search(r"vector_kwargs=(\{[^}]*\})", message)
+    assert found is not None, message
+    return eval(found.group(1), {"AutoresetMode": AutoresetMode})  # noqa: S307 (our own text)
+
+
+@pytest.mark.parametrize("build", ["make", "make_vec_sync"])
+def test_autoreset_mode_given_to_single_envs_is_refused_and_the_advice_works(build: str) -> None:
+    # The single env never resets itself, and make_vec passes env keywords to each single env:
+    # the keyword used to be validated and then dropped (the vector env stayed NEXT_STEP).
+    kwargs = {"episode_length": 3, "barriers": False, "autoreset_mode": "same_step"}
+    with pytest.raises(ValueError, match=r"autoreset_mode = 'same_step' is invalid") as err:
+        if build == "make":
+            gym.make("GpuTrading-v0", **kwargs)
+        else:
+            gym.make_vec("GpuTrading-v0", num_envs=2, vectorization_mode="sync", **kwargs)
+    advised = _advised_vector_kwargs(str(err.value))
+    assert advised == {"autoreset_mode": AutoresetMode.SAME_STEP}
+    envs = gym.make_vec(
+        "GpuTrading-v0",
+        num_envs=2,
+        vectorization_mode="sync",
+        vector_kwargs=advised,
+        episode_length=3,
+        barriers=False,
+    )
+    assert envs.autoreset_mode == AutoresetMode.SAME_STEP
+    envs.reset(seed=0)
+    for _ in range(3):
+        _, _, te, tr, info = envs.step(np.zeros(2, dtype=np.int64))
+    assert (te | tr).all() and info["_final_obs"].all()  # reset within the step: SAME_STEP
+    # The env's own vector entry point takes the keyword itself.
+    own = gym.make_vec("GpuTrading-v0", num_envs=2, autoreset_mode="same_step")
+    assert own.autoreset_mode == AutoresetMode.SAME_STEP

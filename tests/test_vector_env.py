@@ -586,3 +586,41 @@ def test_seeded_masked_reset_leaves_other_envs_streams_alone():
     oa, _ = a.reset(options={"reset_mask": only_1})
     ob, _ = b.reset(options={"reset_mask": only_1})
     assert bar_of(oa)[1] == bar_of(ob)[1]  # env 1's third draw in both
+
+
+@pytest.mark.parametrize("env_id", ["GpuTrading-v0", "GpuPortfolio-v0"])
+def test_actions_outside_the_space_are_refused_naming_them_and_the_space(env_id: str) -> None:
+    env = gym.make_vec(env_id, num_envs=4)
+    env.reset(seed=0)
+    good = env.action_space.sample()
+    rest = (0,) * (good.ndim - 1)
+    too_big = good.copy()
+    too_big[(1, *rest)] = 99
+    negative = good.astype(np.int32)
+    negative[(2, *rest)] = -1
+    huge = good.astype(np.uint64)
+    huge[(0, *rest)] = 2**63 + 1  # negative if it were read as int64
+    refused = (too_big, negative, huge, good.astype(np.float32), good[:-1], np.int64(1))
+    for bad in refused:
+        assert bad not in env.action_space
+        with pytest.raises((TypeError, ValueError)) as err:
+            env.step(bad)
+        text = str(err.value)
+        assert f"of shape {bad.shape}, dtype {bad.dtype}" in text, text
+        assert f"action_space: 4 x {env.single_action_space}" in text, text
+    env.step(good)  # the refused calls changed nothing
+
+
+def test_a_restored_next_step_env_masks_the_rows_it_autoresets() -> None:
+    # A checkpoint taken after episodes ended: the restored env's next step autoresets them,
+    # and their info is a reset's (SyncVectorEnv's empty info), as in the env that saved it.
+    env = make(3, mode="next_step", episode_length=2, barriers=False)
+    env.reset(seed=0)
+    env.step(np.zeros(3, dtype=np.int64))
+    assert (env.step(np.zeros(3, dtype=np.int64))[3]).all()
+    saved = env.checkpoint_state()
+    restored = make(3, mode="next_step", episode_length=2, barriers=False)
+    restored.restore_checkpoint(**saved)
+    for e in (env, restored):
+        info = e.step(np.zeros(3, dtype=np.int64))[4]
+        assert not info["_position"].any() and not info["_reward_components"].any()

@@ -21,7 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from gymnasium.wrappers import RecordEpisodeStatistics as SingleRecordEpisodeStatistics
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
@@ -75,6 +75,24 @@ def _single_env_reports_episodes(env: gym.Env) -> bool:
             return False
         env = env.env
     return isinstance(env, TradingEnv)
+
+
+def _same_step_advice(venv: GymVectorEnv) -> str:
+    """How to build ``venv`` in ``SAME_STEP`` mode: Gymnasium's own vector envs take the mode
+    as a constructor argument, which ``gym.make_vec`` passes through ``vector_kwargs`` (its
+    other keywords go to each single env)."""
+    if isinstance(venv.unwrapped, SyncVectorEnv | AsyncVectorEnv):
+        spec = getattr(venv.unwrapped, "spec", None)
+        env_id = spec.id if spec is not None else "GpuTrading-v0"
+        kind = "sync" if isinstance(venv.unwrapped, SyncVectorEnv) else "async"
+        return (
+            f"build it with gym.make_vec({env_id!r}, num_envs={venv.num_envs}, "
+            f"vectorization_mode={kind!r}, "
+            "vector_kwargs={'autoreset_mode': AutoresetMode.SAME_STEP}, ...) "
+            f"(AutoresetMode of gymnasium.vector), or {type(venv.unwrapped).__name__}(env_fns, "
+            "autoreset_mode=AutoresetMode.SAME_STEP)"
+        )
+    return "build the env with autoreset_mode=AutoresetMode.SAME_STEP"
 
 
 class SB3VecEnv(VecEnv):
@@ -131,7 +149,7 @@ class SB3VecEnv(VecEnv):
         if mode != AutoresetMode.SAME_STEP:
             raise ValueError(
                 f"venv.autoreset_mode = {mode!r} is invalid: SB3VecEnv needs "
-                "AutoresetMode.SAME_STEP (build the env with autoreset_mode='same_step')"
+                f"AutoresetMode.SAME_STEP; {_same_step_advice(venv)}"
             )
         allowed = gym.spaces.Discrete | gym.spaces.MultiDiscrete | gym.spaces.Box
         if not isinstance(venv.single_action_space, allowed):
