@@ -431,7 +431,7 @@ def build_loaded_model(
 
     Every attribute (the file's, then ``kwargs``) passes the model's
     :meth:`WeightsOnlyFiles.check_loaded_attributes` before anything is allocated. A file's
-    ``tensorboard_log`` is not used (a warning names it): only ``kwargs`` sets one.
+    ``tensorboard_log`` is not used: only ``kwargs`` sets one.
     """
     policy_kwargs = data.get("policy_kwargs")
     if isinstance(policy_kwargs, dict):
@@ -457,15 +457,9 @@ def build_loaded_model(
             f"{where}, attribute 'policy_class': {data['policy_class']!r} is not a policy class"
         )
     model = cls(policy=data["policy_class"], env=env, device=device, _init_setup_model=False)
-    given_log = "tensorboard_log" in kwargs
-    saved_log = data.pop("tensorboard_log", None)
-    if saved_log is not None and not given_log:
-        warnings.warn(
-            f"{where} names the TensorBoard folder {saved_log!r}; a file does not choose where "
-            "the loaded model writes: pass tensorboard_log= to load to log there",
-            UserWarning,
-            stacklevel=4,
-        )
+    # Where the saving run logged is not where this one writes (train saves its own report
+    # folder in every model): dropped without a word; only load's tensorboard_log= sets one.
+    data.pop("tensorboard_log", None)
     merged = {**data, **kwargs}
     model.check_loaded_attributes(merged, params, where)
     model.__dict__.update(merged)

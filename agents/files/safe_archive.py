@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import enum
+import glob
 import hashlib
 import importlib
 import io
@@ -141,7 +142,7 @@ MAX_DEPTH = 64
 # Size of a manifest: those written hold kilobytes of settings (arrays go into members).
 MAX_MANIFEST_BYTES = 16 << 20
 
-# A temporary file of atomic_write older than this is taken for the leftover of a killed save.
+# A temporary named without its writer's process id (older saves') older than this is a leftover.
 STALE_SECONDS = 60.0
 
 
@@ -179,18 +180,23 @@ def resolve_existing(path: str | os.PathLike[str], suffix: str) -> pathlib.Path:
 
 
 def remove_stale_temporaries(dest: pathlib.Path, older_than: float = STALE_SECONDS) -> list[str]:
-    """Remove the temporaries that killed saves of ``dest`` left (``.{name}.*.tmp`` beside it,
-    :func:`~gpu_trading_env.atomic_file.atomic_write`'s names) and that no one wrote to for
-    ``older_than`` seconds; a save in progress keeps writing to its own, so it is spared.
+    """Remove the temporaries that killed saves of ``dest`` left in names without a writer's
+    host and process id (``.{name}.*.tmp`` of older saves) that no one wrote to for
+    ``older_than`` seconds. Names of :func:`~gpu_trading_env.atomic_file.atomic_write`
+    (``.{name}.{host}.{pid}.{random}.tmp``) are left to its own cleanup, which spares the
+    temporaries of live writers however long their save takes.
 
     :return: The names removed.
     """
     removed = []
     now = time.time()
     with contextlib.suppress(OSError):
-        for tmp in dest.parent.glob(f".{dest.name}.*.tmp"):
+        for tmp in dest.parent.glob(f".{glob.escape(dest.name)}.*.tmp"):
+            parts = tmp.name[len(dest.name) + 2 : -len(".tmp")].split(".")
+            if len(parts) == 3 and len(parts[0]) == 8 and parts[1].isdigit():
+                continue  # atomic_write's name: its owner may be alive
             with contextlib.suppress(OSError):
-                if now - tmp.stat().st_mtime >= older_than:
+                if now - tmp.lstat().st_mtime >= older_than:
                     tmp.unlink()
                     removed.append(tmp.name)
     return removed
