@@ -31,13 +31,17 @@ def rewrite(
     members: dict[str, bytes] | None = None,
     out: Path | None = None,
     compression: int = zipfile.ZIP_STORED,
+    drop: tuple[str, ...] = (),
 ) -> Path:
     """``path`` (or ``out``) rewritten with ``edit(manifest)`` applied, member bytes replaced by
-    ``members``, and the members' and manifest's checksums recomputed (a valid forgery)."""
+    ``members``, the members named in ``drop`` left out, and the members' and manifest's
+    checksums recomputed (a valid forgery)."""
     found = read_members(path)
     manifest = json.loads(found.pop("manifest.json"))
     found.pop("manifest.sha256", None)
     found.update(members or {})
+    for name in drop:
+        del found[name]
     edit(manifest)
     manifest["members"] = {
         name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}

@@ -298,6 +298,73 @@ def test_a_files_tensorboard_folder_is_not_used_nor_warned_about(model_file, tmp
     assert given.tensorboard_log == str(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("edit", "drop", "message"),
+    [
+        (lambda m: m.pop("data"), (), "manifest.json lacks the field 'data'"),
+        (lambda m: m.update(data=[1]), (), "'data' is a list; allowed is a dict"),
+        (lambda m: m.update(not_saved=["gamma"]), (), "'not_saved' is a list; allowed is a dict"),
+        (lambda m: None, ("params.pt",), "lacks the member 'params.pt'"),
+        (lambda m: None, ("arrays.pt",), "lacks the member 'arrays.pt'"),
+    ],
+)
+def test_a_model_file_missing_a_part_or_of_a_wrong_type_is_one_archive_error(
+    model_file, edit, drop, message
+) -> None:
+    rewrite(model_file, edit, drop=drop)
+    with pytest.raises(ArchiveError, match=rf"m\.zip.*{message}"):
+        GpuDQN.load(model_file, device="cpu")
+
+
+def _edit_params(path: Path, edit) -> None:
+    params = th.load(io.BytesIO(read_members(path)["params.pt"]), weights_only=True)
+    edit(params["policy"])
+    buf = io.BytesIO()
+    th.save(params, buf)
+    rewrite(path, lambda m: None, {"params.pt": buf.getvalue()})
+
+
+def test_a_tensor_larger_than_its_stored_bytes_is_refused_before_a_network_is_built(
+    model_file,
+) -> None:
+    """A weight of 4 * 10**8 elements over one stored float (strides of 0): it would make the
+    file's weight count pass a network of gigabytes. Refused from the bytes the member holds,
+    naming the tensor, before anything the size declares is allocated."""
+
+    def expanded(policy):
+        policy["q_net.shared.0.weight"] = th.zeros(1).expand(20000, 20000)
+
+    _edit_params(model_file, expanded)
+    rewrite(model_file, set_attribute("policy_kwargs", {"__dict__": {"net_arch": [10000] * 3}}))
+    with pytest.raises(
+        ArchiveError,
+        match=r"m\.zip.*'params.pt'.*'policy/q_net.shared.0.weight' of shape \(20000, 20000\)"
+        r".*needs 1600000000 bytes; its storage holds 4",
+    ):
+        GpuDQN.load(model_file, device="cpu")
+
+    def views(policy):  # many views of one storage: each fits it, all together do not
+        base = th.zeros(10**5)
+        del policy["q_net.shared.0.weight"]  # the expanded one, refused above
+        policy.update({f"extra.{i}": base[i:] for i in range(50)})
+
+    _edit_params(model_file, views)
+    with pytest.raises(ArchiveError, match=r"'params.pt': its tensors need \d+ bytes; the mem"):
+        GpuDQN.load(model_file, device="cpu")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(model_file, value) -> None:
+    def poison(policy):
+        policy["q_net.advantage_head.2.bias"][3] = value
+
+    _edit_params(model_file, poison)
+    with pytest.raises(
+        ArchiveError, match=r"m\.zip.*'policy/q_net.advantage_head.2.bias' holds NaN or inf"
+    ):
+        GpuDQN.load(model_file, device="cpu")
+
+
 # ----------------------------------------------------------------------------- buffer files
 def _edit_buffer(path: Path, edit_state=None, edit_arrays=None) -> None:
     members = read_members(path)
@@ -349,6 +416,39 @@ def test_crafted_buffers_with_valid_checksums_are_refused(
 ) -> None:
     _edit_buffer(buffer_file, edit_state, edit_arrays)
     with pytest.raises(ArchiveError, match=rf"b\.rb\.zip.*{message}"):
+        trained.load_replay_buffer(buffer_file)
+
+
+@pytest.mark.parametrize(
+    ("edit", "drop", "message"),
+    [
+        (lambda m: m.pop("state"), (), "manifest.json lacks the field 'state'"),
+        (lambda m: m.update(state=[1]), (), "'state' is a list; allowed is a dict"),
+        (lambda m: m.pop("class"), (), "manifest.json lacks the field 'class'"),
+        (lambda m: None, ("arrays.pt",), "lacks the member 'arrays.pt'"),
+        (lambda m: m["tree"]["__dict__"].pop("seed"), (), "tree.*'seed'"),
+    ],
+)
+def test_a_buffer_file_missing_a_part_or_of_a_wrong_type_is_one_archive_error(
+    trained, buffer_file, edit, drop, message
+) -> None:
+    rewrite(buffer_file, edit, drop=drop)
+    with pytest.raises(ArchiveError, match=rf"b\.rb\.zip.*{message}"):
+        trained.load_replay_buffer(buffer_file)
+
+
+def test_a_buffer_of_expanded_storage_is_refused_before_it_is_checked(trained, buffer_file):
+    """A few-KB buffer file whose observations are 10**6 rows over one stored float (strides
+    of 0): refused from the bytes it holds, before the storage checks touch a row."""
+
+    def expanded(arrays, manifest, ref):
+        shape = (10**6, *arrays[ref(manifest["state"]["observations"])].shape[1:])
+        for field in ("observations", "next_observations"):
+            arrays[ref(manifest["state"][field])] = th.zeros(1).expand(shape)
+
+    _edit_buffer(buffer_file, lambda m: m["state"].update(buffer_size=10**6), expanded)
+    assert buffer_file.stat().st_size < 1 << 20
+    with pytest.raises(ArchiveError, match=r"b\.rb\.zip.*'arrays.pt'.*tensor .* needs \d+ byt"):
         trained.load_replay_buffer(buffer_file)
 
 

@@ -51,13 +51,16 @@ __all__ = [
     "PickleRefusedError",
     "UnencodableValue",
     "PLAIN_CLASSES",
+    "archive_member",
     "decode",
     "encode",
+    "manifest_field",
     "read_archive",
     "remove_stale_temporaries",
     "resolve_existing",
     "sniff",
     "source_name",
+    "named_tensors",
     "tensors_from_bytes",
     "tensors_to_bytes",
     "write_archive",
@@ -230,9 +233,51 @@ def tensors_from_bytes(data: bytes, where: str, map_location: Any = "cpu") -> An
             "than the member (torch.save stores them)"
         )
     try:
-        return th.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        loaded = th.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
         raise ArchiveError(f"{where} is not a weights-only torch file: {exc}") from exc
+    _check_tensor_bytes(loaded, len(data), where)
+    return loaded
+
+
+def named_tensors(value: Any, prefix: str = "") -> list[tuple[str, th.Tensor]]:
+    """The tensors in ``value`` (nested dicts, lists and tuples), each with its path of keys
+    (``policy/q_net.0.weight``)."""
+    found, stack = [], [(prefix, value)]
+    while stack:
+        name, item = stack.pop()
+        if isinstance(item, th.Tensor):
+            found.append((name, item))
+        elif isinstance(item, dict):
+            stack.extend((f"{name}/{k}" if name else str(k), v) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{name}/{i}" if name else str(i), v) for i, v in enumerate(item))
+    return found
+
+
+def _check_tensor_bytes(loaded: Any, held: int, where: str) -> None:
+    """Every tensor's elements stored in bytes of its own: a tensor of shape ``(10**5, 10**4)``
+    with strides of 0 over a 4-byte storage (or many views of one storage) would size networks
+    and buffers of gigabytes from a file of kilobytes. The bytes the member holds are the cap.
+
+    :raises ArchiveError: naming ``where``, the tensor, its shape and the bytes it needs.
+    """
+    total = 0
+    for name, tensor in named_tensors(loaded):
+        needs = tensor.numel() * tensor.element_size()
+        stored = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+        if needs > stored:
+            raise ArchiveError(
+                f"{where}: tensor {name!r} of shape {tuple(tensor.shape)} and strides "
+                f"{tensor.stride()} needs {needs} bytes; its storage holds {stored} (allowed: "
+                "every element stored once, as torch.save writes a state dict)"
+            )
+        total += needs
+    if total > held:
+        raise ArchiveError(
+            f"{where}: its tensors need {total} bytes; the member holds {held} (allowed: every "
+            "element stored once, as torch.save writes a state dict)"
+        )
 
 
 # ---------------------------------------------------------------------------------- values
@@ -612,6 +657,32 @@ def read_archive(
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, KeyError, ValueError,
             OSError, EOFError, TypeError, RecursionError) as exc:  # fmt: skip
         raise ArchiveError(f"{name!r} is damaged or truncated: {exc}") from exc
+
+
+def manifest_field(manifest: Mapping[str, Any], key: str, kind: type | tuple, where: str) -> Any:
+    """``manifest[key]``, of type ``kind``.
+
+    :raises ArchiveError: naming ``where`` and the field when it is missing or of another type.
+    """
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    if key not in manifest:
+        raise ArchiveError(f"{where}: its {MANIFEST} lacks the field {key!r} (a {names})")
+    value = manifest[key]
+    if not isinstance(value, kind):
+        raise ArchiveError(
+            f"{where}: its {MANIFEST}'s field {key!r} is a {type(value).__name__}; allowed is a "
+            f"{names}"
+        )
+    return value
+
+
+def archive_member(members: Mapping[str, bytes], name: str, where: str) -> bytes:
+    """The bytes of member ``name``; :class:`ArchiveError` naming ``where`` when it has none."""
+    if name not in members:
+        raise ArchiveError(
+            f"{where} lacks the member {name!r} (it holds {sorted(members)}): not a complete file"
+        )
+    return members[name]
 
 
 def _read_open_archive(
