@@ -27,6 +27,7 @@ from crafted_archives import (
     rewrite_sb3_data,
     set_attribute,
     write_members,
+    write_overlapping,
 )
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
@@ -195,6 +196,29 @@ def write_bomb(path: Path, model_file: Path, size: int) -> Path:
             for _ in range(size // len(block)):
                 fh.write(block)
     return path
+
+
+def test_overlapping_members_are_refused_before_they_are_read(model_file, tmp_path) -> None:
+    """A model file of 7 MB with 20 stored members each spanning the ones after them and one
+    4 MB kernel (every checksum valid: 80 MB read from 7; the review's 42 MB file read as 2.8 GB)."""
+    members = read_members(model_file)
+    manifest = json.loads(members.pop("manifest.json"))
+    members.pop("manifest.sha256")
+    kernel, copies = b"\0" * (4 << 20), 20
+    bomb = write_overlapping(tmp_path / "o.zip", {}, kernel, copies)
+    with zipfile.ZipFile(bomb) as zf:
+        for info in zf.infolist():
+            data = zf.read(info)  # what the reader would read (the test's own check)
+            manifest["members"][info.filename] = {
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data),
+            }
+    text = json.dumps(manifest).encode()
+    head = {"manifest.json": text, "manifest.sha256": hashlib.sha256(text).hexdigest().encode()}
+    write_overlapping(bomb, {**head, **members}, kernel, copies)
+    assert bomb.stat().st_size < 8 << 20
+    with pytest.raises(ArchiveError, match=r"o\.zip.*'pad0.pt' and 'pad1.pt' share bytes"):
+        GpuDQN.load(bomb, device="cpu")
 
 
 def test_a_deflated_member_is_refused_before_it_is_inflated(model_file, tmp_path) -> None:
@@ -524,6 +548,20 @@ def test_checkpoint_counters_are_checked_against_each_other_and_the_run(tmp_path
     _reindex(folder)
     with pytest.raises(ArchiveError, match="num_timesteps differs between model.zip"):
         GpuDQN.load_checkpoint(folder, env=make_env())
+
+
+def test_a_checkpoint_whose_buffer_has_another_size_is_refused(tmp_path) -> None:
+    """A checkpoint's buffer replaced by one of another run's size (valid file, index
+    rewritten): resuming it would continue another run; one error naming the field and both."""
+    model = make_model(make_env())
+    model.learn(80)
+    folder = model.save_checkpoint(tmp_path / "ck")
+    other = make_model(make_env(), buffer_size=200)
+    other.learn(80)
+    other.save_replay_buffer(folder / "replay_buffer.rb.zip")
+    _reindex(folder)
+    with pytest.raises(ArchiveError, match=r"replay_buffer.rb.zip'.*buffer_size = 50 differs"):
+        GpuDQN.load_checkpoint(folder, env=make_env(), total_timesteps=80)
 
 
 def test_a_garbage_run_state_is_one_error_naming_it(tmp_path) -> None:

@@ -612,6 +612,31 @@ def _check_counters(
         )
 
 
+BUFFER_SETTINGS = ("buffer_size", "n_envs", "optimize_memory_usage")
+
+
+def _buffer_settings(buffer: Any) -> dict[str, Any]:
+    """The class, rows and envs of ``buffer`` (its storage is not kept: it is replaced)."""
+    return {
+        "class": type(buffer).__name__,
+        **{f: getattr(buffer, f, None) for f in BUFFER_SETTINGS},
+    }
+
+
+def _check_buffer_settings(loaded: Any, built: dict[str, Any], folder: pathlib.Path) -> None:
+    """The checkpoint's buffer of the class, rows and envs that the model's settings build
+    (``buffer_size``, ``replay_buffer_class`` of model.zip): a buffer of another size would
+    resume another run than the one checkpointed."""
+    for field, expected in built.items():
+        saved = _buffer_settings(loaded)[field]
+        if saved != expected:
+            raise ArchiveError(
+                f"{str(folder / BUFFER_FILE)!r}: the buffer's {field} = {saved!r} differs from "
+                f"the {expected!r} that {MODEL_FILE}'s settings give (a buffer of another run, "
+                "or a forged one)"
+            )
+
+
 def load_checkpoint(
     cls: type,
     path: str | pathlib.Path,
@@ -637,7 +662,9 @@ def load_checkpoint(
     model = cls.load(folder / MODEL_FILE, env=env, device=device, force_reset=False, **kwargs)
     state, _, state_steps = _read_state(folder)
     _check_counters(model, folder, state_steps, total_timesteps)
+    built = _buffer_settings(model.replay_buffer)  # as model.zip's settings build it
     model.load_replay_buffer(folder / BUFFER_FILE)
+    _check_buffer_settings(model.replay_buffer, built, folder)
     try:
         restore_run_state(model, state, repr(str(folder)))
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, RuntimeError) as exc:

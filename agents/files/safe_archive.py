@@ -691,6 +691,7 @@ def _read_open_archive(
     """:func:`read_archive` of an open zip: every size checked before anything is read, the
     manifest's checksum before it is parsed, each member's before it is returned."""
     infos = _member_infos(zf, name)
+    _check_no_overlap(zf, infos, name)
     if infos[MANIFEST].file_size > MAX_MANIFEST_BYTES:
         raise ArchiveError(
             f"{name!r}: {MANIFEST} has {infos[MANIFEST].file_size} bytes; allowed are at most "
@@ -752,6 +753,28 @@ def _member_infos(zf: zipfile.ZipFile, name: str) -> dict[str, zipfile.ZipInfo]:
             )
         infos[info.filename] = info
     return infos
+
+
+def _check_no_overlap(zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], name: str) -> None:
+    """Each member's local header and data in bytes of its own, before the zip's directory:
+    members whose data hold the next ones (an overlapping zip bomb) would make a file of
+    megabytes read as gigabytes, and pass every checksum."""
+    end, previous = 0, None
+    for info in sorted(infos.values(), key=lambda i: i.header_offset):
+        if info.header_offset < end:
+            raise ArchiveError(
+                f"{name!r}: its members {previous.filename!r} and {info.filename!r} share bytes "
+                "(overlapping entries, a zip bomb); allowed are members stored apart, as save "
+                "writes them"
+            )
+        encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
+        header = 30 + len(info.orig_filename.encode(encoding, errors="replace"))
+        end, previous = info.header_offset + header + info.compress_size, info
+    if previous is not None and end > zf.start_dir:
+        raise ArchiveError(
+            f"{name!r}: its member {previous.filename!r} runs into the zip's directory "
+            "(overlapping entries, a zip bomb)"
+        )
 
 
 def _read_members(
