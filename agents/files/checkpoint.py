@@ -63,6 +63,7 @@ from agents.files.safe_archive import (
     tensors_to_bytes,
     write_archive,
 )
+from agents.files.side_files import read_side_json
 from gpu_trading_env.atomic_file import atomic_write
 
 try:
@@ -518,8 +519,10 @@ def _complete(folder: pathlib.Path) -> str | None:
     if not index_path.is_file():
         return f"it has no {INDEX_FILE} (not a checkpoint, or its save did not finish)"
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
+        index = read_side_json(index_path)
         files = index["files"]
+        if not isinstance(files, dict):
+            raise TypeError(f"its 'files' is a {type(files).__name__}, not a dict")
     except (ValueError, KeyError, TypeError, OSError) as exc:
         return f"its {INDEX_FILE} is damaged ({exc!r})"
     for name in (MODEL_FILE, BUFFER_FILE, STATE_FILE):
@@ -591,7 +594,7 @@ def _check_counters(
     """The model's step counters against the checkpoint's index and run state, and the run's
     total: a forged counter would make a resumed run stop at once or never."""
     where = repr(str(folder))
-    index = json.loads((folder / INDEX_FILE).read_text(encoding="utf-8"))
+    index = read_side_json(folder / INDEX_FILE)
     steps, total = int(model.num_timesteps), int(model._total_timesteps)  # noqa: SLF001 (SB3's)
     if not steps == state_steps == index.get("num_timesteps"):
         raise ArchiveError(

@@ -44,6 +44,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer
 
+from agents.files.side_files import ArchiveError
 from gpu_trading_env.atomic_file import atomic_write
 
 __all__ = [
@@ -147,10 +148,6 @@ MAX_MANIFEST_BYTES = 16 << 20
 
 # A temporary named without its writer's process id (older saves') older than this is a leftover.
 STALE_SECONDS = 60.0
-
-
-class ArchiveError(ValueError):
-    """A file that is missing a part, damaged or not what it should be; the message names it."""
 
 
 class PickleRefusedError(ArchiveError):
