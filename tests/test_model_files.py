@@ -326,6 +326,21 @@ def test_a_live_writers_temporary_is_kept_however_old(trained: GpuDQN, tmp_path)
         writer.wait()
 
 
+@pytest.mark.parametrize("field", ["n_categories", "hidden"])
+def test_curiosity_sizes_beyond_the_saved_weights_are_refused_before_building(
+    trained: GpuDQN, tmp_path, field
+) -> None:
+    """The curiosity model's input of ``state_dims + n_categories`` counts: a file declaring
+    10**5 categories (or a hidden layer 100 times wider) over its few saved weights is refused
+    before the model is built (10**7 categories built 2 GB)."""
+    trained.save(tmp_path / "m.zip")
+    dims = dict(trained._curiosity_dims)
+    dims[field] = 10**5 if field == "n_categories" else 100 * dims["hidden"]
+    rewrite(tmp_path / "m.zip", set_attribute("_curiosity_dims", {"__dict__": dims}))
+    with pytest.raises(ArchiveError, match=r"m\.zip.*_curiosity_dims.*needs \d+ weights or more"):
+        GpuDQN.load(tmp_path / "m.zip", device="cpu")
+
+
 def test_file_objects_round_trip(trained: GpuDQN) -> None:
     model_file, buffer_file = io.BytesIO(), io.BytesIO()
     trained.save(model_file)
