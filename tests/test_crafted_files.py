@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -618,9 +619,14 @@ sys.stderr.write(err.decode())
 
 def test_eval_on_each_crafted_file_stays_under_2_gb(model_file, tmp_path) -> None:
     """``eval`` (a subprocess; its peak resident memory from wait4) on the files the review
-    crafted: a 10**8-slot buffer_size, a 1 GiB deflated member, a 200-state regime model; and
-    10**7 envs (a buffer row of 5 GB)."""
+    crafted: a 10**8-slot buffer_size, a 1 GiB deflated member, a 200-state regime model, a
+    weight of 4 * 10**8 elements over one stored float; and 10**7 envs (a buffer row of 5 GB)."""
+    expanded = tmp_path / "expanded.zip"
+    shutil.copy(model_file, expanded)
+    _edit_params(expanded, lambda p: p.update(w=th.zeros(1).expand(20000, 20000)))
+    rewrite(expanded, set_attribute("policy_kwargs", {"__dict__": {"net_arch": [10000] * 3}}))
     crafted = {
+        "expanded": expanded,
         "buffer_size": rewrite(model_file, set_attribute("buffer_size", 10**8), out=tmp_path / "bs.zip"),
         "n_envs": rewrite(model_file, _many_envs, out=tmp_path / "envs.zip"),
         "bomb": write_bomb(tmp_path / "bomb.zip", model_file, 1 << 30),
