@@ -452,6 +452,8 @@ def test_crafted_buffers_with_valid_checksums_are_refused(
         (lambda m: m.pop("class"), (), "manifest.json lacks the field 'class'"),
         (lambda m: None, ("arrays.pt",), "lacks the member 'arrays.pt'"),
         (lambda m: m["tree"]["__dict__"].pop("seed"), (), "tree.*'seed'"),
+        (lambda m: m["state"].update(n_envs="x"), (), "n_envs = 'x' is invalid"),
+        (lambda m: m["state"].update(n_envs=None), (), "n_envs = None is invalid"),
     ],
 )
 def test_a_buffer_file_missing_a_part_or_of_a_wrong_type_is_one_archive_error(

@@ -598,6 +598,10 @@ def load_replay_buffer_file(
 
 
 def _check_fits(model: Any, n_envs: int, obs_space: Any, action_space: Any, where: str) -> None:
+    if not _is_int(n_envs) or n_envs < 1:
+        raise ArchiveError(
+            f"{where}: the buffer's n_envs = {_short(n_envs)} is invalid: allowed is an int >= 1"
+        )
     if model.env is not None and int(n_envs) != int(model.n_envs):
         raise ArchiveError(
             f"{where} was saved by a model with n_envs = {n_envs}; this model steps "
