@@ -377,6 +377,15 @@ def test_a_tensor_larger_than_its_stored_bytes_is_refused_before_a_network_is_bu
     with pytest.raises(ArchiveError, match=r"'params.pt': its tensors need \d+ bytes; the mem"):
         GpuDQN.load(model_file, device="cpu")
 
+    def sparse(policy):  # two stored values, 10**12 elements
+        for i in range(50):
+            del policy[f"extra.{i}"]  # the views, refused above
+        policy.update(extra=th.sparse_coo_tensor(th.tensor([[0, 1]]), th.ones(2), (10**12,)))
+
+    _edit_params(model_file, sparse)
+    with pytest.raises(ArchiveError, match=r"'policy/extra' has the layout torch.sparse_coo"):
+        GpuDQN.load(model_file, device="cpu")
+
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_weights_are_refused_naming_the_tensor(model_file, value) -> None:

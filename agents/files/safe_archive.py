@@ -261,6 +261,11 @@ def _check_tensor_bytes(loaded: Any, held: int, where: str) -> None:
     """
     total = 0
     for name, tensor in named_tensors(loaded):
+        if tensor.layout != th.strided:
+            raise ArchiveError(
+                f"{where}: tensor {name!r} has the layout {tensor.layout}; allowed are dense "
+                "(strided) tensors, as a state dict holds"
+            )
         needs = tensor.numel() * tensor.element_size()
         stored = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
         if needs > stored:
