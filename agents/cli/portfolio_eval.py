@@ -111,7 +111,6 @@ def _refuse_options(args: argparse.Namespace) -> None:
 
 def _load_model(args: argparse.Namespace, k: int, levels: int) -> Any:
     from agents import GpuDQN
-    from agents.files.safe_archive import ArchiveError
 
     try:
         model = GpuDQN.load(
