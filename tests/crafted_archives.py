@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,17 @@ def rewrite(
     members: dict[str, bytes] | None = None,
     out: Path | None = None,
     compression: int = zipfile.ZIP_STORED,
+    drop: tuple[str, ...] = (),
 ) -> Path:
     """``path`` (or ``out``) rewritten with ``edit(manifest)`` applied, member bytes replaced by
-    ``members``, and the members' and manifest's checksums recomputed (a valid forgery)."""
+    ``members``, the members named in ``drop`` left out, and the members' and manifest's
+    checksums recomputed (a valid forgery)."""
     found = read_members(path)
     manifest = json.loads(found.pop("manifest.json"))
     found.pop("manifest.sha256", None)
     found.update(members or {})
+    for name in drop:
+        del found[name]
     edit(manifest)
     manifest["members"] = {
         name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
@@ -72,3 +77,28 @@ def rewrite_sb3_data(path: Path, edit: Callable[[dict[str, Any]], Any], out: Pat
     edit(data)
     found["data"] = json.dumps(data).encode()
     return write_members(out, found)
+
+
+def write_overlapping(path: Path, members: dict[str, bytes], kernel: bytes, copies: int) -> Path:
+    """``path``: a stored zip of ``members``, then ``copies`` members ``pad<i>.pt`` whose data
+    overlap: each one's bytes are the local headers of those after it and ``kernel`` (a file of
+    about ``len(kernel)`` bytes whose members add up to ``copies * len(kernel)``)."""
+    chain, data = [], kernel
+    for i in reversed(range(copies)):
+        info = zipfile.ZipInfo(f"pad{i}.pt")
+        info.CRC, info.file_size, info.compress_size = zlib.crc32(data), len(data), len(data)
+        header = info.FileHeader(zip64=False)
+        chain.append((info, header))
+        data = header + data
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+        offset = zf.fp.tell()
+        zf.fp.write(data)
+        for info, header in reversed(chain):
+            info.header_offset = offset
+            offset += len(header)
+            zf.filelist.append(info)
+            zf.NameToInfo[info.filename] = info
+        zf.start_dir = zf.fp.tell()
+    return path

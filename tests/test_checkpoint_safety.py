@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
 import gymnasium as gym
@@ -28,6 +29,7 @@ from agents.files.checkpoint import (
     save_checkpoint,
 )
 from agents.files.safe_archive import ArchiveError
+from agents.files.side_files import MAX_SIDE_FILE_BYTES, read_side_file, read_side_json
 from gpu_trading_env.data.features import WARMUP_BARS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -196,6 +198,52 @@ def test_a_live_pid_in_a_finished_runs_claim_does_not_block(in_tmp):
     claim = json.loads((in_tmp / "f" / CLAIM).read_text())
     (in_tmp / "f" / CLAIM).write_text(json.dumps({**claim, "pid": os.getppid()}))
     assert cli.main(_backtest("--out", "f", "--overwrite")) == 0
+
+
+def test_a_huge_claim_file_is_refused_without_being_read(in_tmp, capsys):
+    """A run folder whose claim is a sparse file of 256 MB: the folder is refused as one not a
+    command wrote, reading at most MAX_SIDE_FILE_BYTES + 1 bytes of it (the review's 2 GB
+    claim cost 4.3 GB to refuse)."""
+    (in_tmp / "f").mkdir()
+    (in_tmp / "f" / "notes.txt").write_text("a file of the user's")
+    with open(in_tmp / "f" / CLAIM, "wb") as fh:
+        fh.truncate(256 << 20)
+    tracemalloc.start()
+    try:
+        assert cli.main(_backtest("--out", "f")) == 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "not empty" in capsys.readouterr().err
+    assert peak < MAX_SIDE_FILE_BYTES + (16 << 20), peak
+
+
+def test_side_files_are_read_only_when_regular_and_small(tmp_path):
+    """metrics.json linked to /dev/zero, a FIFO, a folder, a file over the cap: one
+    ArchiveError naming it, at once (nothing waits on the FIFO's writer); a checkpoint whose
+    checkpoint.json is over the cap is one that cannot be used."""
+    zero, fifo, big = tmp_path / "metrics.json", tmp_path / "fifo.json", tmp_path / "big.json"
+    zero.symlink_to("/dev/zero")
+    os.mkfifo(fifo)
+    big.write_bytes(b" " * 1001)
+    for path, message in (
+        (zero, "not a regular file"),
+        (fifo, "not a regular file"),
+        (tmp_path, "not a regular file"),
+    ):
+        with pytest.raises(ArchiveError, match=rf"{path.name}.*{message}"):
+            read_side_json(path)
+    with pytest.raises(ArchiveError, match=r"big.json' has more than 1000 bytes"):
+        read_side_file(big, limit=1000)
+    with pytest.raises(json.JSONDecodeError):  # within the cap it is read and parsed
+        read_side_json(big, limit=1001)
+    (tmp_path / "ok.json").write_text('{"a": 1}')
+    assert read_side_json(tmp_path / "ok.json") == {"a": 1}
+    folder = save_checkpoint(_small_model(), tmp_path / "ck")
+    with open(folder / "checkpoint.json", "r+b") as fh:
+        fh.truncate(MAX_SIDE_FILE_BYTES + 1)
+    with pytest.raises(ArchiveError, match="checkpoint.json is damaged.*has more than"):
+        resolve_checkpoint(folder)
 
 
 def test_resume_of_a_run_still_going_is_refused_in_place_and_pinned_elsewhere(in_tmp, capsys):

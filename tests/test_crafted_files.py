@@ -10,8 +10,10 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from crafted_archives import (
     rewrite_sb3_data,
     set_attribute,
     write_members,
+    write_overlapping,
 )
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
@@ -196,6 +199,29 @@ def write_bomb(path: Path, model_file: Path, size: int) -> Path:
     return path
 
 
+def test_overlapping_members_are_refused_before_they_are_read(model_file, tmp_path) -> None:
+    """A model file of 7 MB with 20 stored members each spanning the ones after them and one
+    4 MB kernel (every checksum valid: 80 MB read from 7; the review's 42 MB file read as 2.8 GB)."""
+    members = read_members(model_file)
+    manifest = json.loads(members.pop("manifest.json"))
+    members.pop("manifest.sha256")
+    kernel, copies = b"\0" * (4 << 20), 20
+    bomb = write_overlapping(tmp_path / "o.zip", {}, kernel, copies)
+    with zipfile.ZipFile(bomb) as zf:
+        for info in zf.infolist():
+            data = zf.read(info)  # what the reader would read (the test's own check)
+            manifest["members"][info.filename] = {
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "bytes": len(data),
+            }
+    text = json.dumps(manifest).encode()
+    head = {"manifest.json": text, "manifest.sha256": hashlib.sha256(text).hexdigest().encode()}
+    write_overlapping(bomb, {**head, **members}, kernel, copies)
+    assert bomb.stat().st_size < 8 << 20
+    with pytest.raises(ArchiveError, match=r"o\.zip.*'pad0.pt' and 'pad1.pt' share bytes"):
+        GpuDQN.load(bomb, device="cpu")
+
+
 def test_a_deflated_member_is_refused_before_it_is_inflated(model_file, tmp_path) -> None:
     bomb = write_bomb(tmp_path / "bomb.zip", model_file, 1 << 26)
     with pytest.raises(ArchiveError, match=r"bomb\.zip.*'bomb.pt' is compressed"):
@@ -285,13 +311,92 @@ def test_a_file_without_its_spaces_or_policy_is_one_error_naming_it(
                 GpuDQN.load(path, env=env, device="cpu", allow_pickle=pickle)
 
 
-def test_a_files_tensorboard_folder_is_not_used(model_file, tmp_path) -> None:
+def test_a_files_tensorboard_folder_is_not_used_nor_warned_about(model_file, tmp_path) -> None:
+    """A model trained with TensorBoard logs (what ``train`` saves where tensorboard is
+    installed) loads without a warning and without its folder."""
     rewrite(model_file, set_attribute("tensorboard_log", "/etc/anywhere"))
-    with pytest.warns(UserWarning, match="'/etc/anywhere'"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         model = GpuDQN.load(model_file, device="cpu")
     assert model.tensorboard_log is None
     given = GpuDQN.load(model_file, device="cpu", tensorboard_log=str(tmp_path))
     assert given.tensorboard_log == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "drop", "message"),
+    [
+        (lambda m: m.pop("data"), (), "manifest.json lacks the field 'data'"),
+        (lambda m: m.update(data=[1]), (), "'data' is a list; allowed is a dict"),
+        (lambda m: m.update(not_saved=["gamma"]), (), "'not_saved' is a list; allowed is a dict"),
+        (lambda m: None, ("params.pt",), "lacks the member 'params.pt'"),
+        (lambda m: None, ("arrays.pt",), "lacks the member 'arrays.pt'"),
+    ],
+)
+def test_a_model_file_missing_a_part_or_of_a_wrong_type_is_one_archive_error(
+    model_file, edit, drop, message
+) -> None:
+    rewrite(model_file, edit, drop=drop)
+    with pytest.raises(ArchiveError, match=rf"m\.zip.*{message}"):
+        GpuDQN.load(model_file, device="cpu")
+
+
+def _edit_params(path: Path, edit) -> None:
+    params = th.load(io.BytesIO(read_members(path)["params.pt"]), weights_only=True)
+    edit(params["policy"])
+    buf = io.BytesIO()
+    th.save(params, buf)
+    rewrite(path, lambda m: None, {"params.pt": buf.getvalue()})
+
+
+def test_a_tensor_larger_than_its_stored_bytes_is_refused_before_a_network_is_built(
+    model_file,
+) -> None:
+    """A weight of 4 * 10**8 elements over one stored float (strides of 0): it would make the
+    file's weight count pass a network of gigabytes. Refused from the bytes the member holds,
+    naming the tensor, before anything the size declares is allocated."""
+
+    def expanded(policy):
+        policy["q_net.shared.0.weight"] = th.zeros(1).expand(20000, 20000)
+
+    _edit_params(model_file, expanded)
+    rewrite(model_file, set_attribute("policy_kwargs", {"__dict__": {"net_arch": [10000] * 3}}))
+    with pytest.raises(
+        ArchiveError,
+        match=r"m\.zip.*'params.pt'.*'policy/q_net.shared.0.weight' of shape \(20000, 20000\)"
+        r".*needs 1600000000 bytes; its storage holds 4",
+    ):
+        GpuDQN.load(model_file, device="cpu")
+
+    def views(policy):  # many views of one storage: each fits it, all together do not
+        base = th.zeros(10**5)
+        del policy["q_net.shared.0.weight"]  # the expanded one, refused above
+        policy.update({f"extra.{i}": base[i:] for i in range(50)})
+
+    _edit_params(model_file, views)
+    with pytest.raises(ArchiveError, match=r"'params.pt': its tensors need \d+ bytes; the mem"):
+        GpuDQN.load(model_file, device="cpu")
+
+    def sparse(policy):  # two stored values, 10**12 elements
+        for i in range(50):
+            del policy[f"extra.{i}"]  # the views, refused above
+        policy.update(extra=th.sparse_coo_tensor(th.tensor([[0, 1]]), th.ones(2), (10**12,)))
+
+    _edit_params(model_file, sparse)
+    with pytest.raises(ArchiveError, match=r"'policy/extra' has the layout torch.sparse_coo"):
+        GpuDQN.load(model_file, device="cpu")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(model_file, value) -> None:
+    def poison(policy):
+        policy["q_net.advantage_head.2.bias"][3] = value
+
+    _edit_params(model_file, poison)
+    with pytest.raises(
+        ArchiveError, match=r"m\.zip.*'policy/q_net.advantage_head.2.bias' holds NaN or inf"
+    ):
+        GpuDQN.load(model_file, device="cpu")
 
 
 # ----------------------------------------------------------------------------- buffer files
@@ -345,6 +450,41 @@ def test_crafted_buffers_with_valid_checksums_are_refused(
 ) -> None:
     _edit_buffer(buffer_file, edit_state, edit_arrays)
     with pytest.raises(ArchiveError, match=rf"b\.rb\.zip.*{message}"):
+        trained.load_replay_buffer(buffer_file)
+
+
+@pytest.mark.parametrize(
+    ("edit", "drop", "message"),
+    [
+        (lambda m: m.pop("state"), (), "manifest.json lacks the field 'state'"),
+        (lambda m: m.update(state=[1]), (), "'state' is a list; allowed is a dict"),
+        (lambda m: m.pop("class"), (), "manifest.json lacks the field 'class'"),
+        (lambda m: None, ("arrays.pt",), "lacks the member 'arrays.pt'"),
+        (lambda m: m["tree"]["__dict__"].pop("seed"), (), "tree.*'seed'"),
+        (lambda m: m["state"].update(n_envs="x"), (), "n_envs = 'x' is invalid"),
+        (lambda m: m["state"].update(n_envs=None), (), "n_envs = None is invalid"),
+    ],
+)
+def test_a_buffer_file_missing_a_part_or_of_a_wrong_type_is_one_archive_error(
+    trained, buffer_file, edit, drop, message
+) -> None:
+    rewrite(buffer_file, edit, drop=drop)
+    with pytest.raises(ArchiveError, match=rf"b\.rb\.zip.*{message}"):
+        trained.load_replay_buffer(buffer_file)
+
+
+def test_a_buffer_of_expanded_storage_is_refused_before_it_is_checked(trained, buffer_file):
+    """A few-KB buffer file whose observations are 10**6 rows over one stored float (strides
+    of 0): refused from the bytes it holds, before the storage checks touch a row."""
+
+    def expanded(arrays, manifest, ref):
+        shape = (10**6, *arrays[ref(manifest["state"]["observations"])].shape[1:])
+        for field in ("observations", "next_observations"):
+            arrays[ref(manifest["state"][field])] = th.zeros(1).expand(shape)
+
+    _edit_buffer(buffer_file, lambda m: m["state"].update(buffer_size=10**6), expanded)
+    assert buffer_file.stat().st_size < 1 << 20
+    with pytest.raises(ArchiveError, match=r"b\.rb\.zip.*'arrays.pt'.*tensor .* needs \d+ byt"):
         trained.load_replay_buffer(buffer_file)
 
 
@@ -422,6 +562,20 @@ def test_checkpoint_counters_are_checked_against_each_other_and_the_run(tmp_path
         GpuDQN.load_checkpoint(folder, env=make_env())
 
 
+def test_a_checkpoint_whose_buffer_has_another_size_is_refused(tmp_path) -> None:
+    """A checkpoint's buffer replaced by one of another run's size (valid file, index
+    rewritten): resuming it would continue another run; one error naming the field and both."""
+    model = make_model(make_env())
+    model.learn(80)
+    folder = model.save_checkpoint(tmp_path / "ck")
+    other = make_model(make_env(), buffer_size=200)
+    other.learn(80)
+    other.save_replay_buffer(folder / "replay_buffer.rb.zip")
+    _reindex(folder)
+    with pytest.raises(ArchiveError, match=r"replay_buffer.rb.zip'.*buffer_size = 50 differs"):
+        GpuDQN.load_checkpoint(folder, env=make_env(), total_timesteps=80)
+
+
 def test_a_garbage_run_state_is_one_error_naming_it(tmp_path) -> None:
     model = make_model(make_env())
     model.learn(40)
@@ -476,9 +630,14 @@ sys.stderr.write(err.decode())
 
 def test_eval_on_each_crafted_file_stays_under_2_gb(model_file, tmp_path) -> None:
     """``eval`` (a subprocess; its peak resident memory from wait4) on the files the review
-    crafted: a 10**8-slot buffer_size, a 1 GiB deflated member, a 200-state regime model; and
-    10**7 envs (a buffer row of 5 GB)."""
+    crafted: a 10**8-slot buffer_size, a 1 GiB deflated member, a 200-state regime model, a
+    weight of 4 * 10**8 elements over one stored float; and 10**7 envs (a buffer row of 5 GB)."""
+    expanded = tmp_path / "expanded.zip"
+    shutil.copy(model_file, expanded)
+    _edit_params(expanded, lambda p: p.update(w=th.zeros(1).expand(20000, 20000)))
+    rewrite(expanded, set_attribute("policy_kwargs", {"__dict__": {"net_arch": [10000] * 3}}))
     crafted = {
+        "expanded": expanded,
         "buffer_size": rewrite(model_file, set_attribute("buffer_size", 10**8), out=tmp_path / "bs.zip"),
         "n_envs": rewrite(model_file, _many_envs, out=tmp_path / "envs.zip"),
         "bomb": write_bomb(tmp_path / "bomb.zip", model_file, 1 << 30),

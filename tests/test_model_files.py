@@ -305,6 +305,42 @@ def test_saves_remove_stale_temporaries_of_killed_saves(trained: GpuDQN, tmp_pat
     assert names == [".m.zip.live.tmp", ".other.zip.k3.tmp", "b.rb.zip", "m.zip"]
 
 
+def test_a_live_writers_temporary_is_kept_however_old(trained: GpuDQN, tmp_path) -> None:
+    """Another process still writing ``m.zip`` (its temporary untouched for an hour, its
+    process alive) keeps its temporary through a save of the same path; a dead writer's goes."""
+    from gpu_trading_env.atomic_file import _HOST
+
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        live = tmp_path / f".m.zip.{_HOST}.{writer.pid}.abc123.tmp"
+        gone = tmp_path / f".m.zip.{_HOST}.{dead.pid}.def456.tmp"
+        for p in (live, gone):
+            p.write_bytes(b"partial save")
+            os.utime(p, (time.time() - 3600, time.time() - 3600))
+        trained.save(tmp_path / "m.zip")
+        assert live.exists() and not gone.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.mark.parametrize("field", ["n_categories", "hidden"])
+def test_curiosity_sizes_beyond_the_saved_weights_are_refused_before_building(
+    trained: GpuDQN, tmp_path, field
+) -> None:
+    """The curiosity model's input of ``state_dims + n_categories`` counts: a file declaring
+    10**5 categories (or a hidden layer 100 times wider) over its few saved weights is refused
+    before the model is built (10**7 categories built 2 GB)."""
+    trained.save(tmp_path / "m.zip")
+    dims = dict(trained._curiosity_dims)
+    dims[field] = 10**5 if field == "n_categories" else 100 * dims["hidden"]
+    rewrite(tmp_path / "m.zip", set_attribute("_curiosity_dims", {"__dict__": dims}))
+    with pytest.raises(ArchiveError, match=r"m\.zip.*_curiosity_dims.*needs \d+ weights or more"):
+        GpuDQN.load(tmp_path / "m.zip", device="cpu")
+
+
 def test_file_objects_round_trip(trained: GpuDQN) -> None:
     model_file, buffer_file = io.BytesIO(), io.BytesIO()
     trained.save(model_file)

@@ -10,6 +10,7 @@ import pytest
 from random_bars import write_daily_bar_csv
 
 from agents import cli
+from agents.files.side_files import MAX_SIDE_FILE_BYTES
 from gpu_trading_env.data.features import WARMUP_BARS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -156,6 +157,12 @@ def test_eval_portfolio_refuses_a_model_without_a_portfolio_run(tmp_path, three_
     assert "metrics.json, which is missing" in _error(argv, capsys)
     (tmp_path / "metrics.json").write_text(json.dumps({"kind": None}))
     assert "is not a train --portfolio run's" in _error(argv, capsys)
+    with open(tmp_path / "metrics.json", "r+b") as fh:  # a sparse file past the cap: not read
+        fh.truncate(MAX_SIDE_FILE_BYTES + 1)
+    assert f"has more than {MAX_SIDE_FILE_BYTES} bytes" in _error(argv, capsys)
+    (tmp_path / "metrics.json").unlink()
+    (tmp_path / "metrics.json").symlink_to("/dev/zero")  # read whole, it never ends
+    assert "metrics.json' is not a regular file" in _error(argv, capsys)
 
 
 def test_backtest_portfolio_holds_the_rule_in_every_instrument(tmp_path, three_files, capsys):

@@ -276,10 +276,12 @@ def _check_sizes(data: dict[str, Any], params: dict[str, Any], device: Any) -> N
             raise ValueError(f"_curiosity_dims = {dims!r} is invalid")
         check_positive_ints(**dims)
         held = _numel(params.get("curiosity_model"))
-        if dims["hidden"] * dims["state_dims"] > held:
+        # fc1: (state_dims + n_categories) -> hidden, fc2: hidden -> state_dims (no biases).
+        needed = dims["hidden"] * (2 * dims["state_dims"] + dims["n_categories"])
+        if needed > held:
             raise ValueError(
-                f"_curiosity_dims = {dims!r} needs more weights than the file's curiosity model "
-                f"holds ({held})"
+                f"_curiosity_dims = {dims!r} needs {needed} weights or more; the file's "
+                f"curiosity model holds {held}"
             )
 
 

@@ -22,6 +22,7 @@ from agents.cli.options import UsageError
 from agents.cli.portfolio_train import portfolio_data_of
 from agents.cli.report import describe_data
 from agents.cli.run_folder import claim_out
+from agents.files.side_files import ArchiveError, read_side_json
 
 __all__ = ["SavedPortfolioRun", "cmd_eval_portfolio", "input_mask", "saved_portfolio_run"]
 
@@ -50,7 +51,7 @@ def saved_portfolio_run(model: Path) -> SavedPortfolioRun:
 
     path = model.parent / "metrics.json"
     try:
-        metrics = json.loads(path.read_text())
+        metrics = read_side_json(path)
     except FileNotFoundError:
         raise UsageError(
             f"--model {model}: eval --portfolio reads the run's {path}, which is missing: pass "
@@ -58,6 +59,8 @@ def saved_portfolio_run(model: Path) -> SavedPortfolioRun:
         ) from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"--model {model}: {path} is not JSON ({exc})") from None
+    except ArchiveError as exc:
+        raise UsageError(f"--model {model}: {exc}") from None
     if not isinstance(metrics, dict) or metrics.get("kind") != "portfolio":
         raise UsageError(
             f"--model {model}: {path} is not a train --portfolio run's (its 'kind' is "
@@ -108,7 +111,6 @@ def _refuse_options(args: argparse.Namespace) -> None:
 
 def _load_model(args: argparse.Namespace, k: int, levels: int) -> Any:
     from agents import GpuDQN
-    from agents.files.safe_archive import ArchiveError
 
     try:
         model = GpuDQN.load(

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.cli.options import UsageError
+from agents.files.side_files import read_side_json
 
 try:
     import fcntl
@@ -105,7 +106,7 @@ def _locked(path: Path) -> bool:
 def _read_claim(path: Path) -> dict | None:
     """The claim's JSON, or None when the file is absent, empty or not a command's claim."""
     try:
-        claim = json.loads(path.read_text(encoding="utf-8"))
+        claim = read_side_json(path)  # an ArchiveError (ValueError) for a device or a huge file
     except (OSError, ValueError):
         return None
     return claim if isinstance(claim, dict) and "command" in claim else None

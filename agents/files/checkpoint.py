@@ -63,6 +63,7 @@ from agents.files.safe_archive import (
     tensors_to_bytes,
     write_archive,
 )
+from agents.files.side_files import read_side_json
 from gpu_trading_env.atomic_file import atomic_write
 
 try:
@@ -518,8 +519,10 @@ def _complete(folder: pathlib.Path) -> str | None:
     if not index_path.is_file():
         return f"it has no {INDEX_FILE} (not a checkpoint, or its save did not finish)"
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
+        index = read_side_json(index_path)
         files = index["files"]
+        if not isinstance(files, dict):
+            raise TypeError(f"its 'files' is a {type(files).__name__}, not a dict")
     except (ValueError, KeyError, TypeError, OSError) as exc:
         return f"its {INDEX_FILE} is damaged ({exc!r})"
     for name in (MODEL_FILE, BUFFER_FILE, STATE_FILE):
@@ -591,7 +594,7 @@ def _check_counters(
     """The model's step counters against the checkpoint's index and run state, and the run's
     total: a forged counter would make a resumed run stop at once or never."""
     where = repr(str(folder))
-    index = json.loads((folder / INDEX_FILE).read_text(encoding="utf-8"))
+    index = read_side_json(folder / INDEX_FILE)
     steps, total = int(model.num_timesteps), int(model._total_timesteps)  # noqa: SLF001 (SB3's)
     if not steps == state_steps == index.get("num_timesteps"):
         raise ArchiveError(
@@ -610,6 +613,31 @@ def _check_counters(
             f"{where}: num_timesteps = {steps} is past the run's total {total} by more than one "
             "rollout"
         )
+
+
+BUFFER_SETTINGS = ("buffer_size", "n_envs", "optimize_memory_usage")
+
+
+def _buffer_settings(buffer: Any) -> dict[str, Any]:
+    """The class, rows and envs of ``buffer`` (its storage is not kept: it is replaced)."""
+    return {
+        "class": type(buffer).__name__,
+        **{f: getattr(buffer, f, None) for f in BUFFER_SETTINGS},
+    }
+
+
+def _check_buffer_settings(loaded: Any, built: dict[str, Any], folder: pathlib.Path) -> None:
+    """The checkpoint's buffer of the class, rows and envs that the model's settings build
+    (``buffer_size``, ``replay_buffer_class`` of model.zip): a buffer of another size would
+    resume another run than the one checkpointed."""
+    for field, expected in built.items():
+        saved = _buffer_settings(loaded)[field]
+        if saved != expected:
+            raise ArchiveError(
+                f"{str(folder / BUFFER_FILE)!r}: the buffer's {field} = {saved!r} differs from "
+                f"the {expected!r} that {MODEL_FILE}'s settings give (a buffer of another run, "
+                "or a forged one)"
+            )
 
 
 def load_checkpoint(
@@ -637,7 +665,9 @@ def load_checkpoint(
     model = cls.load(folder / MODEL_FILE, env=env, device=device, force_reset=False, **kwargs)
     state, _, state_steps = _read_state(folder)
     _check_counters(model, folder, state_steps, total_timesteps)
+    built = _buffer_settings(model.replay_buffer)  # as model.zip's settings build it
     model.load_replay_buffer(folder / BUFFER_FILE)
+    _check_buffer_settings(model.replay_buffer, built, folder)
     try:
         restore_run_state(model, state, repr(str(folder)))
     except (KeyError, TypeError, ValueError, IndexError, OverflowError, RuntimeError) as exc:

@@ -43,8 +43,11 @@ from agents.files.safe_archive import (
     _class_name,
     _import_class,
     _short,
+    archive_member,
     decode,
     encode,
+    manifest_field,
+    named_tensors,
     read_archive,
     resolve_existing,
     sniff,
@@ -373,6 +376,18 @@ def _check_sb3_data(file: pathlib.Path | IO[bytes]) -> None:
         raise ArchiveError(f"{where} lacks the attributes {missing}")
 
 
+def check_finite_weights(params: dict[str, Any], where: str) -> None:
+    """Raise :class:`ArchiveError` naming ``where`` and the first floating-point tensor of the
+    state dicts ``params`` holding NaN or an infinity (a network that acts on such weights
+    answers one action whatever it sees)."""
+    for name, tensor in named_tensors(params):
+        if tensor.is_floating_point() and not bool(th.isfinite(tensor).all()):
+            raise ArchiveError(
+                f"{where}: tensor {name!r} holds NaN or infinite values; allowed are finite "
+                "weights (the run that saved it diverged, or the file was edited)"
+            )
+
+
 def load_model_files(
     path: str | os.PathLike[str] | io.BufferedIOBase,
     custom_objects: dict[str, Any] | None,
@@ -393,21 +408,30 @@ def load_model_files(
         return {}, {}, None, True
     manifest, members = read_archive(file, "model", MODEL_PICKLE_HINT)
     where = repr(source_name(file))
-    params = tensors_from_bytes(members[PARAMS], f"{where} member {PARAMS!r}")
-    arrays = tensors_from_bytes(members[ARRAYS], f"{where} member {ARRAYS!r}")
-    variables = tensors_from_bytes(members[TORCH_VARIABLES], f"{where} member {TORCH_VARIABLES!r}")
+    attributes = manifest_field(manifest, "data", dict, where)
+    not_saved = manifest_field({"not_saved": {}, **manifest}, "not_saved", dict, where)
+    params, arrays, variables = (
+        tensors_from_bytes(archive_member(members, m, where), f"{where} member {m!r}")
+        for m in (PARAMS, ARRAYS, TORCH_VARIABLES)
+    )
+    for member, value in ((PARAMS, params), (ARRAYS, arrays), (TORCH_VARIABLES, variables)):
+        if not isinstance(value, dict):
+            raise ArchiveError(
+                f"{where} member {member!r} holds a {type(value).__name__}; allowed is a dict"
+            )
+    check_finite_weights(params, f"{where} member {PARAMS!r}")
     custom = dict(custom_objects or {})
     data: dict[str, Any] = {}
     try:
-        for name, value in manifest["data"].items():
+        for name, value in attributes.items():
             data[name] = custom.pop(name) if name in custom else decode(value, arrays)
     except ArchiveError as exc:
         raise ArchiveError(f"{where}, attribute {name!r}: {exc}") from exc
-    missing = sorted(set(manifest.get("not_saved", {})) - REBUILT_BY_SETUP - set(custom))
+    missing = sorted(set(not_saved) - REBUILT_BY_SETUP - set(custom))
     if missing:
         raise ArchiveError(
             f"{where} was saved without the attributes {missing} (the weights-only format "
-            "cannot hold them: " + "; ".join(manifest["not_saved"][k] for k in missing) + "); "
+            "cannot hold them: " + "; ".join(str(not_saved[k]) for k in missing) + "); "
             "pass them to load: custom_objects={" + ", ".join(f"{k!r}: ..." for k in missing) + "}"
         )
     data.update(custom)
@@ -431,7 +455,7 @@ def build_loaded_model(
 
     Every attribute (the file's, then ``kwargs``) passes the model's
     :meth:`WeightsOnlyFiles.check_loaded_attributes` before anything is allocated. A file's
-    ``tensorboard_log`` is not used (a warning names it): only ``kwargs`` sets one.
+    ``tensorboard_log`` is not used: only ``kwargs`` sets one.
     """
     policy_kwargs = data.get("policy_kwargs")
     if isinstance(policy_kwargs, dict):
@@ -457,15 +481,9 @@ def build_loaded_model(
             f"{where}, attribute 'policy_class': {data['policy_class']!r} is not a policy class"
         )
     model = cls(policy=data["policy_class"], env=env, device=device, _init_setup_model=False)
-    given_log = "tensorboard_log" in kwargs
-    saved_log = data.pop("tensorboard_log", None)
-    if saved_log is not None and not given_log:
-        warnings.warn(
-            f"{where} names the TensorBoard folder {saved_log!r}; a file does not choose where "
-            "the loaded model writes: pass tensorboard_log= to load to log there",
-            UserWarning,
-            stacklevel=4,
-        )
+    # Where the saving run logged is not where this one writes (train saves its own report
+    # folder in every model): dropped without a word; only load's tensorboard_log= sets one.
+    data.pop("tensorboard_log", None)
     merged = {**data, **kwargs}
     model.check_loaded_attributes(merged, params, where)
     model.__dict__.update(merged)
@@ -580,6 +598,10 @@ def load_replay_buffer_file(
 
 
 def _check_fits(model: Any, n_envs: int, obs_space: Any, action_space: Any, where: str) -> None:
+    if not _is_int(n_envs) or n_envs < 1:
+        raise ArchiveError(
+            f"{where}: the buffer's n_envs = {_short(n_envs)} is invalid: allowed is an int >= 1"
+        )
     if model.env is not None and int(n_envs) != int(model.n_envs):
         raise ArchiveError(
             f"{where} was saved by a model with n_envs = {n_envs}; this model steps "
@@ -599,13 +621,17 @@ def _buffer_from_archive(
     model: Any, manifest: dict[str, Any], members: dict[str, bytes], where: str
 ) -> Any:
     try:
-        cls = _import_class(manifest["class"], (ReplayBuffer,))
-    except (UnencodableValue, KeyError) as exc:
+        cls = _import_class(manifest_field(manifest, "class", str, where), (ReplayBuffer,))
+    except UnencodableValue as exc:
         raise ArchiveError(f"{where}: {exc}") from exc
+    saved = manifest_field(manifest, "state", dict, where)
     device = get_device(model.device)
-    arrays = tensors_from_bytes(members[ARRAYS], f"{where} member {ARRAYS!r}", device)
+    arrays = archive_member(members, ARRAYS, where)
+    arrays = tensors_from_bytes(arrays, f"{where} member {ARRAYS!r}", device)
+    if not isinstance(arrays, dict):
+        raise ArchiveError(f"{where} member {ARRAYS!r} holds no dict of arrays")
     try:
-        state = {name: decode(value, arrays) for name, value in manifest["state"].items()}
+        state = {name: decode(value, arrays) for name, value in saved.items()}
         tree_state = None if manifest.get("tree") is None else decode(manifest["tree"], arrays)
     except (ArchiveError, KeyError) as exc:
         raise ArchiveError(f"{where}: {exc}") from exc
@@ -736,6 +762,12 @@ def _check_tree(tree: dict[str, Any], capacity: int, written: int, where: str) -
             f"{where}: the buffer's tree has capacity {_short(saved)}; its storage has "
             f"{capacity} slots"
         )
+    for key in ("seed", "sample_calls"):
+        if not _is_int(tree.get(key, None)) or (key == "sample_calls" and tree[key] < 0):
+            raise ArchiveError(
+                f"{where}: the tree's {key!r} = {_short(tree.get(key, 'missing'))} is invalid: "
+                "allowed is an int" + (" >= 0" if key == "sample_calls" else "")
+            )
     pow2 = 1 << max(capacity - 1, 0).bit_length()
     sums, mins, top = (_host(tree.get(k)) for k in ("sum_tree", "min_tree", "max_value"))
     for key, value in (("sum_tree", sums), ("min_tree", mins)):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import enum
+import glob
 import hashlib
 import importlib
 import io
@@ -43,6 +44,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer
 
+from agents.files.side_files import ArchiveError
 from gpu_trading_env.atomic_file import atomic_write
 
 __all__ = [
@@ -50,13 +52,16 @@ __all__ = [
     "PickleRefusedError",
     "UnencodableValue",
     "PLAIN_CLASSES",
+    "archive_member",
     "decode",
     "encode",
+    "manifest_field",
     "read_archive",
     "remove_stale_temporaries",
     "resolve_existing",
     "sniff",
     "source_name",
+    "named_tensors",
     "tensors_from_bytes",
     "tensors_to_bytes",
     "write_archive",
@@ -141,12 +146,8 @@ MAX_DEPTH = 64
 # Size of a manifest: those written hold kilobytes of settings (arrays go into members).
 MAX_MANIFEST_BYTES = 16 << 20
 
-# A temporary file of atomic_write older than this is taken for the leftover of a killed save.
+# A temporary named without its writer's process id (older saves') older than this is a leftover.
 STALE_SECONDS = 60.0
-
-
-class ArchiveError(ValueError):
-    """A file that is missing a part, damaged or not what it should be; the message names it."""
 
 
 class PickleRefusedError(ArchiveError):
@@ -179,18 +180,23 @@ def resolve_existing(path: str | os.PathLike[str], suffix: str) -> pathlib.Path:
 
 
 def remove_stale_temporaries(dest: pathlib.Path, older_than: float = STALE_SECONDS) -> list[str]:
-    """Remove the temporaries that killed saves of ``dest`` left (``.{name}.*.tmp`` beside it,
-    :func:`~gpu_trading_env.atomic_file.atomic_write`'s names) and that no one wrote to for
-    ``older_than`` seconds; a save in progress keeps writing to its own, so it is spared.
+    """Remove the temporaries that killed saves of ``dest`` left in names without a writer's
+    host and process id (``.{name}.*.tmp`` of older saves) that no one wrote to for
+    ``older_than`` seconds. Names of :func:`~gpu_trading_env.atomic_file.atomic_write`
+    (``.{name}.{host}.{pid}.{random}.tmp``) are left to its own cleanup, which spares the
+    temporaries of live writers however long their save takes.
 
     :return: The names removed.
     """
     removed = []
     now = time.time()
     with contextlib.suppress(OSError):
-        for tmp in dest.parent.glob(f".{dest.name}.*.tmp"):
+        for tmp in dest.parent.glob(f".{glob.escape(dest.name)}.*.tmp"):
+            parts = tmp.name[len(dest.name) + 2 : -len(".tmp")].split(".")
+            if len(parts) == 3 and len(parts[0]) == 8 and parts[1].isdigit():
+                continue  # atomic_write's name: its owner may be alive
             with contextlib.suppress(OSError):
-                if now - tmp.stat().st_mtime >= older_than:
+                if now - tmp.lstat().st_mtime >= older_than:
                     tmp.unlink()
                     removed.append(tmp.name)
     return removed
@@ -224,9 +230,56 @@ def tensors_from_bytes(data: bytes, where: str, map_location: Any = "cpu") -> An
             "than the member (torch.save stores them)"
         )
     try:
-        return th.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        loaded = th.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
         raise ArchiveError(f"{where} is not a weights-only torch file: {exc}") from exc
+    _check_tensor_bytes(loaded, len(data), where)
+    return loaded
+
+
+def named_tensors(value: Any, prefix: str = "") -> list[tuple[str, th.Tensor]]:
+    """The tensors in ``value`` (nested dicts, lists and tuples), each with its path of keys
+    (``policy/q_net.0.weight``)."""
+    found, stack = [], [(prefix, value)]
+    while stack:
+        name, item = stack.pop()
+        if isinstance(item, th.Tensor):
+            found.append((name, item))
+        elif isinstance(item, dict):
+            stack.extend((f"{name}/{k}" if name else str(k), v) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{name}/{i}" if name else str(i), v) for i, v in enumerate(item))
+    return found
+
+
+def _check_tensor_bytes(loaded: Any, held: int, where: str) -> None:
+    """Every tensor's elements stored in bytes of its own: a tensor of shape ``(10**5, 10**4)``
+    with strides of 0 over a 4-byte storage (or many views of one storage) would size networks
+    and buffers of gigabytes from a file of kilobytes. The bytes the member holds are the cap.
+
+    :raises ArchiveError: naming ``where``, the tensor, its shape and the bytes it needs.
+    """
+    total = 0
+    for name, tensor in named_tensors(loaded):
+        if tensor.layout != th.strided:
+            raise ArchiveError(
+                f"{where}: tensor {name!r} has the layout {tensor.layout}; allowed are dense "
+                "(strided) tensors, as a state dict holds"
+            )
+        needs = tensor.numel() * tensor.element_size()
+        stored = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
+        if needs > stored:
+            raise ArchiveError(
+                f"{where}: tensor {name!r} of shape {tuple(tensor.shape)} and strides "
+                f"{tensor.stride()} needs {needs} bytes; its storage holds {stored} (allowed: "
+                "every element stored once, as torch.save writes a state dict)"
+            )
+        total += needs
+    if total > held:
+        raise ArchiveError(
+            f"{where}: its tensors need {total} bytes; the member holds {held} (allowed: every "
+            "element stored once, as torch.save writes a state dict)"
+        )
 
 
 # ---------------------------------------------------------------------------------- values
@@ -608,12 +661,39 @@ def read_archive(
         raise ArchiveError(f"{name!r} is damaged or truncated: {exc}") from exc
 
 
+def manifest_field(manifest: Mapping[str, Any], key: str, kind: type | tuple, where: str) -> Any:
+    """``manifest[key]``, of type ``kind``.
+
+    :raises ArchiveError: naming ``where`` and the field when it is missing or of another type.
+    """
+    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+    if key not in manifest:
+        raise ArchiveError(f"{where}: its {MANIFEST} lacks the field {key!r} (a {names})")
+    value = manifest[key]
+    if not isinstance(value, kind):
+        raise ArchiveError(
+            f"{where}: its {MANIFEST}'s field {key!r} is a {type(value).__name__}; allowed is a "
+            f"{names}"
+        )
+    return value
+
+
+def archive_member(members: Mapping[str, bytes], name: str, where: str) -> bytes:
+    """The bytes of member ``name``; :class:`ArchiveError` naming ``where`` when it has none."""
+    if name not in members:
+        raise ArchiveError(
+            f"{where} lacks the member {name!r} (it holds {sorted(members)}): not a complete file"
+        )
+    return members[name]
+
+
 def _read_open_archive(
     zf: zipfile.ZipFile, name: str, kind: str
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """:func:`read_archive` of an open zip: every size checked before anything is read, the
     manifest's checksum before it is parsed, each member's before it is returned."""
     infos = _member_infos(zf, name)
+    _check_no_overlap(zf, infos, name)
     if infos[MANIFEST].file_size > MAX_MANIFEST_BYTES:
         raise ArchiveError(
             f"{name!r}: {MANIFEST} has {infos[MANIFEST].file_size} bytes; allowed are at most "
@@ -675,6 +755,28 @@ def _member_infos(zf: zipfile.ZipFile, name: str) -> dict[str, zipfile.ZipInfo]:
             )
         infos[info.filename] = info
     return infos
+
+
+def _check_no_overlap(zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo], name: str) -> None:
+    """Each member's local header and data in bytes of its own, before the zip's directory:
+    members whose data hold the next ones (an overlapping zip bomb) would make a file of
+    megabytes read as gigabytes, and pass every checksum."""
+    end, previous = 0, None
+    for info in sorted(infos.values(), key=lambda i: i.header_offset):
+        if info.header_offset < end:
+            raise ArchiveError(
+                f"{name!r}: its members {previous.filename!r} and {info.filename!r} share bytes "
+                "(overlapping entries, a zip bomb); allowed are members stored apart, as save "
+                "writes them"
+            )
+        encoding = "utf-8" if info.flag_bits & 0x800 else "cp437"
+        header = 30 + len(info.orig_filename.encode(encoding, errors="replace"))
+        end, previous = info.header_offset + header + info.compress_size, info
+    if previous is not None and end > zf.start_dir:
+        raise ArchiveError(
+            f"{name!r}: its member {previous.filename!r} runs into the zip's directory "
+            "(overlapping entries, a zip bomb)"
+        )
 
 
 def _read_members(

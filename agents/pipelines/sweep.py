@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.files.side_files import read_side_json
 from agents.pipelines.sweep_result import (
     SETTING_FIGURES,
     SeedSpread,
@@ -150,7 +151,7 @@ def _run_one(run: SweepRun, common: Sequence[str], device: str) -> RunResult:
     metrics = None
     path = run.out / "metrics.json"
     if rc == 0 and path.is_file():
-        metrics = json.loads(path.read_text())
+        metrics = read_side_json(path)
     return RunResult(run, rc, device, wall, metrics)
 
 
