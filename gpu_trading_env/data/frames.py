@@ -214,9 +214,8 @@ def check_separator(df: pd.DataFrame, where: str) -> None:
     if semi:
         raise DataError(
             f"{where}: the header {semi[0]!r} is separated by ';', not ','; such files often "
-            "write decimal commas (1,5) too. Convert it once, e.g. pd.read_csv(path, sep=';', "
-            "decimal=',').to_csv(new_path, index=False), or in Python pass "
-            "MarketData.from_csv(path, read_csv_kwargs={'sep': ';', 'decimal': ','})"
+            "write decimal commas (1,5) too: pass --sep ';' --decimal ',' (in Python "
+            "read_csv_kwargs={'sep': ';', 'decimal': ','})"
         )
 
 
