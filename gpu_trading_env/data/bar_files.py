@@ -140,7 +140,11 @@ def read_bar_table(
         )
         del df  # the file's own table: free it before the next file is read
         if "instrument" not in frame.columns:
-            frame.insert(0, "instrument", path.stem if name is None else str(name))
+            # A categorical: one byte a row, not a string.
+            label = path.stem if name is None else str(name)
+            frame.insert(
+                0, "instrument", pd.Categorical.from_codes(np.zeros(len(frame), np.int8), [label])
+            )
         frame = _ordered(frame, path, rows, notes)
         frames.append((path, frame))
         bases.append(basis)
@@ -214,10 +218,11 @@ def _ordered(frame: pd.DataFrame, path: Path, rows: _RowRules, notes: list[str])
     ``notes``. Otherwise a DataError names the two lines and the option.
     """
     ts = frame["timestamp"].to_numpy().view(np.int64)
-    inst = frame["instrument"].to_numpy()
-    names = pd.unique(inst)
+    codes, names = pd.factorize(frame["instrument"])  # codes: no Python string per row
     groups = (
-        [np.arange(len(frame))] if len(names) == 1 else [np.flatnonzero(inst == n) for n in names]
+        [np.arange(len(frame))]
+        if len(names) == 1
+        else [np.flatnonzero(codes == k) for k in range(len(names))]
     )
     parts, changed = [], False
     for name, idx in zip(names, groups, strict=True):
@@ -394,7 +399,7 @@ def _normalise(
         if sym.isna().any():
             i = int(np.argmax(sym.isna().to_numpy()))
             raise DataError(f"{path}, line {i + 2}, column {sym_col!r}: no instrument name")
-        out["instrument"] = sym.astype(str).to_numpy()
+        out["instrument"] = sym.astype(str).astype("category").array
     cols = {field: _field_column(df, lower, path, mapping, field) for field in OHLCV}
     adj, raw_close = _adjusted_close(df, lower, path, mapping, rows.prices, cols["close"])
     if adj is not None:
