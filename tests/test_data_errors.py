@@ -265,7 +265,7 @@ def test_a_european_csv_names_and_takes_sep_and_decimal(tmp_path, capsys) -> Non
     assert "note:" in err and "1 bar with no price left out" in err and "bars sorted" in err
     with pytest.raises(cli.UsageError, match=r"--sep ';;' is invalid: allowed is one character"):
         _cli_data(["--data", str(eu), "--sep", ";;"])
-    with pytest.raises(cli.UsageError, match=r"--skip-empty applies to --data files"):
+    with pytest.raises(cli.UsageError, match=r"--skip-empty: these options apply to --data files"):
         _cli_data(["--skip-empty"])
 
 

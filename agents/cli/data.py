@@ -31,7 +31,8 @@ def load_data(args: argparse.Namespace) -> Any:
     if not args.data:
         given = [o for o in FILE_OPTIONS if getattr(args, o, None) not in (None, False)]
         if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} applies to --data files: pass --data")
+            named = ", ".join("--" + o.replace("_", "-") for o in given)
+            raise UsageError(f"{named}: these options apply to --data files: pass --data")
         data = MarketData.default()
     else:
         data = _load_files(args)

@@ -14,7 +14,13 @@ table of bars, which :meth:`BarTable.build` turns into a ``MarketData``:
   magnitude (``timestamp_unit`` overrides), and refused when they are none of these;
 - several instruments come from a symbol column (long format: ``instrument``, ``symbol``,
   ``ticker``, ``asset`` or ``pair``) or from several files (each named after its file);
-- ``columns`` maps the OHLCV fields to the file's names, e.g. ``{"close": "Adj Close"}``.
+- ``columns`` maps the OHLCV fields to the file's names, e.g. ``{"volume": "Vol."}``;
+- a file with an adjusted close (``Adj Close``) is read adjusted unless ``prices="raw"``: the
+  close is the adjusted one and open, high and low are scaled by ``Adj Close / Close`` (volume
+  as in the file); ``BarTable.price_basis`` (``MarketData.price_basis``) says which close it is;
+- each instrument's bars must rise in time: newest-first bars are read oldest first (told in
+  ``notes``), other disorder needs ``sort=True``, a repeated timestamp ``duplicates="first"`` or
+  ``"last"``, and a bar with no price at all ``skip_empty=True``.
 
 Every error is a ``DataError`` (a ``ValueError``) naming the file, and the line and column where
 the file has them. Timestamp parsing is ``gpu_trading_env.data.timestamps``.
