@@ -291,6 +291,17 @@ def test_timestamps_outside_the_range_name_file_line_and_range(tmp_path, last, s
         load_bars(tmp_path / "t.csv")
 
 
+def test_a_dataframe_timestamp_outside_the_range_names_its_row() -> None:
+    df = _daily().rename(columns={"Date": "time"})
+    df.loc[ROWS - 1, "time"] = "2300-01-01"
+    with pytest.raises(
+        ValueError,
+        match=rf"timestamp column 'time' has 2300-01-01 00:00:00 at row {ROWS - 1}, outside the "
+        r"allowed range 1677-09-22 to 2262-04-11",
+    ):
+        MarketData.from_dataframe(df)
+
+
 def test_epoch_timestamps_outside_the_range_name_the_line(tmp_path) -> None:
     df = _daily()
     df["Date"] = pd.to_datetime(df["Date"]).astype("int64") // 10**6  # epoch ms

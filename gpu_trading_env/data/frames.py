@@ -14,7 +14,13 @@ import numpy as np
 import pandas as pd
 
 from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
-from gpu_trading_env.data.timestamps import DataError, day_month_format, refuse_mixed_zones
+from gpu_trading_env.data.timestamps import (
+    TS_MAX,
+    TS_MIN,
+    DataError,
+    day_month_format,
+    refuse_mixed_zones,
+)
 from gpu_trading_env.data.validation import OHLCV, Where, check_finite, validate_bars
 
 # The one set of column names of bar tables (files and DataFrames), matched in any letter case:
@@ -302,6 +308,13 @@ def frame_timestamps(
             raise ValueError(f"{label} has a missing value (NaT) at row {i}")
     if idx.tz is not None:
         idx = idx.tz_convert("UTC").tz_localize(None)
+    out = np.asarray((idx < TS_MIN) | (idx > TS_MAX))
+    if out.any():
+        i = int(np.argmax(out))
+        raise ValueError(
+            f"{label} has {idx[i]} at row {i}, outside the allowed range {TS_MIN.date()} to "
+            f"{TS_MAX.date()} (datetime64[ns])"
+        )
     return np.array(idx.as_unit("ns").to_numpy())  # a copy: MarketData owns its arrays
 
 
