@@ -348,7 +348,7 @@ def test_forward_fill_aligns_on_the_union() -> None:
     a = bars("A", [1.0, 2.0, 3.0, 4.0], open_=[1.0, 1.5, 2.5, 3.5])
     b = bars("B", [10.0, 20.0, 40.0], times=T0 + np.array([1, 2, 3]) * HOUR)
     c = bars("C", [7.0, 8.0], times=T0 + np.array([0, 2]) * HOUR)
-    data = PortfolioData.from_market_data([a, b, c], align="ffill")
+    data = PortfolioData.from_market_data([a, b, c], align="ffill", max_filled=1.0)
     # The grid starts at B's first bar; C misses 03:00 and repeats its 02:00 close.
     np.testing.assert_array_equal(data.timestamps, T0 + np.array([1, 2, 3]) * HOUR)
     np.testing.assert_array_equal(
@@ -359,8 +359,36 @@ def test_forward_fill_aligns_on_the_union() -> None:
     np.testing.assert_array_equal(data.filled[:, 2], [True, False, True])
     np.testing.assert_array_equal(data.features[2, 2], data.features[1, 2])
     np.testing.assert_array_equal(data.features[:, 0], np.asarray(a.features)[1:])
-    env = PortfolioVectorEnv(1, data=[a, b, c], align="ffill", episode_length=2)
+    env = PortfolioVectorEnv(1, data=data, episode_length=2)
     assert env.backend.obs_dim == 3 * 2 + 1 + 3
+
+
+def test_forward_fill_refuses_instruments_whose_dates_barely_overlap() -> None:
+    n = 100
+    a = bars("A", np.linspace(1.0, 2.0, n))
+    # B's bars end where A's are 30 bars from their end: 30% of B's grid bars would be stale.
+    b = bars("B", np.linspace(5.0, 6.0, n), times=T0 + (np.arange(n) - 30) * HOUR)
+    with pytest.raises(
+        ValueError,
+        match=r"align='ffill' fills 30\.0% of the 100 bars of instrument 'B' \(30 bars of previous "
+        r"closes; its own bars run 2023-12-30 18:00:00 to 2024-01-03 21:00:00, the grid "
+        r"2024-01-01 00:00:00 to 2024-01-05 03:00:00\): allowed is at most 10\.0% \(max_filled, "
+        r"--max-filled\)",
+    ):
+        PortfolioData.from_market_data([a, b], align="ffill")
+    with pytest.raises(ValueError, match=r"fills 30\.0% .* at most 29\.0%"):
+        PortfolioData.from_market_data([a, b], align="ffill", max_filled=0.29)
+    data = PortfolioData.from_market_data([a, b], align="ffill", max_filled=0.3)
+    assert data.filled[:, 1].sum() == 30 and not data.filled[:, 0].any()
+    # a few missing bars (a holiday calendar's) stay within the default
+    c = bars(
+        "C",
+        np.linspace(5.0, 6.0, n - 5),
+        times=np.delete(T0 + np.arange(n) * HOUR, [9, 19, 29, 39, 49]),
+    )
+    assert PortfolioData.from_market_data([a, c], align="ffill").filled[:, 1].sum() == 5
+    with pytest.raises(ValueError, match=r"max_filled = 1\.5 is invalid: allowed is a share"):
+        PortfolioData.from_market_data([a, c], align="ffill", max_filled=1.5)
 
 
 def test_portfolio_data_refusals() -> None:

@@ -109,10 +109,25 @@ def test_align_ffill_puts_misaligned_files_on_one_grid(tmp_path, capsys) -> None
     )
 
 
+def test_align_ffill_refuses_files_whose_dates_barely_overlap(tmp_path, capsys) -> None:
+    n = WARMUP_BARS + 300
+    a = write_daily_bar_csv(tmp_path / "A.csv", n)
+    b = write_daily_bar_csv(tmp_path / "B.csv", n + 100, seed=1)  # 100 bars on after A's last
+    argv = ["train", "--data", str(a), str(b), "--portfolio", "--align", "ffill", *TINY]
+    err = _error(argv, capsys)
+    assert "align='ffill' fills 25.0% of the 400 bars of instrument 'A'" in err
+    assert "allowed is at most 10.0% (max_filled, --max-filled)" in err
+    err = _error([*argv, "--max-filled", "0.2"], capsys)
+    assert "fills 25.0% " in err and "at most 20.0%" in err
+    err = _error([*argv, "--max-filled", "2"], capsys)
+    assert "--max-filled 2.0 is invalid: allowed is a share in [0, 1]" in err
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--align", "ffill"], "--align ffill is invalid without --portfolio"),
+        (["--max-filled", "0.5"], "--max-filled is invalid without --align ffill"),
         (["--portfolio", "--cross-fit"], "--cross-fit is invalid with --portfolio"),
         (["--portfolio", "--instrument", "A"], "--instrument is invalid with --portfolio"),
         (["--portfolio", "--env", "cost_bps=-1"], "PortfolioConfig.cost_bps = -1.0 is invalid"),

@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from agents.cli.options import UsageError
+from agents.cli.options import PROG, UsageError
+
+# The options that say how to read --data files (dest names), refused without --data.
+FILE_OPTIONS = (
+    "date_format",
+    "timestamp_unit",
+    "column",
+    "fill_volume",
+    "prices",
+    "sort",
+    "duplicates",
+    "skip_empty",
+    "sep",
+    "decimal",
+    "thousands",
+)
 
 
 def load_data(args: argparse.Namespace) -> Any:
@@ -13,11 +29,10 @@ def load_data(args: argparse.Namespace) -> Any:
     from gpu_trading_env.data.market_data import MarketData
 
     if not args.data:
-        if args.date_format or args.timestamp_unit or args.column or args.fill_volume is not None:
-            raise UsageError(
-                "--date-format, --timestamp-unit, --column and --fill-volume apply to --data "
-                "files: pass --data"
-            )
+        given = [o for o in FILE_OPTIONS if getattr(args, o, None) not in (None, False)]
+        if given:
+            named = ", ".join("--" + o.replace("_", "-") for o in given)
+            raise UsageError(f"{named}: these options apply to --data files: pass --data")
         data = MarketData.default()
     else:
         data = _load_files(args)
@@ -32,8 +47,9 @@ def _load_files(args: argparse.Namespace) -> Any:
     from gpu_trading_env.data.loaders import load_bars
 
     columns = dict(pair.partition("=")[::2] for pair in args.column or [])
+    csv = {k: getattr(args, k) for k in ("sep", "decimal", "thousands") if getattr(args, k)}
     try:
-        return load_bars(
+        data = load_bars(
             args.data,
             date_format=args.date_format,
             timestamp_unit=args.timestamp_unit,
@@ -41,6 +57,11 @@ def _load_files(args: argparse.Namespace) -> Any:
             symbol_column=args.symbol_column,
             columns={k.lower(): v for k, v in columns.items()},
             fill_volume=args.fill_volume,
+            prices=args.prices,
+            sort=args.sort,
+            duplicates=args.duplicates,
+            skip_empty=args.skip_empty,
+            read_csv_kwargs=csv or None,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -48,6 +69,12 @@ def _load_files(args: argparse.Namespace) -> Any:
         raise UsageError(
             f"--data {exc.filename or ' '.join(args.data)}: {exc.strerror or exc}"
         ) from None
+    notes = list(data.metadata.get("notes", []))
+    if args.prices is None and str(data.price_basis).startswith("adjusted"):
+        notes.insert(0, f"prices {data.price_basis} (--prices raw: the file's close as it is)")
+    for note in notes:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+    return data
 
 
 def is_synthetic(data: Any) -> bool:

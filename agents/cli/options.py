@@ -177,6 +177,15 @@ def validate(args: argparse.Namespace) -> None:
                 f"--column {pair!r} is invalid: pass FIELD=NAME with FIELD one of open, high, "
                 "low, close, volume, e.g. --column 'close=Adj Close'"
             )
+    for flag in ("sep", "decimal", "thousands"):
+        char = getattr(args, flag, None)
+        if char is not None and len(char) != 1:
+            _check(False, f"--{flag}", repr(char), "one character, e.g. ';' or ','")
+    if getattr(args, "max_filled", None) is not None:
+        if getattr(args, "align", None) is None:
+            raise UsageError("--max-filled is invalid without --align ffill: it bounds the fill")
+        mf = args.max_filled
+        _check(0.0 <= mf <= 1.0, "--max-filled", mf, "a share in [0, 1], e.g. 0.3")
     for path in getattr(args, "data", None) or []:
         if Path(path).is_dir():
             raise UsageError(f"--data {path}: is a folder; pass the CSV or Parquet files in it")

@@ -140,6 +140,25 @@ def _data_options(p: argparse.ArgumentParser) -> None:
         "(default: refuse a file with a missing volume, naming its line)",
     )
     g.add_argument(
+        "--prices",
+        choices=["adjusted", "raw"],
+        default=None,
+        help="adjusted: close = 'Adj Close', open/high/low scaled by Adj Close / Close; raw: "
+        "the file's close (default: adjusted where the file has an Adj Close column)",
+    )
+    g.add_argument("--sort", action="store_true", help="sort bars that are out of time order")
+    g.add_argument(
+        "--duplicates",
+        choices=["first", "last"],
+        default=None,
+        help="keep this bar of a repeated timestamp (default: refuse it)",
+    )
+    g.add_argument(
+        "--skip-empty", action="store_true", help="leave out bars with no price (default: refuse)"
+    )
+    for flag, example in (("--sep", ";"), ("--decimal", ","), ("--thousands", ",")):
+        g.add_argument(flag, default=None, metavar="CHAR", help=f"CSV {flag[2:]}, e.g. '{example}'")
+    g.add_argument(
         "--bars-per-year",
         type=float,
         default=None,
@@ -241,6 +260,14 @@ def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = Fa
         help="with --portfolio: put the instruments on the union of their timestamps, a missing "
         "bar being the previous close with volume 0 (default: refuse instruments whose "
         "timestamps differ)",
+    )
+    g.add_argument(
+        "--max-filled",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="with --align ffill: the largest share of an instrument's bars that may be filled "
+        "(default: 0.1)",
     )
     if not learner:
         return

@@ -64,7 +64,8 @@ def portfolio_data_of(args: argparse.Namespace) -> tuple[Any, Any]:
             f"({data.instruments[0]}): pass a file per instrument, --data A.csv B.csv ..."
         )
     try:
-        return data, PortfolioData.from_market_data(data, align=args.align)
+        mf = {} if getattr(args, "max_filled", None) is None else {"max_filled": args.max_filled}
+        return data, PortfolioData.from_market_data(data, align=args.align, **mf)
     except ValueError as exc:
         raise UsageError(f"--data: {exc}") from None
 

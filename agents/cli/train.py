@@ -285,6 +285,7 @@ def _train_metrics(
         "model_selection": _model_selection_text(run, settings),
         **{k: v for k, v in summary.items() if k != "inputs"},
         "data": describe_data(data),
+        "price_basis": data.price_basis,
         "order_cost_bps": args.config.order_cost_bps,
     }
     if run.inputs is not None:

@@ -14,7 +14,13 @@ table of bars, which :meth:`BarTable.build` turns into a ``MarketData``:
   magnitude (``timestamp_unit`` overrides), and refused when they are none of these;
 - several instruments come from a symbol column (long format: ``instrument``, ``symbol``,
   ``ticker``, ``asset`` or ``pair``) or from several files (each named after its file);
-- ``columns`` maps the OHLCV fields to the file's names, e.g. ``{"close": "Adj Close"}``.
+- ``columns`` maps the OHLCV fields to the file's names, e.g. ``{"volume": "Vol."}``;
+- a file with an adjusted close (``Adj Close``) is read adjusted unless ``prices="raw"``: the
+  close is the adjusted one and open, high and low are scaled by ``Adj Close / Close`` (volume
+  as in the file); ``BarTable.price_basis`` (``MarketData.price_basis``) says which close it is;
+- each instrument's bars must rise in time: newest-first bars are read oldest first (told in
+  ``notes``), other disorder needs ``sort=True``, a repeated timestamp ``duplicates="first"`` or
+  ``"last"``, and a bar with no price at all ``skip_empty=True``.
 
 Every error is a ``DataError`` (a ``ValueError``) naming the file, and the line and column where
 the file has them. Timestamp parsing is ``gpu_trading_env.data.timestamps``.
@@ -39,11 +45,18 @@ from gpu_trading_env.data.frames import (
     check_separator,
 )
 from gpu_trading_env.data.timestamps import DataError, parse_timestamps
-from gpu_trading_env.data.validation import OHLCV
+from gpu_trading_env.data.validation import OHLCV, PRICES
 
 __all__ = ["BarTable", "DataError", "read_bar_table"]
 
 T = TypeVar("T")
+
+# prices: None reads the adjusted close where the file has one, else the close.
+PRICE_BASES = (None, "adjusted", "raw")
+# duplicates: None refuses a repeated timestamp; "first" / "last" keep that bar of the file.
+DUPLICATE_RULES = (None, "first", "last")
+# Names of an adjusted close (Yahoo: "Adj Close"), matched after lower-casing.
+ADJUSTED_CLOSE_NAMES = ("adj close", "adj_close", "adjclose", "adj. close", "adjusted close")
 
 
 @dataclass(frozen=True)
@@ -53,12 +66,17 @@ class BarTable:
     :param table: columns ``timestamp``, ``instrument``, the OHLCV fields and any named feature
         columns; rows in file order, file after file.
     :param files: the files read, in order.
-    :param frames: each file with its rows of ``table`` (to name a file's line in an error).
+    :param frames: each file with its rows of ``table``, indexed by their row in the file (to
+        name a file's line in an error).
+    :param price_basis: which close the prices are (``MarketData.price_basis``).
+    :param notes: what was done to the rows, e.g. a newest-first file read oldest first.
     """
 
     table: pd.DataFrame
     files: tuple[Path, ...]
     frames: tuple[tuple[Path, pd.DataFrame], ...]
+    price_basis: str = ""
+    notes: tuple[str, ...] = ()
 
     def build(
         self,
@@ -79,10 +97,17 @@ class BarTable:
                 instrument_column="instrument",
                 features=features,
                 min_bars=min_bars,
-                metadata={"source": "file", "paths": [str(p) for p in files], **(metadata or {})},
+                metadata={
+                    "source": "file",
+                    "paths": [str(p) for p in files],
+                    "price_basis": self.price_basis,
+                    "notes": list(self.notes),
+                    **(metadata or {}),
+                },
             )
         except ValueError as exc:
-            # from_dataframe counts rows of the combined table from 0; a file's line is row + 2.
+            # from_dataframe counts rows of the combined table from 0; a file's line is its row
+            # in the file (the frame's index) + 2.
             raise DataError(f"{where}: {_with_lines(str(exc), list(self.frames))}") from None
 
 
@@ -98,6 +123,10 @@ def read_bar_table(
     features: str | Sequence[str] = "builtin",
     name: str | None = None,
     read_csv_kwargs: Mapping[str, Any] | None = None,
+    prices: str | None = None,
+    sort: bool = False,
+    duplicates: str | None = None,
+    skip_empty: bool = False,
 ) -> BarTable:
     """The bars of one or several CSV / Parquet files in one table (the options are
     :func:`~gpu_trading_env.data.loaders.load_bars`').
@@ -106,22 +135,47 @@ def read_bar_table(
     """
     files = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     feature_columns, mapping = _checked_options(
-        files, name, features, timestamp_unit, columns, fill_volume
+        files, name, features, timestamp_unit, columns, fill_volume, prices, duplicates
     )
-    frames = []
+    rows = _RowRules(prices, sort, duplicates, skip_empty, fill_volume, feature_columns)
+    frames, bases, notes = [], [], []
     for path in files:
         df = _read(path, read_csv_kwargs)
-        frame = _normalise(
-            df, path, date_format, timestamp_unit, time_column, symbol_column, mapping, fill_volume
+        frame, basis = _normalise(
+            df, path, date_format, timestamp_unit, time_column, symbol_column, mapping, rows, notes
         )
-        for column in feature_columns or ():
-            frame[column] = _numbers(df[_feature_column(df, path, column)], path, column)
+        del df  # the file's own table: free it before the next file is read
         if "instrument" not in frame.columns:
-            frame.insert(0, "instrument", path.stem if name is None else str(name))
+            # A categorical: one byte a row, not a string.
+            label = path.stem if name is None else str(name)
+            frame.insert(
+                0, "instrument", pd.Categorical.from_codes(np.zeros(len(frame), np.int8), [label])
+            )
+        frame = _ordered(frame, path, rows, notes)
         frames.append((path, frame))
+        bases.append(basis)
     _refuse_shared_instruments(frames)
-    df = pd.concat([f for _, f in frames], ignore_index=True) if len(frames) > 1 else frames[0][1]
-    return BarTable(df, tuple(files), tuple(frames))
+    if len(frames) > 1:
+        df = pd.concat([f for _, f in frames], ignore_index=True)
+    else:
+        df = frames[0][1].reset_index(drop=True)
+    if len(set(bases)) == 1:
+        basis = bases[0]
+    else:
+        basis = "; ".join(f"{p.name}: {b}" for p, b in zip(files, bases, strict=True))
+    return BarTable(df, tuple(files), tuple(frames), basis, tuple(notes))
+
+
+@dataclass(frozen=True)
+class _RowRules:
+    """The options of :func:`read_bar_table` that decide which rows and prices are read."""
+
+    prices: str | None
+    sort: bool
+    duplicates: str | None
+    skip_empty: bool
+    fill_volume: float | None
+    feature_columns: list[str] | None
 
 
 def _checked_options(
@@ -131,6 +185,8 @@ def _checked_options(
     timestamp_unit: str | None,
     columns: Mapping[str, str] | None,
     fill_volume: float | None,
+    prices: str | None = None,
+    duplicates: str | None = None,
 ) -> tuple[list[str] | None, dict[str, str]]:
     """``(feature_columns, mapping)``: the named feature columns (None for the built-in
     features) and the lower-cased ``{field: column}`` mapping, once :func:`read_bar_table`'s options
@@ -151,7 +207,74 @@ def _checked_options(
         raise DataError(f"column mapping names {bad_fields}: allowed fields are {list(OHLCV)}")
     if fill_volume is not None and not (np.isfinite(fill_volume) and fill_volume >= 0):
         raise DataError(f"fill_volume = {fill_volume!r} is invalid: allowed is a number >= 0")
+    if prices not in PRICE_BASES:
+        raise DataError(f"prices = {prices!r} is invalid: allowed is one of {PRICE_BASES}")
+    if duplicates not in DUPLICATE_RULES:
+        raise DataError(
+            f"duplicates = {duplicates!r} is invalid: allowed is one of {DUPLICATE_RULES}"
+        )
     return feature_columns, mapping
+
+
+def _ordered(frame: pd.DataFrame, path: Path, rows: _RowRules, notes: list[str]) -> pd.DataFrame:
+    """``frame`` with each instrument's bars oldest first and one bar per timestamp.
+
+    A newest-first instrument (timestamps never rising) is read oldest first; other disorder
+    needs ``rows.sort``, a repeated timestamp ``rows.duplicates``; each change is told in
+    ``notes``. Otherwise a DataError names the two lines and the option.
+    """
+    ts = frame["timestamp"].to_numpy().view(np.int64)
+    codes, names = pd.factorize(frame["instrument"])  # codes: no Python string per row
+    groups = (
+        [np.arange(len(frame))]
+        if len(names) == 1
+        else [np.flatnonzero(codes == k) for k in range(len(names))]
+    )
+    parts, changed = [], False
+    for name, idx in zip(names, groups, strict=True):
+        t = ts[idx]
+        down = t[1:] < t[:-1]
+        label = f"{path}" + (f", instrument {name!r}" if len(names) > 1 else "")
+        if down.any():
+            if not (t[1:] <= t[:-1]).all() and not rows.sort:
+                i = int(np.argmax(down))
+                raise DataError(
+                    f"{label}, line {_line(frame, idx[i + 1])}: timestamp "
+                    f"{pd.Timestamp(t[i + 1])} is earlier than line {_line(frame, idx[i])}'s "
+                    f"({pd.Timestamp(t[i])}): the bars are out of order; pass --sort (sort=True) "
+                    "to sort them by time"
+                )
+            newest_first = bool((t[1:] <= t[:-1]).all())
+            what = "newest-first bars read oldest first" if newest_first else "bars sorted by time"
+            notes.append(f"{label}: {what}")
+            idx = idx[np.argsort(t, kind="stable")]  # equal timestamps keep their file order
+            t = ts[idx]
+            changed = True
+        same = t[1:] == t[:-1]
+        if same.any():
+            if rows.duplicates is None:
+                i = int(np.argmax(same))
+                raise DataError(
+                    f"{label}, line {_line(frame, idx[i + 1])}: repeated timestamp "
+                    f"{pd.Timestamp(t[i])} (also line {_line(frame, idx[i])}): pass --duplicates "
+                    "first or --duplicates last (duplicates='first' / 'last') to keep that bar "
+                    "of each timestamp"
+                )
+            keep = np.r_[True, ~same] if rows.duplicates == "first" else np.r_[~same, True]
+            n = int(same.sum())
+            notes.append(
+                f"{label}: {n} bar{'s' * (n != 1)} of a repeated timestamp left out "
+                f"(--duplicates {rows.duplicates})"
+            )
+            idx = idx[keep]
+            changed = True
+        parts.append(idx)
+    return frame.iloc[np.concatenate(parts)] if changed else frame
+
+
+def _line(frame: pd.DataFrame, row: int) -> int:
+    """The file's line of ``frame``'s row ``row`` (its index is the row in the file)."""
+    return int(frame.index[row]) + 2
 
 
 def _refuse_shared_instruments(frames: list[tuple[Path, pd.DataFrame]]) -> None:
@@ -249,9 +372,11 @@ def _normalise(
     time_column: str | None,
     symbol_column: str | None,
     mapping: dict[str, str],
-    fill_volume: float | None = None,
-) -> pd.DataFrame:
-    """A frame with columns timestamp (datetime64), [instrument], open, high, low, close, volume."""
+    rows: _RowRules,
+    notes: list[str],
+) -> tuple[pd.DataFrame, str]:
+    """``(frame, price_basis)``: a frame with columns timestamp (datetime64), [instrument], open,
+    high, low, close, volume and the named feature columns, indexed by the row in the file."""
     if len(df) == 0:
         raise DataError(f"{path}: has a header but no rows")
     if not isinstance(df.index, pd.RangeIndex):
@@ -280,31 +405,132 @@ def _normalise(
         if sym.isna().any():
             i = int(np.argmax(sym.isna().to_numpy()))
             raise DataError(f"{path}, line {i + 2}, column {sym_col!r}: no instrument name")
-        out["instrument"] = sym.astype(str).to_numpy()
+        out["instrument"] = sym.astype(str).astype("category").array
+    cols = {field: _field_column(df, lower, path, mapping, field) for field in OHLCV}
+    adj, raw_close = _adjusted_close(df, lower, path, mapping, rows.prices, cols["close"])
+    if adj is not None:
+        cols["close"] = raw_close  # read the close the adjusted one scales (its ratio's base)
+    prices = [cols[f] for f in PRICES] + ([adj] if adj is not None else [])
+    empty = np.logical_and.reduce([df[c].isna().to_numpy() for c in prices])
+    skip = empty if rows.skip_empty else None
     for field in OHLCV:
-        name = mapping.get(field)
-        if name is not None:
-            if name not in df.columns:
-                raise DataError(
-                    f"{path}: no column {name!r} for {field} (--column {field}={name}); "
-                    f"the file has {list(map(str, df.columns))}"
-                )
-            col = name
-        else:
-            col = lower.get(field)
-            if col is None:
-                raise DataError(
-                    f"{path}: no {field!r} column among {list(map(str, df.columns))}: "
-                    f"pass --column {field}=NAME"
-                )
-        values = df[col]
-        hint = ""
+        values = df[cols[field]]
+        if field == "volume" and rows.fill_volume is not None:
+            values = values.where(values.notna(), rows.fill_volume)
+        out[field] = _numbers(values, path, cols[field], _missing_hint(field, empty), skip)
+    for column in rows.feature_columns or ():
+        out[column] = _numbers(df[_feature_column(df, path, column)], path, column, "", skip)
+    adjusted = None if adj is None else _numbers(df[adj], path, adj, "", skip)
+    if skip is not None and skip.any():
+        n = int(skip.sum())
+        notes.append(f"{path}: {n} bar{'s' * (n != 1)} with no price left out (--skip-empty)")
+        out = out[~skip]
+        adjusted = None if adjusted is None else adjusted[~skip]
+    if adjusted is None:
+        unused = _adjusted_name(lower)
+        return out, f"raw: close is {str(cols['close'])!r} as in the file" + (
+            f" (its {str(unused)!r} unused: --prices raw)" if unused is not None else ""
+        )
+    _adjust(out, adjusted, path, adj, raw_close)
+    return out, (
+        f"adjusted: close is {str(adj)!r}; open, high and low scaled by {str(adj)!r} / "
+        f"{str(raw_close)!r}; volume as in the file"
+    )
+
+
+def _field_column(
+    df: pd.DataFrame, lower: dict[str, Any], path: Path, mapping: dict[str, str], field: str
+) -> Any:
+    """The file's column of OHLCV ``field``: ``mapping``'s, else the one so named (any case)."""
+    name = mapping.get(field)
+    if name is not None:
+        if name not in df.columns:
+            raise DataError(
+                f"{path}: no column {name!r} for {field} (--column {field}={name}); "
+                f"the file has {list(map(str, df.columns))}"
+            )
+        return name
+    col = lower.get(field)
+    if col is None:
+        raise DataError(
+            f"{path}: no {field!r} column among {list(map(str, df.columns))}: "
+            f"pass --column {field}=NAME"
+        )
+    return col
+
+
+def _adjusted_name(lower: dict[str, Any]) -> Any:
+    """The file's adjusted-close column (``Adj Close`` and the like), or None."""
+    return next((lower[n] for n in ADJUSTED_CLOSE_NAMES if n in lower), None)
+
+
+def _adjusted_close(
+    df: pd.DataFrame,
+    lower: dict[str, Any],
+    path: Path,
+    mapping: dict[str, str],
+    prices: str | None,
+    close_col: Any,
+) -> tuple[Any, Any]:
+    """``(adjusted close column, raw close column)`` when the prices are adjusted, else
+    ``(None, None)``: ``prices="adjusted"``, or by default a file with an adjusted close (a
+    ``--column close=...`` naming it counts as asking for it)."""
+    if prices == "raw":
+        return None, None
+    mapped = mapping.get("close")
+    if mapped is not None and str(mapped).strip().lower() in ADJUSTED_CLOSE_NAMES:
+        adj, raw = mapped, lower.get("close")
+    else:
+        adj, raw = _adjusted_name(lower), close_col
+        if prices is None and mapped is not None:
+            return None, None  # --column close=NAME of an unadjusted close: read as it is
+    if adj is None or raw is None:
+        if prices is None:
+            return None, None
+        raise DataError(
+            f"{path}: --prices adjusted (prices='adjusted') needs an adjusted close (e.g. "
+            f"'Adj Close') and the close it adjusts; the file has {list(map(str, df.columns))}: "
+            "pass --prices raw"
+        )
+    return adj, raw
+
+
+def _adjust(out: pd.DataFrame, adjusted: np.ndarray, path: Path, adj: Any, raw: Any) -> None:
+    """Scale open, high and low of ``out`` by ``adjusted / close`` and make ``adjusted`` the
+    close, in place; volume stays as in the file."""
+    close = out["close"].to_numpy()
+    bad = ~((close > 0) & np.isfinite(close) & (adjusted > 0) & np.isfinite(adjusted))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise DataError(
+            f"{path}, line {int(out.index[i]) + 2}: column {str(raw)!r} {close[i]} and column "
+            f"{str(adj)!r} {adjusted[i]} give no adjustment ratio (allowed: both finite and "
+            "> 0); fix the line, or pass --prices raw to read the close as it is"
+        )
+    ratio = adjusted / close
+    o, h, lo = (out[c].to_numpy() for c in ("open", "high", "low"))
+    o2, h2, l2 = (np.where(x == close, adjusted, x * ratio) for x in (o, h, lo))
+    # Rounding of the products must not break high >= max(open, close) and low <= min(...)
+    # where the file's bar keeps them (a bar that breaks them is still refused, naming it).
+    h2 = np.where(h >= np.maximum(o, close), np.maximum(h2, np.maximum(o2, adjusted)), h2)
+    l2 = np.where(lo <= np.minimum(o, close), np.minimum(l2, np.minimum(o2, adjusted)), l2)
+    out["open"], out["high"], out["low"], out["close"] = o2, h2, l2, adjusted
+
+
+def _missing_hint(field: str, empty: np.ndarray) -> Callable[[int], str]:
+    """The fix named after a missing value of ``field`` at row ``i``."""
+
+    def hint(i: int) -> str:
+        if empty[i]:
+            return (
+                "; the bar has no prices (a holiday or gap of the export): pass --skip-empty "
+                "(skip_empty=True) to leave out such bars"
+            )
         if field == "volume":
-            if fill_volume is not None:
-                values = values.where(values.notna(), fill_volume)
-            hint = "; pass --fill-volume 0 to count missing volumes as 0 (fill_volume=0)"
-        out[field] = _numbers(values, path, col, hint)
-    return out
+            return "; pass --fill-volume 0 to count missing volumes as 0 (fill_volume=0)"
+        return "; fill in the value or delete the line"
+
+    return hint
 
 
 def _pick(
@@ -331,13 +557,23 @@ def _pick(
     return None
 
 
-def _numbers(col: pd.Series, path: Path, name: Any, hint: str = "") -> np.ndarray:
-    """float64 [N] of a column; a missing value raises DataError naming its line, plus ``hint``."""
+def _numbers(
+    col: pd.Series,
+    path: Path,
+    name: Any,
+    hint: str | Callable[[int], str] = "",
+    skip: np.ndarray | None = None,
+) -> np.ndarray:
+    """float64 [N] of a column; a missing value raises DataError naming its line, plus ``hint``
+    (of the row, if a function); rows ``skip`` marks may miss their value (they are NaN)."""
     missing = col.isna().to_numpy()
+    if skip is not None:
+        missing = missing & ~skip
     if missing.any():
         i = int(np.argmax(missing))
+        tail = hint(i) if callable(hint) else hint
         raise DataError(
-            f"{path}, line {i + 2}, column {str(name)!r}: no value (empty, NaN or N/A){hint}"
+            f"{path}, line {i + 2}, column {str(name)!r}: no value (empty, NaN or N/A){tail}"
         )
     if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
         return col.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -347,8 +583,24 @@ def _numbers(col: pd.Series, path: Path, name: Any, hint: str = "") -> np.ndarra
         i = int(np.argmax(bad))
         raise DataError(
             f"{path}, line {i + 2}, column {str(name)!r}: {col.iloc[i]!r} is not a number"
+            f"{_number_fix(str(col.iloc[i]))}"
         )
     return conv.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _number_fix(text: str) -> str:
+    """The option that reads ``text`` as a number, where one does."""
+    text = text.strip()
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", text):
+        return "; pass --thousands ',' (read_csv_kwargs={'thousands': ','})"
+    if re.fullmatch(r"[-+]?\d{1,3}(\.\d{3})+(,\d+)?", text):
+        return (
+            "; pass --thousands . --decimal ',' (read_csv_kwargs={'thousands': '.', "
+            "'decimal': ','})"
+        )
+    if re.fullmatch(r"[-+]?\d+,\d+", text):
+        return "; pass --decimal ',' (read_csv_kwargs={'decimal': ','})"
+    return ""
 
 
 def _with_lines(message: str, frames: list[tuple[Path, pd.DataFrame]]) -> str:
@@ -358,7 +610,7 @@ def _with_lines(message: str, frames: list[tuple[Path, pd.DataFrame]]) -> str:
     def line(m: re.Match) -> str:
         row = int(m.group(1))
         k = int(np.searchsorted(ends, row, side="right"))
-        local = row - (int(ends[k - 1]) if k else 0)
+        local = int(frames[k][1].index[row - (int(ends[k - 1]) if k else 0)])
         return f"line {local + 2}" if len(frames) == 1 else f"{frames[k][0]} line {local + 2}"
 
     return re.sub(r"\brow (\d+)\b", line, message)

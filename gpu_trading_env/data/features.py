@@ -17,6 +17,8 @@ feature is dimensionless.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
@@ -202,112 +204,95 @@ def _window_autocorr(x: np.ndarray, window: int) -> np.ndarray:
 
 def _raw_features(
     o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray, v: np.ndarray
-) -> list[np.ndarray]:
-    """The 51 raw indicators, each float64 [T], NaN where a window is not yet full."""
+) -> Iterator[np.ndarray]:
+    """The 51 raw indicators, each float64 [T], NaN where a window is not yet full, one at a
+    time: a long series never holds all 51 at once."""
     logc = np.log(c)
     r1 = np.diff(logc, prepend=np.nan)
-    trend, rvol = _trend_features(c, logc, r1)
-    cols = [
-        *trend,
-        *_oscillator_features(h, lo, c),
-        *_candle_features(o, h, lo, c),
-        *_volume_features(v),
-        *_range_features(h, lo, c, logc, r1, rvol),
-    ]
-    assert len(cols) == len(FEATURE_NAMES)
-    return cols
+    r1s = pd.Series(r1)
+    rvol = {w: r1s.rolling(w, min_periods=w).std(ddof=0).to_numpy() for w in (5, 10, 20, 60)}
+    yield from _trend_features(c, logc, rvol)
+    yield from _oscillator_features(h, lo, c)
+    yield from _candle_features(o, h, lo, c)
+    yield from _volume_features(v)
+    yield from _range_features(h, lo, c, logc, r1, rvol)
 
 
 def _trend_features(
-    c: np.ndarray, logc: np.ndarray, r1: np.ndarray
-) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
-    """Log returns over 7 lags, realised volatility over 4 windows (also returned by window),
-    the log distance to 5 moving averages and to 4 exponential ones."""
+    c: np.ndarray, logc: np.ndarray, rvol: dict[int, np.ndarray]
+) -> Iterator[np.ndarray]:
+    """Log returns over 7 lags, realised volatility over 4 windows (``rvol``, by window), the
+    log distance to 5 moving averages and to 4 exponential ones."""
     cs = pd.Series(c)
-    r1s = pd.Series(r1)
-    cols: list[np.ndarray] = []
-
     for k in (1, 2, 3, 5, 10, 20, 60):
-        cols.append(logc - _lagged(logc, k))
-
-    rvol = {}
-    for w in (5, 10, 20, 60):
-        rvol[w] = r1s.rolling(w, min_periods=w).std(ddof=0).to_numpy()
-        cols.append(rvol[w])
+        yield logc - _lagged(logc, k)
+    yield from rvol.values()
 
     for w in (5, 10, 20, 50, 100):
-        cols.append(logc - np.log(cs.rolling(w, min_periods=w).mean().to_numpy()))
-
+        yield logc - np.log(cs.rolling(w, min_periods=w).mean().to_numpy())
     for span in (5, 12, 26, 50):
-        cols.append(logc - np.log(cs.ewm(span=span, adjust=False).mean().to_numpy()))
-    return cols, rvol
+        yield logc - np.log(cs.ewm(span=span, adjust=False).mean().to_numpy())
 
 
-def _oscillator_features(h: np.ndarray, lo: np.ndarray, c: np.ndarray) -> list[np.ndarray]:
+def _oscillator_features(h: np.ndarray, lo: np.ndarray, c: np.ndarray) -> Iterator[np.ndarray]:
     """RSI, MACD (line, signal, histogram), Bollinger position and width, ATR, stochastic %K
     and %D."""
     cs = pd.Series(c)
     hs = pd.Series(h)
     ls = pd.Series(lo)
-    cols: list[np.ndarray] = []
     dc = cs.diff()
     gain = dc.clip(lower=0.0).ewm(alpha=1.0 / 14, adjust=False).mean().to_numpy()
     loss = (-dc).clip(lower=0.0).ewm(alpha=1.0 / 14, adjust=False).mean().to_numpy()
-    cols.append(_ratio(gain, gain + loss, 0.5))
+    yield _ratio(gain, gain + loss, 0.5)
 
     ema12 = cs.ewm(span=12, adjust=False).mean().to_numpy()
     ema26 = cs.ewm(span=26, adjust=False).mean().to_numpy()
     macd = (ema12 - ema26) / c
     signal = pd.Series(macd).ewm(span=9, adjust=False).mean().to_numpy()
-    cols += [macd, signal, macd - signal]
+    yield from (macd, signal, macd - signal)
 
     mid = cs.rolling(20, min_periods=20).mean().to_numpy()
     sd = cs.rolling(20, min_periods=20).std(ddof=0).to_numpy()
-    cols.append(_ratio(c - (mid - 2.0 * sd), 4.0 * sd, 0.5))
-    cols.append(4.0 * sd / mid)
+    yield _ratio(c - (mid - 2.0 * sd), 4.0 * sd, 0.5)
+    yield 4.0 * sd / mid
 
     prev_c = _lagged(c, 1)
     tr = np.fmax(h - lo, np.fmax(np.abs(h - prev_c), np.abs(lo - prev_c)))
-    cols.append(pd.Series(tr).ewm(alpha=1.0 / 14, adjust=False).mean().to_numpy() / c)
+    yield pd.Series(tr).ewm(alpha=1.0 / 14, adjust=False).mean().to_numpy() / c
 
     hh14 = hs.rolling(14, min_periods=14).max().to_numpy()
     ll14 = ls.rolling(14, min_periods=14).min().to_numpy()
     stoch_k = _ratio(c - ll14, hh14 - ll14, 0.5)
     stoch_k = np.where(np.isnan(hh14), np.nan, stoch_k)
-    cols.append(stoch_k)
-    cols.append(pd.Series(stoch_k).rolling(3, min_periods=3).mean().to_numpy())
-    return cols
+    yield stoch_k
+    yield pd.Series(stoch_k).rolling(3, min_periods=3).mean().to_numpy()
 
 
 def _candle_features(
     o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray
-) -> list[np.ndarray]:
+) -> Iterator[np.ndarray]:
     """The bar's log range, close location, body, upper and lower wicks, and the opening gap."""
     prev_c = _lagged(c, 1)
     rng = h - lo
-    return [
-        np.log(h / lo),
-        _ratio((c - lo) - (h - c), rng, 0.0),
-        _ratio(c - o, rng, 0.0),
-        _ratio(h - np.maximum(o, c), rng, 0.0),
-        _ratio(np.minimum(o, c) - lo, rng, 0.0),
-        np.log(o / prev_c),
-    ]
+    yield np.log(h / lo)
+    yield _ratio((c - lo) - (h - c), rng, 0.0)
+    yield _ratio(c - o, rng, 0.0)
+    yield _ratio(h - np.maximum(o, c), rng, 0.0)
+    yield _ratio(np.minimum(o, c) - lo, rng, 0.0)
+    yield np.log(o / prev_c)
 
 
-def _volume_features(v: np.ndarray) -> list[np.ndarray]:
+def _volume_features(v: np.ndarray) -> Iterator[np.ndarray]:
     """The log volume's z-score over 20 and 60 bars and its change."""
     # log1p keeps zero-volume bars finite.
     lv = np.log1p(v)
     lvs = pd.Series(lv)
-    cols: list[np.ndarray] = []
     for w in (20, 60):
         m = lvs.rolling(w, min_periods=w).mean().to_numpy()
         s = lvs.rolling(w, min_periods=w).std(ddof=0).to_numpy()
         z = _ratio(lv - m, s, 0.0)
-        cols.append(np.where(np.isnan(m), np.nan, z))
-    cols.append(np.diff(lv, prepend=np.nan))
-    return cols
+        yield np.where(np.isnan(m), np.nan, z)
+    yield np.diff(lv, prepend=np.nan)
 
 
 def _range_features(
@@ -317,39 +302,37 @@ def _range_features(
     logc: np.ndarray,
     r1: np.ndarray,
     rvol: dict[int, np.ndarray],
-) -> list[np.ndarray]:
+) -> Iterator[np.ndarray]:
     """Return skew and kurtosis, distance to the high and low of 20 and 60 bars, the worst
     drawdown, Parkinson volatility, the volatility ratio, autocorrelation and the CCI."""
     hs = pd.Series(h)
     ls = pd.Series(lo)
-    cols: list[np.ndarray] = []
     for w in (20, 60):
         sk, ku = _window_moments(r1, w)
-        cols += [sk, ku]
+        yield from (sk, ku)
 
     for w in (20, 60):
-        cols.append(logc - np.log(hs.rolling(w, min_periods=w).max().to_numpy()))
-        cols.append(logc - np.log(ls.rolling(w, min_periods=w).min().to_numpy()))
+        yield logc - np.log(hs.rolling(w, min_periods=w).max().to_numpy())
+        yield logc - np.log(ls.rolling(w, min_periods=w).min().to_numpy())
 
     logcs = pd.Series(logc)
     drawdown = logcs - logcs.rolling(60, min_periods=60).max()
-    cols.append(drawdown.rolling(60, min_periods=60).min().to_numpy())
+    yield drawdown.rolling(60, min_periods=60).min().to_numpy()
 
     hl2 = pd.Series(np.log(h / lo) ** 2)
-    cols.append(np.sqrt(hl2.rolling(20, min_periods=20).mean().to_numpy() / (4.0 * np.log(2.0))))
+    yield np.sqrt(hl2.rolling(20, min_periods=20).mean().to_numpy() / (4.0 * np.log(2.0)))
 
     with np.errstate(divide="ignore", invalid="ignore"):
         vr = np.log(rvol[5] / rvol[60])
-    cols.append(np.where((rvol[5] == 0.0) | (rvol[60] == 0.0), 0.0, vr))
+    yield np.where((rvol[5] == 0.0) | (rvol[60] == 0.0), 0.0, vr)
 
-    cols.append(_window_autocorr(r1, 20))
+    yield _window_autocorr(r1, 20)
 
     tp = pd.Series((h + lo + c) / 3.0)
     tp_mean = tp.rolling(20, min_periods=20).mean().to_numpy()
     tp_sd = tp.rolling(20, min_periods=20).std(ddof=0).to_numpy()
     cci = _ratio(tp.to_numpy() - tp_mean, tp_sd, 0.0)
-    cols.append(np.where(np.isnan(tp_mean), np.nan, cci))
-    return cols
+    yield np.where(np.isnan(tp_mean), np.nan, cci)
 
 
 def compute_features(
@@ -379,31 +362,36 @@ def compute_features(
         )
     o, h, lo, c, v = arrays
 
+    # [T, F] filled column by column as the raw indicators come: no [F, T] copy to transpose.
+    out = np.empty((t, len(FEATURE_NAMES)), dtype=np.float32)
+    j = -1
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        raw_columns = _raw_features(o, h, lo, c, v)
-    out = np.empty((len(FEATURE_NAMES), t), dtype=np.float32)
+        for j, raw in enumerate(_raw_features(o, h, lo, c, v)):
+            out[:, j] = _normalised(raw)
+    assert j == len(FEATURE_NAMES) - 1
+    assert all(np.isfinite(out[a : a + 65536]).all() for a in range(WARMUP_BARS, t, 65536))
+    return out
+
+
+def _normalised(col: np.ndarray) -> np.ndarray:
+    """One raw indicator, float64 [T], as its trailing rolling z-score, clipped (the module doc)."""
     # Column by column on contiguous 1-D arrays: pandas rolls a Series about twice as fast as a
     # 2-D frame, and the elementwise work stays cache-friendly.
-    for j, col in enumerate(raw_columns):
-        raw = np.array(col, dtype=np.float64)
-        raw[:RAW_WARMUP_BARS] = np.nan
-        # Past the raw warm-up a NaN or inf can only come from degenerate data (e.g. a window of
-        # equal prices); replacing it elementwise keeps causality, a fill along time would not.
-        tail = raw[RAW_WARMUP_BARS:]
-        tail[~np.isfinite(tail)] = 0.0
-        roll = pd.Series(raw).rolling(NORM_WINDOW, min_periods=NORM_MIN_PERIODS)
-        mean = roll.mean().to_numpy()
-        std = roll.std(ddof=0).to_numpy()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = (raw - mean) / std
-        # A (nearly) constant trailing window carries no information: 0 instead of noise / 0.
-        flat = ~(std > 1e-12 * np.maximum(np.abs(mean), 1e-300))
-        z[flat] = 0.0
-        np.clip(z, -CLIP, CLIP, out=z)
-        z[:WARMUP_BARS] = np.nan
-        tail = z[WARMUP_BARS:]
-        tail[~np.isfinite(tail)] = 0.0
-        out[j] = z
-    out = np.ascontiguousarray(out.T)
-    assert np.isfinite(out[WARMUP_BARS:]).all()
-    return out
+    raw = np.array(col, dtype=np.float64)
+    raw[:RAW_WARMUP_BARS] = np.nan
+    # Past the raw warm-up a NaN or inf can only come from degenerate data (e.g. a window of
+    # equal prices); replacing it elementwise keeps causality, a fill along time would not.
+    tail = raw[RAW_WARMUP_BARS:]
+    tail[~np.isfinite(tail)] = 0.0
+    roll = pd.Series(raw).rolling(NORM_WINDOW, min_periods=NORM_MIN_PERIODS)
+    mean = roll.mean().to_numpy()
+    std = roll.std(ddof=0).to_numpy()
+    z = (raw - mean) / std
+    # A (nearly) constant trailing window carries no information: 0 instead of noise / 0.
+    flat = ~(std > 1e-12 * np.maximum(np.abs(mean), 1e-300))
+    z[flat] = 0.0
+    np.clip(z, -CLIP, CLIP, out=z)
+    z[:WARMUP_BARS] = np.nan
+    tail = z[WARMUP_BARS:]
+    tail[~np.isfinite(tail)] = 0.0
+    return z

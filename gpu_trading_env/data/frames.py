@@ -14,7 +14,13 @@ import numpy as np
 import pandas as pd
 
 from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
-from gpu_trading_env.data.timestamps import DataError, day_month_format, refuse_mixed_zones
+from gpu_trading_env.data.timestamps import (
+    TS_MAX,
+    TS_MIN,
+    DataError,
+    day_month_format,
+    refuse_mixed_zones,
+)
 from gpu_trading_env.data.validation import OHLCV, Where, check_finite, validate_bars
 
 # The one set of column names of bar tables (files and DataFrames), matched in any letter case:
@@ -82,10 +88,14 @@ def arrays_from_dataframe(
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in (*OHLCV, "ts", "features")}
     offsets = [0]
-    for inst_name in names:
-        rows = np.arange(len(df)) if inst is None else np.flatnonzero(inst == inst_name)
-        cols = {c: ohlcv[c][rows] for c in OHLCV}
-        its = ts[rows]
+    for k, inst_name in enumerate(names):
+        if len(names) == 1:  # views, not copies: a long series is not held twice
+            rows: Any = range(len(df))
+            cols, its = ohlcv, ts
+        else:
+            rows = np.flatnonzero(inst == k)
+            cols = {c: ohlcv[c][rows] for c in OHLCV}
+            its = ts[rows]
         feats = _instrument_features(
             cols, its, rows, inst_name, feat_names, warmup, user_feats, min_bars
         )
@@ -111,8 +121,8 @@ def _instrument_rows(
     instrument_column: str | None,
     name: str,
 ) -> tuple[np.ndarray | None, list[str]]:
-    """``(inst, names)``: each row's instrument as a string array (``None`` for a table of one
-    instrument, then named ``name``) and the instruments in order of first appearance."""
+    """``(inst, names)``: each row's instrument as an index into ``names`` (``None`` for a table
+    of one instrument, then named ``name``) and the instruments in order of first appearance."""
     inst_col = None
     if instrument_column is not None:
         inst_col = find_column(labels, instrument_column)
@@ -130,8 +140,11 @@ def _instrument_rows(
     if missing_inst.any():
         i = int(np.argmax(missing_inst))
         raise ValueError(f"instrument column {inst_col!r} is missing a value at row {i}")
-    inst = raw_inst.astype(str).to_numpy()
-    return inst, list(pd.unique(inst))
+    # Codes, not an array of strings: one Python object per row would outweigh the bars.
+    if not isinstance(raw_inst.dtype, pd.CategoricalDtype):
+        raw_inst = raw_inst.astype(str)
+    codes, uniques = pd.factorize(raw_inst)
+    return codes, [str(u) for u in uniques]
 
 
 def _feature_columns(
@@ -194,13 +207,17 @@ def _concatenated(
     feat_names: tuple[str, ...],
 ) -> dict[str, Any]:
     """The instruments' parts joined into ``MarketData``'s arrays (features float32, C order)."""
-    features_arr = np.ascontiguousarray(np.concatenate(parts["features"]), dtype=np.float32)
+
+    def joined(p: list[np.ndarray]) -> np.ndarray:
+        return p[0] if len(p) == 1 else np.concatenate(p)  # one instrument: its rows, no copy
+
+    features_arr = np.ascontiguousarray(joined(parts["features"]), dtype=np.float32)
     if not np.isfinite(features_arr).all():  # compute_features promises this; keep it honest
         raise RuntimeError("non-finite feature after the warm-up: please report this bug")
     return {
         "features": features_arr,
-        **{c: np.concatenate(parts[c]) for c in OHLCV},
-        "timestamps": np.concatenate(parts["ts"]),
+        **{c: joined(parts[c]) for c in OHLCV},
+        "timestamps": joined(parts["ts"]),
         "instrument_offsets": np.asarray(offsets, dtype=np.int64),
         "instruments": names,
         "feature_names": feat_names,
@@ -214,9 +231,8 @@ def check_separator(df: pd.DataFrame, where: str) -> None:
     if semi:
         raise DataError(
             f"{where}: the header {semi[0]!r} is separated by ';', not ','; such files often "
-            "write decimal commas (1,5) too. Convert it once, e.g. pd.read_csv(path, sep=';', "
-            "decimal=',').to_csv(new_path, index=False), or in Python pass "
-            "MarketData.from_csv(path, read_csv_kwargs={'sep': ';', 'decimal': ','})"
+            "write decimal commas (1,5) too: pass --sep ';' --decimal ',' (in Python "
+            "read_csv_kwargs={'sep': ';', 'decimal': ','})"
         )
 
 
@@ -267,6 +283,8 @@ def frame_timestamps(
         raw = df[col]
         label = f"timestamp column {col!r}"
 
+    if pd.api.types.is_datetime64_any_dtype(raw) and not isinstance(raw, pd.DatetimeIndex):
+        raw = pd.DatetimeIndex(raw)  # parsed already (a bar file's table): no text to read
     if not isinstance(raw, pd.DatetimeIndex):
         if pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw):
             raise ValueError(
@@ -290,15 +308,23 @@ def frame_timestamps(
             raise ValueError(f"{label} has a missing value (NaT) at row {i}")
     if idx.tz is not None:
         idx = idx.tz_convert("UTC").tz_localize(None)
-    return idx.as_unit("ns").to_numpy()
+    out = np.asarray((idx < TS_MIN) | (idx > TS_MAX))
+    if out.any():
+        i = int(np.argmax(out))
+        raise ValueError(
+            f"{label} has {idx[i]} at row {i}, outside the allowed range {TS_MIN.date()} to "
+            f"{TS_MAX.date()} (datetime64[ns])"
+        )
+    return np.array(idx.as_unit("ns").to_numpy())  # a copy: MarketData owns its arrays
 
 
 def numeric_column(col: pd.Series, name: str) -> np.ndarray:
-    """float64 [len(col)]; NaN/inf pass through (the caller reports them with their row)."""
+    """float64 [len(col)], a copy (MarketData keeps it: the caller's frame may change); NaN/inf
+    pass through (the caller reports them with their row)."""
     if pd.api.types.is_bool_dtype(col):
         raise ValueError(f"column {name!r} is boolean, not numeric")
     if pd.api.types.is_numeric_dtype(col):
-        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+        return col.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
     conv = pd.to_numeric(col, errors="coerce")
     bad = (pd.isna(conv) & ~pd.isna(col)).to_numpy()
     if bad.any():

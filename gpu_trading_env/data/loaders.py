@@ -29,6 +29,10 @@ def load_bars(
     name: str | None = None,
     read_csv_kwargs: Mapping[str, Any] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    prices: str | None = None,
+    sort: bool = False,
+    duplicates: str | None = None,
+    skip_empty: bool = False,
 ) -> MarketData:
     """One ``MarketData`` from one or several CSV / Parquet files of OHLCV bars.
 
@@ -48,6 +52,16 @@ def load_bars(
     :param read_csv_kwargs: extra ``pandas.read_csv`` keywords for CSV files, e.g.
         ``{"sep": ";", "decimal": ","}``.
     :param metadata: extra entries for ``MarketData.metadata``.
+    :param prices: ``"adjusted"``: the close is the file's adjusted close (``Adj Close``) and
+        open, high and low are scaled by ``Adj Close / Close`` (dividends and splits; volume as
+        in the file); ``"raw"``: the close as in the file; None (the default): adjusted where
+        the file has an adjusted close, else raw. ``MarketData.price_basis`` says which.
+    :param sort: sort bars that are out of order by time (a newest-first file, whose
+        timestamps never rise, is read oldest first without it).
+    :param duplicates: ``"first"`` or ``"last"``: keep that bar (in file order) of a repeated
+        timestamp; None (the default) refuses a repeated timestamp.
+    :param skip_empty: leave out bars with no price at all (holidays or gaps of an export);
+        by default they are refused.
     :raises DataError: on anything the file does not say clearly; the message names the fix.
     """
     table = read_bar_table(
@@ -61,6 +75,10 @@ def load_bars(
         features=features,
         name=name,
         read_csv_kwargs=read_csv_kwargs,
+        prices=prices,
+        sort=sort,
+        duplicates=duplicates,
+        skip_empty=skip_empty,
     )
     return table.build(
         MarketData.from_dataframe, features=features, min_bars=min_bars, metadata=metadata

@@ -170,6 +170,13 @@ class MarketData:
         x = np.concatenate([features[a : b - 1] for a, b, _ in rows])
         return x, np.concatenate([r[1:] for _, _, r in rows])
 
+    @property
+    def price_basis(self) -> str | None:
+        """Which close the prices are, for a file: ``"adjusted: close is 'Adj Close'; ..."``
+        or ``"raw: close is 'Close' as in the file"`` (several files that differ: each named);
+        None for data not read from a file."""
+        return self.metadata.get("price_basis")
+
     def __len__(self) -> int:
         return self.n_bars
 
@@ -257,7 +264,8 @@ class MarketData:
         :param kwargs: ``from_dataframe``'s ``timestamp_column``, ``instrument_column``,
             ``columns`` (a rename map ``{file column: field}``), ``features``, ``min_bars``,
             ``name`` (default: the file's stem) and ``metadata``; or ``load_bars``' own
-            keywords (``date_format``, ``timestamp_unit``, ``fill_volume``).
+            keywords (``date_format``, ``timestamp_unit``, ``fill_volume``, ``prices``,
+            ``sort``, ``duplicates``, ``skip_empty``).
         """
         return _read_bar_file(cls, path, "csv", read_csv_kwargs=read_csv_kwargs, **kwargs)
 

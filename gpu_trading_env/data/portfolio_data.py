@@ -14,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from gpu_trading_env.data.loaders import load_bars
 from gpu_trading_env.data.market_data import MarketData
 
 ALIGN_MODES = (None, "ffill")
+# The largest share of an instrument's bars that align="ffill" fills by default: calendars of
+# different exchanges differ by a few holidays a year; instruments whose dates barely overlap
+# would be traded on stale prices.
+MAX_FILLED = 0.1
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -69,7 +74,10 @@ class PortfolioData:
 
     @classmethod
     def from_market_data(
-        cls, data: MarketData | Sequence[MarketData], align: str | None = None
+        cls,
+        data: MarketData | Sequence[MarketData],
+        align: str | None = None,
+        max_filled: float = MAX_FILLED,
     ) -> PortfolioData:
         """The instruments of ``data`` (one ``MarketData`` or several, in order) on one grid.
 
@@ -77,12 +85,19 @@ class PortfolioData:
             grid is the union of their timestamps from the latest first one on, and a missing
             bar of an instrument is its previous close as open, high, low and close, volume 0,
             and its previous bar's features.
+        :param max_filled: with ``"ffill"``, the largest share of an instrument's grid bars that
+            may be filled (default :data:`MAX_FILLED`, 0.1); 1.0 accepts any.
         :raises ValueError: naming the instrument and the first timestamp where its timestamps
-            and the first instrument's disagree (``align=None``), an ``align`` value not
-            allowed, repeated instrument names, or feature names that differ.
+            and the first instrument's disagree (``align=None``), an instrument filled on more
+            than ``max_filled`` of its bars (naming its share), an ``align`` value not allowed,
+            repeated instrument names, or feature names that differ.
         """
         if align not in ALIGN_MODES:
             raise ValueError(f"align = {align!r} is invalid: allowed is one of {ALIGN_MODES}")
+        if not 0.0 <= max_filled <= 1.0:
+            raise ValueError(
+                f"max_filled = {max_filled!r} is invalid: allowed is a share in [0, 1]"
+            )
         items = [data] if isinstance(data, MarketData) else list(data)
         if not items or not all(isinstance(d, MarketData) for d in items):
             raise TypeError(
@@ -127,6 +142,7 @@ class PortfolioData:
             volume[:, k] = np.where(present, np.asarray(p.volume)[idx], 0.0)
             features[:, k] = np.asarray(p.features)[idx]
             filled[:, k] = ~present
+        _check_filled(names, stamps, grid, filled, max_filled)
         return cls(
             **{c: _readonly(v) for c, v in cols.items()},
             volume=_readonly(volume),
@@ -139,13 +155,39 @@ class PortfolioData:
 
     @classmethod
     def from_files(
-        cls, paths: Sequence[str | Path], align: str | None = None, **load_kwargs: Any
+        cls,
+        paths: Sequence[str | Path],
+        align: str | None = None,
+        max_filled: float = MAX_FILLED,
+        **load_kwargs: Any,
     ) -> PortfolioData:
         """One instrument per CSV/Parquet file (``loaders.load_bars`` of each, with
         ``load_kwargs``), on one grid as :meth:`from_market_data` puts them."""
         if isinstance(paths, str | Path):
             paths = [paths]
-        return cls.from_market_data([load_bars(Path(p), **load_kwargs) for p in paths], align)
+        parts = [load_bars(Path(p), **load_kwargs) for p in paths]
+        return cls.from_market_data(parts, align, max_filled)
+
+
+def _check_filled(
+    names: Sequence[str],
+    stamps: Sequence[np.ndarray],
+    grid: np.ndarray,
+    filled: np.ndarray,
+    max_filled: float,
+) -> None:
+    """Raise ValueError naming the first instrument filled on more than ``max_filled`` of the
+    grid's bars (``filled`` bool [T, K]), its share and its own first and last timestamps."""
+    share = filled.mean(axis=0) if grid.size else np.zeros(len(names))
+    for k in np.flatnonzero(share > max_filled):
+        own, on = (pd.Timestamp(stamps[k][0]), pd.Timestamp(stamps[k][-1])), grid[[0, -1]]
+        raise ValueError(
+            f"align='ffill' fills {share[k]:.1%} of the {grid.size:,} bars of instrument "
+            f"{names[k]!r} ({int(filled[:, k].sum()):,} bars of previous closes; its own bars "
+            f"run {own[0]} to {own[1]}, the grid {pd.Timestamp(on[0])} to {pd.Timestamp(on[1])}): "
+            f"allowed is at most {max_filled:.1%} (max_filled, --max-filled); give instruments "
+            "whose dates overlap, or a larger max_filled to trade the stale prices"
+        )
 
 
 def _check_same_timestamps(names: Sequence[str], stamps: Sequence[np.ndarray]) -> None:

@@ -10,6 +10,7 @@ the line (``row + 2`` of a CSV with a header) and the command-line option that f
 - numbers are epoch seconds, milliseconds, microseconds or nanoseconds by their magnitude
   (``unit`` overrides), and refused when they are none of these;
 - ``date_format`` always wins;
+- a timestamp outside datetime64[ns]'s range (1677-09-22 to 2262-04-11) is refused, naming it;
 - text with a UTC offset (``2017-01-01 22:00+01:00``, ``...Z``) is converted to UTC; a column that
   mixes such timestamps with ones without an offset is refused, naming a line of each, since
   the naive ones would silently be taken as UTC and shift by hours.
@@ -30,8 +31,13 @@ __all__ = ["DataError", "day_month_format", "parse_timestamps", "refuse_mixed_zo
 _EPOCH_UNITS = (("s", 1e8, 1e10), ("ms", 1e11, 1e13), ("us", 1e14, 1e16), ("ns", 1e17, 1e19))
 _DMY = re.compile(r"^\s*(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(.*)$")
 # A time of day followed by a UTC offset or Z: "22:00+01:00", "22:00:00.5-0500", "22:00Z".
-_ZONED = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)$", re.I)
+# A plain pattern (no flags), so that pyarrow's regex engine runs it on Arrow strings.
+_ZONED = r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
 _TIME_PARTS = ("", " %H:%M", " %H:%M:%S", " %H:%M:%S.%f", "T%H:%M:%S", "T%H:%M:%S.%f")
+# datetime64[ns]'s range, whole days (the arrays of MarketData are nanosecond timestamps).
+TS_MIN = pd.Timestamp("1677-09-22")
+TS_MAX = pd.Timestamp("2262-04-11")
+_NS_PER = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
 
 
 class DataError(ValueError):
@@ -103,7 +109,21 @@ def _naive_utc(idx: pd.DatetimeIndex, raw: pd.Series, label: str) -> np.ndarray:
         raise DataError(f"{label}, line {i + 2}: no timestamp")
     if idx.tz is not None:
         idx = idx.tz_convert("UTC").tz_localize(None)
+    _check_range(np.asarray((idx < TS_MIN) | (idx > TS_MAX)), raw, label)
     return idx.as_unit("ns").to_numpy()
+
+
+def _check_range(bad: np.ndarray, raw: Any, label: str) -> None:
+    """DataError naming the first timestamp outside [TS_MIN, TS_MAX] (``bad`` marks them)."""
+    if bad.any():
+        i = int(np.argmax(bad))
+        value = raw.iloc[i]
+        shown = repr(value) if isinstance(value, str) else str(value)
+        raise DataError(
+            f"{label}, line {i + 2}: the timestamp {shown} is outside the allowed range "
+            f"{TS_MIN.date()} to {TS_MAX.date()} (datetime64[ns]): fix the value, or pass "
+            "--timestamp-unit / --date-format if it is read in the wrong unit or order"
+        )
 
 
 def _epoch(values: pd.Series, unit: str | None, label: str) -> np.ndarray:
@@ -119,6 +139,8 @@ def _epoch(values: pd.Series, unit: str | None, label: str) -> np.ndarray:
                 f"{label}: numbers like {values.iloc[0]!r} are not epoch seconds, ms, us or ns: "
                 "pass --timestamp-unit s|ms|us|ns, or --date-format (e.g. '%Y%m%d')"
             )
+    ns = v * _NS_PER[unit]
+    _check_range((ns < TS_MIN.value) | (ns > TS_MAX.value), values, label)
     return pd.to_datetime(v, unit=unit).as_unit("ns").to_numpy()
 
 
@@ -128,6 +150,8 @@ def day_month_format(text: pd.Series, label: str) -> str | None:
     The order is read from the data: a first field above 12 means day-first, a second field
     above 12 month-first; neither (or both) is refused with the two formats to choose from.
     """
+    if len(text) == 0 or not _DMY.match(str(text.iloc[0])):
+        return None  # not of that kind (checked on one value: extract is slow on millions)
     parts = text.str.extract(_DMY)
     if parts[0].isna().any():
         return None
