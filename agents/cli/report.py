@@ -170,6 +170,19 @@ def kept_policy_note(learning: TrainResult) -> str:
     return text
 
 
+def single_lead(deployed: str, result: Any, rule: Any = None, window: str = "out of sample") -> str:
+    """The report's first sentence (``reports.report.lead_sentence``) of a one-instrument
+    backtest: ``deployed`` beside flat (unless it is flat), buy-and-hold and the known rule."""
+    from gpu_trading_env.reports.report import FLAT_FIGURES, lead_sentence
+
+    against = {
+        "flat": None if deployed.startswith("flat") else FLAT_FIGURES,
+        "buy-and-hold": result.benchmark.to_dict(),
+        "known rule": None if rule is None else rule.strategy.to_dict(),
+    }
+    return lead_sentence(deployed, result.strategy.to_dict(), against, window=window)
+
+
 def _with_known_rule(
     rule: Any, rows: list[tuple[str, dict[str, Any]]], metrics: dict[str, Any]
 ) -> dict[str, Any]:
@@ -240,13 +253,19 @@ def single_report(
     heading: str = "out-of-sample",
     evaluated: Any = None,
     trained: list[str] | None = None,
+    deployed: str = "",
+    window: str = "out of sample",
 ) -> None:
-    """Write ``out``'s report of ``result`` and print its summary.
+    """Write ``out``'s report of ``result`` and print its summary, both opening with
+    :func:`single_lead`.
 
     :param heading: what the evaluated bars are to the strategy, e.g. ``out-of-sample`` for a
         trained model's test window, ``backtest`` for a fixed rule.
     :param evaluated: the one-instrument MarketData ``result`` is a backtest of.
     :param trained: the instruments a model was trained on, where one was.
+    :param deployed: the policy backtested, in a few words (``learning``'s deployment's where
+        it is given).
+    :param window: the evaluated bars in words, for the first sentence.
     """
     from gpu_trading_env.reports.report import write_html, write_json
 
@@ -267,7 +286,13 @@ def single_report(
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
     if learning is not None:
         notes.insert(0, kept_policy_note(learning))
-    page = write_html(out, title, notes, results_table(rows), images)
+    if learning is not None:
+        deployed = learning.deployment.policy
+    lead = single_lead(deployed, result, rule, window)
+    page = write_html(out, title, notes, results_table(rows), images, lead=lead)
+    print(lead)
+    if learning is not None:
+        print(f"verdict: {learning.deployment.headline}")
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):
         print(line)

@@ -334,7 +334,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(
             f"network inputs: {describe_inputs(list(sel.kept), len(sel.feature_names), REGIME_INPUT)}"
         )
-    print(f"verdict: {run.deployment.headline}")
     rule = known_rule(evaluated, args.config)
     if rule is not None:
         extra.update(_vs_known_rule(run, rule))

@@ -43,6 +43,28 @@ def fold_verdicts(folds: list[WalkForwardFold]) -> list[str]:
     return lines
 
 
+def walkforward_lead(res: WalkForwardResult) -> str:
+    """The report's first sentence (``reports.report.lead_sentence``): what the folds deployed,
+    and the stitched out-of-sample figures beside flat, buy-and-hold and the known rule."""
+    from gpu_trading_env.reports.report import FLAT_FIGURES, lead_sentence
+
+    kept = [s["kept"] for f in res.folds for s in f.seeds]
+    networks = kept.count("network")
+    if networks == len(kept):
+        deployed = f"a network in all {len(kept)} fold runs"
+    elif networks == 0:
+        deployed = f"no network ({', '.join(sorted(set(kept)))}) in all {len(kept)} fold runs"
+    else:
+        deployed = f"a network in {networks} of {len(kept)} fold runs, else a baseline"
+    agg = res.aggregate
+    against = {
+        "flat": FLAT_FIGURES,
+        "buy-and-hold": agg["buy_and_hold"],
+        "known rule": agg.get("rule"),
+    }
+    return lead_sentence(deployed, agg["ensemble"], against)
+
+
 def _test_bars(args: argparse.Namespace, one: Any) -> int | None:
     """The test windows' length (``default_test_bars`` where neither window's length is given),
     the folds' windows checked before any training; raises UsageError naming the options."""
@@ -280,7 +302,9 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     write_json(_metrics(res, args, one, synthetic, per_year), out / "metrics.json")
     rows = _result_rows(label, res.aggregate)
     notes = _notes(res, data, per_year, args, settings)
-    page = write_html(out, title, notes, results_table(rows), images)
+    lead = walkforward_lead(res)
+    page = write_html(out, title, notes, results_table(rows), images, lead=lead)
+    print(lead)
     _print_summary(res, one.instruments[0], args, rows, synthetic)
     print(f"report: {page}  (metrics: {out / 'metrics.json'})")
     return 0
