@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -525,3 +527,39 @@ def test_every_subcommand_of_the_parser_has_its_function() -> None:
 
     parser = build_parser()
     assert set(parser.subcommands) == set(COMMANDS)
+
+
+def _subcommands() -> dict:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices
+
+
+def test_top_level_help_names_every_command_without_markup():
+    text = cli.build_parser().format_help()
+    description = text.split("positional arguments:")[0]
+    for name in cli.COMMANDS:
+        assert re.search(rf"\b{name}\b", description), name
+    assert "`" not in text
+    for name, p in _subcommands().items():
+        assert "``" not in p.format_help() and "`" not in (p.description or ""), name
+
+
+def test_help_fits_two_screens_and_help_all_explains_every_option(capsys):
+    for name, p in _subcommands().items():
+        short = p.format_help()
+        assert len(short.splitlines()) <= 100, (name, len(short.splitlines()))
+        full = p.format_help(every_option=True)
+        for action in p._actions:
+            if action.help == argparse.SUPPRESS:  # hidden on purpose (an option refused)
+                continue
+            for option in action.option_strings:
+                # --help names every option, --help-all explains each (its help text too).
+                assert option in short, (name, option)
+                if action.help:
+                    assert " ".join(action.help.split()[:3]) in " ".join(full.split()), option
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--help-all"])
+    assert exit_.value.code == 0
+    printed = capsys.readouterr().out
+    assert "--reward-scale REWARD_SCALE" in printed and "advanced options" not in printed
