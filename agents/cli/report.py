@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agents.cli.data import is_synthetic
+from agents.cli.metrics_schema import metrics_schema
 from gpu_trading_env.core.config import EnvConfig
 
 if TYPE_CHECKING:
@@ -104,6 +105,25 @@ def describe_data(data: Any) -> str:
         return f"Data: {source}; instrument {names}: {per[0]}."
     each = "; ".join(f"{n}: {p}" for n, p in zip(data.instruments, per, strict=True))
     return f"Data: {source}; {data.n_instruments} instruments ({each})."
+
+
+def data_fields(data: Any) -> dict[str, Any]:
+    """metrics.json's ``data``: :func:`describe_data`'s facts as fields (see ``schema``)."""
+    synthetic = is_synthetic(data)
+    instruments = []
+    for k, name in enumerate(data.instruments):
+        md = data.instrument(k)
+        start, end = np.datetime_as_string(md.timestamps[[0, -1]], unit="s")
+        instruments.append({"name": name, "bars": int(md.n_bars), "start": start, "end": end})
+    return {
+        "source": "synthetic" if synthetic else data.metadata.get("source", "dataframe"),
+        "files": [str(p) for p in data.metadata.get("paths", [])],
+        "synthetic_kind": data.metadata.get("kind", "synthetic") if synthetic else None,
+        "synthetic_seed": data.metadata.get("seed") if synthetic else None,
+        "warmup_bars": int(data.metadata.get("warmup_bars") or 0),
+        "instruments": instruments,
+        "description": describe_data(data),
+    }
 
 
 def report_notes(
@@ -271,7 +291,13 @@ def single_report(
 
     synthetic = is_synthetic(data)
     out.mkdir(parents=True, exist_ok=True)
-    metrics = {**result.to_dict(), "synthetic_data": synthetic, "bars_per_year": per_year, **extra}
+    metrics = {
+        **result.to_dict(),
+        "synthetic_data": synthetic,
+        "bars_per_year": per_year,
+        "data": data_fields(data),
+        **extra,
+    }
     rows = [
         ("strategy", result.strategy.to_dict()),
         ("buy and hold", result.benchmark.to_dict()),
@@ -282,6 +308,7 @@ def single_report(
     if learning is not None and learning.selected_step is not None:
         metrics["learning_curve"] = _plot_learning(learning, out)
         images.append(("learning_curve.png", "Learning curve and greedy-policy evaluations"))
+    metrics["schema"] = metrics_schema(metrics)
     write_json(metrics, out / "metrics.json")
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
     if learning is not None:

@@ -135,8 +135,9 @@ def _plot_stitched(
 
 
 def _plot_folds(res: WalkForwardResult, out: Path, synthetic: bool) -> list[tuple[str, str]]:
-    """Write each fold's out-of-sample returns (folds.png) and the first seed's learning curve
-    of each fold; returns the (file name, caption) of each image."""
+    """Write each fold's out-of-sample returns (folds.png) and, for each fold that trained a
+    network, the first such seed's learning curve (folds numbered from 1, as in the text);
+    returns the (file name, caption) of each image."""
     from gpu_trading_env.reports.report import plot_folds, plot_learning_curve
 
     bars = []
@@ -150,18 +151,24 @@ def _plot_folds(res: WalkForwardResult, out: Path, synthetic: bool) -> list[tupl
     plot_folds(bars, out / "folds.png", synthetic=synthetic)
     images = [("folds.png", "Total return of each fold's out-of-sample window, costs in")]
     for f in res.folds:
-        s0 = f.seeds[0]
+        # The first seed that trained a network: no plot of a network that was never trained.
+        trained = [s for s in f.seeds if s["selected_step"] is not None]
+        if not trained:
+            continue
+        s0 = trained[0]
         steps, rets = zip(*s0["learning_curve"], strict=True) if s0["learning_curve"] else ((), ())
-        name = f"learning_curve_fold{f.fold}.png"
+        name = f"learning_curve_fold{f.fold + 1}.png"
         plot_learning_curve(
             np.array(steps),
             np.array(rets),
             out / name,
             evals=s0["evaluations"],
             selected=s0["selected_step"],
-            title=f"Fold {f.fold}, seed {s0['seed']}: learning curve",
+            title=f"Fold {f.fold + 1}, seed {s0['seed']}: learning curve",
         )
-        images.append((name, f"Fold {f.fold}: training curve, validation and out-of-sample Sharpe"))
+        images.append(
+            (name, f"Fold {f.fold + 1}: training curve, validation and out-of-sample Sharpe")
+        )
     return images
 
 

@@ -336,7 +336,8 @@ def plot_folds(
     value: str = "total return, costs in (%)",
     synthetic: bool = False,
 ) -> None:
-    """One group of bars per fold: ``folds[k]`` maps a series name to its value in fold k."""
+    """One group of bars per fold: ``folds[k]`` maps a series name to its value in fold k,
+    labelled "fold k + 1" (folds are numbered from 1 in every report)."""
     plt = _pyplot()
     names = list(folds[0]) if folds else []
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -345,7 +346,7 @@ def plot_folds(
     for j, name in enumerate(names):
         ax.bar(x + (j - (len(names) - 1) / 2) * width, [f[name] for f in folds], width, label=name)
     ax.axhline(0.0, color="k", lw=0.5)
-    ax.set_xticks(x, [f"fold {k}" for k in range(len(folds))])
+    ax.set_xticks(x, [f"fold {k + 1}" for k in range(len(folds))])  # 1-based, as the text
     ax.set_ylabel(value)
     ax.set_title("Out-of-sample window of each fold" + _suffix(synthetic))
     ax.legend(fontsize=8)
