@@ -221,6 +221,12 @@ def test_backtest_writes_the_report(in_tmp, capsys):
         assert (in_tmp / "r" / f).exists()
     page = (in_tmp / "r" / "index.html").read_text()
     assert 'href="metrics.json"' in page and 'src="equity_curve.png"' in page
+    # The console and the page open with the one-sentence verdict (real data: no known rule).
+    lead = out.splitlines()[0]
+    assert lead.startswith("Deployed the rule buy_and_hold at exposure 1: on the last 20% of")
+    assert "vs flat +0.0%, buy-and-hold " in lead and "known rule" not in lead
+    assert len(lead.split()) <= 30
+    assert page.split("</h1>", 1)[1].lstrip().startswith(f'<p class="lead"><strong>{lead}<')
 
 
 def test_backtest_of_synthetic_data_says_so(in_tmp, capsys):
@@ -272,6 +278,9 @@ def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "report: wf/index.html" in out and "known rule" in out
+    (lead,) = [line for line in out.splitlines() if line.startswith("Deployed ")]
+    assert " of 4 fold runs" in lead or " all 4 fold runs" in lead
+    assert "known rule " in lead and len(lead.split()) <= 30
     m = json.loads((in_tmp / "wf" / "metrics.json").read_text())
     assert len(m["folds"]) == 2 and len(m["folds"][0]["seeds"]) == 2
     # Each fold and seed says what was deployed, why, and its baseline's return beside it.
