@@ -283,6 +283,8 @@ def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     assert "known rule " in lead and len(lead.split()) <= 30
     m = json.loads((in_tmp / "wf" / "metrics.json").read_text())
     assert len(m["folds"]) == 2 and len(m["folds"][0]["seeds"]) == 2
+    assert set(m["schema"]["keys"]) == set(m) and "undocumented" not in m["schema"]["keys"].values()
+    assert set(m["aggregate"]["ensemble"]) <= set(m["schema"]["units"])
     # Each fold and seed says what was deployed, why, and its baseline's return beside it.
     for f in m["folds"]:
         for s in f["seeds"]:

@@ -1,6 +1,6 @@
-"""The ``schema`` key of a one-instrument report's metrics.json (``train``, ``eval``,
-``backtest``): what each top-level key holds, and the unit of each field of a figures block
-(``gpu_trading_env.reports.metrics.METRIC_UNITS``)."""
+"""The ``schema`` key of a report's metrics.json (``train``, ``eval``, ``backtest``: one
+instrument; ``walkforward``): what each top-level key holds, and the unit of each field of a
+figures block (``gpu_trading_env.reports.metrics.METRIC_UNITS``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from gpu_trading_env.reports.metrics import METRIC_UNITS
 
-__all__ = ["METRICS_KEYS", "metrics_schema"]
+__all__ = ["METRICS_KEYS", "WALKFORWARD_KEYS", "metrics_schema"]
 
 _FIGURES = "figures block (fields and units: schema.units)"
 
@@ -63,8 +63,29 @@ METRICS_KEYS: dict[str, str] = {
 }
 
 
-def metrics_schema(metrics: dict[str, Any]) -> dict[str, Any]:
-    """``{"keys": {key: meaning}, "units": {field: unit}}`` for the keys of ``metrics``
-    (:data:`METRICS_KEYS`; a key it lacks is said to be undocumented rather than dropped)."""
-    keys = {k: METRICS_KEYS.get(k, "undocumented") for k in ("schema", *metrics)}
+# Every top-level key of walkforward's metrics.json, in words.
+WALKFORWARD_KEYS: dict[str, str] = {
+    "schema": "this description",
+    "instrument": "the instrument walked forward",
+    "synthetic_data": "whether the data is the built-in synthetic market (bool)",
+    "bars_per_year": "bars a year used to annualise (count)",
+    "costs_included": "whether the trading costs are in every figure (bool)",
+    "aggregate": f"the test windows stitched: ensemble (the seeds' mean return per bar), seeds, "
+    f"buy_and_hold, random and rule (the known rule, synthetic data only): each a {_FIGURES}",
+    "sharpe_vs_buy_and_hold": "the ensemble's Sharpe minus buy-and-hold's with its "
+    "block-bootstrap interval (level: confidence, block: bars)",
+    "beats_buy_and_hold_every_fold": "per seed, whether its total return beat buy-and-hold's "
+    "in every fold (bool)",
+    "folds": "each fold, numbered from 1: its train and test windows (start, end, bars), each "
+    f"seed's deployed policy and why, its and its baseline's {_FIGURES}s",
+    "settings": "the training settings, the folds' sizes and the env configuration",
+}
+
+
+def metrics_schema(
+    metrics: dict[str, Any], documented: dict[str, str] = METRICS_KEYS
+) -> dict[str, Any]:
+    """``{"keys": {key: meaning}, "units": {field: unit}}`` for the keys of ``metrics`` (their
+    meanings from ``documented``; a key it lacks is said to be undocumented, not dropped)."""
+    keys = {k: documented.get(k, "undocumented") for k in ("schema", *metrics)}
     return {"keys": keys, "units": dict(METRIC_UNITS)}

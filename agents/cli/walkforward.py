@@ -175,9 +175,11 @@ def _plot_folds(res: WalkForwardResult, out: Path, synthetic: bool) -> list[tupl
 def _metrics(
     res: WalkForwardResult, args: argparse.Namespace, one: Any, synthetic: bool, per_year: float
 ) -> dict[str, Any]:
-    """metrics.json's content: the aggregate, the folds (their JSON records) and the settings
-    of the run."""
-    return {
+    """metrics.json's content: the aggregate, the folds (their JSON records), the settings of
+    the run and the ``schema`` (what each key holds, the figures' units)."""
+    from agents.cli.metrics_schema import WALKFORWARD_KEYS, metrics_schema
+
+    metrics = {
         "instrument": one.instruments[0],
         "synthetic_data": synthetic,
         "bars_per_year": per_year,
@@ -198,6 +200,7 @@ def _metrics(
             "env": {k: str(v) for k, v in asdict(args.config).items()},
         },
     }
+    return {**metrics, "schema": metrics_schema(metrics, WALKFORWARD_KEYS)}
 
 
 def _result_rows(label: str, agg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
