@@ -13,7 +13,7 @@ from agents.cli.report import single_lead
 from agents.cli.walkforward import walkforward_lead
 from agents.pipelines.deployment import OUTCOMES, describe_deployment, describe_unconfirmed
 from gpu_trading_env.reports.report import LEAD_WORDS, lead_sentence, write_html
-from tests.test_deployment import NONE_KEPT, SELECTION, baseline, ci, gate
+from tests.test_deployment import OUTCOME_CASES, baseline
 
 AGENT = {"total_return": 56.196, "sharpe": 20.0896}
 HOLD = {"total_return": 0.0249, "sharpe": 0.354}
@@ -31,14 +31,7 @@ def _backtest() -> SimpleNamespace:
 def _deployments() -> list:
     """One deployment of each outcome of :data:`OUTCOMES`."""
     out = []
-    for kept, base, g, sel, fb in [
-        ("flat", "flat", None, NONE_KEPT, True),
-        ("hold long", "hold long", None, NONE_KEPT, True),
-        ("network", "flat", gate("network", "significant", ci(2, 1, 3)), SELECTION, True),
-        ("flat", "flat", gate("flat", None, ci(0, -1, 1)), SELECTION, True),
-        ("hold short", "hold short", gate("hold short", None, ci(0, -1, 1)), SELECTION, True),
-        ("network", "flat", gate("network", None, ci(0, -1, 1)), SELECTION, False),
-    ]:
+    for kept, base, g, sel, fb in OUTCOME_CASES:
         out.append(describe_deployment(kept, baseline(base), gate=g, selection=sel, fallback=fb))
     out.append(describe_unconfirmed(out[2], "hold long", -0.01, 0.0, first_fold=False))
     assert {d.outcome for d in out} == set(OUTCOMES)
