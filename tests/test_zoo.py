@@ -167,6 +167,7 @@ def test_zoo_command_writes_json_csv_and_page(tmp_path, capsys) -> None:
     # --small says it is a smoke test first, on the console and on the page.
     assert printed.out.splitlines()[0].startswith("market zoo, smoke test: --small is a smoke")
     assert "<h1>Market zoo (smoke test)</h1>" in page and "not a learning result" in page
+    assert "<th>met (smoke test)</th>" in page and "met (smoke test)" in printed.out
     # The page opens with the one-sentence verdict (agents.pipelines.zoo_report.zoo_lead).
     lead = page.split("</h1><p><strong>", 1)[1].split("</strong>", 1)[0]
     assert lead.startswith("Deployed ") and " of 1 runs on 1 markets: " in lead
