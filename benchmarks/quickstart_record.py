@@ -26,6 +26,23 @@ from benchmarks.run_info import commit, machine
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def learning_figures(m: dict) -> dict:
+    """The record's figures that a train run's learning decides (its time is the machine's),
+    from its metrics.json ``m`` (the keys its ``schema`` documents); tests/test_quickstart.py
+    compares a new run of the command with them."""
+    return {
+        "timesteps": m["timesteps"],
+        "agent_return": m["strategy"]["total_return"],
+        "known_rule_return": m["known_rule"]["strategy"]["total_return"],
+        "buy_and_hold_return": m["buy_and_hold"]["total_return"],
+        "agent_return_vs_known_rule": m["agent_return_vs_known_rule"],
+        "agent_sharpe": m["strategy"]["sharpe"],
+        "known_rule_sharpe": m["known_rule"]["strategy"]["sharpe"],
+        "agent_sharpe_vs_known_rule": m["agent_sharpe_vs_known_rule"],
+        "kept_policy": m["kept_policy"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -48,16 +65,8 @@ def main() -> None:
         "load_average_after": os.getloadavg()[0],
         "wall_seconds": round(wall, 1),
         "train_seconds": round(m["train_seconds"], 1),
-        "timesteps": m["timesteps"],
         "env_steps_per_second": round(m["env_steps_per_second"]),
-        "agent_return": m["strategy"]["total_return"],
-        "known_rule_return": m["known_rule"]["strategy"]["total_return"],
-        "buy_and_hold_return": m["buy_and_hold"]["total_return"],
-        "agent_return_vs_known_rule": m["agent_return_vs_known_rule"],
-        "agent_sharpe": m["strategy"]["sharpe"],
-        "known_rule_sharpe": m["known_rule"]["strategy"]["sharpe"],
-        "agent_sharpe_vs_known_rule": m["agent_sharpe_vs_known_rule"],
-        "kept_policy": m["kept_policy"],
+        **learning_figures(m),
     }
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2))

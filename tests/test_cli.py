@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -219,6 +221,12 @@ def test_backtest_writes_the_report(in_tmp, capsys):
         assert (in_tmp / "r" / f).exists()
     page = (in_tmp / "r" / "index.html").read_text()
     assert 'href="metrics.json"' in page and 'src="equity_curve.png"' in page
+    # The console and the page open with the one-sentence verdict (real data: no known rule).
+    lead = out.splitlines()[0]
+    assert lead.startswith("Deployed the rule buy_and_hold at exposure 1: on the last 20% of")
+    assert "vs flat +0.0%, buy-and-hold " in lead and "known rule" not in lead
+    assert len(lead.split()) <= 30
+    assert page.split("</h1>", 1)[1].lstrip().startswith(f'<p class="lead"><strong>{lead}<')
 
 
 def test_backtest_of_synthetic_data_says_so(in_tmp, capsys):
@@ -270,8 +278,13 @@ def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "report: wf/index.html" in out and "known rule" in out
+    (lead,) = [line for line in out.splitlines() if line.startswith("Deployed ")]
+    assert " of 4 fold runs" in lead or " all 4 fold runs" in lead
+    assert "known rule " in lead and len(lead.split()) <= 30
     m = json.loads((in_tmp / "wf" / "metrics.json").read_text())
     assert len(m["folds"]) == 2 and len(m["folds"][0]["seeds"]) == 2
+    assert set(m["schema"]["keys"]) == set(m) and "undocumented" not in m["schema"]["keys"].values()
+    assert set(m["aggregate"]["ensemble"]) <= set(m["schema"]["units"])
     # Each fold and seed says what was deployed, why, and its baseline's return beside it.
     for f in m["folds"]:
         for s in f["seeds"]:
@@ -285,8 +298,10 @@ def test_walkforward_end_to_end_tiny(in_tmp, capsys):
     assert all(s["kept"] != "network" for s in m["folds"][0]["seeds"])
     assert set(m["aggregate"]) >= {"ensemble", "buy_and_hold", "random", "rule", "seeds"}
     assert m["sharpe_vs_buy_and_hold"]["low"] <= m["sharpe_vs_buy_and_hold"]["high"]
-    for k in range(2):
-        assert (in_tmp / "wf" / f"learning_curve_fold{k}.png").exists()
+    for k, f in enumerate(m["folds"], start=1):
+        assert f["fold"] == k  # numbered from 1, as the text's "Fold 1"
+        trained = any(s["selected_step"] is not None for s in f["seeds"])
+        assert (in_tmp / "wf" / f"learning_curve_fold{k}.png").exists() == trained
     assert (in_tmp / "wf" / "folds.png").exists()
 
 
@@ -525,3 +540,39 @@ def test_every_subcommand_of_the_parser_has_its_function() -> None:
 
     parser = build_parser()
     assert set(parser.subcommands) == set(COMMANDS)
+
+
+def _subcommands() -> dict:
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices
+
+
+def test_top_level_help_names_every_command_without_markup():
+    text = cli.build_parser().format_help()
+    description = text.split("positional arguments:")[0]
+    for name in cli.COMMANDS:
+        assert re.search(rf"\b{name}\b", description), name
+    assert "`" not in text
+    for name, p in _subcommands().items():
+        assert "``" not in p.format_help() and "`" not in (p.description or ""), name
+
+
+def test_help_fits_two_screens_and_help_all_explains_every_option(capsys):
+    for name, p in _subcommands().items():
+        short = p.format_help()
+        assert len(short.splitlines()) <= 100, (name, len(short.splitlines()))
+        full = p.format_help(every_option=True)
+        for action in p._actions:
+            if action.help == argparse.SUPPRESS:  # hidden on purpose (an option refused)
+                continue
+            for option in action.option_strings:
+                # --help names every option, --help-all explains each (its help text too).
+                assert option in short, (name, option)
+                if action.help:
+                    assert " ".join(action.help.split()[:3]) in " ".join(full.split()), option
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--help-all"])
+    assert exit_.value.code == 0
+    printed = capsys.readouterr().out
+    assert "--reward-scale REWARD_SCALE" in printed and "advanced options" not in printed

@@ -61,12 +61,12 @@ def test_train_on_a_yahoo_file_says_which_close_it_used(tmp_path, monkeypatch, c
     df.to_csv("spy.csv", index=False)
     args = ["train", "--data", "spy.csv", "--out", "r", "--device", "cpu", "--timesteps", "500"]
     assert cli.main(args) == 0
-    basis = json.loads((tmp_path / "r" / "metrics.json").read_text())["price_basis"]
+    basis = json.loads((tmp_path / "r" / "metrics.json").read_text())["data"]["price_basis"]
     assert basis.startswith("adjusted: close is 'Adj Close'; open, high and low scaled by")
     err = capsys.readouterr().err
     assert f"note: prices {basis} (--prices raw: the file's close as it is)" in err
     assert cli.main([*args[:-4], "--out", "raw", "--prices", "raw", *args[-4:]]) == 0
-    basis = json.loads((tmp_path / "raw" / "metrics.json").read_text())["price_basis"]
+    basis = json.loads((tmp_path / "raw" / "metrics.json").read_text())["data"]["price_basis"]
     assert basis == "raw: close is 'close' as in the file (its 'Adj Close' unused: --prices raw)"
 
 

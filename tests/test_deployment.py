@@ -124,16 +124,20 @@ def test_no_fallback_is_named():
     assert d.headline.startswith(OUTCOMES["no_fallback"])
 
 
+# One train run of each outcome but walkforward's: (kept, baseline, gate, selection, fallback).
+OUTCOME_CASES = [
+    ("flat", "flat", None, NONE_KEPT, True),
+    ("hold long", "hold long", None, NONE_KEPT, True),
+    ("network", "flat", gate("network", "significant", ci(2, 1, 3)), SELECTION, True),
+    ("flat", "flat", gate("flat", None, ci(0, -1, 1)), SELECTION, True),
+    ("hold short", "hold short", gate("hold short", None, ci(0, -1, 1)), SELECTION, True),
+    ("network", "flat", gate("network", None, ci(0, -1, 1)), SELECTION, False),
+]
+
+
 def test_every_outcome_is_worded():
     seen = set()
-    for kept, base, g, sel, fb in [
-        ("flat", "flat", None, NONE_KEPT, True),
-        ("hold long", "hold long", None, NONE_KEPT, True),
-        ("network", "flat", gate("network", "significant", ci(2, 1, 3)), SELECTION, True),
-        ("flat", "flat", gate("flat", None, ci(0, -1, 1)), SELECTION, True),
-        ("hold short", "hold short", gate("hold short", None, ci(0, -1, 1)), SELECTION, True),
-        ("network", "flat", gate("network", None, ci(0, -1, 1)), SELECTION, False),
-    ]:
+    for kept, base, g, sel, fb in OUTCOME_CASES:
         d = describe_deployment(kept, baseline(base), gate=g, selection=sel, fallback=fb)
         seen.add(d.outcome)
         assert d.to_dict()["headline"] == d.headline

@@ -43,6 +43,13 @@ def test_train_portfolio_writes_model_metrics_and_report(tmp_path, three_files, 
     for name in ("model.zip", "metrics.json", "index.html", "positions.png", "costs.png"):
         assert (out / name).is_file(), name
     metrics = json.loads((out / "metrics.json").read_text())
+    # The report opens with one sentence: the policy deployed, its test figures beside flat's
+    # and equal-weight buy-and-hold's.
+    deployed = "a network" if metrics["kept"] == "network" else "flat (no validated edge)"
+    (lead,) = [line for line in printed.splitlines() if line.startswith("Deployed ")]
+    assert lead.startswith(f"Deployed {deployed}: out of sample ") and len(lead.split()) <= 30
+    assert "equal-weight buy-and-hold " in lead and printed.index(lead) < printed.index("verdict")
+    assert '<p class="lead">' in (out / "index.html").read_text()
     assert metrics["kind"] == "portfolio" and metrics["instruments"] == ["A", "B", "C"]
     assert metrics["reason"] and metrics["kept"] in ("network", "flat")
     assert set(metrics["test"]["kept"]["costs_by_instrument"]) == {"A", "B", "C"}

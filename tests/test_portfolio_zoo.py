@@ -138,6 +138,7 @@ def test_zoo_portfolio_command_writes_the_report(tmp_path, capsys) -> None:
     captured = capsys.readouterr()
     assert code == 0, captured.err[-2000:]
     assert "common_factor_k8 seed 0: agent Sharpe" in captured.out
+    assert captured.out.startswith("portfolio zoo, smoke test: --small checks the pipeline")
     assert "| common random-walk factor, no edge, K = 8 | 1 |" in captured.out
     doc = json.loads((out / "portfolio_zoo.json").read_text())
     assert doc["meta"]["small"] is True and doc["runs"][0]["market"] == "common_factor_k8"

@@ -56,3 +56,26 @@ def test_train_writes_a_report_without_tensorboard(tmp_path, monkeypatch, capsys
         "hold long",
         "hold short",
     )
+
+
+@pytest.mark.slow
+def test_the_readme_command_reproduces_the_recorded_run(tmp_path):
+    """README's quickstart command (on the CPU, as in CI) against docs/quickstart_cpu.json,
+    whose figures README quotes (tests/test_readme.py). The market, the known rule and
+    buy-and-hold are the same everywhere; the learning repeats bit for bit on one machine, but
+    another CPU's float kernels can take training on another path, so the agent is held to
+    the record's policy and a Sharpe within 0.5 of it."""
+    from pathlib import Path
+
+    from benchmarks.quickstart_record import learning_figures
+
+    record = json.loads((Path(__file__).parent.parent / "docs/quickstart_cpu.json").read_text())
+    out = tmp_path / "quickstart"
+    assert cli.main(["train", "--device", "cpu", "--no-progress", "--out", str(out)]) == 0
+    got = learning_figures(json.loads((out / "metrics.json").read_text()))
+    assert got.keys() <= record.keys()
+    for key in ("timesteps", "kept_policy"):
+        assert got[key] == record[key], key
+    for key in ("known_rule_return", "known_rule_sharpe", "buy_and_hold_return"):
+        assert got[key] == pytest.approx(record[key], rel=1e-9), key
+    assert abs(got["agent_sharpe"] - record["agent_sharpe"]) <= 0.5

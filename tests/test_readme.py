@@ -71,4 +71,15 @@ def test_help_shows_the_code_defaults(capsys):
     for name, option in (("timesteps", "env steps"), ("num_envs", "parallel envs")):
         cpu, gpu = CPU_DEFAULTS[name], GPU_DEFAULTS[name]
         assert f"{option} (default: {cpu:,} on the CPU, {gpu:,} on a GPU)" in text
-    assert f"(default: {CPU_TORCH_THREADS} with --device cpu" in text
+    every = " ".join(sub.choices["train"].format_help(every_option=True).split())
+    assert f"(default: {CPU_TORCH_THREADS} with --device cpu" in every  # an advanced option
+
+
+def test_readme_quotes_the_recorded_time_and_the_test_suites():
+    """The CPU quickstart's time is the record's wall time, said with its conditions (a quiet
+    2-core machine), and the test command's duration is given."""
+    rec = json.loads((ROOT / "docs" / "quickstart_cpu.json").read_text())
+    quick = " ".join(_section("Quickstart").split())
+    assert rec["machine"]["cpu_count"] == 2 and rec["load_average_after"] < 2.0
+    assert f"{rec['wall_seconds']:.0f} s on a quiet 2-core machine in the recorded run" in quick
+    assert re.search(r"runs the tests, about \d+ minutes on 2 cores \(\d+ s in CI\)", quick)

@@ -4,6 +4,7 @@ written from (the keys and their order are those reports and sweeps read)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -43,6 +44,7 @@ METRICS_KEYS = [
     "buy_and_hold_frictionless",
     "synthetic_data",
     "bars_per_year",
+    "data",
     "device",
     "num_envs",
     *RUN_TIMING,
@@ -50,13 +52,13 @@ METRICS_KEYS = [
     "instruments",
     "model_selection",
     *RUN_SELECTION,
-    "data",
     "order_cost_bps",
     "inputs",
     "agent_return_vs_known_rule",
     "agent_sharpe_vs_known_rule",
     "known_rule",
     "learning_curve",
+    "schema",
 ]
 
 
@@ -92,6 +94,33 @@ def test_train_metrics_json_is_the_results_dict_form(tmp_path, monkeypatch) -> N
     assert run.selected_step is not None
     assert metrics["learning_curve"]["selected_step"] == run.selected_step
     assert run.validation.strategy.n_bars == metrics["validation"]["bars"]
+    _check_layout(metrics)
+    # One block per policy: a snapshot deployed, or selected and last, is written once.
+    for kept, network, last, expected in (
+        ("network", run.test, run.test, (None, None)),
+        ("flat", run.validation, run.validation, ("network", None)),
+        ("flat", run.validation, run.test, ("network", "last")),
+    ):
+        d = replace(run, kept=kept, network_test=network, last_test=last).to_dict()
+        written = (d["network_strategy"] is not None, d["last_model_strategy"] is not None)
+        assert written == (expected[0] is not None, expected[1] is not None), kept
+
+
+def _check_layout(metrics: dict) -> None:
+    """No figures block repeated; the data as fields; every key and unit in the file's schema."""
+    blocks = [metrics[k] for k in ("strategy", "network_strategy", "last_model_strategy")]
+    blocks = [json.dumps(b, sort_keys=True) for b in blocks if b is not None]
+    assert len(set(blocks)) == len(blocks)
+    data = metrics["data"]
+    assert data["source"] == "synthetic" and data["synthetic_kind"] == "planted"
+    (one,) = data["instruments"]
+    assert one["name"] == metrics["instrument"] and one["bars"] > 0
+    assert one["start"] < one["end"] and data["warmup_bars"] > 0
+    schema = metrics["schema"]
+    assert set(schema["keys"]) == set(metrics)
+    assert "undocumented" not in schema["keys"].values()
+    assert set(metrics["strategy"]) <= set(schema["units"])
+    assert "fraction of the starting value" in schema["units"]["total_return"]
 
 
 def test_a_run_that_trains_no_network_has_the_same_keys(tmp_path, monkeypatch) -> None:
@@ -103,6 +132,7 @@ def test_a_run_that_trains_no_network_has_the_same_keys(tmp_path, monkeypatch) -
     assert run.network_test is None and run.last_test is None and run.selected_step is None
     assert list(run.to_dict()) == RUN_KEYS
     assert metrics["network_strategy"] is None and metrics["timesteps"] == 0
+    assert metrics["data"]["source"] == "file" and metrics["data"]["files"][0].endswith("g.csv")
     assert metrics["kept_policy"] == run.kept == run.baseline.name
     assert metrics["baseline"] == _as_json(run.baseline.to_dict(), tmp_path)
     assert metrics["env_steps_per_second"] is None

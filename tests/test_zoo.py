@@ -158,12 +158,32 @@ def test_zoo_command_writes_json_csv_and_page(tmp_path, capsys) -> None:
         ["zoo", "--small", "--device", "cpu", "--markets", "gbm_flat", "--seeds", "0",
          "--no-progress", "--out", str(out)]
     )  # fmt: skip
-    assert code == 0, capsys.readouterr().err[-2000:]
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-2000:]
     doc = json.loads((out / "zoo.json").read_text())
     assert doc["summary"][0]["market"] == "gbm_flat" and len(doc["runs"]) == 1
-    assert "driftless GBM" in (out / "index.html").read_text()
+    page = (out / "index.html").read_text()
+    assert "driftless GBM" in page
+    # --small says it is a smoke test first, on the console and on the page.
+    assert printed.out.splitlines()[0].startswith("market zoo, smoke test: --small is a smoke")
+    assert "<h1>Market zoo (smoke test)</h1>" in page and "not a learning result" in page
+    assert "<th>met (smoke test)</th>" in page and "met (smoke test)" in printed.out
+    # The page opens with the one-sentence verdict (agents.pipelines.zoo_report.zoo_lead).
+    lead = page.split("</h1><p><strong>", 1)[1].split("</strong>", 1)[0]
+    assert lead.startswith("Deployed ") and " of 1 runs on 1 markets: " in lead
+    assert "vs flat +0.0%, buy-and-hold " in lead and len(lead.split()) <= 30
     assert (out / "gbm_flat.png").stat().st_size > 1000
     assert (out / "zoo.csv").read_text().startswith("market,seed,kept")
+
+
+def test_zoo_targets_read_as_the_ratios_they_are() -> None:
+    from agents.pipelines.zoo import MARKETS, REAL_MARKETS
+    from agents.pipelines.zoo_report import _target_text
+
+    texts = {m.target[0]: _target_text(m.target) for m in (*MARKETS, *REAL_MARKETS)}
+    assert texts["sharpe_ratio"].startswith("agent/reference Sharpe >= ")
+    for text in texts.values():  # no bare "Sharpe ratio >= x" read as an absolute Sharpe
+        assert text.startswith(("agent/", "agent return")), text
 
 
 def test_zoo_command_refuses_unknown_markets_and_owned_options(capsys) -> None:

@@ -1,9 +1,11 @@
-"""The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, ``backtest``
-and ``bench``.
+"""The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``eval``, ``backtest``,
+``sweep``, ``zoo`` and ``bench`` (``agents.cli.parser.COMMAND_NAMES``; ``--help`` of each lists
+its common options and names the advanced ones, ``--help-all`` explains every one).
 
     gpu-trading-env train --out runs/quickstart      # GpuDQN on the built-in data, then a report
     gpu-trading-env walkforward --data prices.csv    # rolling folds on your own bars
     gpu-trading-env sweep --grid gamma=0.5,0.9 --seeds 0 1 2   # settings x seeds, all GPUs
+    gpu-trading-env zoo --small                       # seeded markets with known best rules
     gpu-trading-env eval --model runs/quickstart/model.zip --data prices.csv
     gpu-trading-env backtest --rule planted
     gpu-trading-env bench

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ def backtest_report(
     title: str,
     extra: dict[str, Any],
     rule: Any = None,
+    deployed: str = "",
 ) -> int:
     """Backtest ``policy`` on ``part`` and write the report to ``--out`` (or a new folder,
     :func:`~agents.cli.run_folder.claim_out`)."""
@@ -59,6 +61,8 @@ def backtest_report(
         rule=rule,
         heading=f"{title} on {what}",
         evaluated=part,
+        deployed=deployed or title,
+        window=f"on {what}",
     )
     return 0
 
@@ -114,6 +118,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "GpuDQN backtest",
         {"model": str(args.model)},
         rule=known_rule(setup.data, setup.config),
+        deployed=f"the saved model {Path(args.model).name}",
     )
 
 
@@ -150,4 +155,5 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         exposure_policy(exposure, args.config),
         f"rule {rule}",
         {"rule": rule, "exposure": args.exposure},
+        deployed=f"the rule {rule} at exposure {args.exposure:g}",
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+import sys
+import textwrap
 from typing import Any, NoReturn
 
 from agents.cli.options import DEBUG_HELP, PROG
@@ -19,10 +21,35 @@ from agents.pipelines.train_config import (
     parse_int as _int,
 )
 
+# Every subcommand, in the order --help lists them (agents.cli.COMMANDS runs them).
+COMMAND_NAMES = ("train", "walkforward", "eval", "backtest", "sweep", "zoo", "bench")
 DESCRIPTION = (
-    "The ``gpu-trading-env`` command: ``train``, ``walkforward``, ``sweep``, ``eval``, "
-    "``backtest`` and ``bench``."
+    f"The {PROG} command: {', '.join(COMMAND_NAMES[:-1])} and {COMMAND_NAMES[-1]}; "
+    f"'{PROG} COMMAND --help' lists a command's options."
 )
+# Options a first run does not need: a subcommand's --help names them in one paragraph and
+# --help-all explains them, so that --help fits a screen or two.
+ADVANCED_OPTIONS = frozenset(
+    {
+        "--date-format", "--timestamp-unit", "--time-column", "--symbol-column", "--column",
+        "--fill-volume", "--final-learning-rate", "--gradient-steps", "--train-precision",
+        "--predictability-level", "--net-width", "--weight-decay", "--reward-scale",
+        "--cross-fit", "--curiosity", "--verbose", "--torch-threads", "--eval-every",
+        "--checkpoint-every", "--align", "--no-branch-rewards", "--no-instrument-encoder",
+        "--no-flat-unpredicted", "--no-branch-inputs",
+    }
+)  # fmt: skip
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the subcommand's help with every option explained, then exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        parser.print_help(every_option=True)
+        parser.exit()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,6 +70,32 @@ class _Parser(argparse.ArgumentParser):
         action = super().add_subparsers(**kwargs)
         self.subcommands = action.choices  # filled as add_parser is called
         return action
+
+    def advanced_actions(self) -> list[argparse.Action]:
+        """This parser's options of :data:`ADVANCED_OPTIONS`."""
+        return [a for a in self._actions if ADVANCED_OPTIONS.intersection(a.option_strings)]
+
+    def format_help(self, every_option: bool = False) -> str:
+        """The help; a subcommand's without the usage block's every option and, unless
+        ``every_option``, with its advanced options named in one paragraph at the end."""
+        advanced = [] if every_option else self.advanced_actions()
+        saved = [(a, a.help) for a in advanced]
+        for a in advanced:
+            a.help = argparse.SUPPRESS
+        try:
+            text = super().format_help()
+        finally:
+            for a, h in saved:
+                a.help = h
+        if advanced:
+            names = ", ".join(a.option_strings[0] for a in advanced)
+            about = f"advanced options ({self.prog} --help-all explains them): {names}"
+            lines = textwrap.wrap(about, 79, break_on_hyphens=False, break_long_words=False)
+            text += "\n" + "\n".join(lines) + "\n"
+        return text
+
+    def print_help(self, file: Any = None, every_option: bool = False) -> None:  # type: ignore[override]
+        self._print_message(self.format_help(every_option), file or sys.stdout)
 
     def option_names(self) -> list[str]:
         """Every long option string this parser accepts, its argument groups' included."""
@@ -419,7 +472,7 @@ def _add_sweep(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
         "sweep",
         help="train a grid of settings x seeds across this machine's devices, with a report",
         formatter_class=fmt,
-        description="Each run is one `train` process (its own folder and report); runs go to "
+        description="Each run is one train process (its own folder and report); runs go to "
         "the devices given, --runs-per-device at a time on each. Options after -- are given "
         "to every run, e.g.: sweep --grid gamma=0.5,0.9 --seeds 0 1 2 -- --timesteps 8000000",
     )
@@ -543,4 +596,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_bench,
     ):
         add(sub, fmt)
+    for p in sub.choices.values():
+        if p.advanced_actions():
+            # The options are listed below the usage line, not in it (train's was 31 lines).
+            p.usage = "%(prog)s [options]"
+            p.add_argument("--help-all", action=_HelpAll, help="explain every option")
+    assert tuple(sub.choices) == COMMAND_NAMES, tuple(sub.choices)
     return parser

@@ -102,6 +102,8 @@ def cmd_backtest_portfolio(args: argparse.Namespace) -> int:
         },
         capital=float(env.initial_capital),
         synthetic=is_synthetic(data),
+        deployed=name,
+        window=f"on {what}",
     )
     write_portfolio_page(out, page)
     return 0

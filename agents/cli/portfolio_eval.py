@@ -190,6 +190,8 @@ def cmd_eval_portfolio(args: argparse.Namespace) -> int:
         },
         capital=float(run.env.initial_capital),
         synthetic=is_synthetic(data),
+        deployed=f"the saved model {args.model}",
+        window=f"on {what}",
     )
     write_portfolio_page(out, page)
     return 0

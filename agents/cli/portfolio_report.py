@@ -107,7 +107,9 @@ def plot_costs(rows: list[tuple[str, PortfolioBacktest]], path: Path, capital: f
 class PortfolioPage:
     """What a portfolio report shows: ``rows`` (legend, backtest) of the same bars, the first
     the policy reported; ``weights`` the backtest whose weights are drawn and its caption;
-    ``verdict`` the first line; ``metrics`` metrics.json before the table's figures."""
+    ``verdict`` the line after the first sentence (``deployed``, the policy of ``rows[0]`` in
+    a few words, and its figures on ``window`` beside the other rows'); ``metrics``
+    metrics.json before the table's figures."""
 
     title: str
     heading: str
@@ -118,6 +120,22 @@ class PortfolioPage:
     metrics: dict[str, Any]
     capital: float
     synthetic: bool = False
+    deployed: str = ""
+    window: str = "out of sample"
+
+
+def portfolio_lead(page: PortfolioPage, figures: list[tuple[str, dict[str, Any]]]) -> str:
+    """The report's first sentence (``reports.report.lead_sentence``): ``figures[0]``'s policy
+    beside flat (its figures where no row is flat) and equal-weight buy-and-hold."""
+    from gpu_trading_env.reports.report import FLAT_FIGURES, lead_sentence
+
+    deployed = page.deployed or figures[0][0]
+    rows = dict(figures[1:])
+    against = {
+        "flat": None if deployed.startswith("flat") else rows.get("flat", FLAT_FIGURES),
+        "equal-weight buy-and-hold": rows.get("equal-weight buy and hold"),
+    }
+    return lead_sentence(deployed, figures[0][1], against, window=page.window)
 
 
 def write_portfolio_page(out: Path, page: PortfolioPage) -> Path:
@@ -145,9 +163,10 @@ def write_portfolio_page(out: Path, page: PortfolioPage) -> Path:
     images.append(("positions.png", f"Each instrument's weight after every step, {which}"))
     plot_costs(page.rows[:2], out / "costs.png", page.capital)
     images.append(("costs.png", "Costs by instrument"))
-    html = write_html(
-        out, page.title, [f"Verdict: {page.verdict}.", *page.notes], results_table(figures), images
-    )
+    lead = portfolio_lead(page, figures)
+    notes = [f"Verdict: {page.verdict}.", *page.notes]
+    html = write_html(out, page.title, notes, results_table(figures), images, lead=lead)
+    print(lead)
     print(f"verdict: {page.verdict}")
     bt = page.rows[0][1]
     print(f"{page.heading} ({bt.n_bars} bars, {len(bt.instruments)} instruments, costs in):")
@@ -177,5 +196,6 @@ def portfolio_report(
         metrics=result.to_dict(),
         capital=float(result.config.env.initial_capital),
         synthetic=synthetic,
+        deployed="a network" if network else f"{result.kept} (no validated edge)",
     )
     return write_portfolio_page(out, page)

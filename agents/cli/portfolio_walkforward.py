@@ -121,6 +121,8 @@ def cmd_walkforward_portfolio(args: argparse.Namespace) -> int:
         metrics=result.to_dict(),
         capital=float(config.env.initial_capital),
         synthetic=is_synthetic(data),
+        deployed=f"a network in {sum(r.result.kept == 'network' for r in result.runs)} of "
+        f"{len(result.runs)} (fold, seed) runs, else flat (seed {first})",
     )
     write_portfolio_page(out, page)
     return 0

@@ -120,6 +120,12 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
     budget = _budget(args)
     out = claim_out(args, "portfolio-zoo")
     total = len(markets) * len(args.seeds)
+    if args.small:
+        print(
+            "portfolio zoo, smoke test: --small checks the pipeline on a tiny budget, not a "
+            "learning result: the targets are the full zoo's",
+            flush=True,
+        )
     print(
         f"portfolio zoo: {len(markets)} markets x {len(args.seeds)} seeds = {total} runs on "
         f"{', '.join(devices)} ({args.runs_per_device} at a time each); report in {out}",

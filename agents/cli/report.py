@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agents.cli.data import is_synthetic
+from agents.cli.metrics_schema import metrics_schema
 from gpu_trading_env.core.config import EnvConfig
 
 if TYPE_CHECKING:
@@ -104,6 +105,26 @@ def describe_data(data: Any) -> str:
         return f"Data: {source}; instrument {names}: {per[0]}."
     each = "; ".join(f"{n}: {p}" for n, p in zip(data.instruments, per, strict=True))
     return f"Data: {source}; {data.n_instruments} instruments ({each})."
+
+
+def data_fields(data: Any) -> dict[str, Any]:
+    """metrics.json's ``data``: :func:`describe_data`'s facts as fields (see ``schema``)."""
+    synthetic = is_synthetic(data)
+    instruments = []
+    for k, name in enumerate(data.instruments):
+        md = data.instrument(k)
+        start, end = np.datetime_as_string(md.timestamps[[0, -1]], unit="s")
+        instruments.append({"name": name, "bars": int(md.n_bars), "start": start, "end": end})
+    return {
+        "source": "synthetic" if synthetic else data.metadata.get("source", "dataframe"),
+        "files": [str(p) for p in data.metadata.get("paths", [])],
+        "synthetic_kind": data.metadata.get("kind", "synthetic") if synthetic else None,
+        "synthetic_seed": data.metadata.get("seed") if synthetic else None,
+        "warmup_bars": int(data.metadata.get("warmup_bars") or 0),
+        "instruments": instruments,
+        "price_basis": getattr(data, "price_basis", None),
+        "description": describe_data(data),
+    }
 
 
 def report_notes(
@@ -205,6 +226,19 @@ def ruin_note(result: Any) -> str:
     )
 
 
+def single_lead(deployed: str, result: Any, rule: Any = None, window: str = "out of sample") -> str:
+    """The report's first sentence (``reports.report.lead_sentence``) of a one-instrument
+    backtest: ``deployed`` beside flat (unless it is flat), buy-and-hold and the known rule."""
+    from gpu_trading_env.reports.report import FLAT_FIGURES, lead_sentence
+
+    against = {
+        "flat": None if deployed.startswith("flat") else FLAT_FIGURES,
+        "buy-and-hold": result.benchmark.to_dict(),
+        "known rule": None if rule is None else rule.strategy.to_dict(),
+    }
+    return lead_sentence(deployed, result.strategy.to_dict(), against, window=window)
+
+
 def _with_known_rule(
     rule: Any, rows: list[tuple[str, dict[str, Any]]], metrics: dict[str, Any]
 ) -> dict[str, Any]:
@@ -275,19 +309,31 @@ def single_report(
     heading: str = "out-of-sample",
     evaluated: Any = None,
     trained: list[str] | None = None,
+    deployed: str = "",
+    window: str = "out of sample",
 ) -> None:
-    """Write ``out``'s report of ``result`` and print its summary.
+    """Write ``out``'s report of ``result`` and print its summary, both opening with
+    :func:`single_lead`.
 
     :param heading: what the evaluated bars are to the strategy, e.g. ``out-of-sample`` for a
         trained model's test window, ``backtest`` for a fixed rule.
     :param evaluated: the one-instrument MarketData ``result`` is a backtest of.
     :param trained: the instruments a model was trained on, where one was.
+    :param deployed: the policy backtested, in a few words (``learning``'s deployment's where
+        it is given).
+    :param window: the evaluated bars in words, for the first sentence.
     """
     from gpu_trading_env.reports.report import write_html, write_json
 
     synthetic = is_synthetic(data)
     out.mkdir(parents=True, exist_ok=True)
-    metrics = {**result.to_dict(), "synthetic_data": synthetic, "bars_per_year": per_year, **extra}
+    metrics = {
+        **result.to_dict(),
+        "synthetic_data": synthetic,
+        "bars_per_year": per_year,
+        "data": data_fields(data),
+        **extra,
+    }
     rows = [
         (strategy_row_name(result, config), result.strategy.to_dict()),
         ("buy and hold, all capital", result.benchmark.to_dict()),
@@ -298,13 +344,20 @@ def single_report(
     if learning is not None and learning.selected_step is not None:
         metrics["learning_curve"] = _plot_learning(learning, out)
         images.append(("learning_curve.png", "Learning curve and greedy-policy evaluations"))
+    metrics["schema"] = metrics_schema(metrics)
     write_json(metrics, out / "metrics.json")
     notes = report_notes(data, per_year, args, config, evaluated=evaluated, trained=trained)
     if learning is not None:
         notes.insert(0, kept_policy_note(learning))
     ruin, sizing = ruin_note(result), sizing_note(result)
     notes = [ruin] * bool(ruin) + notes + [sizing] * bool(sizing)
-    page = write_html(out, title, notes, results_table(rows), images)
+    if learning is not None:
+        deployed = learning.deployment.policy
+    lead = single_lead(deployed, result, rule, window)
+    page = write_html(out, title, notes, results_table(rows), images, lead=lead)
+    print(lead)
+    if learning is not None:
+        print(f"verdict: {learning.deployment.headline}")
     print(f"{heading} ({result.instrument}, {result.strategy.n_bars} bars, costs in):")
     for line in summary_lines(rows):
         print(line)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.cli.data import load_data, per_year_of, split_data
 from agents.cli.options import PROG, UsageError, tensorboard_installed
-from agents.cli.report import describe_data, single_report
+from agents.cli.report import single_report
 from agents.cli.run_folder import CHECKPOINTS, claim_out
 from agents.pipelines.train_config import CPU_TORCH_THREADS as CPU_TORCH_THREADS
 from agents.pipelines.train_config import WALKFORWARD_CPU_TIMESTEPS as WALKFORWARD_CPU_TIMESTEPS
@@ -271,10 +271,9 @@ def _train_metrics(
     args: argparse.Namespace,
     settings: TrainConfig,
     instruments: dict[str, Any],
-    data: Any,
 ) -> dict[str, Any]:
-    """The run's part of metrics.json, in its order: device and budget, selection, data, and
-    the input selection where one ran."""
+    """The run's part of metrics.json, in its order: device and budget, selection, costs, and
+    the input selection where one ran (the data's fields are ``single_report``'s)."""
     summary = run.to_dict()
     extra = {
         "device": args.device,
@@ -284,8 +283,6 @@ def _train_metrics(
         "instruments": instruments,
         "model_selection": _model_selection_text(run, settings),
         **{k: v for k, v in summary.items() if k != "inputs"},
-        "data": describe_data(data),
-        "price_basis": data.price_basis,
         "order_cost_bps": args.config.order_cost_bps,
     }
     if run.inputs is not None:
@@ -323,7 +320,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     _check_checkpoint_options(args, settings)
     run, out = _train_in_folder(args, train_data, evaluated, settings, per_year)
     run.model.save(out / "model.zip")
-    extra = _train_metrics(run, args, settings, instruments, data)
+    extra = _train_metrics(run, args, settings, instruments)
     if run.inputs is not None:
         from agents.pipelines.input_selection import REGIME_INPUT
 
@@ -331,7 +328,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(
             f"network inputs: {describe_inputs(list(sel.kept), len(sel.feature_names), REGIME_INPUT)}"
         )
-    print(f"verdict: {run.deployment.headline}")
     rule = known_rule(evaluated, args.config)
     if rule is not None:
         extra.update(_vs_known_rule(run, rule))

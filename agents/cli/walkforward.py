@@ -43,6 +43,28 @@ def fold_verdicts(folds: list[WalkForwardFold]) -> list[str]:
     return lines
 
 
+def walkforward_lead(res: WalkForwardResult) -> str:
+    """The report's first sentence (``reports.report.lead_sentence``): what the folds deployed,
+    and the stitched out-of-sample figures beside flat, buy-and-hold and the known rule."""
+    from gpu_trading_env.reports.report import FLAT_FIGURES, lead_sentence
+
+    kept = [s["kept"] for f in res.folds for s in f.seeds]
+    networks = kept.count("network")
+    if networks == len(kept):
+        deployed = f"a network in all {len(kept)} fold runs"
+    elif networks == 0:
+        deployed = f"no network ({', '.join(sorted(set(kept)))}) in all {len(kept)} fold runs"
+    else:
+        deployed = f"a network in {networks} of {len(kept)} fold runs, else a baseline"
+    agg = res.aggregate
+    against = {
+        "flat": FLAT_FIGURES,
+        "buy-and-hold": agg["buy_and_hold"],
+        "known rule": agg.get("rule"),
+    }
+    return lead_sentence(deployed, agg["ensemble"], against)
+
+
 def _test_bars(args: argparse.Namespace, one: Any) -> int | None:
     """The test windows' length (``default_test_bars`` where neither window's length is given),
     the folds' windows checked before any training; raises UsageError naming the options."""
@@ -113,8 +135,9 @@ def _plot_stitched(
 
 
 def _plot_folds(res: WalkForwardResult, out: Path, synthetic: bool) -> list[tuple[str, str]]:
-    """Write each fold's out-of-sample returns (folds.png) and the first seed's learning curve
-    of each fold; returns the (file name, caption) of each image."""
+    """Write each fold's out-of-sample returns (folds.png) and, for each fold that trained a
+    network, the first such seed's learning curve (folds numbered from 1, as in the text);
+    returns the (file name, caption) of each image."""
     from gpu_trading_env.reports.report import plot_folds, plot_learning_curve
 
     bars = []
@@ -128,27 +151,35 @@ def _plot_folds(res: WalkForwardResult, out: Path, synthetic: bool) -> list[tupl
     plot_folds(bars, out / "folds.png", synthetic=synthetic)
     images = [("folds.png", "Total return of each fold's out-of-sample window, costs in")]
     for f in res.folds:
-        s0 = f.seeds[0]
+        # The first seed that trained a network: no plot of a network that was never trained.
+        trained = [s for s in f.seeds if s["selected_step"] is not None]
+        if not trained:
+            continue
+        s0 = trained[0]
         steps, rets = zip(*s0["learning_curve"], strict=True) if s0["learning_curve"] else ((), ())
-        name = f"learning_curve_fold{f.fold}.png"
+        name = f"learning_curve_fold{f.fold + 1}.png"
         plot_learning_curve(
             np.array(steps),
             np.array(rets),
             out / name,
             evals=s0["evaluations"],
             selected=s0["selected_step"],
-            title=f"Fold {f.fold}, seed {s0['seed']}: learning curve",
+            title=f"Fold {f.fold + 1}, seed {s0['seed']}: learning curve",
         )
-        images.append((name, f"Fold {f.fold}: training curve, validation and out-of-sample Sharpe"))
+        images.append(
+            (name, f"Fold {f.fold + 1}: training curve, validation and out-of-sample Sharpe")
+        )
     return images
 
 
 def _metrics(
     res: WalkForwardResult, args: argparse.Namespace, one: Any, synthetic: bool, per_year: float
 ) -> dict[str, Any]:
-    """metrics.json's content: the aggregate, the folds (their JSON records) and the settings
-    of the run."""
-    return {
+    """metrics.json's content: the aggregate, the folds (their JSON records), the settings of
+    the run and the ``schema`` (what each key holds, the figures' units)."""
+    from agents.cli.metrics_schema import WALKFORWARD_KEYS, metrics_schema
+
+    metrics = {
         "instrument": one.instruments[0],
         "synthetic_data": synthetic,
         "bars_per_year": per_year,
@@ -169,6 +200,7 @@ def _metrics(
             "env": {k: str(v) for k, v in asdict(args.config).items()},
         },
     }
+    return {**metrics, "schema": metrics_schema(metrics, WALKFORWARD_KEYS)}
 
 
 def _result_rows(label: str, agg: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -280,7 +312,9 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     write_json(_metrics(res, args, one, synthetic, per_year), out / "metrics.json")
     rows = _result_rows(label, res.aggregate)
     notes = _notes(res, data, per_year, args, settings)
-    page = write_html(out, title, notes, results_table(rows), images)
+    lead = walkforward_lead(res)
+    page = write_html(out, title, notes, results_table(rows), images, lead=lead)
+    print(lead)
     _print_summary(res, one.instruments[0], args, rows, synthetic)
     print(f"report: {page}  (metrics: {out / 'metrics.json'})")
     return 0

@@ -109,11 +109,11 @@ def _done_line(row: ZooRow) -> str:
     return f"{row.market} seed {row.seed}: {what}"
 
 
-def _print_summary(rows: list[ZooRow]) -> None:
-    """The zoo's summary table on the console, its columns aligned."""
+def _print_summary(rows: list[ZooRow], smoke: bool = False) -> None:
+    """The zoo's summary table on the console, its columns aligned (``smoke``: ``--small``)."""
     from agents.pipelines.zoo_report import summarize, summary_table
 
-    table = summary_table(summarize(rows))
+    table = summary_table(summarize(rows), smoke=smoke)
     widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
     for r in table:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
@@ -133,6 +133,10 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     extra = _extra_train_args(args, markets, budget)
     out = claim_out(args, "zoo")
     total = len(markets) * len(args.seeds)
+    if args.small:
+        from agents.pipelines.zoo_report import SMOKE_TEST_NOTE
+
+        print(f"market zoo, smoke test: {SMOKE_TEST_NOTE}.", flush=True)
     print(
         f"market zoo: {len(markets)} markets x {len(args.seeds)} seeds = {total} runs on "
         f"{', '.join(devices)} ({args.runs_per_device} at a time each); report in {out}",
@@ -162,6 +166,9 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         "wall_seconds": time.perf_counter() - start,
     }
     paths = write_report(rows, out, command, meta)
-    _print_summary(rows)
+    from agents.pipelines.zoo_report import zoo_lead
+
+    print(zoo_lead(rows))
+    _print_summary(rows, smoke=bool(args.small))
     print(f"report: {paths['html']}  (every run: {paths['csv']}, {paths['json']})")
     return 1 if any(isinstance(r, FailedZooRun) for r in rows) else 0

@@ -53,6 +53,16 @@ class Deployment:
     details: tuple[str, ...]
     trained: bool
 
+    @property
+    def policy(self) -> str:
+        """The deployed policy in a few words, for the report's first sentence: "a network", or
+        the baseline with its reason ("flat (no edge found)", "hold long (the training bars'
+        drift)")."""
+        if self.kept == "network":
+            return "a network" + (" (the fallback is off)" if self.outcome == "no_fallback" else "")
+        reason = OUTCOMES[self.outcome].split(": ", 1)[-1]
+        return f"{self.kept} ({reason})"
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["details"] = list(self.details)

@@ -58,7 +58,7 @@ class PortfolioFold:
             return str(np.datetime_as_string(timestamps[bar], unit="s"))
 
         return {
-            "fold": self.index,
+            "fold": self.index + 1,  # numbered from 1, as the report's text
             "train": [self.train_start, self.test_start],
             "test": [self.test_start, self.test_stop],
             "train_dates": [stamp(self.train_start), stamp(self.test_start - 1)],
@@ -165,7 +165,7 @@ class PortfolioFoldRun:
     def to_dict(self) -> dict[str, Any]:
         r = self.result
         return {
-            "fold": self.fold.index,
+            "fold": self.fold.index + 1,  # numbered from 1, as the report's text
             "seed": self.seed,
             "kept": r.kept,
             "reason": r.reason,

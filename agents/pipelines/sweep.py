@@ -332,7 +332,8 @@ def summary_table(summary: SweepSummary) -> str:
         + "; buy-and-hold pays the same costs.",
     ]
     if summary.data:
-        notes.insert(0, str(summary.data))
+        data = summary.data
+        notes.insert(0, str(data["description"] if isinstance(data, dict) else data))
     return "\n".join(notes + table)
 
 

@@ -167,7 +167,9 @@ class SweepSummary:
 
     :param settings: every setting, best rank first.
     :param runs: runs in all; ``failed``: those that gave no metrics.json.
-    :param data: the first finished run's description of its data (None where none finished).
+    :param data: the first finished run's data: its metrics.json ``data`` fields (source,
+        files, instruments with bars and dates; see that file's ``schema``), None where none
+        finished.
     :param order_cost_bps: that run's order costs, bps per order type.
     :param ranked_by: what ranks the settings, in words.
     :param launch: how the command ran, or None for a summary built outside the command.
@@ -176,7 +178,7 @@ class SweepSummary:
     settings: list[SettingSummary]
     runs: int
     failed: int
-    data: str | None
+    data: dict[str, Any] | str | None
     order_cost_bps: list[float] | None
     ranked_by: str = RANKED_BY
     launch: SweepLaunch | None = field(default=None)

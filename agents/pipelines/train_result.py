@@ -121,7 +121,10 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The run's entries of the train command's metrics.json (the JSON-able fields under
-        their metrics.json names; ``inputs`` only where inputs were selected)."""
+        their metrics.json names; ``inputs`` only where inputs were selected). A policy's
+        figures are written once: ``network_strategy`` is null where the network is deployed
+        (they are ``strategy``'s), ``last_model_strategy`` where the last snapshot is the
+        selected one."""
         d: dict[str, Any] = {
             "timesteps": self.timesteps,
             "train_seconds": self.train_seconds,
@@ -134,11 +137,16 @@ class TrainResult:
             if self.deflated_sharpe is None
             else self.deflated_sharpe.to_dict(),
             "fallback_test": self.gate,
+            # One block per policy: a snapshot deployed or selected again is not repeated.
             "network_strategy": None
-            if self.network_test is None
+            if self.network_test is None or self.kept == "network"
             else self.network_test.strategy.to_dict(),
             "last_model_strategy": None
             if self.last_test is None
+            or (
+                self.network_test is not None
+                and self.last_test.strategy == self.network_test.strategy
+            )
             else self.last_test.strategy.to_dict(),
             # What chose the model: its figures on the validation window (the sweep ranks on them).
             "validation": {

@@ -43,9 +43,10 @@ class WalkForwardFold:
     rule_result: BacktestResult | None
 
     def to_dict(self) -> dict[str, Any]:
-        """The fold's entry of walkforward's metrics.json (the JSON-able fields)."""
+        """The fold's entry of walkforward's metrics.json (the JSON-able fields; ``fold``
+        numbered from 1)."""
         return {
-            "fold": self.fold,
+            "fold": self.fold + 1,  # numbered from 1, as the report's text and plots
             "train": self.train,
             "test": self.test,
             "seeds": self.seeds,

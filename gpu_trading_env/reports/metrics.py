@@ -33,6 +33,7 @@ import numpy as np
 
 __all__ = [
     "FLAT_TOLERANCE",
+    "METRIC_UNITS",
     "WEEKS_PER_YEAR",
     "Metrics",
     "bars_per_year",
@@ -74,6 +75,25 @@ def bars_per_year(timestamps: np.ndarray) -> float:
     if step <= 0:
         raise ValueError("bars_per_year: timestamps do not increase")
     return float(365.25 * _NS_PER_DAY / step)
+
+
+# Each field of :class:`Metrics` with its unit, as metrics.json's ``schema`` states them.
+METRIC_UNITS: dict[str, str] = {
+    "total_return": "fraction of the starting value over the window (0.25 = +25%)",
+    "annual_return": "fraction a year, compounded over the window",
+    "annual_volatility": "fraction a year: the bar returns' standard deviation x sqrt(bars_per_year)",
+    "sharpe": "annualised Sharpe ratio, zero risk-free rate (no unit); null where undefined",
+    "sortino": "annualised Sortino ratio, zero risk-free rate; null where no bar lost",
+    "max_drawdown": "largest fall from a running peak, fraction of that peak (positive)",
+    "n_bars": "bars in the curve (count)",
+    "bars_per_year": "bars a year used to annualise (count)",
+    "costs_included": "whether the trading costs are in the curve (bool)",
+    "turnover": "traded notional / portfolio value, summed over a year; null without positions",
+    "costs_paid": "costs paid over the window, fraction of the initial capital",
+    "exposure": "mean |notional| / portfolio value",
+    "time_in_market": "fraction of bars holding a position",
+    "hit_rate": "fraction of the bars held in the market whose return was positive",
+}
 
 
 @dataclass

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ExposurePeriods",
     "exposure_periods",
+    "lead_sentence",
     "plot_curves",
     "plot_equity",
     "plot_folds",
@@ -42,6 +43,45 @@ __all__ = [
     "write_html",
     "write_json",
 ]
+
+
+# The most words a report's first sentence may have (its verdict; the statistics follow it).
+LEAD_WORDS = 30
+# Flat's out-of-sample figures: it holds nothing and trades nothing (its Sharpe is 0 / 0).
+FLAT_FIGURES: dict[str, Any] = {"total_return": 0.0, "sharpe": None}
+
+
+def _figure(m: Mapping[str, Any]) -> str:
+    """``+2.5% (Sharpe 0.35)``; the Sharpe left out where it is missing (flat's is 0 / 0)."""
+    text = f"{float(m['total_return']):+,.1%}"
+    sharpe = m.get("sharpe")
+    if sharpe is not None and math.isfinite(float(sharpe)):
+        text += f" (Sharpe {float(sharpe):.2f})"
+    return text
+
+
+def lead_sentence(
+    deployed: str,
+    result: Mapping[str, Any],
+    against: Mapping[str, Mapping[str, Any] | None],
+    *,
+    window: str = "out of sample",
+) -> str:
+    """Every report's first sentence: what was deployed and what it did on ``window`` beside
+    each policy of ``against``, e.g. "Deployed a network: out of sample +56.2% (Sharpe 2.01) vs
+    flat +0.0%, buy-and-hold +2.5% (Sharpe 0.35), known rule +58.8% (Sharpe 2.06)."
+
+    :param deployed: the deployed policy in a few words ("a network", "flat (no edge found)").
+    :param result: its figures: ``total_return`` (fraction of the starting value) and
+        ``sharpe`` (annualised, costs in; None where undefined).
+    :param against: the comparisons by name, figures as ``result``; None entries are left out
+        (no known rule on real data; flat where flat is the deployed policy).
+    """
+    others = [f"{name} {_figure(m)}" for name, m in against.items() if m is not None]
+    text = f"Deployed {deployed}: {window} {_figure(result)}"
+    if others:
+        text += " vs " + ", ".join(others)
+    return text + "."
 
 
 def _pyplot() -> Any:
@@ -296,7 +336,8 @@ def plot_folds(
     value: str = "total return, costs in (%)",
     synthetic: bool = False,
 ) -> None:
-    """One group of bars per fold: ``folds[k]`` maps a series name to its value in fold k."""
+    """One group of bars per fold: ``folds[k]`` maps a series name to its value in fold k,
+    labelled "fold k + 1" (folds are numbered from 1 in every report)."""
     plt = _pyplot()
     names = list(folds[0]) if folds else []
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -305,7 +346,7 @@ def plot_folds(
     for j, name in enumerate(names):
         ax.bar(x + (j - (len(names) - 1) / 2) * width, [f[name] for f in folds], width, label=name)
     ax.axhline(0.0, color="k", lw=0.5)
-    ax.set_xticks(x, [f"fold {k}" for k in range(len(folds))])
+    ax.set_xticks(x, [f"fold {k + 1}" for k in range(len(folds))])  # 1-based, as the text
     ax.set_ylabel(value)
     ax.set_title("Out-of-sample window of each fold" + _suffix(synthetic))
     ax.legend(fontsize=8)
@@ -349,8 +390,10 @@ def write_html(
     images: Sequence[tuple[str, str]],
     *,
     metrics_file: str = "metrics.json",
+    lead: str = "",
 ) -> Path:
-    """``out/index.html``: notes, a table (first row is the header), images with captions.
+    """``out/index.html``: the lead sentence (:func:`lead_sentence`) in bold, the notes, a table
+    (first row is the header), images with captions.
 
     The page needs nothing but the files next to it: no script, no external style sheet.
     """
@@ -377,6 +420,7 @@ th:first-child, td:first-child {{ text-align: left; }}
 img {{ max-width: 100%; }} figure {{ margin: 1.5em 0; }} figcaption {{ color: #555; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
+{f'<p class="lead"><strong>{html.escape(lead)}</strong></p>' if lead else ""}
 <ul>{"".join(f"<li>{html.escape(n)}</li>" for n in notes)}</ul>
 <table>{"".join(rows)}</table>
 <p>All figures: <a href="{html.escape(metrics_file)}">{html.escape(metrics_file)}</a>.</p>
