@@ -224,7 +224,11 @@ def test_file_paths_and_unwritable_parents_are_one_line_errors(in_tmp, capsys, m
     _one_line_error(
         capsys, _backtest("--out", "ro/x"), "--out ro/x: cannot create the folder", "Permission"
     )
-    _one_line_error(capsys, _backtest(), "--out runs: cannot create the folder")
+    # No --out was given: the message must not name one.
+    line = _one_line_error(
+        capsys, _backtest(), "the default report folder in runs/ (no --out given): cannot create"
+    )
+    assert "--out runs" not in line
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root ignores permissions")
