@@ -57,6 +57,8 @@ CLAIM = ".gpu-trading-env-run"  # JSON: command, process id, host, start time, s
 RUNS_ROOT = Path("runs")
 _MAX_SUFFIX = 10_000
 CHECKPOINTS = "checkpoints"  # the train folder's checkpoint folder (agents.cli.train)
+# The claim file is opened as itself: a link there must not have its target written.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass
@@ -96,7 +98,7 @@ def _try_lock(fd: int) -> bool:
 def _locked(path: Path) -> bool:
     """Whether another process holds the claim file ``path`` now."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | _NOFOLLOW)
     except OSError:
         return False
     try:
@@ -123,7 +125,7 @@ def _take_claim(out: Path) -> tuple[int, bool]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             try:
-                fd = os.open(path, os.O_RDWR)
+                fd = os.open(path, os.O_RDWR | _NOFOLLOW)
             except FileNotFoundError:
                 continue  # its holder removed the folder's claim meanwhile: look again
         if not _try_lock(fd):
@@ -199,6 +201,11 @@ def _problem(out: Path, overwrite: bool, in_place: bool = False) -> str | None:
     if out.exists() and not out.is_dir():
         return "is a file, not a folder; pass a folder path"
     if out.is_dir():
+        if (out / CLAIM).is_symlink():
+            return (
+                f"its {CLAIM} is a symbolic link, which no run writes; remove it, or pass a new "
+                "folder"
+            )
         entries = _entries(out)
         has_claim = (out / CLAIM).is_file()
         if entries and not overwrite and not in_place:
