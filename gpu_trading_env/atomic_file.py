@@ -162,9 +162,10 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        if isinstance(exc, OSError):
-            raise _named(exc, dest) from exc
-        raise
+        named = _named(exc, dest) if isinstance(exc, OSError) else exc
+        if named is exc:
+            raise
+        raise named from exc
     _fsync_dir(dest.parent)
 
 
