@@ -138,6 +138,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_how_to_get_one(in_tmp, capsys, 
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
+    real = agents.pipelines.model_selection.train_selected
     monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", ctrl_c)
     assert cli.main(_train("--out", "a")) == 130
     err = capsys.readouterr().err
@@ -145,6 +146,14 @@ def test_ctrl_c_before_the_first_checkpoint_says_how_to_get_one(in_tmp, capsys, 
     assert not (in_tmp / "a").exists()
     assert cli.main(_train("--out", "b", "--checkpoint-every", "1000")) == 130
     assert "no checkpoint was written yet (the first comes after 1,000" in capsys.readouterr().err
+    # Resumed into a new folder: the checkpoint it started from can still be resumed.
+    monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", real)
+    _trained_run(in_tmp, "d")
+    monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", ctrl_c)
+    capsys.readouterr()
+    assert cli.main(_train("--resume", "d", "--out", "c")) == 130
+    err = capsys.readouterr().err
+    assert "cannot be resumed" not in err and "train --resume d (with the same options)" in err
 
 
 # ------------------------------------------------------------------ claims
