@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -175,3 +176,39 @@ def test_plot_text_from_files_is_drawn_as_written(tmp_path):
     ts = np.arange("2020-01-01", "2020-01-11", dtype="datetime64[D]").astype("datetime64[ns]")
     plot_curves(ts, {"$\\frac$ costs in": np.linspace(1, 2, 10)}, tmp_path / "e.png", "$x^$")
     assert (tmp_path / "e.png").stat().st_size > 1000
+
+
+def _direct_writes(path):
+    """``file:line call`` of each write in ``path`` that bypasses the atomic writer: a
+    ``write_text``/``write_bytes``, an ``open`` for writing, a ``savefig`` into a file."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        at = 1 if isinstance(func, ast.Name) else 0  # open(path, mode), Path.open(mode)
+        mode = node.args[at] if len(node.args) > at else None
+        mode = next((k.value for k in node.keywords if k.arg == "mode"), mode)
+        writes_open = (
+            name == "open" and isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax+")
+        )
+        to_file = name == "savefig" and not (
+            node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == "buffer"
+        )
+        if name in ("write_text", "write_bytes") or writes_open or to_file:
+            found.append(f"{path}:{node.lineno} {name}")
+    return found
+
+
+def test_every_file_the_packages_write_goes_through_the_atomic_writer():
+    """docs/RELIABILITY.md says so; report files were written with ``write_text`` and
+    ``savefig``, which follow a link at their name and leave a part of a file behind."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    found = []
+    for package in ("agents", "gpu_trading_env", "gpu_runtime"):
+        for path in sorted((root / package).rglob("*.py")):
+            found += _direct_writes(path)
+    assert found == []
