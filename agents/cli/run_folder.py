@@ -409,7 +409,7 @@ def _claim_explicit(out: Path, overwrite: bool, command: str, in_place: bool, la
         if in_place:
             who = f"process {held.pid}" if held.pid is not None else "another process"
             raise UsageError(
-                f"--resume: the run in {out} is still going ({who}) and writes its folder; pass "
+                f"{label}: the run there is still going ({who}) and writes its folder; pass "
                 "--out NEW to continue from its newest checkpoint in a new folder"
             ) from None
         raise UsageError(_held_message(label, held.pid)) from None
