@@ -4,7 +4,8 @@ Every file the project writes (model archives, replay buffers, reports) goes thr
 :func:`atomic_write`: the bytes go to a temporary file in the destination's folder, are flushed
 and ``fsync``-ed, and only then is the temporary renamed over the destination with
 ``os.replace`` (atomic on POSIX and Windows within one file system). A write that raises midway
-removes the temporary and leaves the previous file untouched.
+removes the temporary and leaves the previous file untouched. A destination that is a symbolic
+link is replaced by the new file; the file it pointed to is never written.
 
 A process killed midway (``kill -9``, a power cut) cannot remove its temporary, so each write
 first removes the stale temporaries of the same destination: they are named
@@ -23,6 +24,7 @@ import hashlib
 import os
 import pathlib
 import socket
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -31,6 +33,8 @@ from typing import IO
 __all__ = [
     "STALE_TEMP_SECONDS",
     "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
     "remove_stale_temporaries",
     "with_suffix_if_missing",
 ]
@@ -102,18 +106,43 @@ def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[pathlib.Path]
     return removed
 
 
+def _mode_of(dest: pathlib.Path) -> int:
+    """The permissions of the new file: those of the regular file it replaces, else the
+    umask's default (a symbolic link's 0777, or its target's, must not be copied)."""
+    try:
+        st = os.lstat(dest)
+        if stat.S_ISREG(st.st_mode):
+            return st.st_mode & 0o7777
+    except OSError:
+        pass
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _named(exc: OSError, dest: pathlib.Path) -> OSError:
+    """``exc`` naming ``dest`` where it names no file (a failed ``write`` or ``fsync``), so the
+    error says which file could not be written, and that the old one is unchanged."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    reason = exc.strerror or os.strerror(exc.errno)
+    return OSError(exc.errno, f"{reason} (not written; a previous version is unchanged)", str(dest))
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
     """Open a temporary file next to ``path``; on a clean exit it replaces ``path`` atomically.
 
-    :param path: Destination file. Missing parent folders are created.
+    :param path: Destination file. Missing parent folders are created. A symbolic link there is
+        replaced, never followed.
     :param mode: ``"wb"`` (default) or ``"w"`` (text, UTF-8).
     :raises ValueError: on another mode, or when ``path`` is an existing folder.
+    :raises OSError: naming ``path`` when the write fails (a full disk: ``errno.ENOSPC``).
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"mode must be 'wb' or 'w', got {mode!r}")
     dest = pathlib.Path(path)
-    if dest.is_dir():
+    if dest.is_dir() and not dest.is_symlink():
         raise ValueError(f"cannot write to {str(dest)!r}: it is a folder (allowed: a file path)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(dest)
@@ -127,18 +156,26 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        if dest.exists():
-            # mkstemp creates 0600; keep the permissions the destination had.
-            with contextlib.suppress(OSError):
-                os.chmod(tmp, dest.stat().st_mode & 0o7777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            with contextlib.suppress(OSError):
-                os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, dest)
-    except BaseException:
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, _mode_of(dest))  # mkstemp creates 0600
+        os.replace(tmp, dest)  # a link at dest is replaced itself: rename does not follow it
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise
+        named = _named(exc, dest) if isinstance(exc, OSError) else exc
+        if named is exc:
+            raise
+        raise named from exc
     _fsync_dir(dest.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path) as fh:
+        fh.write(data)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path, "w") as fh:
+        fh.write(text)

@@ -142,6 +142,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_how_to_get_one(in_tmp, capsys, 
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
+    real = agents.pipelines.model_selection.train_selected
     monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", ctrl_c)
     assert cli.main(_train("--out", "a")) == 130
     err = capsys.readouterr().err
@@ -149,6 +150,14 @@ def test_ctrl_c_before_the_first_checkpoint_says_how_to_get_one(in_tmp, capsys, 
     assert not (in_tmp / "a").exists()
     assert cli.main(_train("--out", "b", "--checkpoint-every", "1000")) == 130
     assert "no checkpoint was written yet (the first comes after 1,000" in capsys.readouterr().err
+    # Resumed into a new folder: the checkpoint it started from can still be resumed.
+    monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", real)
+    _trained_run(in_tmp, "d")
+    monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", ctrl_c)
+    capsys.readouterr()
+    assert cli.main(_train("--resume", "d", "--out", "c")) == 130
+    err = capsys.readouterr().err
+    assert "cannot be resumed" not in err and "train --resume d (with the same options)" in err
 
 
 # ------------------------------------------------------------------ claims
@@ -258,6 +267,59 @@ def test_resume_of_a_run_still_going_is_refused_in_place_and_pinned_elsewhere(in
         assert (in_tmp / "e" / "metrics.json").is_file()
     finally:
         os.close(fd)
+
+
+def test_resume_refuses_a_run_folder_holding_links_and_writes_nothing_through_them(
+    in_tmp, capsys, monkeypatch
+):
+    """A run folder whose report names were links: ``train --resume`` overwrote their targets
+    (a ``.pth`` file in site-packages ran at the next Python start)."""
+    import agents.pipelines.model_selection
+
+    d = _trained_run(in_tmp)
+    outside = in_tmp / "outside"
+    outside.mkdir()
+    (outside / "victim.pth").write_text("mine")
+    (d / "index.html").unlink()
+    (d / "index.html").symlink_to(outside / "victim.pth")
+    (d / "metrics.json").unlink()
+    (d / "metrics.json").symlink_to(outside / "created.pth")  # dangling: was created
+    (in_tmp / "d-link").symlink_to(d)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before the folder was checked")
+
+    monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", no_training)
+    capsys.readouterr()
+    assert cli.main(_train("--resume", "d")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(
+        "gpu-trading-env train: error: --resume d (its run folder d): it holds the symbolic link"
+    ), err
+    assert "remove the link, or pass --out NEW" in err
+    # A run folder that is itself a link is refused, naming the option that gave it.
+    assert cli.main(_train("--resume", "d-link/checkpoints")) == 2
+    assert "--resume d-link/checkpoints (its run folder d-link): is a symbolic link" in (
+        capsys.readouterr().err
+    )
+    assert (outside / "victim.pth").read_text() == "mine"
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.pth"]
+
+
+def test_resume_messages_name_what_was_passed_and_why(in_tmp, capsys):
+    """``--resume`` of a file, and of checkpoints that all have an index but are damaged."""
+    d = _trained_run(in_tmp)
+    newest = d / "checkpoints" / _steps(d)[-1]
+    capsys.readouterr()
+    assert cli.main(_train("--resume", str(newest / "checkpoint.json"))) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint.json: is a file; pass the train run's folder" in err, err
+    for step in _steps(d):
+        with open(d / "checkpoints" / step / "model.zip", "ab") as fh:
+            fh.write(b"x")
+    assert cli.main(_train("--resume", "d")) == 2
+    err = capsys.readouterr().err
+    assert "model.zip does not match checkpoint.json" in err and "no checkpoint.json" not in err
 
 
 # ------------------------------------------------------------------ saves

@@ -576,3 +576,54 @@ def test_help_fits_two_screens_and_help_all_explains_every_option(capsys):
     assert exit_.value.code == 0
     printed = capsys.readouterr().out
     assert "--reward-scale REWARD_SCALE" in printed and "advanced options" not in printed
+
+
+def _tiny_walkforward(*extra):
+    return ["walkforward", "--device", "cpu", "--folds", "1", "--train-bars", "400",
+            "--test-bars", "100", "--timesteps", "64", "--num-envs", "4", "--eval-every", "32",
+            "--no-progress", *extra]  # fmt: skip
+
+
+def test_repeated_seeds_are_refused_before_any_training(in_tmp, capsys, monkeypatch):
+    """``walkforward --seeds 1 1`` trained every fold, then failed and removed its folder."""
+    import agents.pipelines.walkforward
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before the seeds were checked")
+
+    monkeypatch.setattr(agents.pipelines.walkforward, "walk_forward", no_training)
+    _fails(
+        capsys,
+        _tiny_walkforward("--seeds", "1", "2", "1", "--out", "wf"),
+        "--seeds [1, 2, 1] is invalid: a seed is repeated (1)",
+        "distinct seeds",
+    )
+
+
+def test_a_walkforward_report_that_fails_keeps_the_trained_results(in_tmp, capsys, monkeypatch):
+    """A failure after training removed the run folder, and every fold's results with it."""
+    import gpu_trading_env.reports.report
+
+    def broken_plot(*args, **kwargs):
+        raise RuntimeError("a plot that fails")
+
+    monkeypatch.setattr(gpu_trading_env.reports.report, "plot_curves", broken_plot)
+    assert cli.main(_tiny_walkforward("--out", "wf")) == 1
+    assert "a plot that fails" in capsys.readouterr().err
+    m = json.loads((in_tmp / "wf" / "metrics.json").read_text())
+    assert len(m["folds"]) == 1 and "ensemble" in m["aggregate"]
+    from agents.cli.run_folder import CLAIM
+
+    claim = json.loads((in_tmp / "wf" / CLAIM).read_text())
+    assert claim["state"] == "failed"
+
+
+def test_instrument_names_from_files_are_checked_before_any_report(in_tmp, capsys):
+    """A name with a line break went into index.html as a line of its own (a ``.pth`` line
+    that Python runs, where the page was written through a link) and into the terminal."""
+    bad = "x\nimport os;os.system('touch PWNED')\x1b[2J"
+    _csv(in_tmp / f"{bad}.csv")
+    line = _fails(capsys, ["backtest", "--data", f"{bad}.csv", "--out", "bt"])
+    assert 'instrument name "x\\nimport os' in line and "\\x1b[2J" in line, line
+    assert "allowed are printable characters" in line
+    assert not (in_tmp / "PWNED").exists()

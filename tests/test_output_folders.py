@@ -224,7 +224,11 @@ def test_file_paths_and_unwritable_parents_are_one_line_errors(in_tmp, capsys, m
     _one_line_error(
         capsys, _backtest("--out", "ro/x"), "--out ro/x: cannot create the folder", "Permission"
     )
-    _one_line_error(capsys, _backtest(), "--out runs: cannot create the folder")
+    # No --out was given: the message must not name one.
+    line = _one_line_error(
+        capsys, _backtest(), "the default report folder in runs/ (no --out given): cannot create"
+    )
+    assert "--out runs" not in line
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root ignores permissions")
@@ -269,3 +273,21 @@ def test_an_interrupted_training_run_leaves_no_empty_folder(in_tmp, capsys, monk
     monkeypatch.setattr(agents.pipelines.model_selection, "train_selected", ctrl_c)
     assert cli.main(_train(0)) == 130
     assert not (in_tmp / "runs").exists()
+
+
+def test_a_claim_file_that_is_a_link_is_refused_and_its_target_kept(in_tmp, capsys):
+    """The claim file was opened through a link: ``--overwrite`` wrote its JSON into the
+    link's target."""
+    _csv(in_tmp / "t.csv")
+    assert cli.main(_backtest("--out", "f")) == 0
+    victim = in_tmp / "victim.json"
+    victim.write_text((in_tmp / "f" / CLAIM).read_text())
+    before = victim.read_text()
+    (in_tmp / "f" / CLAIM).unlink()
+    (in_tmp / "f" / CLAIM).symlink_to(victim)
+    capsys.readouterr()
+    _one_line_error(
+        capsys, _backtest("--out", "f", "--overwrite"), f"--out f: its {CLAIM} is a symbolic link"
+    )
+    assert victim.read_text() == before
+    assert (in_tmp / "f" / "metrics.json").is_file()  # nothing emptied

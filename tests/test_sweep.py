@@ -61,6 +61,20 @@ def _fake_train(tmp_path: Path, returns: dict[tuple[str, int], float | None], va
     return command
 
 
+def test_a_run_log_that_is_a_link_is_replaced_not_written_through(tmp_path, monkeypatch):
+    """The run's log was opened through whatever was at its name: a link's target was
+    overwritten with the run's output."""
+    monkeypatch.setattr(sweep, "train_command", _fake_train(tmp_path, {("gamma=0.5", 0): None}))
+    (run,) = sweep.plan_runs([("gamma", ["0.5"])], [0], tmp_path / "sweep")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    run.log.parent.mkdir(parents=True)
+    run.log.symlink_to(victim)
+    (result,) = sweep.run_sweep([run], [], ["cpu"])
+    assert result.returncode == 1 and victim.read_text() == "mine"
+    assert not run.log.is_symlink() and "boom" in run.log.read_text()
+
+
 def test_launcher_and_report_with_a_failed_run(tmp_path: Path, monkeypatch) -> None:
     returns = {("gamma=0.5", 0): 1.0, ("gamma=0.5", 1): 3.0, ("gamma=0.9", 0): -0.5}
     returns[("gamma=0.9", 1)] = None  # this run fails

@@ -104,6 +104,13 @@ def _attach_command_line_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (``\\n``): a message that
+    quotes a file name or a value read from a file stays one line and cannot drive the
+    terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _attach_command_line_values(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         release_unwritten()
         if args.debug:
             raise
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
         # A file-system failure (a file that cannot be read or written, a full disk): the path
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # A folder the run made but wrote nothing to is removed: no empty runs/ entries.
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         release_unwritten()
         if args.debug:
             raise
-        first = str(exc).splitlines()[0] if str(exc) else ""
+        first = _one_line(str(exc).splitlines()[0]) if str(exc) else ""
         print(
             f"{prog}: error: {type(exc).__name__}: {first} (run again with --debug for the traceback)",
             file=sys.stderr,

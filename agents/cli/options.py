@@ -146,6 +146,14 @@ def validate(args: argparse.Namespace) -> None:
         for one in v if isinstance(v, list) else [v]:
             if one is not None:
                 _check_int(name, one)
+    seeds = getattr(args, "seeds", None)
+    if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
+        # Checked before any work: walkforward trained every fold before a repeat failed it.
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise UsageError(
+            f"--seeds {seeds} is invalid: a seed is repeated ({', '.join(map(str, twice))}); "
+            "allowed are distinct seeds, each trains its own model"
+        )
     _check_training(args)
     if hasattr(args, "train_fraction"):
         f = args.train_fraction

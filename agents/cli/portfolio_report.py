@@ -13,6 +13,7 @@ import numpy as np
 
 from agents.cli.report import results_table, summary_lines
 from agents.pipelines.portfolio_backtest import PortfolioBacktest
+from gpu_trading_env.reports.report import save_figure
 
 if TYPE_CHECKING:
     from agents.pipelines.portfolio_training import PortfolioTrainResult
@@ -80,8 +81,7 @@ def plot_weights(bt: PortfolioBacktest, path: Path, title: str) -> None:
         fig.colorbar(image, ax=ax, label="weight")
     ax.set_title(title)
     fig.autofmt_xdate()
-    fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=90, bbox_inches="tight")
 
 
 def plot_costs(rows: list[tuple[str, PortfolioBacktest]], path: Path, capital: float) -> None:
@@ -99,8 +99,7 @@ def plot_costs(rows: list[tuple[str, PortfolioBacktest]], path: Path, capital: f
     ax.set_title("Costs by instrument")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    fig.savefig(path, dpi=90, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=90, bbox_inches="tight")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@
   claimed as it is: its checkpoints are kept, its report is replaced when the run ends.
   ``--overwrite`` is refused there, since it would empty the checkpoints being resumed.
 - A path that is a file, a parent that cannot be written or is a file: a one-line error (exit 2).
+- A run folder that is a symbolic link, or a resumed one holding one, is refused: a report
+  written through a link would land outside the folder (every file is written by
+  :func:`~gpu_trading_env.atomic_file.atomic_write`, which replaces a link, never follows it).
 - A run that stops on an error or Ctrl-C before writing anything removes the folder it made
   (:func:`release_unwritten`), so an interrupted run leaves no empty folder behind.
 """
@@ -55,6 +58,8 @@ CLAIM = ".gpu-trading-env-run"  # JSON: command, process id, host, start time, s
 RUNS_ROOT = Path("runs")
 _MAX_SUFFIX = 10_000
 CHECKPOINTS = "checkpoints"  # the train folder's checkpoint folder (agents.cli.train)
+# The claim file is opened as itself: a link there must not have its target written.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass
@@ -94,7 +99,7 @@ def _try_lock(fd: int) -> bool:
 def _locked(path: Path) -> bool:
     """Whether another process holds the claim file ``path`` now."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | _NOFOLLOW)
     except OSError:
         return False
     try:
@@ -121,7 +126,7 @@ def _take_claim(out: Path) -> tuple[int, bool]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             try:
-                fd = os.open(path, os.O_RDWR)
+                fd = os.open(path, os.O_RDWR | _NOFOLLOW)
             except FileNotFoundError:
                 continue  # its holder removed the folder's claim meanwhile: look again
         if not _try_lock(fd):
@@ -158,20 +163,50 @@ def _write_state(claim: _Claim, state: str) -> None:
     os.write(claim.fd, data)
 
 
-def _held_message(out: Path, pid: int | None) -> str:
+def _held_message(label: str, pid: int | None) -> str:
     who = f"process {pid}" if pid is not None else "another process"
-    return f"--out {out}: a run that is still going ({who}) holds this folder; pass a new folder"
+    return f"{label}: a run that is still going ({who}) holds this folder; pass a new folder"
 
 
 def _entries(out: Path) -> list[Path]:
     return [p for p in out.iterdir() if p.name != CLAIM]
 
 
+def _link_in(folder: Path) -> Path | None:
+    """The first symbolic link in ``folder`` and its sub-folders (links are not followed)."""
+    for root, dirs, files in os.walk(folder):
+        for name in (*dirs, *files):
+            if (Path(root) / name).is_symlink():
+                return Path(root) / name
+    return None
+
+
+def _link_problem(out: Path) -> str | None:
+    """Why a resumed run folder cannot be written because of a symbolic link in it, or None."""
+    link = _link_in(out)
+    if link is None:
+        return None
+    return (
+        f"it holds the symbolic link {link} (to {os.readlink(link)!r}), which no run writes: "
+        "the run would write through it, outside the folder; remove the link, or pass --out NEW"
+    )
+
+
 def _problem(out: Path, overwrite: bool, in_place: bool = False) -> str | None:
     """Why ``out`` cannot be the run's folder, or None (checked again under the claim)."""
+    if out.is_symlink():
+        return (
+            f"is a symbolic link (to {os.readlink(out)!r}): a run writes only a real folder; pass "
+            "the folder it points to"
+        )
     if out.exists() and not out.is_dir():
         return "is a file, not a folder; pass a folder path"
     if out.is_dir():
+        if (out / CLAIM).is_symlink():
+            return (
+                f"its {CLAIM} is a symbolic link, which no run writes; remove it, or pass a new "
+                "folder"
+            )
         entries = _entries(out)
         has_claim = (out / CLAIM).is_file()
         if entries and not overwrite and not in_place:
@@ -183,7 +218,7 @@ def _problem(out: Path, overwrite: bool, in_place: bool = False) -> str | None:
             )
         if not os.access(out, os.W_OK | os.X_OK):
             return "the folder is not writable; pass a folder you can write"
-        return None
+        return _link_problem(out) if in_place else None
     parent = next((p for p in out.parents if p.exists()), Path("."))
     if not parent.is_dir():
         return f"{parent} is a file, not a folder"
@@ -245,6 +280,11 @@ def _resume_target(args: argparse.Namespace) -> tuple[Path | None, bool]:
         return (Path(given) if given else None), False
     if not Path(resume).exists():
         raise UsageError(f"--resume {resume}: no checkpoint folder {resume!r}")
+    if not Path(resume).is_dir():
+        raise UsageError(
+            f"--resume {resume}: is a file; pass the train run's folder, its {CHECKPOINTS} "
+            f"folder or one checkpoint's folder ({Path(resume).parent} if it is one)"
+        )
     run = resumed_run_folder(resume)
     if not given:
         if run is None:
@@ -276,6 +316,16 @@ def _in_place_overwrite(resume: str, run: Path) -> str:
     )
 
 
+def _label(args: argparse.Namespace, out: Path | None) -> str:
+    """The option that named the run's folder ``out``, for messages: ``--out``, or ``--resume``
+    for a resumed run's own folder, or the default root where neither was given."""
+    if getattr(args, "out", None):
+        return f"--out {args.out}"
+    if getattr(args, "resume", None) is not None and out is not None:
+        return f"--resume {args.resume} (its run folder {out})"
+    return f"the default report folder in {RUNS_ROOT}/ (no --out given)"
+
+
 def check_out(args: argparse.Namespace) -> None:
     """Refuse a bad ``--out`` before any work starts (:func:`claim_out` checks again, under the
     claim)."""
@@ -286,7 +336,7 @@ def check_out(args: argparse.Namespace) -> None:
     if out is not None:
         problem = _problem(out, bool(getattr(args, "overwrite", False)), in_place)
         if problem:
-            raise UsageError(f"--out {out}: {problem}")
+            raise UsageError(f"{_label(args, out)}: {problem}")
 
 
 def claim_out(args: argparse.Namespace, command: str) -> Path:
@@ -296,13 +346,13 @@ def claim_out(args: argparse.Namespace, command: str) -> Path:
     out, in_place = _resume_target(args)
     try:
         if out is not None:
-            return _claim_explicit(out, bool(getattr(args, "overwrite", False)), command, in_place)
+            overwrite = bool(getattr(args, "overwrite", False))
+            return _claim_explicit(out, overwrite, command, in_place, _label(args, out))
         return _claim_default(command)
     except OSError as exc:
-        where = str(out) if out is not None else str(RUNS_ROOT)
         raise UsageError(
-            f"--out {where}: cannot create the folder ({exc.strerror or exc}); pass a folder you "
-            "can write"
+            f"{_label(args, out)}: cannot create the folder ({exc.strerror or exc}); pass "
+            "--out FOLDER you can write"
         ) from None
 
 
@@ -343,10 +393,10 @@ def claim_pause() -> None:
     """Called with the claim held, before the folder is looked at (tests widen the race here)."""
 
 
-def _claim_explicit(out: Path, overwrite: bool, command: str, in_place: bool) -> Path:
+def _claim_explicit(out: Path, overwrite: bool, command: str, in_place: bool, label: str) -> Path:
     problem = _problem(out, overwrite, in_place)
     if problem:
-        raise UsageError(f"--out {out}: {problem}")
+        raise UsageError(f"{label}: {problem}")
     made = False
     if not out.exists():
         try:
@@ -360,16 +410,19 @@ def _claim_explicit(out: Path, overwrite: bool, command: str, in_place: bool) ->
         if in_place:
             who = f"process {held.pid}" if held.pid is not None else "another process"
             raise UsageError(
-                f"--resume: the run in {out} is still going ({who}) and writes its folder; pass "
+                f"{label}: the run there is still going ({who}) and writes its folder; pass "
                 "--out NEW to continue from its newest checkpoint in a new folder"
             ) from None
-        raise UsageError(_held_message(out, held.pid)) from None
+        raise UsageError(_held_message(label, held.pid)) from None
     try:
         claim_pause()
         entries = _entries(out)
+        link = _link_problem(out) if in_place else None
+        if link is not None:
+            raise UsageError(f"{label}: {link}")
         if entries and not commands_folder:
             raise UsageError(
-                f"--out {out}: "
+                f"{label}: "
                 + (
                     f"--overwrite empties only a folder a command wrote (it holds {CLAIM}); this "
                     "one does not: pass a new folder, or empty it yourself"
@@ -379,7 +432,7 @@ def _claim_explicit(out: Path, overwrite: bool, command: str, in_place: bool) ->
             )
         if entries and not in_place:
             if not overwrite:
-                raise UsageError(f"--out {out}: {_occupied(out)}")
+                raise UsageError(f"{label}: {_occupied(out)}")
             for entry in entries:
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.rmtree(entry)

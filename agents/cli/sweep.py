@@ -129,8 +129,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 f"train option {opt!r} is invalid here: --grid sets --{name} too; give it in "
                 "one place"
             )
-    if len(set(args.seeds)) != len(args.seeds):
-        raise UsageError(f"--seeds {args.seeds} is invalid: a seed is repeated")
     out = claim_out(args, "sweep")
     runs = plan_runs(grid, args.seeds, out)
     check_runs(runs, common, devices)

@@ -157,6 +157,12 @@ def interrupted_note(out: Path, args: argparse.Namespace) -> str:
             f"the newest checkpoint is {written[-1].parent}; train --resume {out} (with the same "
             "options) continues the run"
         )
+    if args.resume is not None:
+        # The checkpoint it started from is still there: "cannot be resumed" would be false.
+        return (
+            f"no new checkpoint was written in {out}; train --resume {args.resume} (with the same "
+            "options) starts again from the checkpoint this run started from"
+        )
     if args.checkpoint_every is None:
         return (
             "no checkpoint was written, so the run cannot be resumed: --checkpoint-every N "

@@ -306,10 +306,11 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     n_seeds = len(args.seeds)
     label = "GpuDQN, 1 seed" if n_seeds == 1 else f"GpuDQN, mean of {n_seeds} seeds' returns"
     title = f"Walk-forward, out-of-sample windows stitched: {one.instruments[0]}"
+    # The results first: a report that fails after hours of training keeps its folder and them.
+    write_json(_metrics(res, args, one, synthetic, per_year), out / "metrics.json")
     curves = _stitched_curves(res, label)
     images = _plot_stitched(res, curves, out, title, synthetic, args.seeds[0])
     images += _plot_folds(res, out, synthetic)
-    write_json(_metrics(res, args, one, synthetic, per_year), out / "metrics.json")
     rows = _result_rows(label, res.aggregate)
     notes = _notes(res, data, per_year, args, settings)
     lead = walkforward_lead(res)

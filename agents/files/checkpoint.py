@@ -559,9 +559,12 @@ def resolve_checkpoint(path: str | pathlib.Path) -> pathlib.Path:
     for candidate in steps:
         if _complete(candidate) is None:
             return candidate
+    if steps:  # why each is unusable: "no checkpoint.json" is not always the reason
+        why = "; ".join(f"{p.name}: {_complete(p)}" for p in steps[:3])
+        more = f" (and {len(steps) - 3} older)" if len(steps) > 3 else ""
+        raise ArchiveError(f"{str(folder)!r} holds no complete checkpoint: {why}{more}")
     raise ArchiveError(
-        f"{str(folder)!r} holds no complete checkpoint (no {INDEX_FILE}, and no "
-        f"{STEP_PREFIX}<n> folder with a matching one)"
+        f"{str(folder)!r} holds no checkpoint: no {INDEX_FILE} and no {STEP_PREFIX}<n> folder"
     )
 
 

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from gpu_trading_env.atomic_file import atomic_write, atomic_write_text
+
 __all__ = [
     "PORTFOLIO_ZOO_BY_NAME",
     "PORTFOLIO_ZOO_MARKETS",
@@ -493,7 +495,7 @@ def write_portfolio_report(
     files = PortfolioZooFiles(
         folder / "portfolio_zoo.csv", folder / "portfolio_zoo.md", folder / "portfolio_zoo.json"
     )
-    with open(files.csv, "w", newline="") as fh:
+    with atomic_write(files.csv, "w") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for r in rows:
@@ -501,12 +503,12 @@ def write_portfolio_report(
             d.pop("traceback", None)
             writer.writerow({k: d.get(k, "") for k in CSV_COLUMNS})
     text = f"# Portfolio zoo\n\n```bash\n{command}\n```\n\n{markdown_table(checks)}"
-    files.markdown.write_text(text)
+    atomic_write_text(files.markdown, text)
     payload = {
         "command": command,
         "meta": meta,
         "runs": [r.to_dict() for r in rows],
         "targets": [c.to_dict() for c in checks],
     }
-    files.json.write_text(json.dumps(payload, indent=1))
+    atomic_write_text(files.json, json.dumps(payload, indent=1))
     return files

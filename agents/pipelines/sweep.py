@@ -44,6 +44,8 @@ from agents.pipelines.sweep_result import (
     SweepRunRow,
     SweepSummary,
 )
+from gpu_trading_env.atomic_file import atomic_write, atomic_write_text
+from gpu_trading_env.reports.report import save_figure
 
 __all__ = [
     "RunResult",
@@ -138,6 +140,13 @@ def train_command(run: SweepRun, common: Sequence[str], device: str) -> list[str
     return cmd
 
 
+def _new_file(path: Path) -> Any:
+    """``path`` opened for writing as a new file: what was there (a symbolic link included) is
+    removed first, and ``O_EXCL`` creates the file itself, never the target of a link."""
+    path.unlink(missing_ok=True)
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w")
+
+
 def _run_one(run: SweepRun, common: Sequence[str], device: str) -> RunResult:
     cmd = train_command(run, common, device)
     env = dict(os.environ)
@@ -145,7 +154,7 @@ def _run_one(run: SweepRun, common: Sequence[str], device: str) -> RunResult:
         env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
     run.out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with open(run.log, "w") as log:
+    with _new_file(run.log) as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     wall = time.perf_counter() - start
     metrics = None
@@ -344,8 +353,8 @@ def write_report(summary: SweepSummary, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {k: out / f"sweep.{k}" for k in ("json", "csv", "png")}
     paths["html"] = out / "index.html"
-    paths["json"].write_text(json.dumps(summary.to_dict(), indent=2))
-    with open(paths["csv"], "w", newline="") as fh:
+    atomic_write_text(paths["json"], json.dumps(summary.to_dict(), indent=2))
+    with atomic_write(paths["csv"], "w") as fh:
         w = csv.writer(fh)
         w.writerow(
             ["rank", "setting", "finished", "failed", "validation_sharpe_mean",
@@ -402,8 +411,7 @@ def _plot(summary: SweepSummary, path: Path) -> None:
         fontsize=10,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def _html(summary: SweepSummary, path: Path, out: Path) -> None:
@@ -428,4 +436,4 @@ def _html(summary: SweepSummary, path: Path, out: Path) -> None:
                 f"<a href='{html.escape(rel_log)}'>log</a>)</li>"
             )
     lines.append("</ul>")
-    path.write_text("\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")

@@ -26,6 +26,8 @@ from agents.pipelines.zoo_result import (
     ZooRow,
     ZooRun,
 )
+from gpu_trading_env.atomic_file import atomic_write
+from gpu_trading_env.reports.report import save_figure
 
 __all__ = ["SMOKE_TEST_NOTE", "summarize", "summary_table", "write_report", "zoo_lead"]
 
@@ -276,8 +278,7 @@ def _plot_market(rows: list[ZooRun], path: Path) -> None:
     ax3.set_xlabel("env steps")
     fig.suptitle(MARKETS_BY_NAME[first.market].title)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)
 
 
 def write_report(
@@ -286,8 +287,6 @@ def write_report(
     """``zoo.json`` (every row, the summary, how it was run), ``zoo.csv`` (a row per run) and
     ``index.html`` (the table and a figure per market)."""
     import html
-
-    from gpu_trading_env.atomic_file import atomic_write
 
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows)

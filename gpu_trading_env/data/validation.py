@@ -142,6 +142,19 @@ def validate_instruments(
             )
 
 
+def check_names(names: Sequence[str], what: str) -> None:
+    """Refuse an empty name or one with a line break, a tab or another control character: names
+    come from file names and columns and go into reports, plots and messages, where a line
+    break would start a new line of the file's choosing."""
+    for name in names:
+        if not name or not name.isprintable():
+            raise ValueError(
+                f"{what} name {name!r} is invalid: allowed are printable characters and spaces "
+                "(no line break, tab or other control character), at least one; rename the file "
+                "or the column, or the value in the symbol column"
+            )
+
+
 def checked_arrays(
     features: Any,
     ohlcv: Sequence[Any],
@@ -190,6 +203,8 @@ def checked_arrays(
     if len(set(names)) != len(names):
         raise ValueError(f"instrument names must be unique, got {names}")
     fnames = tuple(str(x) for x in feature_names)
+    check_names(names, "instrument")
+    check_names(fnames, "feature")
     if len(fnames) != f:
         raise ValueError(f"{len(fnames)} feature_names for {f} feature columns")
     # The same bar checks as from_dataframe: arrays built by hand must not slip NaN or

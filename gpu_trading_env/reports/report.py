@@ -17,6 +17,7 @@ costs, annualisation), a metrics table and every image with its caption.
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpu_trading_env.atomic_file import atomic_write_bytes, atomic_write_text
 from gpu_trading_env.reports.metrics import drawdown
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ __all__ = [
     "plot_folds",
     "plot_learning_curve",
     "plot_position",
+    "save_figure",
     "write_html",
     "write_json",
 ]
@@ -111,8 +114,27 @@ def _save(
         top=1.0 - 0.4 / h,
         hspace=0.1,
     )
-    fig.savefig(path, dpi=90)
-    _pyplot().close(fig)
+    save_figure(fig, path, dpi=90)
+
+
+def save_figure(fig: Any, path: Path, **savefig: Any) -> None:
+    """Render ``fig`` (PNG, ``savefig``'s options) in memory, close it, then write the bytes
+    with :func:`~gpu_trading_env.atomic_file.atomic_write_bytes`: a failed render or a full
+    disk leaves the previous file whole, and a symbolic link at ``path`` is replaced, never
+    followed. Every text is drawn as written: a ``$`` in an instrument name from a file must
+    not be parsed as TeX (``$\\frac$`` would fail the report after training)."""
+    import matplotlib
+    from matplotlib.text import Text
+
+    buffer = io.BytesIO()
+    try:
+        for text in fig.findobj(Text):
+            text.set_parse_math(False)
+        with matplotlib.rc_context({"text.parse_math": False}):  # tick labels made at draw time
+            fig.savefig(buffer, format="png", **savefig)
+    finally:
+        _pyplot().close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _suffix(synthetic: bool) -> str:
@@ -357,7 +379,8 @@ def plot_folds(
 def write_json(obj: Any, path: Path) -> None:
     """``obj`` as strict JSON: NaN and infinite floats (a Sortino with no losing bar is ``inf``)
     are written as ``null``, which every JSON reader accepts (``Infinity`` is not JSON)."""
-    path.write_text(json.dumps(_finite_or_none(obj), indent=2, default=_jsonable, allow_nan=False))
+    text = json.dumps(_finite_or_none(obj), indent=2, default=_jsonable, allow_nan=False)
+    atomic_write_text(path, text)
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -428,5 +451,5 @@ img {{ max-width: 100%; }} figure {{ margin: 1.5em 0; }} figcaption {{ color: #5
 </body></html>
 """
     path = out / "index.html"
-    path.write_text(page)
+    atomic_write_text(path, page)
     return path
