@@ -226,3 +226,43 @@ def test_predictable_path_needs_a_quarter_one_sided():
     flat = verdict.validation_vs_flat
     expected = flat["low"] > 0.0 or (flat["p_value"] < PREDICTABLE_P_VALUE and flat["adjusted"] > 0)
     assert verdict.keep_network == expected
+
+
+def test_the_gates_resolution_is_worded_after_its_evidence():
+    """A kept baseline reads "no edge above Sharpe X detectable in N bars"; a kept network
+    reads the edge the gate detects; the PBO follows, or why it is not computable."""
+    from gpu_trading_env.reports.sharpe_inference import detectable_edge
+
+    edge = detectable_edge(500, 252.0, halves=True, last_third_level=0.2).to_dict()
+    pbo = {"pbo": 0.25, "candidates": 5, "bars": 500, "splits": 12870, "blocks": 16}
+    flat = ci(0.1, -0.4, 0.6)
+    kept_flat = describe_deployment(
+        "flat",
+        baseline("flat"),
+        gate=gate("flat", None, flat),
+        selection=SELECTION,
+        resolution=edge,
+        overfitting=pbo,
+    )
+    assert kept_flat.details[-2] == (
+        f"No edge above Sharpe {edge['sharpe']:.2f} over flat detectable in 500 validation bars "
+        "(at the 5% one-sided level with 80% power, 1 effective trial, in each half and the "
+        "last third); a smaller one may be there unseen."
+    )
+    assert kept_flat.details[-1].startswith("Probability of backtest overfitting: 0.25 (CSCV ")
+    net = describe_deployment(
+        "network",
+        baseline("flat"),
+        gate=gate("network", "significant", ci(2.0, 0.5, 3.0)),
+        selection=SELECTION,
+        resolution=edge,
+        overfitting={"pbo": None, "candidates": 1, "bars": 20, "reason": "fewer than 2 candidates"},
+    )
+    assert f"Detectable edge: Sharpe >= {edge['sharpe']:.2f} over flat in 500" in net.details[-2]
+    assert net.details[-1] == (
+        "Probability of backtest overfitting: not computable (fewer than 2 candidates)."
+    )
+    untrained = describe_deployment(
+        "flat", baseline("flat"), gate=None, selection=NONE_KEPT, resolution=edge
+    )
+    assert untrained.details[-1].startswith(f"No edge above Sharpe {edge['sharpe']:.2f}")
