@@ -416,6 +416,19 @@ def _stacked_pass(u: float, z: np.ndarray, crit: float, halves: bool, z_third: f
     return float(np.mean(ok))
 
 
+def _stacked_statistic(
+    power: float, z: np.ndarray, crit: float, halves: bool, z_third: float | None
+) -> float:
+    """The full-window statistic's mean at which every condition passes with ``power``, by
+    bisection (the pass share is monotone in it over fixed draws)."""
+    lo, hi = 0.0, crit + _NORMAL.inv_cdf(power) + 10.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        passed = _stacked_pass(mid, z, crit, halves, z_third)
+        lo, hi = (mid, hi) if passed < power else (lo, mid)
+    return hi
+
+
 def detectable_edge(
     bars: int,
     per_year: float,
@@ -443,16 +456,14 @@ def detectable_edge(
     normals of mean ``u / sqrt(6)``, and the ``u`` at which all pass with probability ``power``
     is found by bisection over ``draws`` fixed normal draws (power error about 0.3 points).
     ``SR`` then solves ``SR^2 n = u^2 V(SR)``.
-
     :param bars: observations n, >= 6.
     :param per_year: observations per year, > 0 (the result is annualised with it).
     :param level: one-sided level of the whole-window test, in (0, 1).
     :param power: the probability of detection, in (level, 1).
     :param n_trials: trials the whole-window test allows for, >= 1.
-    :param halves: require the estimate above zero in each half too.
-    :param last_third_level: one-sided level of the last third's test, or None (not required).
-    :param skew: skewness of the returns.
-    :param kurtosis: raw kurtosis of the returns, 3 for a normal.
+    :param halves: require the estimate above zero in each half too; ``last_third_level``: the
+        one-sided level of the last third's test, or None (not required).
+    :param skew: skewness of the returns; ``kurtosis``: their raw kurtosis, 3 for a normal.
     :param draws: normal draws of the stacked conditions' power (unused without them).
     :raises ValueError: naming the argument on bad input, or ``bars`` too few for ``power``.
     """
@@ -460,10 +471,9 @@ def detectable_edge(
     per_year = _finite("per_year", per_year)
     if not per_year > 0.0:
         raise ValueError(f"per_year must be > 0, got {per_year!r}")
-    level = _finite("level", level)
+    level, power = _finite("level", level), _finite("power", power)
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
-    power = _finite("power", power)
     if not level < power < 1.0:
         raise ValueError(f"power must be in (level={level!r}, 1), got {power!r}")
     n_trials = _count("n_trials", n_trials, 1)
@@ -476,13 +486,8 @@ def detectable_edge(
         u, fpr = crit + _NORMAL.inv_cdf(power), 1.0 - (1.0 - level) ** (1.0 / n_trials)
     else:
         z = np.random.default_rng(0).standard_normal((_count("draws", draws, 100), 6))
-        lo, hi = 0.0, crit + _NORMAL.inv_cdf(power) + 10.0
-        for _ in range(50):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (
-                (mid, hi) if _stacked_pass(mid, z, crit, halves, z_third) < power else (lo, mid)
-            )
-        u, fpr = hi, _stacked_pass(0.0, z, crit, halves, z_third)
+        u = _stacked_statistic(power, z, crit, halves, z_third)
+        fpr = _stacked_pass(0.0, z, crit, halves, z_third)
     # SR^2 n = u^2 (1 - skew SR + (kurtosis - 1) / 4 SR^2): the positive root.
     a = n - u * u * (kurtosis - 1.0) / 4.0
     if not a > 0.0:
