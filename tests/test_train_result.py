@@ -125,8 +125,10 @@ def test_train_reports_the_gates_resolution_and_overfitting_probability(
     edge, pbo = metrics["detectable_edge"], metrics["overfitting_probability"]
     assert edge == _as_json(run.detectable_edge.to_dict(), tmp_path)
     assert edge["bars"] == run.gate["network_minus_flat_validation_sharpe"]["bars"]
-    assert edge["power"] == 0.80 and edge["sharpe"] > 0.0 and edge["halves"] == (
-        run.baseline.name == "flat"
+    assert (
+        edge["power"] == 0.80
+        and edge["sharpe"] > 0.0
+        and edge["halves"] == (run.baseline.name == "flat")
     )
     assert pbo["candidates"] == len(run.evals.validation) + 1 + (run.baseline.name != "flat")
     assert (pbo["pbo"] is None) == ("reason" in pbo)

@@ -40,7 +40,20 @@ def fold_verdicts(folds: list[WalkForwardFold]) -> list[str]:
                 f"{100 * s['baseline_strategy']['total_return']:+.1f}% and buy-and-hold's "
                 f"{100 * f.buy_and_hold['total_return']:+.1f}%."
             )
+            if s.get("detectable_edge"):
+                lines[-1] += " " + _resolution_clause(s)
     return lines
+
+
+def _resolution_clause(seed: dict[str, Any]) -> str:
+    """The fold's gate resolution and its PBO, in a few words."""
+    edge, pbo = seed["detectable_edge"], seed.get("overfitting_probability") or {}
+    shown = "not computable" if pbo.get("pbo") is None else f"{pbo['pbo']:.2f}"
+    return (
+        f"Its gate detects Sharpe >= {edge['sharpe']:.2f} over flat in {edge['bars']} "
+        f"validation bars ({edge['power']:.0%} power); probability of backtest overfitting "
+        f"{shown}."
+    )
 
 
 def _test_bars(args: argparse.Namespace, one: Any) -> int | None:
@@ -156,6 +169,7 @@ def _metrics(
         "aggregate": res.aggregate,
         "sharpe_vs_buy_and_hold": res.sharpe_vs_buy_and_hold,
         "beats_buy_and_hold_every_fold": res.beats_buy_and_hold_every_fold,
+        "detectable_edge": None if res.detectable_edge is None else res.detectable_edge.to_dict(),
         "folds": [f.to_dict() for f in res.folds],
         "settings": {
             **res.settings,
@@ -213,7 +227,22 @@ def _notes(
             f"{ci['level']:.0%} block-bootstrap interval [{ci['low']:+.2f}, {ci['high']:+.2f}] "
             f"(blocks of {ci['block']} bars, {ci['n_boot']} resamples, costs in both).",
         ]
+        + _overall_resolution(res)
     )
+
+
+def _overall_resolution(res: WalkForwardResult) -> list[str]:
+    """What the stitched test bars could resolve: the smallest Sharpe over flat detected with
+    80% power at the interval's one-sided level (over buy-and-hold it depends on how the two
+    correlate)."""
+    edge = res.detectable_edge
+    if edge is None:
+        return []
+    return [
+        f"Resolution of the out-of-sample record: an edge of Sharpe {edge.sharpe:.2f} over flat "
+        f"is detected {edge.power:.0%} of the time in its {edge.bars} stitched test bars (at "
+        f"the {100 * edge.level:g}% one-sided level); a smaller one may go unseen."
+    ]
 
 
 def _print_summary(

@@ -44,6 +44,7 @@ from gpu_trading_env.reports.backtest import (
     backtest,
 )
 from gpu_trading_env.reports.metrics import curve_metrics
+from gpu_trading_env.reports.sharpe_inference import detectable_edge
 from gpu_trading_env.reports.significance import sharpe_difference_interval
 
 __all__ = [
@@ -199,6 +200,8 @@ def walk_forward(
         fold_out.append(_fold_record(k, train, test, seeds, runs, bases, rnd, rule))
     stitched, ensemble, bh_rets = _stitched(pieces, seeds, by_seed, bench)
     ci = sharpe_difference_interval(ensemble, bh_rets, per_year)
+    # The out-of-sample record's resolution at that interval's one-sided level.
+    resolution = detectable_edge(len(ensemble), per_year, level=(1.0 - ci["level"]) / 2.0)
     beats = [
         all(f.results[j].test.equity[-1] > f.results[j].test.buy_and_hold[-1] for f in fold_out)
         for j in range(len(seeds))
@@ -212,6 +215,7 @@ def walk_forward(
         settings=asdict(settings),
         expanding=bool(expanding),
         confirm=bool(confirm),
+        detectable_edge=resolution,
     )
 
 
@@ -262,6 +266,10 @@ def _fold_record(
                 "timesteps": r.timesteps,
                 "learning_curve": r.curve,
                 "evaluations": r.evals.to_dict(),
+                "detectable_edge": None
+                if r.detectable_edge is None
+                else r.detectable_edge.to_dict(),
+                "overfitting_probability": r.overfitting,
             }
             for s, r, base in zip(seeds, runs, bases, strict=True)
         ],
