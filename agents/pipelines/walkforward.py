@@ -154,7 +154,6 @@ def walk_forward(
     :param confirm: deploy a fold's network only where the previous fold's network beat its
         baseline out of sample, in return and in Sharpe (:func:`confirm_deployment`); False:
         ``train``'s deployment as it is.
-
     :returns: the folds (per-fold figures and runs), the curves stitched over all test windows
         (per seed, ensemble, buy-and-hold, random, rule), their metrics (costs in) and the
         block-bootstrap interval of the ensemble's Sharpe minus buy-and-hold's
@@ -200,8 +199,6 @@ def walk_forward(
         fold_out.append(_fold_record(k, train, test, seeds, runs, bases, rnd, rule))
     stitched, ensemble, bh_rets = _stitched(pieces, seeds, by_seed, bench)
     ci = sharpe_difference_interval(ensemble, bh_rets, per_year)
-    # The out-of-sample record's resolution at that interval's one-sided level.
-    resolution = detectable_edge(len(ensemble), per_year, level=(1.0 - ci["level"]) / 2.0)
     beats = [
         all(f.results[j].test.equity[-1] > f.results[j].test.buy_and_hold[-1] for f in fold_out)
         for j in range(len(seeds))
@@ -215,7 +212,7 @@ def walk_forward(
         settings=asdict(settings),
         expanding=bool(expanding),
         confirm=bool(confirm),
-        detectable_edge=resolution,
+        detectable_edge=detectable_edge(len(ensemble), per_year, level=(1 - ci["level"]) / 2),
     )
 
 
