@@ -266,3 +266,38 @@ def test_the_gates_resolution_is_worded_after_its_evidence():
         "flat", baseline("flat"), gate=None, selection=NONE_KEPT, resolution=edge
     )
     assert untrained.details[-1].startswith(f"No edge above Sharpe {edge['sharpe']:.2f}")
+
+
+def test_gate_resolution_counts_the_gates_level_trials_and_parts():
+    from agents.pipelines.snapshot_selection import gate_resolution
+    from gpu_trading_env.reports.sharpe_inference import detectable_edge
+
+    rng = np.random.default_rng(0)
+    one = rng.standard_normal(400)
+    # Copies of one snapshot are one trial; independent snapshots are each one.
+    copies = gate_resolution(400, 252.0, "flat", candidates=[one, one, 2 * one])
+    assert copies.n_trials == 1
+    alone = detectable_edge(400, 252.0, halves=True, last_third_level=0.2)
+    assert copies.sharpe == pytest.approx(alone.sharpe) and copies.level == pytest.approx(0.05)
+    apart = gate_resolution(400, 252.0, "flat", candidates=list(rng.standard_normal((5, 400))))
+    assert apart.n_trials >= 4 and apart.sharpe > copies.sharpe
+    assert gate_resolution(400, 252.0, "flat", predictable=True).level == PREDICTABLE_P_VALUE / 2
+    hold = gate_resolution(400, 252.0, "hold long")
+    assert not hold.halves and hold.last_third_level is None and hold.sharpe < copies.sharpe
+
+
+def test_overfitting_probability_says_why_it_is_not_computable():
+    from agents.pipelines.snapshot_selection import overfitting_probability
+
+    rng = np.random.default_rng(0)
+    flat = np.zeros(200)
+    assert overfitting_probability([rng.standard_normal(200)])["reason"] == (
+        "fewer than 2 candidates"
+    )
+    assert overfitting_probability([flat, flat])["reason"] == "no candidate trades"
+    short = overfitting_probability([rng.standard_normal(20), flat[:20]])
+    assert short["pbo"] is None and short["reason"].startswith("too few bars (20")
+    # A snapshot that trades in one half only is rated Sharpe 0 in the other, not refused.
+    half = np.concatenate([np.zeros(100), rng.standard_normal(100)])
+    done = overfitting_probability([rng.standard_normal(200), half, flat])
+    assert done["candidates"] == 3 and done["blocks"] == 16 and 0.0 <= done["pbo"] <= 1.0

@@ -526,6 +526,7 @@ def effective_trials(returns_matrix: np.ndarray) -> int:
     varying = m[:, np.std(m, axis=0) > 0.0]
     if varying.shape[1] < 2 or varying.shape[0] < 2:
         return 1
-    eig = np.abs(np.linalg.eigvalsh(np.corrcoef(varying, rowvar=False)))
+    # Rounded: the eigenvalue N of N copies comes out a hair under N, which floor would halve.
+    eig = np.round(np.abs(np.linalg.eigvalsh(np.corrcoef(varying, rowvar=False))), 9)
     m_eff = float(np.sum((eig >= 1.0) + (eig - np.floor(eig))))
     return max(1, min(varying.shape[1], math.ceil(m_eff - 1e-9)))
