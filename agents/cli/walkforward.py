@@ -14,6 +14,7 @@ from agents.cli.options import UsageError
 from agents.cli.report import report_notes, results_table, summary_lines
 from agents.cli.run_folder import claim_out
 from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
+from agents.pipelines.deployment import resolution_text
 from agents.pipelines.train_config import TrainConfig
 
 if TYPE_CHECKING:
@@ -46,14 +47,13 @@ def fold_verdicts(folds: list[WalkForwardFold]) -> list[str]:
 
 
 def _resolution_clause(seed: dict[str, Any]) -> str:
-    """The fold's gate resolution and its PBO, in a few words."""
+    """The fold's gate resolution (train's: a network the out-of-sample check turned down
+    passed it) and its PBO, in a few words."""
     edge, pbo = seed["detectable_edge"], seed.get("overfitting_probability") or {}
+    passed = seed["kept"] == "network" or seed["deployment"]["outcome"] == "not_confirmed"
+    text = resolution_text(edge, "network" if passed else seed["kept"], seed["baseline"])
     shown = "not computable" if pbo.get("pbo") is None else f"{pbo['pbo']:.2f}"
-    return (
-        f"Its gate detects Sharpe >= {edge['sharpe']:.2f} over flat in {edge['bars']} "
-        f"validation bars ({edge['power']:.0%} power); probability of backtest overfitting "
-        f"{shown}."
-    )
+    return f"{text} Probability of backtest overfitting: {shown}."
 
 
 def _test_bars(args: argparse.Namespace, one: Any) -> int | None:

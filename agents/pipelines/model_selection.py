@@ -303,8 +303,9 @@ def _deployed(
 def _gate_power(
     runs: _JudgedSnapshots, verdict: GateVerdict, baseline: str, settings: TrainSettings
 ) -> tuple[DetectableEdge, dict[str, Any]]:
-    """The smallest edge the gate detected (over the bars and snapshots it read) and the
-    probability of backtest overfitting of the choice among the snapshots and baselines."""
+    """The smallest edge the gate detects (over the bars it read) and the probability of
+    backtest overfitting of the choice among the snapshots and baselines; with cross-fitting
+    the trials and the PBO are the first network's snapshots' on its own validation bars."""
     p = None if verdict.predictability is None else verdict.predictability["p_value"]
     resolution = gate_resolution(
         int(verdict.validation_vs_flat["bars"]),
