@@ -301,3 +301,13 @@ def test_overfitting_probability_says_why_it_is_not_computable():
     half = np.concatenate([np.zeros(100), rng.standard_normal(100)])
     done = overfitting_probability([rng.standard_normal(200), half, flat])
     assert done["candidates"] == 3 and done["blocks"] == 16 and 0.0 <= done["pbo"] <= 1.0
+
+
+def test_gate_resolution_is_none_where_the_bars_are_too_few():
+    from agents.pipelines.snapshot_selection import gate_resolution
+
+    assert gate_resolution(4, 252.0, "flat") is None
+    # Ten trials over 6 bars: the estimate's variance outgrows any Sharpe's mean.
+    many = list(np.random.default_rng(0).standard_normal((200, 6)))
+    assert gate_resolution(6, 252.0, "flat", candidates=many) is None
+    assert gate_resolution(60, 252.0, "flat") is not None

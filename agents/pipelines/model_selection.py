@@ -271,7 +271,7 @@ def _deployed(
         fallback=settings.fallback,
         deflated=None if deflated is None else deflated.to_dict(),
         vs_buy_and_hold=vs_bh,
-        resolution=resolution.to_dict(),
+        resolution=None if resolution is None else resolution.to_dict(),
         overfitting=pbo,
     )
     return TrainResult(
@@ -302,7 +302,7 @@ def _deployed(
 
 def _gate_power(
     runs: _JudgedSnapshots, verdict: GateVerdict, baseline: str, settings: TrainSettings
-) -> tuple[DetectableEdge, dict[str, Any]]:
+) -> tuple[DetectableEdge | None, dict[str, Any]]:
     """The smallest edge the gate detects (over the bars it read) and the probability of
     backtest overfitting of the choice among the snapshots and baselines; with cross-fitting
     the trials and the PBO are the first network's snapshots' on its own validation bars."""
@@ -352,7 +352,7 @@ def _baseline_only(
         gate=None,
         selection=inputs,
         fallback=True,
-        resolution=resolution.to_dict(),
+        resolution=None if resolution is None else resolution.to_dict(),
         overfitting=pbo,
     )
     gate = {

@@ -108,7 +108,7 @@ def gate_resolution(
     baseline: str,
     candidates: list[np.ndarray] | None = None,
     predictable: bool = False,
-) -> DetectableEdge:
+) -> DetectableEdge | None:
     """The smallest annualised Sharpe edge the deployment gate detects with ``GATE_POWER`` in
     ``bars`` validation bars (:func:`~gpu_trading_env.reports.sharpe_inference.detectable_edge`).
 
@@ -117,20 +117,24 @@ def gate_resolution(
     of independent trials among ``candidates`` (the snapshots' validation returns), the edge above
     zero in each half and above its ``HOLD_PART_LEVEL`` bound in the last third. Against a hold
     the halves and third are the network's edge over the hold, whose variance depends on how
-    the two correlate; the figure is then the reality check's alone, a lower bound.
+    the two correlate; the figure is then the reality check's alone, a lower bound. None where
+    the bars are too few for the power at any Sharpe.
     """
     level = PREDICTABLE_P_VALUE / 2.0 if predictable else (1.0 - GATE_LEVEL) / 2.0
     trials = 1 if not candidates else effective_trials(np.column_stack(candidates))
     stacked = baseline == "flat"
-    return detectable_edge(
-        bars,
-        per_year,
-        level=level,
-        power=GATE_POWER,
-        n_trials=trials,
-        halves=stacked,
-        last_third_level=HOLD_PART_LEVEL if stacked else None,
-    )
+    try:
+        return detectable_edge(
+            bars,
+            per_year,
+            level=level,
+            power=GATE_POWER,
+            n_trials=trials,
+            halves=stacked,
+            last_third_level=HOLD_PART_LEVEL if stacked else None,
+        )
+    except ValueError:  # fewer than 6 bars, or too few for the power
+        return None
 
 
 def overfitting_probability(candidates: list[np.ndarray]) -> dict[str, Any]:
