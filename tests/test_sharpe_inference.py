@@ -282,6 +282,10 @@ def test_detectable_edge_grows_with_trials_and_shrinks_with_bars():
     assert detectable_edge(2000, 252.0).sharpe == pytest.approx(base.sharpe / 2.0, rel=0.02)
     assert detectable_edge(500, 252.0, kurtosis=9.0).sharpe > base.sharpe
     assert base.to_dict()["bars"] == 500
+    # At power one half it inverts the minimum track record length (n + 1 with its ddof).
+    half = detectable_edge(500, 252.0, power=0.5, skew=-1.0, kurtosis=6.0)
+    mintrl = minimum_track_record_length(half.sharpe_per_bar, 0.0, -1.0, 6.0, confidence=0.95)
+    assert mintrl == pytest.approx(501.0)
     with pytest.raises(ValueError, match="power must be in"):
         detectable_edge(500, 252.0, power=0.01)
     with pytest.raises(ValueError, match="bars must be an integer >= 6"):

@@ -455,12 +455,11 @@ def detectable_edge(
     ``last_third_level`` bound in the last third: the six sixths' statistics are independent
     normals of mean ``u / sqrt(6)``, and the ``u`` at which all pass with probability ``power``
     is found by bisection over ``draws`` fixed normal draws (power error about 0.3 points).
-    ``SR`` then solves ``SR^2 n = u^2 V(SR)``.
-    :param bars: observations n, >= 6.
-    :param per_year: observations per year, > 0 (the result is annualised with it).
-    :param level: one-sided level of the whole-window test, in (0, 1).
-    :param power: the probability of detection, in (level, 1).
-    :param n_trials: trials the whole-window test allows for, >= 1.
+    ``SR`` then solves ``SR^2 n = u^2 V(SR)``: at power one half, one trial and no parts, the
+    Sharpe ratio whose :func:`minimum_track_record_length` at ``1 - level`` is ``n + 1``.
+    :param bars: observations n, >= 6; ``per_year``: observations a year, > 0 (annualises).
+    :param level: one-sided level of the whole-window test, in (0, 1); ``power``: the
+        probability of detection, in (level, 1); ``n_trials``: the trials it allows for, >= 1.
     :param halves: require the estimate above zero in each half too; ``last_third_level``: the
         one-sided level of the last third's test, or None (not required).
     :param skew: skewness of the returns; ``kurtosis``: their raw kurtosis, 3 for a normal.
