@@ -307,3 +307,20 @@ def test_pbo_rates_a_strategy_that_stays_flat_in_a_half_when_asked():
         probability_of_backtest_overfitting(r, n_blocks=4)
     result = probability_of_backtest_overfitting(r, n_blocks=4, flat_sharpe=0.0)
     assert result.n_strategies == 3 and 0.0 <= result.pbo <= 1.0
+
+
+def test_detectable_edge_over_trials_matches_the_reality_check_over_candidates():
+    """One strategy with the stated edge among four independent ones: the reality check over
+    all four detects it at about the stated power (a little more: a lucky one may pass too);
+    the one-trial figure would fall well short."""
+    from gpu_trading_env.reports.significance import best_sharpe_reality_check
+
+    edge = detectable_edge(GATE_BARS, 252.0, n_trials=4)
+    assert edge.sharpe > 1.15 * detectable_edge(GATE_BARS, 252.0).sharpe
+    rng = np.random.default_rng(4)
+    passed = []
+    for _ in range(200):
+        r = 0.01 * rng.standard_normal((4, GATE_BARS))
+        r[0] += 0.01 * edge.sharpe_per_bar
+        passed.append(best_sharpe_reality_check(r, 252.0, level=0.90)["low"] > 0.0)
+    assert abs(np.mean(passed) - edge.power) < 0.07
