@@ -230,3 +230,88 @@ def test_predictable_path_needs_a_quarter_one_sided():
     flat = verdict.validation_vs_flat
     expected = flat["low"] > 0.0 or (flat["p_value"] < PREDICTABLE_P_VALUE and flat["adjusted"] > 0)
     assert verdict.keep_network == expected
+
+
+def test_the_gates_resolution_is_worded_after_its_evidence():
+    """A kept baseline reads "no edge above Sharpe X detectable in N bars"; a kept network
+    reads the edge the gate detects; the PBO follows, or why it is not computable."""
+    from gpu_trading_env.reports.sharpe_inference import detectable_edge
+
+    edge = detectable_edge(500, 252.0, halves=True, last_third_level=0.2).to_dict()
+    pbo = {"pbo": 0.25, "candidates": 5, "bars": 500, "splits": 12870, "blocks": 16}
+    flat = ci(0.1, -0.4, 0.6)
+    kept_flat = describe_deployment(
+        "flat",
+        baseline("flat"),
+        gate=gate("flat", None, flat),
+        selection=SELECTION,
+        resolution=edge,
+        overfitting=pbo,
+    )
+    assert kept_flat.details[-2] == (
+        f"No edge above Sharpe {edge['sharpe']:.2f} over flat detectable in 500 validation bars "
+        "(at the 5% one-sided level with 80% power, 1 effective trial, in each half and the "
+        "last third); a smaller one may be there unseen."
+    )
+    assert kept_flat.details[-1].startswith("Probability of backtest overfitting: 0.25 (CSCV ")
+    net = describe_deployment(
+        "network",
+        baseline("flat"),
+        gate=gate("network", "significant", ci(2.0, 0.5, 3.0)),
+        selection=SELECTION,
+        resolution=edge,
+        overfitting={"pbo": None, "candidates": 1, "bars": 20, "reason": "fewer than 2 candidates"},
+    )
+    assert f"Detectable edge: Sharpe >= {edge['sharpe']:.2f} over flat in 500" in net.details[-2]
+    assert net.details[-1] == (
+        "Probability of backtest overfitting: not computable (fewer than 2 candidates)."
+    )
+    untrained = describe_deployment(
+        "flat", baseline("flat"), gate=None, selection=NONE_KEPT, resolution=edge
+    )
+    assert untrained.details[-1].startswith(f"No edge above Sharpe {edge['sharpe']:.2f}")
+
+
+def test_gate_resolution_counts_the_gates_level_trials_and_parts():
+    from agents.pipelines.snapshot_selection import gate_resolution
+    from gpu_trading_env.reports.sharpe_inference import detectable_edge
+
+    rng = np.random.default_rng(0)
+    one = rng.standard_normal(400)
+    # Copies of one snapshot are one trial; independent snapshots are each one.
+    copies = gate_resolution(400, 252.0, "flat", candidates=[one, one, 2 * one])
+    assert copies.n_trials == 1
+    alone = detectable_edge(400, 252.0, halves=True, last_third_level=0.2)
+    assert copies.sharpe == pytest.approx(alone.sharpe) and copies.level == pytest.approx(0.05)
+    apart = gate_resolution(400, 252.0, "flat", candidates=list(rng.standard_normal((5, 400))))
+    assert apart.n_trials >= 4 and apart.sharpe > copies.sharpe
+    assert gate_resolution(400, 252.0, "flat", predictable=True).level == PREDICTABLE_P_VALUE / 2
+    hold = gate_resolution(400, 252.0, "hold long")
+    assert not hold.halves and hold.last_third_level is None and hold.sharpe < copies.sharpe
+
+
+def test_overfitting_probability_says_why_it_is_not_computable():
+    from agents.pipelines.snapshot_selection import overfitting_probability
+
+    rng = np.random.default_rng(0)
+    flat = np.zeros(200)
+    assert overfitting_probability([rng.standard_normal(200)])["reason"] == (
+        "fewer than 2 candidates"
+    )
+    assert overfitting_probability([flat, flat])["reason"] == "no candidate trades"
+    short = overfitting_probability([rng.standard_normal(20), flat[:20]])
+    assert short["pbo"] is None and short["reason"].startswith("too few bars (20")
+    # A snapshot that trades in one half only is rated Sharpe 0 in the other, not refused.
+    half = np.concatenate([np.zeros(100), rng.standard_normal(100)])
+    done = overfitting_probability([rng.standard_normal(200), half, flat])
+    assert done["candidates"] == 3 and done["blocks"] == 16 and 0.0 <= done["pbo"] <= 1.0
+
+
+def test_gate_resolution_is_none_where_the_bars_are_too_few():
+    from agents.pipelines.snapshot_selection import gate_resolution
+
+    assert gate_resolution(4, 252.0, "flat") is None
+    # Ten trials over 6 bars: the estimate's variance outgrows any Sharpe's mean.
+    many = list(np.random.default_rng(0).standard_normal((200, 6)))
+    assert gate_resolution(6, 252.0, "flat", candidates=many) is None
+    assert gate_resolution(60, 252.0, "flat") is not None

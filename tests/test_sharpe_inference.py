@@ -10,6 +10,8 @@ import pytest
 from gpu_trading_env.reports.sharpe_inference import (
     DeflatedSharpe,
     deflated_sharpe_ratio,
+    detectable_edge,
+    effective_trials,
     expected_max_sharpe,
     minimum_track_record_length,
     probabilistic_sharpe_ratio,
@@ -216,3 +218,109 @@ def test_pbo_refuses_bad_matrices():
 def test_bad_inputs_name_the_argument(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# The power calculation against the gate itself: returns with the stated minimum detectable
+# Sharpe pass it at about the stated power, and returns with no edge at about its stated rate.
+GATE_BARS = 240
+
+
+def _gate_pass_rate(sr_per_bar: float, reps: int, seed: int) -> float:
+    """Share of ``reps`` iid normal return series (``GATE_BARS`` bars, Sharpe ``sr_per_bar``)
+    that the deployment gate keeps over a flat baseline."""
+    from agents.pipelines.baseline_policies import ValidationReturns, network_beats_baseline
+
+    flat = ValidationReturns(np.zeros(GATE_BARS))
+    draws = 0.01 * (np.random.default_rng(seed).standard_normal((reps, GATE_BARS)) + sr_per_bar)
+    kept = [
+        network_beats_baseline(ValidationReturns(r), flat, "flat", 252.0).keep_network
+        for r in draws
+    ]
+    return float(np.mean(kept))
+
+
+def test_detectable_edge_matches_the_gates_simulated_power_and_size():
+    from agents.pipelines.baseline_policies import GATE_LEVEL, HOLD_PART_LEVEL
+
+    edge = detectable_edge(
+        GATE_BARS,
+        252.0,
+        level=(1.0 - GATE_LEVEL) / 2.0,
+        halves=True,
+        last_third_level=HOLD_PART_LEVEL,
+    )
+    assert edge.power == 0.80 and edge.bars == GATE_BARS
+    assert edge.sharpe == pytest.approx(edge.sharpe_per_bar * math.sqrt(252.0))
+    assert abs(_gate_pass_rate(edge.sharpe_per_bar, 200, seed=1) - edge.power) < 0.07
+    assert abs(_gate_pass_rate(0.0, 200, seed=2) - edge.false_positive_rate) < 0.035
+    # The whole-window test alone understates what the gate needs: at its figure the stacked
+    # conditions pass well under the stated power.
+    alone = detectable_edge(GATE_BARS, 252.0, level=(1.0 - GATE_LEVEL) / 2.0)
+    assert alone.sharpe < 0.85 * edge.sharpe
+
+
+def test_detectable_edge_of_one_test_matches_the_reality_checks_power_and_level():
+    from gpu_trading_env.reports.significance import best_sharpe_reality_check
+
+    edge = detectable_edge(GATE_BARS, 252.0, level=0.05)
+    # Closed form for normal returns: SR = c / sqrt(n - c^2 / 2), c = z_0.95 + z_0.80.
+    c = 1.6448536269514722 + 0.8416212335729143
+    assert edge.sharpe_per_bar == pytest.approx(c / math.sqrt(GATE_BARS - c * c / 2.0))
+    assert edge.false_positive_rate == pytest.approx(0.05)
+    rng = np.random.default_rng(3)
+    for sr, want, tol in ((edge.sharpe_per_bar, 0.80, 0.07), (0.0, 0.05, 0.03)):
+        draws = 0.01 * (rng.standard_normal((300, GATE_BARS)) + sr)
+        rate = np.mean(
+            [best_sharpe_reality_check(r, 252.0, level=0.90)["low"] > 0.0 for r in draws]
+        )
+        assert abs(rate - want) < tol, (sr, rate)
+
+
+def test_detectable_edge_grows_with_trials_and_shrinks_with_bars():
+    base = detectable_edge(500, 252.0)
+    assert detectable_edge(500, 252.0, n_trials=10).sharpe > base.sharpe
+    assert detectable_edge(2000, 252.0).sharpe == pytest.approx(base.sharpe / 2.0, rel=0.02)
+    assert detectable_edge(500, 252.0, kurtosis=9.0).sharpe > base.sharpe
+    assert base.to_dict()["bars"] == 500
+    # At power one half it inverts the minimum track record length (n + 1 with its ddof).
+    half = detectable_edge(500, 252.0, power=0.5, skew=-1.0, kurtosis=6.0)
+    mintrl = minimum_track_record_length(half.sharpe_per_bar, 0.0, -1.0, 6.0, confidence=0.95)
+    assert mintrl == pytest.approx(501.0)
+    with pytest.raises(ValueError, match="power must be in"):
+        detectable_edge(500, 252.0, power=0.01)
+    with pytest.raises(ValueError, match="bars must be an integer >= 6"):
+        detectable_edge(3, 252.0)
+
+
+def test_effective_trials_counts_copies_once_and_independent_strategies_each():
+    r = np.random.default_rng(0).standard_normal((1000, 8))
+    assert effective_trials(r) >= 7
+    assert effective_trials(np.repeat(r[:, :1], 6, axis=1)) == 1
+    # A column that never trades is no trial.
+    assert effective_trials(np.column_stack([r[:, :2], np.zeros(1000)])) == 2
+
+
+def test_pbo_rates_a_strategy_that_stays_flat_in_a_half_when_asked():
+    r = np.random.default_rng(0).standard_normal((64, 3))
+    r[:, 2] = 0.0
+    with pytest.raises(ValueError, match="column 2 does not vary"):
+        probability_of_backtest_overfitting(r, n_blocks=4)
+    result = probability_of_backtest_overfitting(r, n_blocks=4, flat_sharpe=0.0)
+    assert result.n_strategies == 3 and 0.0 <= result.pbo <= 1.0
+
+
+def test_detectable_edge_over_trials_matches_the_reality_check_over_candidates():
+    """One strategy with the stated edge among four independent ones: the reality check over
+    all four detects it at about the stated power (a little more: a lucky one may pass too);
+    the one-trial figure would fall well short."""
+    from gpu_trading_env.reports.significance import best_sharpe_reality_check
+
+    edge = detectable_edge(GATE_BARS, 252.0, n_trials=4)
+    assert edge.sharpe > 1.15 * detectable_edge(GATE_BARS, 252.0).sharpe
+    rng = np.random.default_rng(4)
+    passed = []
+    for _ in range(200):
+        r = 0.01 * rng.standard_normal((4, GATE_BARS))
+        r[0] += 0.01 * edge.sharpe_per_bar
+        passed.append(best_sharpe_reality_check(r, 252.0, level=0.90)["low"] > 0.0)
+    assert abs(np.mean(passed) - edge.power) < 0.07

@@ -27,6 +27,8 @@ RUN_SELECTION = [
     "baseline",
     "deflated_sharpe",
     "fallback_test",
+    "detectable_edge",
+    "overfitting_probability",
     "network_strategy",
     "last_model_strategy",
     "validation",
@@ -145,3 +147,26 @@ def test_the_evaluations_dict_has_the_cross_fitted_lists_only_with_cross_fit(cro
     extra = {"cross_fit_validation": [0.5], "pooled_validation": [0.25]} if cross else {}
     evals = SnapshotEvaluations([100], [1.0], [2.0], **extra)
     assert evals.to_dict() == {"timesteps": [100], "validation": [1.0], "test": [2.0], **extra}
+
+
+def test_train_reports_the_gates_resolution_and_overfitting_probability(
+    tmp_path, monkeypatch
+) -> None:
+    """metrics.json and index.html carry the smallest edge the gate detects in the validation
+    bars the gate read, and the PBO of the choice among the snapshots and flat."""
+    run, metrics = _train_capturing(TINY, tmp_path, monkeypatch)
+    edge, pbo = metrics["detectable_edge"], metrics["overfitting_probability"]
+    assert edge == _as_json(run.detectable_edge.to_dict(), tmp_path)
+    assert edge["bars"] == run.gate["network_minus_flat_validation_sharpe"]["bars"]
+    assert (
+        edge["power"] == 0.80
+        and edge["sharpe"] > 0.0
+        and edge["halves"] == (run.baseline.name == "flat")
+    )
+    assert pbo["candidates"] == len(run.evals.validation) + 1 + (run.baseline.name != "flat")
+    assert (pbo["pbo"] is None) == ("reason" in pbo)
+    page = (tmp_path / "r" / "index.html").read_text()
+    sentence = "Detectable edge: Sharpe " if run.kept == "network" else "No edge above Sharpe "
+    assert sentence in page and f"{edge['sharpe']:.2f} over flat" in page
+    assert f"in {edge['bars']} validation bars" in page
+    assert "Probability of backtest overfitting: " in page

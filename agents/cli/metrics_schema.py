@@ -48,6 +48,11 @@ METRICS_KEYS: dict[str, str] = {
     "differences with their interval (level: one-sided confidence, block: bars)",
     "deflated_sharpe": "deflated Sharpe ratio of the network's validation returns "
     "(dsr: a probability; sr, sr0: per-bar Sharpe ratios), or null",
+    "detectable_edge": "the smallest annualised Sharpe edge over the baseline the gate "
+    "detects with the given power at its level in the validation bars (sharpe, bars, level, "
+    "power, trials, per_year; null where the bars are too few)",
+    "overfitting_probability": "the probability of backtest overfitting (CSCV) of the choice "
+    "among snapshots and baselines (pbo: fraction, or null with the reason it is not computable)",
     "fallback_test": "the validation test that chose network or baseline (Sharpe differences, "
     "annualised, with their intervals and p-values)",
     "network_strategy": f"the selected snapshot out of sample: {_FIGURES}; null where no "
@@ -86,6 +91,9 @@ WALKFORWARD_KEYS: dict[str, str] = {
     "folds": "each fold, numbered from 1: its train and test windows (start, end, bars), each "
     f"seed's deployed policy and why, its and its baseline's {_FIGURES}s",
     "settings": "the training settings, the folds' sizes and the env configuration",
+    "detectable_edge": "the smallest annualised Sharpe edge over flat detected with the given "
+    "power at the level of the buy-and-hold interval in the stitched test bars (null where "
+    "too few)",
 }
 
 

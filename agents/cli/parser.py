@@ -36,7 +36,8 @@ ADVANCED_OPTIONS = frozenset(
         "--predictability-level", "--net-width", "--weight-decay", "--reward-scale",
         "--cross-fit", "--curiosity", "--verbose", "--torch-threads", "--eval-every",
         "--checkpoint-every", "--align", "--no-branch-rewards", "--no-instrument-encoder",
-        "--no-flat-unpredicted", "--no-branch-inputs",
+        "--no-flat-unpredicted", "--no-branch-inputs", "--sort", "--duplicates", "--skip-empty",
+        "--thousands", "--decimal", "--sep", "--max-filled", "--buffer-size",
     }
 )  # fmt: skip
 

@@ -14,6 +14,7 @@ from agents.cli.options import UsageError
 from agents.cli.report import report_notes, results_table, summary_lines
 from agents.cli.run_folder import claim_out
 from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
+from agents.pipelines.deployment import resolution_text
 from agents.pipelines.train_config import TrainConfig
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ def fold_verdicts(folds: list[WalkForwardFold]) -> list[str]:
                 f"{100 * s['baseline_strategy']['total_return']:+.1f}% and buy-and-hold's "
                 f"{100 * f.buy_and_hold['total_return']:+.1f}%."
             )
+            if s.get("detectable_edge"):
+                lines[-1] += " " + _resolution_clause(s)
     return lines
 
 
@@ -63,6 +66,16 @@ def walkforward_lead(res: WalkForwardResult) -> str:
         "known rule": agg.get("rule"),
     }
     return lead_sentence(deployed, agg["ensemble"], against)
+
+
+def _resolution_clause(seed: dict[str, Any]) -> str:
+    """The fold's gate resolution (train's: a network the out-of-sample check turned down
+    passed it) and its PBO, in a few words."""
+    edge, pbo = seed["detectable_edge"], seed.get("overfitting_probability") or {}
+    passed = seed["kept"] == "network" or seed["deployment"]["outcome"] == "not_confirmed"
+    text = resolution_text(edge, "network" if passed else seed["kept"], seed["baseline"])
+    shown = "not computable" if pbo.get("pbo") is None else f"{pbo['pbo']:.2f}"
+    return f"{text} Probability of backtest overfitting: {shown}."
 
 
 def _test_bars(args: argparse.Namespace, one: Any) -> int | None:
@@ -187,6 +200,7 @@ def _metrics(
         "aggregate": res.aggregate,
         "sharpe_vs_buy_and_hold": res.sharpe_vs_buy_and_hold,
         "beats_buy_and_hold_every_fold": res.beats_buy_and_hold_every_fold,
+        "detectable_edge": None if res.detectable_edge is None else res.detectable_edge.to_dict(),
         "folds": [f.to_dict() for f in res.folds],
         "settings": {
             **res.settings,
@@ -245,7 +259,22 @@ def _notes(
             f"{ci['level']:.0%} block-bootstrap interval [{ci['low']:+.2f}, {ci['high']:+.2f}] "
             f"(blocks of {ci['block']} bars, {ci['n_boot']} resamples, costs in both).",
         ]
+        + _overall_resolution(res)
     )
+
+
+def _overall_resolution(res: WalkForwardResult) -> list[str]:
+    """What the stitched test bars could resolve: the smallest Sharpe over flat detected with
+    80% power at the interval's one-sided level (over buy-and-hold it depends on how the two
+    correlate)."""
+    edge = res.detectable_edge
+    if edge is None:
+        return []
+    return [
+        f"Resolution of the out-of-sample record: an edge of Sharpe {edge.sharpe:.2f} over flat "
+        f"is detected {edge.power:.0%} of the time in its {edge.bars} stitched test bars (at "
+        f"the {100 * edge.level:g}% one-sided level); a smaller one may go unseen."
+    ]
 
 
 def _print_summary(

@@ -21,6 +21,8 @@ __all__ = [
     "describe_deployment",
     "describe_unconfirmed",
     "interval_text",
+    "overfitting_text",
+    "resolution_text",
 ]
 
 # Every kind of outcome, and the headline's opening words.
@@ -114,6 +116,8 @@ def describe_deployment(
     fallback: bool = True,
     deflated: dict[str, Any] | None = None,
     vs_buy_and_hold: dict[str, float] | None = None,
+    resolution: dict[str, Any] | None = None,
+    overfitting: dict[str, Any] | None = None,
 ) -> Deployment:
     """Word the outcome of one ``train`` run.
 
@@ -126,11 +130,18 @@ def describe_deployment(
     :param deflated: the deflated Sharpe ratio of the network's validation returns
         (:class:`~gpu_trading_env.reports.sharpe_inference.DeflatedSharpe` as a dict), or None.
     :param vs_buy_and_hold: the network's validation Sharpe minus buy-and-hold's, or None.
+    :param resolution: the smallest edge the gate detects
+        (:class:`~gpu_trading_env.reports.sharpe_inference.DetectableEdge` as a dict), or None.
+    :param overfitting: :func:`~agents.pipelines.snapshot_selection.overfitting_probability`,
+        or None.
     """
     details = _input_details(selection, gate) + [_baseline_sentence(baseline)]
     name = baseline["name"]
+    # What the test could have seen, after what it saw (last where it saw nothing).
+    power = [] if resolution is None else [resolution_text(resolution, kept, name)]
+    power += [] if overfitting is None else [overfitting_text(overfitting)]
     if gate is None:
-        return _untrained(kept, baseline, details)
+        return _untrained(kept, baseline, details + power)
     halves = gate.get("network_minus_baseline_sharpe_in_validation_halves") or []
     details.append(_evidence(gate, name, vs_buy_and_hold, halves))
     if deflated is not None:
@@ -139,9 +150,44 @@ def describe_deployment(
             f"(the probability that its true Sharpe is above the best of {deflated['n_trials']} "
             "trials with no edge; trials: inputs tested x snapshots)."
         )
+    details += power
     if kept == "network":
         return _network_kept(kept, gate, fallback, details)
     return _baseline_kept(kept, name, gate, halves, details)
+
+
+def resolution_text(edge: dict[str, Any], kept: str, baseline: str) -> str:
+    """The gate's resolution in one sentence: the edge it detects, or (a baseline kept) the
+    edge above which none was there to be found."""
+    over = "flat" if baseline == "flat" else "flat (the reality check alone; the hold needs more)"
+    how = (
+        f"at the {100 * edge['level']:g}% one-sided level with {edge['power']:.0%} power, "
+        f"{edge['n_trials']} effective trial{'s' if edge['n_trials'] != 1 else ''}"
+    )
+    if edge["halves"]:
+        how += ", in each half and the last third"
+    if kept == "network":
+        return (
+            f"Detectable edge: Sharpe >= {edge['sharpe']:.2f} over {over} in {edge['bars']} "
+            f"validation bars ({how})."
+        )
+    return (
+        f"No edge above Sharpe {edge['sharpe']:.2f} over {over} detectable in {edge['bars']} "
+        f"validation bars ({how}); a smaller one may be there unseen."
+    )
+
+
+def overfitting_text(pbo: dict[str, Any]) -> str:
+    """The probability of backtest overfitting of the choice among the candidates, or why it
+    is not computable."""
+    if pbo["pbo"] is None:
+        return f"Probability of backtest overfitting: not computable ({pbo['reason']})."
+    return (
+        f"Probability of backtest overfitting: {pbo['pbo']:.2f} (CSCV over {pbo['candidates']} "
+        f"candidates, snapshots and baselines, {pbo['splits']} splits of {pbo['bars']} "
+        "validation bars: the share where the best in one half ranks at or below the median in "
+        "the other)."
+    )
 
 
 def _input_details(selection: dict[str, Any] | None, gate: dict[str, Any] | None) -> list[str]:

@@ -43,6 +43,8 @@ from agents.pipelines.snapshot_selection import (
     CrossFitted,
     cross_fitted,
     deflated_sharpe,
+    gate_resolution,
+    overfitting_probability,
     selected_snapshot,
     vs_buy_and_hold,
 )
@@ -58,6 +60,7 @@ from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult
 from gpu_trading_env.reports.metrics import sharpe
+from gpu_trading_env.reports.sharpe_inference import DetectableEdge
 
 __all__ = ["TrainResult", "auto_reward_scale", "learning_rate_schedule", "train_selected"]
 
@@ -259,6 +262,7 @@ def _deployed(
     gate = {**verdict.to_dict(), "hold_vs_flat_on_training_window": choice.hold_vs_flat}
     vs_bh = vs_buy_and_hold(runs.val_runs[best], runs.per_year)
     deflated = deflated_sharpe(runs.val_runs[best], runs.val_runs, selection, runs.per_year)
+    resolution, pbo = _gate_power(runs, verdict, choice.name, settings)
     deployment = describe_deployment(
         kept,
         choice.to_dict(),
@@ -267,6 +271,8 @@ def _deployed(
         fallback=settings.fallback,
         deflated=None if deflated is None else deflated.to_dict(),
         vs_buy_and_hold=vs_bh,
+        resolution=None if resolution is None else resolution.to_dict(),
+        overfitting=pbo,
     )
     return TrainResult(
         model=model,
@@ -289,7 +295,30 @@ def _deployed(
         cross_fit=None
         if cross is None
         else CrossFitSummary(cross.fit_bars, cross.validation_bars, cross.train_seconds),
+        detectable_edge=resolution,
+        overfitting=pbo,
     )
+
+
+def _gate_power(
+    runs: _JudgedSnapshots, verdict: GateVerdict, baseline: str, settings: TrainSettings
+) -> tuple[DetectableEdge | None, dict[str, Any]]:
+    """The smallest edge the gate detects (over the bars it read) and the probability of
+    backtest overfitting of the choice among the snapshots and baselines; with cross-fitting
+    the trials and the PBO are the first network's snapshots' on its own validation bars."""
+    p = None if verdict.predictability is None else verdict.predictability["p_value"]
+    resolution = gate_resolution(
+        int(verdict.validation_vs_flat["bars"]),
+        runs.per_year,
+        baseline,
+        candidates=[r.returns for r in runs.val_runs],
+        predictable=p is not None and p < settings.predictability_level,
+    )
+    bases = [np.zeros_like(runs.base_val.returns)]
+    if baseline != "flat":
+        bases.append(runs.base_val.returns)
+    pbo = overfitting_probability([r.returns for r in runs.val_runs] + bases)
+    return resolution, pbo
 
 
 def _baseline_only(
@@ -314,8 +343,17 @@ def _baseline_only(
     model.input_selection = inputs
     base_val = baseline_backtest(choice.name, val, config, per_year)
     base_test = baseline_backtest(choice.name, test, config, per_year)
+    resolution = gate_resolution(len(base_val.returns), per_year, choice.name)
+    pbo = {"pbo": None, "candidates": 1, "bars": len(base_val.returns)}
+    pbo["reason"] = "no network trained, so nothing was chosen"
     deployment = describe_deployment(
-        choice.name, choice.to_dict(), gate=None, selection=inputs, fallback=True
+        choice.name,
+        choice.to_dict(),
+        gate=None,
+        selection=inputs,
+        fallback=True,
+        resolution=None if resolution is None else resolution.to_dict(),
+        overfitting=pbo,
     )
     gate = {
         "kept": choice.name,
@@ -346,4 +384,6 @@ def _baseline_only(
         timesteps=0,
         inputs=selection,
         cross_fit=None,
+        detectable_edge=resolution,
+        overfitting=pbo,
     )

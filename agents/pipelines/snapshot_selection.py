@@ -1,6 +1,8 @@
 """Which snapshot of a training run is kept (``selected_snapshot``), and the figures that judge
-the choice: its validation Sharpe beside buy-and-hold's, its deflated Sharpe ratio, and with
-cross-fitting a second network judged on the earlier bars (``cross_fitted``)."""
+the choice: its validation Sharpe beside buy-and-hold's, its deflated Sharpe ratio, the
+smallest edge the gate could detect (``gate_resolution``), the probability of backtest
+overfitting of the choice (``overfitting_probability``), and with cross-fitting a second
+network judged on the earlier bars (``cross_fitted``)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.pipelines.baseline_policies import GATE_LEVEL, baseline_action, baseline_backtest
+from agents.pipelines.baseline_policies import (
+    GATE_LEVEL,
+    HOLD_PART_LEVEL,
+    PREDICTABLE_P_VALUE,
+    baseline_action,
+    baseline_backtest,
+)
 from agents.pipelines.input_selection import InputSelection
 from agents.pipelines.snapshot_training import backtest_snapshots, train_with_snapshots
 from agents.pipelines.train_config import TrainSettings
@@ -17,6 +25,12 @@ from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.reports.backtest import BacktestResult
 from gpu_trading_env.reports.metrics import sharpe
+from gpu_trading_env.reports.sharpe_inference import (
+    DetectableEdge,
+    detectable_edge,
+    effective_trials,
+    probability_of_backtest_overfitting,
+)
 from gpu_trading_env.reports.significance import sharpe_difference_interval
 
 if TYPE_CHECKING:
@@ -26,6 +40,8 @@ __all__ = [
     "CrossFitted",
     "cross_fitted",
     "deflated_sharpe",
+    "gate_resolution",
+    "overfitting_probability",
     "selected_snapshot",
     "vs_buy_and_hold",
 ]
@@ -78,6 +94,67 @@ def deflated_sharpe(
     except ValueError:
         return None
     return result
+
+
+# The power at which the gate's resolution is stated: the edge it detects 4 times in 5.
+GATE_POWER = 0.80
+# Bars per CSCV block at least, and blocks at most (C(16, 8) = 12,870 splits).
+_PBO_BLOCK_BARS, _PBO_MAX_BLOCKS = 8, 16
+
+
+def gate_resolution(
+    bars: int,
+    per_year: float,
+    baseline: str,
+    candidates: list[np.ndarray] | None = None,
+    predictable: bool = False,
+) -> DetectableEdge | None:
+    """The smallest annualised Sharpe edge the deployment gate detects with ``GATE_POWER`` in
+    ``bars`` validation bars (:func:`~gpu_trading_env.reports.sharpe_inference.detectable_edge`).
+
+    Against flat, every condition of the gate is counted: the reality check at its one-sided
+    level (``PREDICTABLE_P_VALUE / 2`` where ``predictable``: step 4), over the effective number
+    of independent trials among ``candidates`` (the snapshots' validation returns), the edge above
+    zero in each half and above its ``HOLD_PART_LEVEL`` bound in the last third. Against a hold
+    the halves and third are the network's edge over the hold, whose variance depends on how
+    the two correlate; the figure is then the reality check's alone, a lower bound. None where
+    the bars are too few for the power at any Sharpe.
+    """
+    level = PREDICTABLE_P_VALUE / 2.0 if predictable else (1.0 - GATE_LEVEL) / 2.0
+    trials = 1 if not candidates else effective_trials(np.column_stack(candidates))
+    stacked = baseline == "flat"
+    try:
+        return detectable_edge(
+            bars,
+            per_year,
+            level=level,
+            power=GATE_POWER,
+            n_trials=trials,
+            halves=stacked,
+            last_third_level=HOLD_PART_LEVEL if stacked else None,
+        )
+    except ValueError:  # fewer than 6 bars, or too few for the power
+        return None
+
+
+def overfitting_probability(candidates: list[np.ndarray]) -> dict[str, Any]:
+    """The probability of backtest overfitting (CSCV) of choosing among ``candidates`` (float
+    [T] validation returns each: the snapshots and the baselines; a policy that stays flat in
+    a half has Sharpe 0 there): ``{"pbo", "candidates", "splits", "blocks", "bars"}``, with
+    ``pbo`` None and ``"reason"`` where it is not computable (fewer than 2 candidates, none
+    that trades, or fewer than ``4 * _PBO_BLOCK_BARS`` bars)."""
+    bars = min((len(c) for c in candidates), default=0)
+    blocks = min(_PBO_MAX_BLOCKS, 2 * (bars // (2 * _PBO_BLOCK_BARS)))
+    out: dict[str, Any] = {"pbo": None, "candidates": len(candidates), "bars": bars}
+    if len(candidates) < 2:
+        return {**out, "reason": "fewer than 2 candidates"}
+    if blocks < 4:
+        return {**out, "reason": f"too few bars ({bars}; {4 * _PBO_BLOCK_BARS} needed)"}
+    matrix = np.column_stack([np.asarray(c, dtype=np.float64)[:bars] for c in candidates])
+    if not (np.std(matrix, axis=0) > 0.0).any():
+        return {**out, "reason": "no candidate trades"}
+    result = probability_of_backtest_overfitting(matrix, blocks, flat_sharpe=0.0)
+    return {**out, "pbo": result.pbo, "splits": result.n_splits, "blocks": blocks}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from agents.files.saved_inputs import InputSelection
 from agents.pipelines.baseline_policies import BaselineChoice
 from agents.pipelines.deployment import Deployment
 from gpu_trading_env.reports.backtest import BacktestResult
-from gpu_trading_env.reports.sharpe_inference import DeflatedSharpe
+from gpu_trading_env.reports.sharpe_inference import DeflatedSharpe, DetectableEdge
 
 __all__ = ["CrossFitSummary", "SnapshotEvaluations", "TrainResult"]
 
@@ -93,6 +93,10 @@ class TrainResult:
     :param timesteps: env steps trained.
     :param inputs: the input selection made on the training bars, or None with every input.
     :param cross_fit: the second network of a cross-fitted run, or None.
+    :param detectable_edge: the smallest annualised Sharpe edge the gate detects with 80% power
+        in the validation bars (:func:`~agents.pipelines.snapshot_selection.gate_resolution`).
+    :param overfitting: the probability of backtest overfitting of the choice among snapshots
+        and baselines (:func:`~agents.pipelines.snapshot_selection.overfitting_probability`).
     """
 
     model: Any
@@ -113,6 +117,8 @@ class TrainResult:
     timesteps: int
     inputs: InputSelection | None
     cross_fit: CrossFitSummary | None
+    detectable_edge: DetectableEdge | None = None
+    overfitting: dict[str, Any] | None = None
 
     @property
     def env_steps_per_second(self) -> float | None:
@@ -137,6 +143,10 @@ class TrainResult:
             if self.deflated_sharpe is None
             else self.deflated_sharpe.to_dict(),
             "fallback_test": self.gate,
+            "detectable_edge": None
+            if self.detectable_edge is None
+            else self.detectable_edge.to_dict(),
+            "overfitting_probability": self.overfitting,
             # One block per policy: a snapshot deployed or selected again is not repeated.
             "network_strategy": None
             if self.network_test is None or self.kept == "network"

@@ -44,6 +44,7 @@ from gpu_trading_env.reports.backtest import (
     backtest,
 )
 from gpu_trading_env.reports.metrics import curve_metrics
+from gpu_trading_env.reports.sharpe_inference import detectable_edge
 from gpu_trading_env.reports.significance import sharpe_difference_interval
 
 __all__ = [
@@ -153,7 +154,6 @@ def walk_forward(
     :param confirm: deploy a fold's network only where the previous fold's network beat its
         baseline out of sample, in return and in Sharpe (:func:`confirm_deployment`); False:
         ``train``'s deployment as it is.
-
     :returns: the folds (per-fold figures and runs), the curves stitched over all test windows
         (per seed, ensemble, buy-and-hold, random, rule), their metrics (costs in) and the
         block-bootstrap interval of the ensemble's Sharpe minus buy-and-hold's
@@ -212,6 +212,7 @@ def walk_forward(
         settings=asdict(settings),
         expanding=bool(expanding),
         confirm=bool(confirm),
+        detectable_edge=detectable_edge(len(ensemble), per_year, level=(1 - ci["level"]) / 2),
     )
 
 
@@ -262,6 +263,10 @@ def _fold_record(
                 "timesteps": r.timesteps,
                 "learning_curve": r.curve,
                 "evaluations": r.evals.to_dict(),
+                "detectable_edge": None
+                if r.detectable_edge is None
+                else r.detectable_edge.to_dict(),
+                "overfitting_probability": r.overfitting,
             }
             for s, r, base in zip(seeds, runs, bases, strict=True)
         ],

@@ -10,6 +10,7 @@ import numpy as np
 
 from agents.pipelines.train_result import TrainResult
 from gpu_trading_env.reports.backtest import BacktestResult
+from gpu_trading_env.reports.sharpe_inference import DetectableEdge
 
 __all__ = ["StitchedCurves", "WalkForwardFold", "WalkForwardResult"]
 
@@ -98,6 +99,9 @@ class WalkForwardResult:
     :param expanding: whether the training windows expand (else they roll).
     :param confirm: whether a fold's network needed the previous fold's network to have beaten
         its baseline out of sample, in return and in Sharpe (``walk_forward(confirm=)``).
+    :param detectable_edge: the smallest annualised Sharpe over flat that the stitched test
+        bars detect with 80% power at ``sharpe_vs_buy_and_hold``'s one-sided level (each fold's
+        gate's own is in its seeds' records), or None.
     """
 
     folds: list[WalkForwardFold]
@@ -108,3 +112,4 @@ class WalkForwardResult:
     settings: dict[str, Any]
     expanding: bool
     confirm: bool = True
+    detectable_edge: DetectableEdge | None = None

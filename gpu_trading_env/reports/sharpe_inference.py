@@ -13,6 +13,10 @@ Every Sharpe ratio here is per observation (mean / std of per-bar returns, not a
   Euler-Mascheroni constant; the DSR is ``PSR(SR0)``.
 - PBO by combinatorially symmetric cross-validation (CSCV), Bailey, Borwein, López de Prado &
   Zhu (2014/2017), "The Probability of Backtest Overfitting", J. Computational Finance.
+- The smallest detectable Sharpe ratio of a one-sided test (its power), from the estimate's
+  asymptotic variance ``(1 - skew SR + (kurtosis - 1) / 4 SR^2) / n`` (Lo 2002; Mertens 2002),
+  and the effective number of independent trials of correlated candidates, Li & Ji (2005),
+  Heredity 95.
 
 The normal CDF and its inverse are the standard library's ``statistics.NormalDist``.
 """
@@ -30,8 +34,11 @@ import numpy as np
 __all__ = [
     "EULER_MASCHERONI",
     "DeflatedSharpe",
+    "DetectableEdge",
     "OverfittingProbability",
     "deflated_sharpe_ratio",
+    "detectable_edge",
+    "effective_trials",
     "expected_max_sharpe",
     "minimum_track_record_length",
     "probabilistic_sharpe_ratio",
@@ -283,7 +290,7 @@ class OverfittingProbability:
 
 
 def probability_of_backtest_overfitting(
-    returns_matrix: np.ndarray, n_blocks: int = 16
+    returns_matrix: np.ndarray, n_blocks: int = 16, *, flat_sharpe: float | None = None
 ) -> OverfittingProbability:
     """Probability of backtest overfitting by combinatorially symmetric cross-validation
     (Bailey, Borwein, López de Prado & Zhu 2014).
@@ -296,8 +303,11 @@ def probability_of_backtest_overfitting(
     :param returns_matrix: float [T, N] per-bar returns of N >= 2 strategies over the same T bars,
         finite, with ``T >= 2 * n_blocks``.
     :param n_blocks: S, even, >= 2.
+    :param flat_sharpe: the Sharpe ratio of a strategy whose returns do not vary within a half
+        (0.0: a policy that stays flat, as :func:`~gpu_trading_env.reports.metrics.sharpe`
+        rates it); None raises instead.
     :raises ValueError: naming the argument on a wrong shape, NaN/inf, an odd or too large
-        ``n_blocks``, or a strategy whose returns do not vary within a half.
+        ``n_blocks``, or (``flat_sharpe`` None) a strategy whose returns do not vary in a half.
     """
     m = np.asarray(returns_matrix, dtype=np.float64)
     if m.ndim != 2 or m.shape[1] < 2:
@@ -332,6 +342,9 @@ def probability_of_backtest_overfitting(
         var = (q - s * s / k) / (k - 1.0)
         scale = np.maximum(q / k, 1e-300)
         flat = np.argwhere(var <= 1e-12 * scale)
+        if len(flat) and flat_sharpe is not None:
+            sr = (s / k) / np.sqrt(np.where(var <= 1e-12 * scale, 1.0, var))
+            return np.where(var <= 1e-12 * scale, float(flat_sharpe), sr)
         if len(flat):
             raise ValueError(
                 f"returns_matrix column {int(flat[0][1])} does not vary in an {half} half "
@@ -354,3 +367,165 @@ def probability_of_backtest_overfitting(
         n_strategies=n_strat,
         n_observations=t_rows,
     )
+
+
+@dataclass(frozen=True)
+class DetectableEdge:
+    """The smallest Sharpe ratio a one-sided test detects with a given power (its resolution).
+
+    :ivar sharpe: the minimum detectable Sharpe ratio, annualised (``sharpe_per_bar`` times
+        ``sqrt(per_year)``).
+    :ivar sharpe_per_bar: the same per observation.
+    :ivar bars: number of return observations the test reads.
+    :ivar level: the test's one-sided level (its false-positive rate with one trial, no parts).
+    :ivar power: the probability of passing at ``sharpe``.
+    :ivar per_year: observations per year.
+    :ivar n_trials: independent trials the test allows for (Sidak: the level per trial is
+        ``1 - (1 - level)^(1 / n_trials)``).
+    :ivar halves: whether the edge must also be above zero in each half of the bars.
+    :ivar last_third_level: the one-sided level the edge must also pass in the last third of
+        the bars, or None.
+    :ivar false_positive_rate: the probability that every condition passes with no edge.
+    """
+
+    sharpe: float
+    sharpe_per_bar: float
+    bars: int
+    level: float
+    power: float
+    per_year: float
+    n_trials: int
+    halves: bool
+    last_third_level: float | None
+    false_positive_rate: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict."""
+        return asdict(self)
+
+
+def _stacked_pass(u: float, z: np.ndarray, crit: float, halves: bool, z_third: float | None):
+    """Share of the draws ``z`` (float [D, 6] standard normals, one per sixth of the bars)
+    where every condition passes for a full-window statistic of mean ``u``."""
+    sixths = z + u / math.sqrt(6.0)
+    ok = sixths.sum(axis=1) / math.sqrt(6.0) > crit
+    if halves:
+        ok &= (sixths[:, :3].sum(axis=1) > 0.0) & (sixths[:, 3:].sum(axis=1) > 0.0)
+    if z_third is not None:
+        ok &= sixths[:, 4:].sum(axis=1) / math.sqrt(2.0) > z_third
+    return float(np.mean(ok))
+
+
+def _stacked_statistic(
+    power: float, z: np.ndarray, crit: float, halves: bool, z_third: float | None
+) -> float:
+    """The full-window statistic's mean at which every condition passes with ``power``, by
+    bisection (the pass share is monotone in it over fixed draws)."""
+    lo, hi = 0.0, crit + _NORMAL.inv_cdf(power) + 10.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        passed = _stacked_pass(mid, z, crit, halves, z_third)
+        lo, hi = (mid, hi) if passed < power else (lo, mid)
+    return hi
+
+
+def detectable_edge(
+    bars: int,
+    per_year: float,
+    *,
+    level: float = 0.05,
+    power: float = 0.80,
+    n_trials: int = 1,
+    halves: bool = False,
+    last_third_level: float | None = None,
+    skew: float = 0.0,
+    kurtosis: float = 3.0,
+    draws: int = 20_000,
+) -> DetectableEdge:
+    """The smallest true Sharpe ratio that a one-sided test of "Sharpe > 0" over ``bars``
+    observations passes with probability ``power``.
+
+    The Sharpe estimate over ``n`` bars is normal with mean ``SR`` and variance ``V(SR) / n``,
+    ``V = 1 - skew SR + (kurtosis - 1) / 4 SR^2`` (Lo 2002; Mertens 2002: ``1 + SR^2 / 2`` for
+    normal returns); the test passes where the estimate is above ``z V^(1/2) / n^(1/2)`` (a
+    bootstrap of the estimate scales by the data's own variance), ``z`` the Sidak quantile of
+    ``level`` over ``n_trials`` independent trials. So the statistic ``u = SR sqrt(n / V)`` is
+    what decides; alone, ``u = z + Z^-1(power)``. ``halves`` and ``last_third_level`` add the
+    conditions that the estimate be above zero in each half and above its one-sided
+    ``last_third_level`` bound in the last third: the six sixths' statistics are independent
+    normals of mean ``u / sqrt(6)``, and the ``u`` at which all pass with probability ``power``
+    is found by bisection over ``draws`` fixed normal draws (power error about 0.3 points).
+    ``SR`` then solves ``SR^2 n = u^2 V(SR)``: at power one half, one trial and no parts, the
+    Sharpe ratio whose :func:`minimum_track_record_length` at ``1 - level`` is ``n + 1``.
+    :param bars: observations n, >= 6; ``per_year``: observations a year, > 0 (annualises).
+    :param level: one-sided level of the whole-window test, in (0, 1); ``power``: the
+        probability of detection, in (level, 1); ``n_trials``: the trials it allows for, >= 1.
+    :param halves: require the estimate above zero in each half too; ``last_third_level``: the
+        one-sided level of the last third's test, or None (not required).
+    :param skew: skewness of the returns; ``kurtosis``: their raw kurtosis, 3 for a normal.
+    :param draws: normal draws of the stacked conditions' power (unused without them).
+    :raises ValueError: naming the argument on bad input, or ``bars`` too few for ``power``.
+    """
+    n = _count("bars", bars, 6)
+    per_year = _finite("per_year", per_year)
+    if not per_year > 0.0:
+        raise ValueError(f"per_year must be > 0, got {per_year!r}")
+    level, power = _finite("level", level), _finite("power", power)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if not level < power < 1.0:
+        raise ValueError(f"power must be in (level={level!r}, 1), got {power!r}")
+    n_trials = _count("n_trials", n_trials, 1)
+    if last_third_level is not None and not 0.0 < last_third_level < 1.0:
+        raise ValueError(f"last_third_level must be in (0, 1) or None, got {last_third_level!r}")
+    _sr_variance_of_estimate(0.0, skew, kurtosis)  # validates the moments
+    crit = _NORMAL.inv_cdf((1.0 - level) ** (1.0 / n_trials))
+    z_third = None if last_third_level is None else _NORMAL.inv_cdf(1.0 - last_third_level)
+    if not halves and z_third is None:
+        u, fpr = crit + _NORMAL.inv_cdf(power), 1.0 - (1.0 - level) ** (1.0 / n_trials)
+    else:
+        z = np.random.default_rng(0).standard_normal((_count("draws", draws, 100), 6))
+        u = _stacked_statistic(power, z, crit, halves, z_third)
+        fpr = _stacked_pass(0.0, z, crit, halves, z_third)
+    # SR^2 n = u^2 (1 - skew SR + (kurtosis - 1) / 4 SR^2): the positive root.
+    a = n - u * u * (kurtosis - 1.0) / 4.0
+    if not a > 0.0:
+        raise ValueError(
+            f"bars = {n} is too few for power {power:g} at level {level:g}: the Sharpe "
+            "estimate's variance grows faster than its mean"
+        )
+    b = u * u * skew
+    sr = (-b + math.sqrt(b * b + 4.0 * a * u * u)) / (2.0 * a)
+    return DetectableEdge(
+        sharpe=sr * math.sqrt(per_year),
+        sharpe_per_bar=sr,
+        bars=n,
+        level=level,
+        power=power,
+        per_year=per_year,
+        n_trials=n_trials,
+        halves=bool(halves),
+        last_third_level=last_third_level,
+        false_positive_rate=fpr,
+    )
+
+
+def effective_trials(returns_matrix: np.ndarray) -> int:
+    """The effective number of independent trials among correlated strategies (Li & Ji 2005):
+    ``sum_i I(l_i >= 1) + (l_i - floor(l_i))`` over the eigenvalues ``l_i`` of the correlation
+    matrix of the strategies that vary, rounded up; 1 where none or one varies.
+
+    :param returns_matrix: float [T, N] per-bar returns of N strategies over the same T bars.
+    """
+    m = np.asarray(returns_matrix, dtype=np.float64)
+    if m.ndim != 2:
+        raise ValueError(f"returns_matrix must be 2-D [T, N strategies], got shape {m.shape}")
+    if not np.isfinite(m).all():
+        raise ValueError("returns_matrix must be finite")
+    varying = m[:, np.std(m, axis=0) > 0.0]
+    if varying.shape[1] < 2 or varying.shape[0] < 2:
+        return 1
+    # Rounded: the eigenvalue N of N copies comes out a hair under N, which floor would halve.
+    eig = np.round(np.abs(np.linalg.eigvalsh(np.corrcoef(varying, rowvar=False))), 9)
+    m_eff = float(np.sum((eig >= 1.0) + (eig - np.floor(eig))))
+    return max(1, min(varying.shape[1], math.ceil(m_eff - 1e-9)))
