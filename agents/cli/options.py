@@ -138,6 +138,17 @@ def _check_training(args: argparse.Namespace) -> None:
             _check(False, option_name(f), value, exc.allowed)
 
 
+def _check_seeds(seeds: Any) -> None:
+    """Distinct ``--seeds``, checked before any work: walkforward trained every fold before a
+    repeat failed it."""
+    if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise UsageError(
+            f"--seeds {seeds} is invalid: a seed is repeated ({', '.join(map(str, twice))}); "
+            "allowed are distinct seeds, each trains its own model"
+        )
+
+
 def validate(args: argparse.Namespace) -> None:
     """Every numeric option and every path, before any work or folder."""
     c = args.command
@@ -146,14 +157,7 @@ def validate(args: argparse.Namespace) -> None:
         for one in v if isinstance(v, list) else [v]:
             if one is not None:
                 _check_int(name, one)
-    seeds = getattr(args, "seeds", None)
-    if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
-        # Checked before any work: walkforward trained every fold before a repeat failed it.
-        twice = sorted({s for s in seeds if seeds.count(s) > 1})
-        raise UsageError(
-            f"--seeds {seeds} is invalid: a seed is repeated ({', '.join(map(str, twice))}); "
-            "allowed are distinct seeds, each trains its own model"
-        )
+    _check_seeds(getattr(args, "seeds", None))
     _check_training(args)
     if hasattr(args, "train_fraction"):
         f = args.train_fraction
