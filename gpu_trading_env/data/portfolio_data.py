@@ -123,15 +123,7 @@ class PortfolioData:
                     "instrument"
                 )
         stamps = [np.asarray(p.timestamps, dtype="datetime64[ns]") for p in parts]
-        if align is None:
-            _check_same_timestamps(names, stamps)
-            grid = stamps[0]
-        elif align == "inner":
-            grid = _common_timestamps(names, stamps)
-        else:
-            start = max(ts[0] for ts in stamps)
-            grid = np.unique(np.concatenate(stamps))
-            grid = grid[grid >= start]
+        grid = _grid(align, names, stamps)
         cols = {c: np.empty((grid.size, len(parts))) for c in ("open", "high", "low", "close")}
         volume = np.empty((grid.size, len(parts)))
         features = np.empty((grid.size, len(parts), len(fnames)), dtype=np.float32)
@@ -193,6 +185,19 @@ def _check_filled(
             f"allowed is at most {max_filled:.1%} (max_filled, --max-filled); give instruments "
             "whose dates overlap, or a larger max_filled to trade the stale prices"
         )
+
+
+def _grid(align: str | None, names: Sequence[str], stamps: Sequence[np.ndarray]) -> np.ndarray:
+    """The timestamps of the grid (datetime64[ns], increasing) that ``align`` puts the
+    instruments on (:meth:`PortfolioData.from_market_data`)."""
+    if align is None:
+        _check_same_timestamps(names, stamps)
+        return stamps[0]
+    if align == "inner":
+        return _common_timestamps(names, stamps)
+    start = max(ts[0] for ts in stamps)
+    grid = np.unique(np.concatenate(stamps))
+    return grid[grid >= start]
 
 
 def _common_timestamps(names: Sequence[str], stamps: Sequence[np.ndarray]) -> np.ndarray:
