@@ -292,11 +292,14 @@ def instrument_baselines(
 
 def _baseline_reason(name: str, choice: Any) -> str:
     """One instrument's baseline and its evidence on the training bars, in words."""
+    from agents.pipelines.baseline_policies import GATE_LEVEL, HOLD_PART_LEVEL, HOLD_PARTS
+
     ci = choice.hold_vs_flat
     parts = ", ".join(f"[{p['low']:+.2f}, {p['high']:+.2f}]" for p in choice.parts) or "none"
     return (
         f"{name} {choice.name}: hold minus flat Sharpe on the training bars "
-        f"[{ci['low']:+.2f}, {ci['high']:+.2f}] (90%), in its parts {parts}"
+        f"[{ci['low']:+.2f}, {ci['high']:+.2f}] ({GATE_LEVEL:.0%}), in its {HOLD_PARTS} parts "
+        f"({1 - 2 * HOLD_PART_LEVEL:.0%}) {parts}"
     )
 
 
@@ -622,7 +625,8 @@ def baseline_lines(rows: Sequence[PortfolioZooRow]) -> str:
         return ""
     lines = [
         "\nThe baseline (real markets): per instrument, the one `train` would hold that "
-        "series to alone, chosen on the run's training bars (`choose_baseline`).\n"
+        "series to alone, chosen on the run's training bars (`choose_baseline`); the table's "
+        "rule columns are its figures.\n"
     ]
     for r in real:
         lines.append(
