@@ -363,6 +363,24 @@ def test_forward_fill_aligns_on_the_union() -> None:
     assert env.backend.obs_dim == 3 * 2 + 1 + 3
 
 
+def test_inner_align_keeps_the_common_timestamps() -> None:
+    a = bars("A", [1.0, 2.0, 3.0, 4.0], open_=[1.0, 1.5, 2.5, 3.5])
+    b = bars("B", [10.0, 20.0, 40.0], times=T0 + np.array([1, 2, 3]) * HOUR)
+    c = bars("C", [7.0, 8.0, 9.0], times=T0 + np.array([0, 1, 3]) * HOUR)
+    data = PortfolioData.from_market_data([a, b, c], align="inner")
+    # 02:00 is missing from C: no bar is invented, the grid skips it.
+    np.testing.assert_array_equal(data.timestamps, T0 + np.array([1, 3]) * HOUR)
+    np.testing.assert_array_equal(data.close, [[2.0, 10.0, 8.0], [4.0, 40.0, 9.0]])
+    np.testing.assert_array_equal(data.open[:, 0], [1.5, 3.5])
+    np.testing.assert_array_equal(data.features[:, 0], np.asarray(a.features)[[1, 3]])
+    assert not data.filled.any()
+    d = bars("D", [5.0, 6.0], times=T0 + np.array([7, 8]) * HOUR)
+    with pytest.raises(ValueError, match=r"align='inner' leaves 0 timestamp\(s\) common .*'D' "
+                       r"2024-01-01 07:00:00 to 2024-01-01 08:00:00\): allowed are instruments "
+                       "that share at least 2"):  # fmt: skip
+        PortfolioData.from_market_data([a, d], align="inner")
+
+
 def test_forward_fill_refuses_instruments_whose_dates_barely_overlap() -> None:
     n = 100
     a = bars("A", np.linspace(1.0, 2.0, n))

@@ -4,26 +4,38 @@ rows and report, the rule's backtest on the agent's bars, and the small CPU run.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
+import sys
 
 import numpy as np
 import pytest
 
 from agents.pipelines.portfolio_backtest import backtest_portfolio, buy_and_hold_portfolio
 from agents.pipelines.portfolio_zoo import (
+    PORTFOLIO_REAL_MARKETS,
     PORTFOLIO_ZOO_BY_NAME,
     RUN_SECONDS_TARGET,
     SMALL_PORTFOLIO,
     FailedPortfolioZooRun,
     PortfolioZooRun,
+    baseline_lines,
     check_targets,
+    instrument_baselines,
     markdown_table,
     rule_and_flat_levels,
     run_portfolio_one,
     write_portfolio_report,
 )
 from gpu_trading_env.core.portfolio_config import PortfolioConfig
+from gpu_trading_env.data.market_data import MarketData
+from gpu_trading_env.data.portfolio_data import PortfolioData
 from gpu_trading_env.data.portfolio_markets import portfolio_market
+
+_REAL_CI_PACKAGES = all(importlib.util.find_spec(m) for m in ("arch", "gym_anytrading"))
+needs_real = pytest.mark.skipif(
+    not _REAL_CI_PACKAGES, reason='needs arch and gym-anytrading: pip install -e ".[real]"'
+)
 
 
 def _run(market: str, seed: int, **figures: float | str | None) -> PortfolioZooRun:
@@ -150,7 +162,9 @@ def test_zoo_portfolio_command_writes_the_report(tmp_path, capsys) -> None:
     [
         (["--markets", "ar1_k8", "nope"], "--markets nope is invalid with --portfolio"),
         (["--markets", "ar1_k8", "ar1_k8"], "allowed are distinct names"),
-        (["--real"], "--portfolio and --real are invalid together"),
+        (["--real", "--markets", "ar1_k8"], "--markets ar1_k8 is invalid with --portfolio --real"),
+        (["--markets", "us_daily_k3"], "--markets us_daily_k3 is invalid with --portfolio:"),
+        (["--real", "--bars", "3000"], "--bars 3000 is invalid with --real"),
         (["--train-args", "--gamma 0.9"], "is invalid with --portfolio"),
         (["--seeds", "1", "1"], "--seeds [1, 1] is invalid"),
         (["--bars", "300"], "--bars 300 is invalid: allowed are bars whose fit window"),
@@ -195,3 +209,115 @@ def test_small_run_on_the_gpu(market: str) -> None:
     assert (gpu.test_start, gpu.test_stop) == (cpu.test_start, cpu.test_stop) == (1200, 1500)
     assert (gpu.rule_sharpe, gpu.rule_return) == (cpu.rule_sharpe, cpu.rule_return)
     assert gpu.rule_sharpe > 0.0 and gpu.flat_return == 0.0
+
+
+# ---------------------------------------------------------------- the real suite
+
+
+def test_real_target_needs_the_mean_and_every_run_near_the_baseline() -> None:
+    def real(seed: int, agent: float, baseline: float) -> PortfolioZooRun:
+        return _run("us_daily_k3", seed, agent_return=agent, rule_return=baseline,
+                    baseline="sp500 hold long, nasdaq flat, googl flat")  # fmt: skip
+
+    met = check_targets([real(0, 0.10, 0.11), real(1, 0.12, 0.12)])[0]
+    assert met.met and met.value == pytest.approx(-0.005)
+    assert met.worst_vs_baseline == pytest.approx(-0.01)
+    assert "baseline's -2%, no run below it by more than 10%" in met.target
+    assert check_targets([real(0, 0.06, 0.11), real(1, 0.12, 0.12)])[0].met is False  # mean
+    # the mean is within 2%, but one run is 11% below its baseline
+    one_far = check_targets([real(0, 0.0, 0.11), real(1, 0.22, 0.12), real(2, 0.12, 0.12)])[0]
+    assert one_far.value == pytest.approx(-0.01 / 3) and one_far.met is False
+    assert "S&P 500, NASDAQ Composite and GOOGL" in markdown_table([one_far])
+    assert "us_daily_k3 seed 0: network deployed, return +0.0% vs baseline +11.0%" in (
+        baseline_lines([real(0, 0.0, 0.11)])
+    )
+    assert baseline_lines([_run("ar1_k8", 0)]) == ""
+
+
+def _drifting(name: str, mu: float, seed: int) -> MarketData:
+    data = MarketData.synthetic("gbm", 600, seed=seed, mu=mu, sigma=0.002)
+    return MarketData(
+        features=data.features, open=data.open, high=data.high, low=data.low,
+        close=data.close, volume=data.volume, timestamps=data.timestamps,
+        instrument_offsets=[0, data.n_bars], instruments=[name],
+        feature_names=data.feature_names,
+    )  # fmt: skip
+
+
+def test_instrument_baselines_are_train_s_choice_per_instrument() -> None:
+    from agents.pipelines.baseline_policies import choose_baseline
+    from gpu_trading_env.core.portfolio_config import single_instrument_config
+
+    parts = [_drifting("up", 1e-3, 0), _drifting("still", 0.0, 1), _drifting("down", -1e-3, 2)]
+    data = PortfolioData.from_market_data(parts)
+    env = PortfolioConfig(cost_bps=(1.0, 2.0, 3.0))
+    choices = instrument_baselines(data, env, 400, 252.0)
+    assert [(n, c.name) for n, c in choices] == [
+        ("up", "hold long"),
+        ("still", "flat"),
+        ("down", "hold short"),
+    ]
+    alone = choose_baseline(parts[2].slice_bars(0, 400), single_instrument_config(env, 3.0), 252.0)
+    assert choices[2][1] == alone
+
+
+@needs_real
+def test_real_portfolio_is_its_series_on_their_common_dates() -> None:
+    from gpu_trading_env.data.real_series import load_real_portfolio, load_real_series
+
+    data = load_real_portfolio("us_daily_k3")
+    assert data.instruments == ("sp500", "nasdaq", "googl") and not data.filled.any()
+    googl = load_real_series("googl")
+    # one exchange calendar: every GOOGL date (after the warm-up) is a bar of the grid
+    np.testing.assert_array_equal(data.timestamps, googl.timestamps)
+    np.testing.assert_array_equal(data.close[:, 2], googl.close)
+    sp500 = load_real_series("sp500")
+    at = np.searchsorted(sp500.timestamps, data.timestamps)
+    np.testing.assert_array_equal(data.features[:, 0], np.asarray(sp500.features)[at])
+    assert [m.name for m in PORTFOLIO_REAL_MARKETS] == ["us_daily_k3", "us_index_oil_k3"]
+    assert all(m.n_instruments == 3 for m in PORTFOLIO_REAL_MARKETS)
+
+
+@needs_real
+@pytest.mark.slow
+def test_zoo_portfolio_real_small_judges_the_deployed_policy_against_the_baseline(
+    tmp_path, capsys
+) -> None:
+    from agents.cli import main
+    from gpu_trading_env.data.real_series import load_real_portfolio
+
+    out = tmp_path / "rzoo"
+    code = main(["zoo", "--portfolio", "--real", "--small", "--device", "cpu", "--seeds", "0",
+                 "--no-progress", "--out", str(out)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    assert "us_daily_k3 seed 0: agent Sharpe" in captured.out and "vs baseline" in captured.out
+    doc = json.loads((out / "portfolio_zoo.json").read_text())
+    (run,), (target,) = doc["runs"], doc["targets"]
+    assert doc["meta"]["suite"] == "real" and run["market"] == "us_daily_k3"
+    names = dict(part.split(" ", 1) for part in run["baseline"].split(", "))
+    assert list(names) == ["sp500", "nasdaq", "googl"]
+    assert set(names.values()) <= {"flat", "hold long", "hold short"}
+    assert run["baseline_reason"].count("hold minus flat Sharpe on the training bars") == 3
+    # the baseline's figures are its levels backtested on the agent's test bars
+    data, env = load_real_portfolio("us_daily_k3"), SMALL_PORTFOLIO.config().env
+    level = {"hold short": 0, "flat": 1, "hold long": 2}  # of env.exposure_levels (-1, 0, 1)
+    levels = np.tile([level[v] for v in names.values()], (data.n_bars, 1))
+    alone = backtest_portfolio(levels, data, env, run["test_start"], run["test_stop"])
+    assert run["rule_return"] == alone.total_return and run["rule_sharpe"] == alone.sharpe
+    assert run["return_vs_baseline"] == pytest.approx(run["agent_return"] - run["rule_return"])
+    assert run["return_vs_baseline_low"] <= run["return_vs_baseline_high"]
+    assert target["met"] is (run["agent_return"] >= run["rule_return"] - 0.02)
+    hold = buy_and_hold_portfolio(data, env, run["test_start"], run["test_stop"])
+    assert run["hold_return"] == hold.total_return and run["flat_return"] == 0.0
+    text = (out / "portfolio_zoo.md").read_text()
+    assert "us_daily_k3 seed 0:" in text and "equal-weight buy-and-hold" in text
+
+
+def test_zoo_portfolio_real_names_the_missing_package(monkeypatch, capsys) -> None:
+    from agents.cli import main
+
+    monkeypatch.setitem(sys.modules, "gym_anytrading.datasets", None)
+    assert main(["zoo", "--portfolio", "--real", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "the real markets us_daily_k3 need packages" in err and ".[real]" in err

@@ -545,7 +545,8 @@ def _add_zoo(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFo
         action="store_true",
         help="the portfolio suite: markets of K = 8 and 32 instruments with known best rules, "
         "train_portfolio's defaults (agents/pipelines/portfolio_zoo.py); with --small: K = 8, "
-        "1,500 bars, 2,000 env steps a run",
+        "1,500 bars, 2,000 env steps a run; with --real: real daily series traded together, "
+        "judged against their baselines",
     )
     z.add_argument(
         "--bars",

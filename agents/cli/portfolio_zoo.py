@@ -3,6 +3,7 @@ markets with known best rules.
 
     gpu-trading-env zoo --portfolio --device cuda --out runs/pzoo      # 6 markets x 5 seeds
     gpu-trading-env zoo --portfolio --small --device cpu --seeds 0     # the CPU check of CI
+    gpu-trading-env zoo --portfolio --real --device cuda --seeds 0 1 2 # real daily series, K = 3
 
 See :mod:`agents.pipelines.portfolio_zoo` for the markets, their rules and the targets.
 """
@@ -41,25 +42,54 @@ def cmd_zoo_suite(args: argparse.Namespace) -> int:
 
 def _chosen_markets(args: argparse.Namespace) -> list[str]:
     """``--markets`` (else the suite, or its small part with ``--small``), each checked
-    against the portfolio suite; raises UsageError naming the option."""
-    from agents.pipelines.portfolio_zoo import PORTFOLIO_ZOO_MARKETS, SMALL_PORTFOLIO_MARKETS
+    against the portfolio suite (its real suite with ``--real``, each real market's packages
+    installed); raises UsageError naming the option."""
+    from agents.pipelines import portfolio_zoo as pz
 
-    suite = [m.name for m in PORTFOLIO_ZOO_MARKETS]
-    markets = args.markets or (list(SMALL_PORTFOLIO_MARKETS) if args.small else suite)
+    if args.real:
+        suite, small = [m.name for m in pz.PORTFOLIO_REAL_MARKETS], pz.SMALL_PORTFOLIO_REAL_MARKETS
+    else:
+        suite, small = [m.name for m in pz.PORTFOLIO_ZOO_MARKETS], pz.SMALL_PORTFOLIO_MARKETS
+    markets = args.markets or (list(small) if args.small else suite)
     bad = [m for m in markets if m not in suite]
     if bad:
+        flag = "--portfolio --real" if args.real else "--portfolio"
         raise UsageError(
-            f"--markets {' '.join(bad)} is invalid with --portfolio: allowed are {', '.join(suite)}"
+            f"--markets {' '.join(bad)} is invalid with {flag}: allowed are {', '.join(suite)}"
         )
     if len(set(markets)) != len(markets):
         raise UsageError(f"--markets {' '.join(markets)} is invalid: allowed are distinct names")
+    if args.real:
+        _check_real_packages(markets)
     return markets
+
+
+def _check_real_packages(markets: list[str]) -> None:
+    """One UsageError naming each real market whose series need a package not installed."""
+    from gpu_trading_env.data.real_series import REAL_PORTFOLIOS, real_frame
+
+    missing = {}
+    for m in markets:
+        for series in REAL_PORTFOLIOS[m].series:
+            try:
+                real_frame(series)
+            except ImportError:
+                missing[m] = ", ".join(REAL_PORTFOLIOS[m].packages)
+                break
+    if missing:
+        raise UsageError(
+            f"--markets: the real markets {', '.join(missing)} need packages that are not "
+            f"installed ({'; '.join(f'{m}: {p}' for m, p in missing.items())}): "
+            'pip install -e ".[real]"'
+        )
 
 
 def _check_options(args: argparse.Namespace) -> None:
     """Refuse the options the portfolio zoo does not take."""
-    if args.real:
-        raise UsageError("--portfolio and --real are invalid together: choose one suite")
+    if args.real and args.bars is not None:
+        raise UsageError(
+            f"--bars {args.bars} is invalid with --real: the real markets have their own bars"
+        )
     if args.train_args:
         raise UsageError(
             f"--train-args {args.train_args!r} is invalid with --portfolio: the portfolio zoo "
@@ -95,9 +125,10 @@ def _done_line(row: PortfolioZooRow) -> str:
     rule's."""
     if isinstance(row, FailedPortfolioZooRun):
         return f"{row.market} seed {row.seed}: error {row.error}"
+    ref = "baseline" if row.baseline else "rule"  # a real market's reference is its baseline
     return (
-        f"{row.market} seed {row.seed}: agent Sharpe {row.agent_sharpe:.2f} vs rule "
-        f"{row.rule_sharpe:.2f} ({row.kept} kept), return {row.agent_return:+.1%} vs rule "
+        f"{row.market} seed {row.seed}: agent Sharpe {row.agent_sharpe:.2f} vs {ref} "
+        f"{row.rule_sharpe:.2f} ({row.kept} kept), return {row.agent_return:+.1%} vs {ref} "
         f"{row.rule_return:+.1%}, {row.seconds:.1f} s"
     )
 
@@ -107,6 +138,7 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
     from agents.cli.sweep import resolve_devices
     from agents.cli.zoo import _check_seeds_and_runs
     from agents.pipelines.portfolio_zoo import (
+        baseline_lines,
         check_targets,
         markdown_table,
         run_portfolio_zoo,
@@ -127,7 +159,7 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
             flush=True,
         )
     print(
-        f"portfolio zoo: {len(markets)} markets x {len(args.seeds)} seeds = {total} runs on "
+        f"portfolio zoo{' (real)' if args.real else ''}: {len(markets)} markets x {len(args.seeds)} seeds = {total} runs on "
         f"{', '.join(devices)} ({args.runs_per_device} at a time each); report in {out}",
         flush=True,
     )
@@ -149,11 +181,12 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
         "devices": devices,
         "runs_per_device": args.runs_per_device,
         "small": bool(args.small),
-        "bars": budget.bars,
+        "suite": "real" if args.real else "portfolio",
+        "bars": None if args.real else budget.bars,
         "settings": [list(s) for s in budget.settings],
         "wall_seconds": time.perf_counter() - start,
     }
     files = write_portfolio_report(rows, out, command, meta)
-    print(markdown_table(check_targets(rows)), end="")
+    print(markdown_table(check_targets(rows)) + baseline_lines(rows), end="")
     print(f"report: {files.markdown}  (every run: {files.csv}, {files.json})")
     return 1 if any(isinstance(r, FailedPortfolioZooRun) for r in rows) else 0

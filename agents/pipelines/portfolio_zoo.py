@@ -9,6 +9,14 @@ best rule is known (``gpu_trading_env.data.portfolio_markets``).
 
 and every run (drawing, training, backtests) within :data:`RUN_SECONDS_TARGET` seconds.
 
+Its real suite (``zoo --portfolio --real``, :data:`PORTFOLIO_REAL_MARKETS`) holds the real daily
+series of ``gpu_trading_env.data.real_series.REAL_PORTFOLIOS``, the same bars for every seed.
+Their reference is the **baseline**: per instrument, the one ``train`` would hold that series
+to alone (``choose_baseline`` on the instrument's training bars: hold long, hold short or
+flat), all held at once in the portfolio env (a constant level each, the gross cap sharing
+the capital). The target is the single real series': the deployed policy's mean test return
+>= the baseline's mean - 2%, and no run more than ``REAL_RUN_SHORTFALL`` below its baseline.
+
 A run (one market, one seed) draws the market with that seed, trains ``train_portfolio`` with
 every default of :class:`~agents.pipelines.portfolio_train_config.PortfolioTrainConfig` (its
 split, validation and fallback), and backtests the rule and flat on the agent's test bars with
@@ -33,11 +41,13 @@ import numpy as np
 from gpu_trading_env.atomic_file import atomic_write, atomic_write_text
 
 __all__ = [
+    "PORTFOLIO_REAL_MARKETS",
     "PORTFOLIO_ZOO_BY_NAME",
     "PORTFOLIO_ZOO_MARKETS",
     "RUN_SECONDS_TARGET",
     "SMALL_PORTFOLIO",
     "SMALL_PORTFOLIO_MARKETS",
+    "SMALL_PORTFOLIO_REAL_MARKETS",
     "FailedPortfolioZooRun",
     "PortfolioTargetCheck",
     "PortfolioZooBudget",
@@ -45,7 +55,9 @@ __all__ = [
     "PortfolioZooFiles",
     "PortfolioZooRow",
     "PortfolioZooRun",
+    "baseline_lines",
     "check_targets",
+    "instrument_baselines",
     "markdown_table",
     "rule_and_flat_levels",
     "run_portfolio_one",
@@ -62,10 +74,13 @@ class PortfolioZooMarket:
     """One market of the portfolio zoo.
 
     :param name: short name (CSV key).
-    :param kind: a key of ``portfolio_markets.PORTFOLIO_MARKETS``.
+    :param kind: a key of ``portfolio_markets.PORTFOLIO_MARKETS``, or ``"real"``: the
+        ``REAL_PORTFOLIOS`` entry of the market's name.
     :param n_instruments: K.
     :param measure: ``"sharpe_ratio"``: the mean over seeds of agent / rule test Sharpe must be
-        >= ``threshold``; ``"return"``: the mean agent test return must be >= ``threshold``.
+        >= ``threshold``; ``"return"``: the mean agent test return must be >= ``threshold``;
+        ``"baseline_return"``: the mean agent test return must be >= the baseline's mean +
+        ``threshold``, and no run more than ``REAL_RUN_SHORTFALL`` below its baseline.
     :param threshold: the target's bound (a ratio, or a fraction of the capital).
     """
 
@@ -78,14 +93,24 @@ class PortfolioZooMarket:
     @property
     def title(self) -> str:
         from gpu_trading_env.data.portfolio_markets import PORTFOLIO_MARKETS
+        from gpu_trading_env.data.real_series import REAL_PORTFOLIOS
 
+        if self.kind == "real":
+            return f"{REAL_PORTFOLIOS[self.name].title}, K = {self.n_instruments}"
         return f"{PORTFOLIO_MARKETS[self.kind].title}, K = {self.n_instruments}"
 
     @property
     def target(self) -> str:
         """The target in words."""
+        from agents.pipelines.zoo import REAL_RUN_SHORTFALL
+
         if self.measure == "sharpe_ratio":
             return f"agent / rule Sharpe >= {self.threshold:g}"
+        if self.measure == "baseline_return":
+            return (
+                f"agent return >= baseline's {self.threshold:+.0%}, no run below it by more "
+                f"than {REAL_RUN_SHORTFALL:.0%}"
+            )
         return f"agent return >= {self.threshold:.0%}"
 
 
@@ -97,8 +122,22 @@ PORTFOLIO_ZOO_MARKETS: tuple[PortfolioZooMarket, ...] = (
     PortfolioZooMarket("common_factor_k8", "common_factor", 8, "return", -0.03),
     PortfolioZooMarket("common_factor_k32", "common_factor", 32, "return", -0.03),
 )
-PORTFOLIO_ZOO_BY_NAME = {m.name: m for m in PORTFOLIO_ZOO_MARKETS}
+
+
+def _real_markets() -> tuple[PortfolioZooMarket, ...]:
+    from gpu_trading_env.data.real_series import REAL_PORTFOLIOS
+
+    return tuple(
+        PortfolioZooMarket(p.name, "real", len(p.series), "baseline_return", -0.02)
+        for p in REAL_PORTFOLIOS.values()
+    )
+
+
+PORTFOLIO_REAL_MARKETS = _real_markets()
+PORTFOLIO_ZOO_BY_NAME = {m.name: m for m in (*PORTFOLIO_ZOO_MARKETS, *PORTFOLIO_REAL_MARKETS)}
 SMALL_PORTFOLIO_MARKETS = ("ar1_k8", "lead_lag_k8", "common_factor_k8")
+# The real suite's CPU check: the set whose packages CI installs.
+SMALL_PORTFOLIO_REAL_MARKETS = ("us_daily_k3",)
 
 
 @dataclass(frozen=True)
@@ -145,12 +184,18 @@ class PortfolioZooRun:
     :param kept: ``"network"`` or ``"flat"``, the deployed policy; ``reason``: why.
     :param agent_sharpe, agent_return: the deployed policy's test figures; ``network_sharpe``,
         ``network_return``: the selected snapshot's, deployed or not.
-    :param rule_sharpe, rule_return: the market's rule's; ``flat_sharpe``, ``flat_return``:
-        flat's; ``hold_sharpe``, ``hold_return``: equal-weight buy-and-hold's.
+    :param rule_sharpe, rule_return: the market's rule's (a real market's: its baseline's);
+        ``flat_sharpe``, ``flat_return``: flat's; ``hold_sharpe``, ``hold_return``:
+        equal-weight buy-and-hold's.
     :param sharpe_ratio: agent / rule Sharpe; None where the rule's Sharpe is <= 0.
     :param test_start, test_stop: the test bars of the grid.
     :param seconds: the whole run's wall-clock seconds (drawing, training and backtests);
         ``train_seconds``: of the network's training alone.
+    :param baseline: a real market's baseline per instrument (``"sp500 hold long, ..."``);
+        ``baseline_reason``: each one's evidence on the training bars; empty elsewhere.
+    :param return_vs_baseline, return_vs_baseline_low, return_vs_baseline_high: a real
+        market's agent minus baseline test return and its 95% block-bootstrap interval
+        (``return_difference_interval``); None elsewhere.
     """
 
     market: str
@@ -175,6 +220,11 @@ class PortfolioZooRun:
     test_stop: int
     seconds: float
     train_seconds: float
+    baseline: str = ""
+    baseline_reason: str = ""
+    return_vs_baseline: float | None = None
+    return_vs_baseline_low: float | None = None
+    return_vs_baseline_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field (JSON-ready)."""
@@ -214,32 +264,106 @@ def rule_and_flat_levels(
     return rule, flat
 
 
+def instrument_baselines(
+    data: Any, env: Any, stop: int, per_year: float
+) -> tuple[tuple[str, Any], ...]:
+    """Per instrument, the baseline ``train`` would hold it to alone: ``choose_baseline`` on
+    its bars ``0 .. stop - 1`` (the training bars) in ``single_instrument_config`` of ``env``
+    at its cost rate.
+
+    :returns: ``(instrument, BaselineChoice)`` per instrument, in the data's order.
+    """
+    from agents.pipelines.baseline_policies import choose_baseline
+    from gpu_trading_env.core.portfolio_config import single_instrument_config
+    from gpu_trading_env.data.market_data import MarketData
+
+    out = []
+    for k, name in enumerate(data.instruments):
+        bars = MarketData(
+            features=data.features[:stop, k],
+            **{c: getattr(data, c)[:stop, k] for c in ("open", "high", "low", "close", "volume")},
+            timestamps=data.timestamps[:stop],
+            instrument_offsets=[0, stop],
+            instruments=[name],
+            feature_names=data.feature_names,
+        )
+        bps = 1e4 * float(env.cost_rates(data.n_instruments)[k])
+        out.append((name, choose_baseline(bars, single_instrument_config(env, bps), per_year)))
+    return tuple(out)
+
+
+def _baseline_reason(name: str, choice: Any) -> str:
+    """One instrument's baseline and its evidence on the training bars, in words."""
+    from agents.pipelines.baseline_policies import GATE_LEVEL, HOLD_PART_LEVEL, HOLD_PARTS
+
+    ci = choice.hold_vs_flat
+    parts = ", ".join(f"[{p['low']:+.2f}, {p['high']:+.2f}]" for p in choice.parts) or "none"
+    return (
+        f"{name} {choice.name}: hold minus flat Sharpe on the training bars "
+        f"[{ci['low']:+.2f}, {ci['high']:+.2f}] ({GATE_LEVEL:.0%}), in its {HOLD_PARTS} parts "
+        f"({1 - 2 * HOLD_PART_LEVEL:.0%}) {parts}"
+    )
+
+
+def _references(
+    market: PortfolioZooMarket, data: Any, result: Any, device: str
+) -> tuple[Any, Any, dict[str, Any]]:
+    """The market's rule (a real market's: its baseline) and flat, backtested on the agent's
+    test bars, and the run's baseline fields (a real market's; none elsewhere)."""
+    from agents.pipelines.portfolio_backtest import backtest_portfolios
+    from agents.pipelines.zoo import return_difference_interval
+
+    agent, env = result.test, result.config.env
+    fields: dict[str, Any] = {}
+    if market.kind == "real":
+        from agents.pipelines.baseline_policies import BASELINE_EXPOSURE
+        from gpu_trading_env.data.portfolio_markets import exposure_levels as to_levels
+
+        choices = instrument_baselines(data, env, agent.start, agent.per_year)
+        exposure = np.array([BASELINE_EXPOSURE[c.name] for _, c in choices])
+        rule_levels = to_levels(np.tile(exposure, (data.n_bars, 1)), env.exposure_levels)
+        flat_levels = to_levels(np.zeros(rule_levels.shape), env.exposure_levels)
+        fields["baseline"] = ", ".join(f"{n} {c.name}" for n, c in choices)
+        fields["baseline_reason"] = "; ".join(_baseline_reason(n, c) for n, c in choices)
+    else:
+        rule_levels, flat_levels = rule_and_flat_levels(market, data, env.exposure_levels)
+    rule, flat = backtest_portfolios(
+        [rule_levels, flat_levels], data, env, agent.start, agent.stop, agent.per_year, device
+    )
+    if market.kind == "real":
+        diff = return_difference_interval(agent.returns, rule.returns)
+        fields["return_vs_baseline"] = diff["difference"]
+        fields["return_vs_baseline_low"] = diff["low"]
+        fields["return_vs_baseline_high"] = diff["high"]
+    return rule, flat, fields
+
+
 def run_portfolio_one(
     market_name: str,
     seed: int,
     device: str = "cpu",
     budget: PortfolioZooBudget = PortfolioZooBudget(),
 ) -> PortfolioZooRun:
-    """One run: draw, ``train_portfolio`` with the budget's config, backtest the rule and flat
-    on the agent's test bars.
+    """One run: draw (a real market: load its series, the budget's bars aside),
+    ``train_portfolio`` with the budget's config, backtest the rule (a real market: the
+    baseline) and flat on the agent's test bars.
 
     :raises KeyError: an unknown market name.
     """
-    from agents.pipelines.portfolio_backtest import backtest_portfolios
     from agents.pipelines.portfolio_training import train_portfolio
     from gpu_trading_env.data.portfolio_markets import portfolio_market
+    from gpu_trading_env.data.real_series import load_real_portfolio
 
     t0 = time.perf_counter()
     market = PORTFOLIO_ZOO_BY_NAME[market_name]
     config = budget.config()
-    data = portfolio_market(market.kind, budget.bars, market.n_instruments, int(seed))
+    if market.kind == "real":
+        data = load_real_portfolio(market.name)
+    else:
+        data = portfolio_market(market.kind, budget.bars, market.n_instruments, int(seed))
     result = train_portfolio(data, config, seed=int(seed), device=device, out=None, progress=False)
     agent = result.test
-    env = config.env
-    rule_levels, flat_levels = rule_and_flat_levels(market, data, env.exposure_levels)
-    rule, flat = backtest_portfolios(
-        [rule_levels, flat_levels], data, env, agent.start, agent.stop, agent.per_year, device
-    )
+    rule, flat, baseline_fields = _references(market, data, result, device)
     return PortfolioZooRun(
         market=market.name,
         kind=market.kind,
@@ -263,6 +387,7 @@ def run_portfolio_one(
         test_stop=int(agent.stop),
         seconds=time.perf_counter() - t0,
         train_seconds=float(result.train_seconds),
+        **baseline_fields,
     )
 
 
@@ -356,8 +481,11 @@ class PortfolioTargetCheck:
     :param agent_return, rule_return, hold_return: mean test return (fractions).
     :param sharpe_ratio: mean agent / rule Sharpe over the runs where the rule's is > 0.
     :param kept: runs whose network was deployed.
-    :param value: the target's measure (``sharpe_ratio`` or ``agent_return``).
+    :param value: the target's measure (``sharpe_ratio``, ``agent_return``, or for
+        ``"baseline_return"`` the mean agent return minus the baseline's (``rule_return``)).
     :param met: whether the target holds; None where a run failed or none finished.
+    :param worst_vs_baseline: a real market's lowest agent minus baseline return of a run
+        (None elsewhere): the target's bound on every run.
     :param max_seconds: the longest run; ``seconds_met``: every run within
         :data:`RUN_SECONDS_TARGET` (None as ``met``).
     """
@@ -379,6 +507,7 @@ class PortfolioTargetCheck:
     met: bool | None
     max_seconds: float | None
     seconds_met: bool | None
+    worst_vs_baseline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field (JSON-ready)."""
@@ -392,8 +521,10 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 def check_targets(rows: Sequence[PortfolioZooRow]) -> list[PortfolioTargetCheck]:
     """Per market with rows, in the zoo's order: the means over seeds and the targets."""
+    from agents.pipelines.zoo import REAL_RUN_SHORTFALL
+
     out = []
-    for market in PORTFOLIO_ZOO_MARKETS:
+    for market in (*PORTFOLIO_ZOO_MARKETS, *PORTFOLIO_REAL_MARKETS):
         mine = [r for r in rows if isinstance(r, PortfolioZooRun) and r.market == market.name]
         failed = [
             r for r in rows if isinstance(r, FailedPortfolioZooRun) and r.market == market.name
@@ -403,6 +534,12 @@ def check_targets(rows: Sequence[PortfolioZooRow]) -> list[PortfolioTargetCheck]
         ratio = _mean([r.sharpe_ratio for r in mine])
         agent_return = _mean([r.agent_return for r in mine])
         value = ratio if market.measure == "sharpe_ratio" else agent_return
+        worst = None
+        met = value is not None and value >= market.threshold
+        if market.measure == "baseline_return" and mine:
+            value = agent_return - _mean([r.rule_return for r in mine])  # type: ignore[operator]
+            worst = min(r.agent_return - r.rule_return for r in mine)
+            met = value >= market.threshold and worst >= -REAL_RUN_SHORTFALL
         judged = bool(mine) and not failed
         max_seconds = max((r.seconds for r in mine), default=None)
         out.append(
@@ -421,13 +558,14 @@ def check_targets(rows: Sequence[PortfolioZooRow]) -> list[PortfolioTargetCheck]
                 sharpe_ratio=ratio,
                 kept=sum(r.kept == "network" for r in mine),
                 value=value,
-                met=(value is not None and value >= market.threshold) if judged else None,
+                met=met if judged else None,
                 max_seconds=max_seconds,
                 seconds_met=(
                     max_seconds is not None and max_seconds <= RUN_SECONDS_TARGET
                     if judged
                     else None
                 ),
+                worst_vs_baseline=worst,
             )
         )
     return out
@@ -480,6 +618,30 @@ def markdown_table(checks: Sequence[PortfolioTargetCheck]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def baseline_lines(rows: Sequence[PortfolioZooRow]) -> str:
+    """Markdown lines, one per real-market run: the deployed policy, its return beside its
+    baseline's with the interval of the difference, and which baseline per instrument and why
+    (empty where no run is of a real market)."""
+    real = [r for r in rows if isinstance(r, PortfolioZooRun) and r.baseline]
+    if not real:
+        return ""
+    lines = [
+        "\nThe baseline (real markets): per instrument, the one `train` would hold that "
+        "series to alone, chosen on the run's training bars (`choose_baseline`); the table's "
+        "rule columns are its figures.\n"
+    ]
+    for r in real:
+        lines.append(
+            f"- {r.market} seed {r.seed}: {r.kept} deployed, return {r.agent_return:+.1%} vs "
+            f"baseline {r.rule_return:+.1%} (difference {_cell(r.return_vs_baseline, '{:+.1%}')}"
+            f", 95% [{_cell(r.return_vs_baseline_low, '{:+.1%}')}, "
+            f"{_cell(r.return_vs_baseline_high, '{:+.1%}')}]), flat {r.flat_return:+.1%}, "
+            f"equal-weight buy-and-hold {r.hold_return:+.1%}; baseline {r.baseline} "
+            f"({r.baseline_reason})"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def write_portfolio_report(
     rows: Sequence[PortfolioZooRow], out: str | Path, command: str, meta: dict[str, Any]
 ) -> PortfolioZooFiles:
@@ -502,7 +664,10 @@ def write_portfolio_report(
             d = r.to_dict()
             d.pop("traceback", None)
             writer.writerow({k: d.get(k, "") for k in CSV_COLUMNS})
-    text = f"# Portfolio zoo\n\n```bash\n{command}\n```\n\n{markdown_table(checks)}"
+    text = (
+        f"# Portfolio zoo\n\n```bash\n{command}\n```\n\n{markdown_table(checks)}"
+        f"{baseline_lines(rows)}"
+    )
     atomic_write_text(files.markdown, text)
     payload = {
         "command": command,

@@ -3,7 +3,8 @@
 Built from one-instrument ``MarketData`` objects, one ``MarketData`` of several instruments, or
 bar files. Instruments whose timestamps differ are refused (naming the instrument and the first
 timestamp where it disagrees) unless ``align="ffill"`` puts them on the union of their
-timestamps (docs/ENV_SPEC.md, "Portfolio env": Data).
+timestamps, or ``align="inner"`` keeps the timestamps they all share (docs/ENV_SPEC.md,
+"Portfolio env": Data).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pandas as pd
 from gpu_trading_env.data.loaders import load_bars
 from gpu_trading_env.data.market_data import MarketData
 
-ALIGN_MODES = (None, "ffill")
+ALIGN_MODES = (None, "ffill", "inner")
 # The largest share of an instrument's bars that align="ffill" fills by default: calendars of
 # different exchanges differ by a few holidays a year; instruments whose dates barely overlap
 # would be traded on stale prices.
@@ -84,12 +85,14 @@ class PortfolioData:
         :param align: None: every instrument must have the same timestamps; ``"ffill"``: the
             grid is the union of their timestamps from the latest first one on, and a missing
             bar of an instrument is its previous close as open, high, low and close, volume 0,
-            and its previous bar's features.
+            and its previous bar's features; ``"inner"``: the grid is the timestamps every
+            instrument has (each instrument's features as computed on its own whole history).
         :param max_filled: with ``"ffill"``, the largest share of an instrument's grid bars that
             may be filled (default :data:`MAX_FILLED`, 0.1); 1.0 accepts any.
         :raises ValueError: naming the instrument and the first timestamp where its timestamps
             and the first instrument's disagree (``align=None``), an instrument filled on more
-            than ``max_filled`` of its bars (naming its share), an ``align`` value not allowed,
+            than ``max_filled`` of its bars (naming its share), no timestamp common to every
+            instrument (``"inner"``, naming each one's span), an ``align`` value not allowed,
             repeated instrument names, or feature names that differ.
         """
         if align not in ALIGN_MODES:
@@ -120,13 +123,7 @@ class PortfolioData:
                     "instrument"
                 )
         stamps = [np.asarray(p.timestamps, dtype="datetime64[ns]") for p in parts]
-        if align is None:
-            _check_same_timestamps(names, stamps)
-            grid = stamps[0]
-        else:
-            start = max(ts[0] for ts in stamps)
-            grid = np.unique(np.concatenate(stamps))
-            grid = grid[grid >= start]
+        grid = _grid(align, names, stamps)
         cols = {c: np.empty((grid.size, len(parts))) for c in ("open", "high", "low", "close")}
         volume = np.empty((grid.size, len(parts)))
         features = np.empty((grid.size, len(parts), len(fnames)), dtype=np.float32)
@@ -188,6 +185,37 @@ def _check_filled(
             f"allowed is at most {max_filled:.1%} (max_filled, --max-filled); give instruments "
             "whose dates overlap, or a larger max_filled to trade the stale prices"
         )
+
+
+def _grid(align: str | None, names: Sequence[str], stamps: Sequence[np.ndarray]) -> np.ndarray:
+    """The timestamps of the grid (datetime64[ns], increasing) that ``align`` puts the
+    instruments on (:meth:`PortfolioData.from_market_data`)."""
+    if align is None:
+        _check_same_timestamps(names, stamps)
+        return stamps[0]
+    if align == "inner":
+        return _common_timestamps(names, stamps)
+    start = max(ts[0] for ts in stamps)
+    grid = np.unique(np.concatenate(stamps))
+    return grid[grid >= start]
+
+
+def _common_timestamps(names: Sequence[str], stamps: Sequence[np.ndarray]) -> np.ndarray:
+    """The timestamps every instrument has (datetime64[ns], increasing); raise ValueError
+    naming each instrument's span where there is none."""
+    grid = stamps[0]
+    for ts in stamps[1:]:
+        grid = np.intersect1d(grid, ts)
+    if grid.size < 2:
+        spans = ", ".join(
+            f"{n!r} {pd.Timestamp(ts[0])} to {pd.Timestamp(ts[-1])}"
+            for n, ts in zip(names, stamps, strict=True)
+        )
+        raise ValueError(
+            f"align='inner' leaves {grid.size} timestamp(s) common to every instrument ({spans}): "
+            "allowed are instruments that share at least 2 timestamps"
+        )
+    return grid
 
 
 def _check_same_timestamps(names: Sequence[str], stamps: Sequence[np.ndarray]) -> None:

@@ -22,6 +22,10 @@ open and close, and its volume is 0. The env's default fill (``fill="close"``) t
 close, so these bars carry no invented intrabar move. The WTI series lists market holidays as
 dates without a price (290 of 8,611); those dates had no trade and are not bars. Timestamps are the package's index, naive
 as the package gives them; hourly FX keeps its weekend and holiday gaps as they are.
+
+``REAL_PORTFOLIOS`` names sets of daily series traded together (``load_real_portfolio``): each
+series' bars and features as ``load_real_series`` gives them, on the dates they all have
+(``PortfolioData``'s ``align="inner"``: no price is invented).
 """
 
 from __future__ import annotations
@@ -36,8 +40,18 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from gpu_trading_env.data.market_data import MarketData
+    from gpu_trading_env.data.portfolio_data import PortfolioData
 
-__all__ = ["REAL_SERIES", "RealSeries", "close_only_bars", "load_real_series", "real_frame"]
+__all__ = [
+    "REAL_PORTFOLIOS",
+    "REAL_SERIES",
+    "RealPortfolio",
+    "RealSeries",
+    "close_only_bars",
+    "load_real_portfolio",
+    "load_real_series",
+    "real_frame",
+]
 
 _INSTALL_HINT = 'pip install -e ".[real]"'
 
@@ -188,3 +202,55 @@ def load_real_series(name: str) -> MarketData:
         "frequency": s.frequency,
     }
     return MarketData.from_dataframe(df, name=name, metadata=meta)
+
+
+@dataclass(frozen=True)
+class RealPortfolio:
+    """Real daily series traded together, on the dates they all have.
+
+    :param name: short name (``load_real_portfolio``' key, the portfolio zoo's market name).
+    :param title: what the set is, in words, with its common span.
+    :param series: the ``REAL_SERIES`` names, in instrument order.
+    """
+
+    name: str
+    title: str
+    series: tuple[str, ...]
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The pip packages that hold its series (each once, in order)."""
+        return tuple(dict.fromkeys(REAL_SERIES[s].package for s in self.series))
+
+
+# us_daily_k3: the three daily US equity series of the packages CI installs (arch,
+# gym-anytrading), one exchange calendar, so the common dates lose no bar of GOOGL's
+# 2,015 (after the features' warm-up): the fit, validation and test windows of train's split.
+# us_index_oil_k3: two indexes and crude oil, 4,694 common dates: a longer test window and
+# instruments that move less together.
+REAL_PORTFOLIOS: dict[str, RealPortfolio] = {
+    p.name: p
+    for p in (
+        RealPortfolio("us_daily_k3", "S&P 500, NASDAQ Composite and GOOGL, daily 2010-2018",
+                      ("sp500", "nasdaq", "googl")),
+        RealPortfolio("us_index_oil_k3", "S&P 500, NASDAQ Composite and WTI crude, daily 2000-2018",
+                      ("sp500", "nasdaq", "wti")),
+    )
+}  # fmt: skip
+
+
+def load_real_portfolio(name: str) -> PortfolioData:
+    """Portfolio ``name`` of ``REAL_PORTFOLIOS``: its series (``load_real_series``) on the
+    timestamps they all have (``PortfolioData.from_market_data(..., align="inner")``).
+
+    :raises ValueError: an unknown name (the allowed names listed).
+    :raises ImportError: a package is not installed (naming it and the install command).
+    """
+    from gpu_trading_env.data.portfolio_data import PortfolioData
+
+    if name not in REAL_PORTFOLIOS:
+        raise ValueError(
+            f"real portfolio {name!r} is invalid: allowed are {', '.join(REAL_PORTFOLIOS)}"
+        )
+    parts = [load_real_series(s) for s in REAL_PORTFOLIOS[name].series]
+    return PortfolioData.from_market_data(parts, align="inner")
