@@ -226,7 +226,7 @@ def _extra_block(
         check_finite(vals, f"extra feature column {c!r}", where)
         if np.ptp(vals) == 0.0:
             raise ValueError(
-                f"extra feature column {c!r} is constant ({vals[0]!r}) from {where(0)} to "
+                f"extra feature column {c!r} is constant ({float(vals[0])!r}) from {where(0)} to "
                 f"{where(n - 1)}: it carries no information; allowed is a column that varies"
             )
         with np.errstate(divide="ignore", invalid="ignore"):
