@@ -135,10 +135,8 @@ def _data_options(p: argparse.ArgumentParser) -> None:
         "--features",
         nargs="+",
         metavar="COL",
-        default=None,
-        help="your own columns of --data (a signal, a sentiment score, another market's series) "
-        "added to the 51 built-in features, each known at its bar's close (eval: the model's) "
-        "(default: none)",
+        help="your own columns of --data (a signal, another market's series) added to the 51 "
+        "built-in features, each known at its bar's close (eval: the model's) (default: none)",
     )
     g.add_argument(
         "--fill-volume",
