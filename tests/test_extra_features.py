@@ -180,17 +180,24 @@ def test_train_with_the_column_learns_the_exogenous_edge_and_stays_flat_without(
 
 
 @pytest.mark.parametrize(
-    ("extra", "message"),
+    ("argv", "message"),
     [
-        (["--portfolio", "--data", "{csv}"], "--features is invalid with --portfolio"),
-        ([], "--features: these options apply to --data files: pass --data"),
+        (
+            ["train", "--features", "signal", "--portfolio", "--data", "{csv}"],
+            "--features is invalid with --portfolio",
+        ),
+        (["train", "--features", "signal"], "--features: these options apply to --data files"),
+        (
+            ["walkforward", "--features", "nope", "--data", "{csv}"],
+            "exo.csv: no feature column 'nope'; the file has",
+        ),
     ],
 )
-def test_features_option_refused_where_it_does_not_apply(tmp_path, capsys, extra, message):
+def test_features_option_refused_where_it_does_not_apply(tmp_path, capsys, argv, message):
     from agents import cli
 
     csv = tmp_path / "exo.csv"
     exogenous_signal(WARMUP_BARS + 50, seed=1).to_csv(csv)
-    argv = ["train", "--features", "signal", "--out", str(tmp_path / "o")]
-    assert cli.main(argv + [a.format(csv=csv) for a in extra]) == 2
+    given = [a.format(csv=csv) for a in argv]
+    assert cli.main([*given, "--device", "cpu", "--out", str(tmp_path / "o")]) == 2
     assert message in capsys.readouterr().err
