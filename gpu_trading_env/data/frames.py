@@ -246,7 +246,7 @@ def _instrument_features(
     extra: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """One instrument's bars checked and its features after the warm-up, ``(n - warmup, F)``
-    (float64 built-in features then the ``extra`` columns, the user columns' dtype
+    (float32 built-in features then the ``extra`` columns, the user columns' dtype
     otherwise)."""
     where = Where(rows, its, inst_name)
     validate_bars(cols, its, where)
@@ -266,7 +266,9 @@ def _instrument_features(
         builtin = compute_features(*(cols[c] for c in OHLCV))[warmup:]
         if not extra:
             return builtin
-        return np.column_stack([builtin, _extra_block(extra, rows, n, where, warmup)])
+        # float32 like the built-in block: a float64 stack would double a long file's features.
+        extra_block = _extra_block(extra, rows, n, where, warmup).astype(np.float32)
+        return np.column_stack([builtin, extra_block])
     return np.column_stack([user_feats[c][rows] for c in feat_names])
 
 
