@@ -219,3 +219,16 @@ def test_exogenous_market_rule_earns_its_stated_return():
     assert corr[-1] > 0.25 and corr[:-1].max() < 0.05
     with pytest.raises(ValueError, match="read the column with extra_features=\\['signal'\\]"):
         exogenous_rule_exposure(MarketData.synthetic("gbm", n_bars=500))
+
+
+def test_each_instrument_normalises_its_own_column():
+    a, b = _frame(seed=0), _frame(seed=1)
+    b["sig"] = 100.0 + 50.0 * b["sig"]
+    both = pd.concat([a.assign(instrument="a"), b.assign(instrument="b")])
+    md = MarketData.from_dataframe(both, extra_features=["sig"])
+    alone = MarketData.from_dataframe(a, extra_features=["sig"])
+    np.testing.assert_array_equal(md.instrument("a").features, alone.features)
+    with pytest.raises(ValueError, match="constant \\(2.0\\) from row 720 .*instrument 'b'"):
+        MarketData.from_dataframe(
+            both.assign(sig=np.r_[a["sig"], np.full(len(b), 2.0)]), extra_features=["sig"]
+        )
