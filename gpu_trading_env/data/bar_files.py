@@ -305,7 +305,8 @@ def _feature_column(df: pd.DataFrame, path: Path, column: str) -> Any:
     if len(hits) != 1:
         what = "no" if not hits else f"an ambiguous ({hits})"
         raise DataError(
-            f"{path}: {what} feature column {column!r}; the file has {list(map(str, df.columns))}"
+            f"{path}: {what} feature column {column!r}; the file has {list(map(str, df.columns))}: "
+            "name one of them (--features COL, features= or extra_features=)"
         )
     return hits[0]
 
