@@ -232,3 +232,21 @@ def test_each_instrument_normalises_its_own_column():
         MarketData.from_dataframe(
             both.assign(sig=np.r_[a["sig"], np.full(len(b), 2.0)]), extra_features=["sig"]
         )
+
+
+def test_the_model_file_names_its_columns_and_refuses_a_forged_list(tmp_path):
+    import gymnasium as gym
+    from crafted_archives import rewrite, set_attribute
+
+    from agents import GpuDQN
+    from agents.files.safe_archive import ArchiveError
+
+    md = MarketData.from_dataframe(_frame(), extra_features=["sig"])
+    env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu", data=md, episode_length=30)
+    model = GpuDQN("DuelingPolicy", env, learning_starts=40, buffer_size=400, batch_size=16)
+    assert model.extra_features == ["sig"]
+    model.save(tmp_path / "m.zip")
+    assert GpuDQN.load(tmp_path / "m.zip").extra_features == ["sig"]
+    rewrite(tmp_path / "m.zip", set_attribute("extra_features", "sig"))
+    with pytest.raises(ArchiveError, match="attribute 'extra_features' = 'sig' is invalid"):
+        GpuDQN.load(tmp_path / "m.zip")
