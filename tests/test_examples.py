@@ -38,6 +38,7 @@ CASES = [
     ("torchrl_dqn.py", ["--total-steps", "800"], "torchrl"),
     ("skrl_ppo.py", ["--timesteps", "100"], "skrl"),
     ("rllib_ppo.py", ["--iterations", "1"], "ray"),
+    ("own_columns.py", ["--timesteps", "2000"], "arch"),
 ]
 
 # Runs each example as `python examples/NAME.py ARGS` would (sys.argv, __main__, its own working

@@ -357,8 +357,12 @@ class GpuDQN(
         # Saved with the model (env_config): a load builds the model without it, then sets the
         # file's, so a file saved without one is not given the load's env's.
         self._env_config: dict[str, Any] | None = None
+        # Saved with the model: the data's own columns beside the built-in features, which
+        # make_env and eval read from a file again.
+        self.extra_features: list[str] = []
         if _init_setup_model and self.trading_env is not None:
             self.env_config = self.trading_env.config
+            self.extra_features = list(self.trading_env.data.metadata.get("extra_features", []))
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
         # Saved with the model: the layout (a model loaded without env rebuilds its curiosity
@@ -788,6 +792,7 @@ class GpuDQN(
             # What the model learns on from here is the env its file describes.
             te = self.trading_env
             self.env_config = None if te is None else te.config
+            self.extra_features = [] if te is None else te.data.metadata.get("extra_features", [])
         if log_interval is None:
             every = LogEveryPercent(total_timesteps)
             if callback is None:

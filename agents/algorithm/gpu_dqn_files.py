@@ -146,6 +146,12 @@ def check_dqn_file_attributes(
             raise
         raise ArchiveError(f"{where}: {exc}") from None
     _check_input_selection(data.get("input_selection"), data["observation_space"], where)
+    extra = data.get("extra_features", [])
+    if not isinstance(extra, list) or not all(isinstance(c, str) and c for c in extra):
+        raise ArchiveError(
+            f"{where}, attribute 'extra_features' = {extra!r} is invalid: allowed is a list of "
+            "column names"
+        )
     _check_env_config(data.get("_env_config"), data["action_space"], where)
 
 
@@ -300,8 +306,9 @@ class GpuDQNFiles(WeightsOnlyFiles):
     num_timesteps: int
 
     def extra_saved_attributes(self) -> tuple[str, ...]:
-        """``input_selection``: the inputs a pipeline chose for the network (a dict)."""
-        return ("input_selection",)
+        """``input_selection``: the inputs a pipeline chose for the network (a dict);
+        ``extra_features``: the data's own columns beside the built-in features (a list)."""
+        return ("input_selection", "extra_features")
 
     # ------------------------------------------------------------------ the env it acts on
     @property
@@ -330,7 +337,9 @@ class GpuDQNFiles(WeightsOnlyFiles):
     ) -> EnvSetup:
         """The data and config of the env this model acts on (what :meth:`make_env` builds
         from): ``data`` (MarketData or a CSV/Parquet file) with the saved input selection
-        applied, and the saved :attr:`env_config` with ``overrides`` of its fields.
+        applied, and the saved :attr:`env_config` with ``overrides`` of its fields. A file is
+        read with the extra feature columns the model was trained on (``extra_features``);
+        MarketData must hold them.
 
         :param config: the EnvConfig to use instead of the saved one (a model saved without
             one needs it: the settings it was trained with).
@@ -353,6 +362,7 @@ class GpuDQNFiles(WeightsOnlyFiles):
             overrides,
             self.observation_space,
             self.action_space,
+            extra_features=getattr(self, "extra_features", None),
         )
 
     def make_env(

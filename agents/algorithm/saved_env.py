@@ -113,6 +113,23 @@ def check_observation(observation: Any, model_observation: Any, model_action: An
     )
 
 
+def _check_extra_features(bars: MarketData, extra: list[str]) -> None:
+    """ValueError, naming the columns, where ``bars`` lack the model's extra feature columns or
+    hold others."""
+    have = list(bars.metadata.get("extra_features", []))
+    if extra and [c for c in bars.feature_names if c in extra] != extra:
+        raise ValueError(
+            f"this model reads the extra feature column(s) {extra} beside the built-in features; "
+            f"the data has {have or 'none'}: read the bars with extra_features={extra} "
+            "(load_bars, MarketData.from_csv), or pass the file's path"
+        )
+    if have and have != extra:
+        raise ValueError(
+            f"the data has the extra feature column(s) {have}; this model was trained on "
+            f"{extra or 'none'}: read the bars with extra_features={extra or None}"
+        )
+
+
 def env_setup(
     data: MarketData | str | os.PathLike[str],
     config: EnvConfig,
@@ -120,6 +137,7 @@ def env_setup(
     overrides: dict[str, Any],
     model_observation: Any,
     model_action: Any,
+    extra_features: list[str] | None = None,
 ) -> EnvSetup:
     """The data and config of the env a model acts on.
 
@@ -129,12 +147,21 @@ def env_setup(
         ``episode_length`` of :data:`LONGEST_EPISODE` (a deployed baseline's: as long as the
         env allows) becomes the shortest instrument's bars minus one.
     :param input_selection: the model's ``input_selection`` (JSON form) or None (every input).
+    :param extra_features: the data's own columns the model was trained on (a file is read
+        with them; MarketData must hold them).
     :raises ValueError: where the data, after the input selection, or the config gives other
         spaces than the model's (one line, naming both), or the selection does not fit the
         data's features.
     :raises TypeError: for an override that is not an EnvConfig field.
     """
+    extra = list(extra_features or [])
+    if extra and isinstance(data, str | os.PathLike):
+        from gpu_trading_env.data.loaders import load_bars  # the one reader of bar files
+
+        data = load_bars(data, extra_features=extra)
     bars = resolve_data(data)
+    if isinstance(bars, MarketData):
+        _check_extra_features(bars, extra)
     if not isinstance(bars, MarketData):
         raise TypeError(
             f"data of type {type(data).__name__} is invalid: allowed is MarketData or a path to a "

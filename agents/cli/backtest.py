@@ -81,7 +81,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from agents.files.safe_archive import ArchiveError
     from agents.pipelines.backtest_policies import greedy_policy, known_rule
 
-    data, part, per_year = evaluated_instrument(args)
     try:
         model = GpuDQN.load(
             args.model,
@@ -92,6 +91,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     except ArchiveError as exc:  # refused pickle, damaged file: one line naming the file
         raise UsageError(f"--model: {exc}") from exc
+    # The bars are read with the columns the model was trained on beside the built-in features.
+    saved = list(getattr(model, "extra_features", []))
+    if args.features is not None and list(args.features) != saved:
+        raise UsageError(
+            f"--features {' '.join(args.features)}: the model {args.model} was trained on "
+            f"{saved or 'no extra columns'}; leave --features out (eval reads the model's)"
+        )
+    if saved and not args.data:
+        raise UsageError(
+            f"--model {args.model} reads the extra feature column(s) {saved}: pass --data, the "
+            "bars with those columns"
+        )
+    args.features = saved or None
+    data, part, per_year = evaluated_instrument(args)
     if model.env_config is not None:
         given = {pair.partition("=")[0] for pair in args.env or []}
         overrides = {k: v for k, v in parse_env_overrides(args.env).items() if k in given}

@@ -10,6 +10,7 @@ from agents.cli.options import PROG, UsageError
 
 # The options that say how to read --data files (dest names), refused without --data.
 FILE_OPTIONS = (
+    "features",
     "date_format",
     "timestamp_unit",
     "column",
@@ -62,6 +63,7 @@ def _load_files(args: argparse.Namespace) -> Any:
             duplicates=args.duplicates,
             skip_empty=args.skip_empty,
             read_csv_kwargs=csv or None,
+            extra_features=getattr(args, "features", None),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -207,6 +207,11 @@ def validate(args: argparse.Namespace) -> None:
         args.model = resolve_model_path(args.model)
     if getattr(args, "device", None) is not None:
         args.device = resolve_device(args.device)
+    if getattr(args, "features", None) and getattr(args, "portfolio", False):
+        raise UsageError(
+            "--features is invalid with --portfolio: the portfolio env reads the built-in "
+            "features only (train one instrument with --features, or leave it out)"
+        )
     if getattr(args, "align", None) is not None and not args.portfolio:
         raise UsageError("--align ffill is invalid without --portfolio: it aligns a portfolio")
     for flag in (

@@ -186,6 +186,13 @@ def _data_options(p: argparse.ArgumentParser) -> None:
         help="the file's column for an OHLCV field, e.g. --column 'close=Adj Close' (repeat)",
     )
     g.add_argument(
+        "--features",
+        nargs="+",
+        metavar="COL",
+        help="your own columns of --data (a signal, another market's series) added to the 51 "
+        "built-in features, each known at its bar's close (eval: the model's) (default: none)",
+    )
+    g.add_argument(
         "--fill-volume",
         type=float,
         default=None,

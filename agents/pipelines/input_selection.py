@@ -14,7 +14,8 @@ regime market"). So ``train`` gives the network only what the training bars show
    on**: fitted on each half of the training bars and tested on the other (the slope of the
    next return on the forecast, HC3-robust; the two halves' t-statistics summed, one-sided), as
    on the bars it was fitted on EM finds a random walk's runs and calls them regimes.
-2. **The features**: each feature's slope on the next return, HC3-robust, two-sided, with
+2. **The features** (the built-in ones and the data's own columns, ``extra_features``, alike):
+   each feature's slope on the next return, HC3-robust, two-sided, with
    Holm's step-down correction over the features; a feature so kept must also predict in the
    most recent :data:`RECENT_FRACTION` of the training bars, with the same sign, at the
    one-sided :data:`~agents.pipelines.baseline_policies.STABILITY_LEVEL`: an edge the early

@@ -85,6 +85,7 @@ class BarTable:
         features: str | Sequence[str] = "builtin",
         min_bars: int = 2,
         metadata: Mapping[str, Any] | None = None,
+        extra_features: Sequence[str] | None = None,
     ) -> T:
         """``from_dataframe(table, ...)`` (``MarketData.from_dataframe``), its errors as a
         DataError naming the file and line."""
@@ -96,6 +97,7 @@ class BarTable:
                 timestamp_column="timestamp",
                 instrument_column="instrument",
                 features=features,
+                extra_features=extra_features,
                 min_bars=min_bars,
                 metadata={
                     "source": "file",
@@ -127,6 +129,7 @@ def read_bar_table(
     sort: bool = False,
     duplicates: str | None = None,
     skip_empty: bool = False,
+    extra_features: Sequence[str] | None = None,
 ) -> BarTable:
     """The bars of one or several CSV / Parquet files in one table (the options are
     :func:`~gpu_trading_env.data.loaders.load_bars`').
@@ -137,6 +140,10 @@ def read_bar_table(
     feature_columns, mapping = _checked_options(
         files, name, features, timestamp_unit, columns, fill_volume, prices, duplicates
     )
+    if extra_features is not None:
+        # The trader's own columns are read as the named feature columns are (line, column).
+        extra = [extra_features] if isinstance(extra_features, str) else extra_features
+        feature_columns = [*(feature_columns or []), *map(str, extra)]
     rows = _RowRules(prices, sort, duplicates, skip_empty, fill_volume, feature_columns)
     frames, bases, notes = [], [], []
     for path in files:
@@ -298,7 +305,8 @@ def _feature_column(df: pd.DataFrame, path: Path, column: str) -> Any:
     if len(hits) != 1:
         what = "no" if not hits else f"an ambiguous ({hits})"
         raise DataError(
-            f"{path}: {what} feature column {column!r}; the file has {list(map(str, df.columns))}"
+            f"{path}: {what} feature column {column!r}; the file has {list(map(str, df.columns))}: "
+            "name one of them (--features COL, features= or extra_features=)"
         )
     return hits[0]
 

@@ -30,6 +30,7 @@ __all__ = [
     "RAW_WARMUP_BARS",
     "WARMUP_BARS",
     "compute_features",
+    "normalised",
 ]
 
 FEATURE_NAMES: tuple[str, ...] = (
@@ -367,14 +368,16 @@ def compute_features(
     j = -1
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for j, raw in enumerate(_raw_features(o, h, lo, c, v)):
-            out[:, j] = _normalised(raw)
+            out[:, j] = normalised(raw)
     assert j == len(FEATURE_NAMES) - 1
     assert all(np.isfinite(out[a : a + 65536]).all() for a in range(WARMUP_BARS, t, 65536))
     return out
 
 
-def _normalised(col: np.ndarray) -> np.ndarray:
-    """One raw indicator, float64 [T], as its trailing rolling z-score, clipped (the module doc)."""
+def normalised(col: np.ndarray) -> np.ndarray:
+    """One raw indicator, float64 [T], as its trailing rolling z-score, clipped (the module doc):
+    float64 [T], NaN on rows ``0..WARMUP_BARS-1``, row ``t`` from rows ``RAW_WARMUP_BARS..t``.
+    A trader's own columns (``extra_features``) are normalised by it too."""
     # Column by column on contiguous 1-D arrays: pandas rolls a Series about twice as fast as a
     # 2-D frame, and the elementwise work stays cache-friendly.
     raw = np.array(col, dtype=np.float64)

@@ -13,7 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_trading_env.data.features import FEATURE_NAMES, WARMUP_BARS, compute_features
+from gpu_trading_env.data.features import (
+    FEATURE_NAMES,
+    WARMUP_BARS,
+    compute_features,
+    normalised,
+)
 from gpu_trading_env.data.timestamps import (
     TS_MAX,
     TS_MIN,
@@ -46,9 +51,11 @@ def arrays_from_dataframe(
     features: str | Sequence[str] = "builtin",
     min_bars: int = 2,
     name: str = "asset",
+    extra_features: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(arrays, metadata)``: ``MarketData`` keyword arguments (all but ``metadata``) and the
-    metadata of the table's reading (``source``, ``features``, ``warmup_bars``).
+    metadata of the table's reading (``source``, ``features``, ``warmup_bars``,
+    ``extra_features``).
 
     The arguments are those of ``MarketData.from_dataframe``.
     """
@@ -85,6 +92,7 @@ def arrays_from_dataframe(
     ohlcv = {c: numeric_column(df[find_column(labels, c)], c) for c in OHLCV}
 
     feat_names, warmup, user_feats = _feature_columns(df, labels, features)
+    extra = _extra_columns(df, labels, features, extra_features)
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in (*OHLCV, "ts", "features")}
     offsets = [0]
@@ -97,7 +105,7 @@ def arrays_from_dataframe(
             cols = {c: ohlcv[c][rows] for c in OHLCV}
             its = ts[rows]
         feats = _instrument_features(
-            cols, its, rows, inst_name, feat_names, warmup, user_feats, min_bars
+            cols, its, rows, inst_name, feat_names, warmup, user_feats, min_bars, extra
         )
         n = len(rows)
         for c in OHLCV:
@@ -106,11 +114,12 @@ def arrays_from_dataframe(
         parts["features"].append(np.asarray(feats, dtype=np.float32))
         offsets.append(offsets[-1] + n - warmup)
 
-    arrays = _concatenated(parts, offsets, names, feat_names)
+    arrays = _concatenated(parts, offsets, names, (*feat_names, *extra))
     meta = {
         "source": "dataframe",
         "features": "builtin" if builtin else "columns",
         "warmup_bars": warmup,
+        "extra_features": list(extra),
     }
     return arrays, meta
 
@@ -169,6 +178,62 @@ def _feature_columns(
     return feat_names, 0, user_feats
 
 
+def _extra_columns(
+    df: pd.DataFrame,
+    labels: dict[str, list[Any]],
+    features: str | Sequence[str],
+    extra_features: Sequence[str] | None,
+) -> dict[str, np.ndarray]:
+    """The trader's own columns added to the built-in features, ``{name: float64 [len(df)]}``
+    in the given order (raw: checked and normalised per instrument)."""
+    if extra_features is None:
+        return {}
+    if isinstance(extra_features, str):
+        extra_features = [extra_features]
+    names = [str(c) for c in extra_features]
+    if not isinstance(features, str):
+        raise ValueError(
+            f"extra_features = {names} is invalid with features = {list(features)}: the extra "
+            "columns are added to the built-in features; list your own features in features="
+        )
+    for c in names:
+        if not c.strip():
+            raise ValueError(f"extra_features = {names} is invalid: a column name is empty")
+        if c in FEATURE_NAMES or c.strip().lower() in OHLCV or names.count(c) > 1:
+            what = "a built-in feature" if c in FEATURE_NAMES else "given twice or a bar field"
+            raise ValueError(
+                f"extra feature column {c!r} is invalid: it is {what}; allowed are other "
+                "columns of the data, each once"
+            )
+    absent = [c for c in names if c not in df.columns and find_column(labels, c) is None]
+    if absent:
+        raise ValueError(
+            f"missing extra feature column(s) {absent}; the data has {list(map(str, df.columns))}"
+        )
+    return {
+        c: numeric_column(df[c if c in df.columns else find_column(labels, c)], c) for c in names
+    }
+
+
+def _extra_block(
+    extra: dict[str, np.ndarray], rows: Any, n: int, where: Where, warmup: int
+) -> np.ndarray:
+    """One instrument's extra columns, float64 ``(n - warmup, E)``: each checked (finite, not
+    constant) and z-scored causally as the built-in features are (``features.normalised``)."""
+    out = np.empty((n - warmup, len(extra)))
+    for j, (c, values) in enumerate(extra.items()):
+        vals = values[rows]
+        check_finite(vals, f"extra feature column {c!r}", where)
+        if np.ptp(vals) == 0.0:
+            raise ValueError(
+                f"extra feature column {c!r} is constant ({float(vals[0])!r}) from {where(0)} to "
+                f"{where(n - 1)}: it carries no information; allowed is a column that varies"
+            )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[:, j] = normalised(vals)[warmup:]
+    return out
+
+
 def _instrument_features(
     cols: dict[str, np.ndarray],
     its: np.ndarray,
@@ -178,9 +243,11 @@ def _instrument_features(
     warmup: int,
     user_feats: dict[str, np.ndarray] | None,
     min_bars: int,
+    extra: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """One instrument's bars checked and its features after the warm-up, ``(n - warmup, F)``
-    (float64 built-in features, the user columns' dtype otherwise)."""
+    (float32 built-in features then the ``extra`` columns, the user columns' dtype
+    otherwise)."""
     where = Where(rows, its, inst_name)
     validate_bars(cols, its, where)
     if user_feats is not None:
@@ -196,7 +263,12 @@ def _instrument_features(
         )
         raise ValueError(f"instrument {inst_name!r} has {n} bars but {what}: at least {need} bars")
     if user_feats is None:
-        return compute_features(*(cols[c] for c in OHLCV))[warmup:]
+        builtin = compute_features(*(cols[c] for c in OHLCV))[warmup:]
+        if not extra:
+            return builtin
+        # float32 like the built-in block: a float64 stack would double a long file's features.
+        extra_block = _extra_block(extra, rows, n, where, warmup).astype(np.float32)
+        return np.column_stack([builtin, extra_block])
     return np.column_stack([user_feats[c][rows] for c in feat_names])
 
 

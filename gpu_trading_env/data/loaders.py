@@ -33,6 +33,7 @@ def load_bars(
     sort: bool = False,
     duplicates: str | None = None,
     skip_empty: bool = False,
+    extra_features: Sequence[str] | None = None,
 ) -> MarketData:
     """One ``MarketData`` from one or several CSV / Parquet files of OHLCV bars.
 
@@ -46,6 +47,9 @@ def load_bars(
     :param fill_volume: the volume of bars whose volume is missing (empty, NaN, N/A), e.g. 0 for
         FX or index files that leave it out on some bars; None (the default) refuses them.
     :param features: ``"builtin"`` or a list of the file's columns to use as the features (see
+        ``MarketData.from_dataframe``).
+    :param extra_features: the file's columns to add to the built-in features (a signal, a
+        sentiment score, another market's series), each known at its bar's close (see
         ``MarketData.from_dataframe``).
     :param min_bars: rows each instrument must keep after the feature warm-up.
     :param name: the instrument of a single file without a symbol column (default: its stem).
@@ -79,7 +83,12 @@ def load_bars(
         sort=sort,
         duplicates=duplicates,
         skip_empty=skip_empty,
+        extra_features=extra_features,
     )
     return table.build(
-        MarketData.from_dataframe, features=features, min_bars=min_bars, metadata=metadata
+        MarketData.from_dataframe,
+        features=features,
+        min_bars=min_bars,
+        metadata=metadata,
+        extra_features=extra_features,
     )

@@ -34,7 +34,12 @@ from gpu_trading_env.data.splits import (
     split_ranges,
     walk_forward_ranges,
 )
-from gpu_trading_env.data.synthetic import gbm, planted_signal, regime_switching
+from gpu_trading_env.data.synthetic import (
+    exogenous_signal,
+    gbm,
+    planted_signal,
+    regime_switching,
+)
 from gpu_trading_env.data.validation import OHLCV, checked_arrays
 
 __all__ = ["MarketData"]
@@ -45,6 +50,7 @@ _GENERATORS = {
     "gbm": gbm,
     "regime": regime_switching,
     "regime_switching": regime_switching,
+    "exogenous": exogenous_signal,
     **SHIFTING_KINDS,
     **REGIME_KINDS,
 }
@@ -208,6 +214,7 @@ class MarketData:
         min_bars: int = 2,
         name: str = "asset",
         metadata: dict[str, Any] | None = None,
+        extra_features: Sequence[str] | None = None,
     ) -> MarketData:
         """Validate OHLCV bars and compute their features.
 
@@ -231,6 +238,12 @@ class MarketData:
             min_bars: rows each instrument must keep after the warm-up.
             name: the instrument name when there is no instrument column.
             metadata: extra entries for ``MarketData.metadata``.
+            extra_features: the trader's own columns (a signal, a sentiment score, another
+                market's series) added after the 51 built-in features, under their own names.
+                The value on bar ``t``'s row must be known at bar ``t``'s close: the agent
+                sees it before it acts from that close to the next. Each is refused when
+                missing, non-numeric, NaN/inf (naming the row) or constant, and is z-scored
+                causally as the built-in features are (``features.normalised``).
 
         Raises:
             ValueError: on missing columns, non-numeric, NaN or inf values, non-positive prices,
@@ -245,6 +258,7 @@ class MarketData:
             features=features,
             min_bars=min_bars,
             name=name,
+            extra_features=extra_features,
         )
         return cls(**arrays, metadata={**meta, **(metadata or {})})
 
@@ -262,8 +276,9 @@ class MarketData:
 
         :param read_csv_kwargs: extra ``pandas.read_csv`` keywords, e.g. ``{"sep": ";"}``.
         :param kwargs: ``from_dataframe``'s ``timestamp_column``, ``instrument_column``,
-            ``columns`` (a rename map ``{file column: field}``), ``features``, ``min_bars``,
-            ``name`` (default: the file's stem) and ``metadata``; or ``load_bars``' own
+            ``columns`` (a rename map ``{file column: field}``), ``features``,
+            ``extra_features``, ``min_bars``, ``name`` (default: the file's stem) and
+            ``metadata``; or ``load_bars``' own
             keywords (``date_format``, ``timestamp_unit``, ``fill_volume``, ``prices``,
             ``sort``, ``duplicates``, ``skip_empty``).
         """
@@ -312,7 +327,8 @@ class MarketData:
 
         Args:
             kind: ``"planted"`` (AR(1) momentum with a known rule and return), ``"gbm"`` or
-                ``"regime"`` (Markov regime switching), or a non-stationary market of
+                ``"regime"`` (Markov regime switching), ``"exogenous"`` (the edge in an extra
+                feature column, ``signal``), or a non-stationary market of
                 ``gpu_trading_env.data.shifting_markets`` (``"vanishing_edge"``,
                 ``"appearing_edge"``, ``"flipping_drift"``).
             n_bars: rows per instrument AFTER the warm-up (``n_bars + WARMUP_BARS`` are drawn).
@@ -338,7 +354,8 @@ class MarketData:
         for k in range(int(n_instruments)):
             frame = gen(int(n_bars) + WARMUP_BARS, (int(seed), k), **kwargs)
             params = dict(frame.attrs.get("synthetic", {}))
-            frame = frame.drop(columns=[c for c in frame.columns if c not in OHLCV])
+            extra = list(params.get("extra_features", []))
+            frame = frame.drop(columns=[c for c in frame.columns if c not in (*OHLCV, *extra)])
             frame.insert(0, "instrument", f"{params.get('kind', kind)}_{k}")
             frames.append(frame)
         df = pd.concat(frames) if len(frames) > 1 else frames[0]
@@ -348,7 +365,12 @@ class MarketData:
             "seed": int(seed),
             "n_instruments": int(n_instruments),
         }
-        return cls.from_dataframe(df, instrument_column="instrument", metadata=meta)
+        return cls.from_dataframe(
+            df,
+            instrument_column="instrument",
+            metadata=meta,
+            extra_features=params.get("extra_features"),
+        )
 
     @classmethod
     @functools.cache
@@ -478,4 +500,5 @@ def _read_bar_file(cls: type[MarketData], path: str | Path, kind: str, **kwargs:
         features=options.get("features", "builtin"),
         min_bars=min_bars,
         metadata=meta,
+        extra_features=options.get("extra_features"),
     )

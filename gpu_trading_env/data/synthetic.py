@@ -25,6 +25,15 @@ rule holds exposure ``sign(r_t)`` (long after an up-close, short after a down-cl
 (``Phi`` the standard normal CDF; ``planted_rule_expected_return``). With the defaults
 ``phi = 0.3``, ``sigma = 0.005`` that is about 1.25e-3 per bar (12.5 basis points), well above the
 env's default cost of about 1 basis point per unit traded.
+
+Exogenous signal
+----------------
+``exogenous_signal`` is a market whose only edge is a column beside the bars, known at each
+close: ``signal_t ~ N(0, 1)`` i.i.d. and ``r_{t+1} = drift * signal_t + sigma * eps_{t+1}``. The
+prices alone carry nothing (their past is independent of the next return); the rule
+``sign(signal_t)`` held from close ``t`` to close ``t+1`` earns
+``exp((sigma^2 + drift^2) / 2) * (2 * Phi(drift) - 1)  ~=  drift * sqrt(2 / pi)`` a bar.
+Read it with ``extra_features=["signal"]`` (``MarketData.synthetic("exogenous")`` does).
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ if TYPE_CHECKING:
     from gpu_trading_env.data.market_data import MarketData
 
 __all__ = [
+    "exogenous_rule_exposure",
+    "exogenous_signal",
     "gbm",
     "planted_rule_expected_log_return",
     "planted_rule_expected_return",
@@ -300,3 +311,62 @@ def regime_filter_expected_return(
     # here with the generator's true ones.
     truth = GaussianHMM(mu, sg, trans, np.full(k, 1.0 / k), log_likelihood=0.0, iterations=0)
     return expected_next_returns(data, truth)
+
+
+EXOGENOUS_RULE = (
+    "exposure_t = sign(signal_t) held from close_t to close_{t+1} (signal: the extra feature "
+    "column, z-scored causally)"
+)
+
+
+def exogenous_signal(
+    n_bars: int,
+    seed: Seed = 0,
+    drift: float = 0.0015,
+    sigma: float = 0.005,
+    start_price: float = 100.0,
+    *,
+    start: str | pd.Timestamp = "2020-01-01",
+    freq: str = "1h",
+) -> pd.DataFrame:
+    """A market whose only edge is the column ``signal`` (the module doc, "Exogenous signal").
+
+    ``signal`` (float64, N(0, 1) i.i.d.) on row ``t`` is known at close ``t`` and moves the
+    return from close ``t`` to close ``t+1`` by ``drift * signal_t`` (a log return per bar);
+    ``sigma`` is the per-bar volatility of the rest. Returns the OHLCV DataFrame of ``n_bars``
+    rows plus ``signal``; ``df.attrs["synthetic"]`` records the rule and its expected simple
+    return per bar (``rule_expected_return``) and ``extra_features = ["signal"]``.
+    """
+    n = _check_n_bars(n_bars)
+    if sigma <= 0:
+        raise ValueError(f"sigma = {sigma!r} is invalid: allowed is a number > 0")
+    rng = np.random.default_rng(seed)
+    signal = rng.standard_normal(n)
+    r = np.empty(n)
+    r[0] = sigma * rng.standard_normal()
+    r[1:] = drift * signal[:-1] + sigma * rng.standard_normal(n - 1)
+    expected = math.exp((sigma**2 + drift**2) / 2.0) * math.erf(abs(drift) / math.sqrt(2.0))
+    params = {
+        "kind": "exogenous",
+        "drift": drift,
+        "sigma": sigma,
+        "start_price": start_price,
+        "rule": EXOGENOUS_RULE,
+        "rule_expected_return": expected,
+        "extra_features": ["signal"],
+    }
+    df = _ohlcv_frame(r, np.full(n, sigma), rng, start_price, start, freq, params)
+    df["signal"] = signal
+    return df
+
+
+def exogenous_rule_exposure(data: MarketData, column: str = "signal") -> np.ndarray:
+    """The exogenous market's rule per row of ``data``: float64 [n_bars] in {-1.0, 0.0, +1.0},
+    ``sign`` of the extra feature ``column`` on that row (known at its close; hold it to the
+    next close). Any ``MarketData`` with that feature works."""
+    if column not in data.feature_names:
+        raise ValueError(
+            f"data has no feature {column!r}: read the column with extra_features=[{column!r}]"
+        )
+    j = list(data.feature_names).index(column)
+    return np.sign(np.asarray(data.features[:, j], dtype=np.float64))
