@@ -487,8 +487,8 @@ def test_an_argument_error_does_not_import_torch():
 
 
 def test_eval_runs_a_model_in_its_saved_action_layout(in_tmp, capsys):
-    """A model trained with EnvConfig's 45 actions is evaluated in them without --env (its
-    file carries its EnvConfig); an --env that changes the layout is one line naming both
+    """A model trained with the source design's 45 actions is evaluated in them without --env
+    (its file carries its EnvConfig); an --env that changes the layout is one line naming both
     counts, not an action error mid-run."""
     _csv(in_tmp / "t.csv", n=WARMUP_BARS + 300)
     layout = [

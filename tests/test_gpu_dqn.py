@@ -23,7 +23,7 @@ from gpu_trading_env import TradingVectorEnv
 from gpu_trading_env.core.config import EnvConfig, action_table
 from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
-# The source design's env (45 actions, barriers, penalties): barrier terminations included.
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
 SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

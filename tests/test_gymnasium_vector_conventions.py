@@ -57,7 +57,7 @@ import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from gpu_trading_env import TradingVectorEnv
 from gpu_trading_env.core.config import EnvConfig
 
-# The source design's env (45 actions, barriers, penalties): every part of the step is exercised.
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
 SOURCE = EnvConfig.source_design()
 
 EPISODE = 3  # the counting env's max_count

@@ -27,7 +27,7 @@ from gpu_trading_env import TradingEnv, TradingVectorEnv
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
-# The source design's env (45 actions, barriers, penalties): every part of the step is exercised.
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
 SOURCE = EnvConfig.source_design()
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ from gpu_runtime.device import to_numpy
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.core.state import STATE_FIELDS
 
-# The source design's env (45 actions, barriers, penalties): barrier terminations included.
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
 SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
