@@ -231,6 +231,8 @@ def test_bench_runs_from_the_package(in_tmp, capsys):
     assert cli.main(["bench", "--steps", "3"]) == 0
     out = capsys.readouterr().out
     assert "numpy" in out and "SyncVectorEnv" in out
+    # The env measured is named: the source design's, that of docs/PERFORMANCE.md's figures.
+    assert "env EnvConfig.source_design()" in out
 
 
 def test_walkforward_default_windows_train_on_half_the_bars():
