@@ -141,6 +141,9 @@ def test_train_trains_in_envconfigs_defaults() -> None:
         3,
     )
     assert not default.barriers and default.diversity_penalty == default.risk_penalty_scale == 0
+    import agents.pipelines.train_config as module
+
+    assert not hasattr(module, "TRAIN_ENV_DEFAULTS")  # no second set of env defaults
     # --env overrides reach the source design's fields one by one.
     pairs = ["barriers=True", "sub_actions=3"]
     assert train_env_config(50, pairs) == EnvConfig(episode_length=50, barriers=True, sub_actions=3)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -57,14 +58,16 @@ _AUTORESET_ALIASES = {
 # and trading noise. Short, flat, long: each exposure's value is learned from a third of the
 # transitions instead of a fifth; the half exposures added nothing on the zoo's markets that the
 # weak edges did not pay for (experiments/README.md, "Validation window and actions").
-SOURCE_DESIGN: dict[str, Any] = {
-    "exposure_levels": (-1.0, -0.5, 0.0, 0.5, 1.0),
-    "order_cost_bps": (1.0, 0.5, 1.5),
-    "sub_actions": 3,
-    "barriers": True,
-    "diversity_penalty": 0.1,
-    "risk_penalty_scale": 0.5,
-}
+SOURCE_DESIGN: Mapping[str, Any] = MappingProxyType(
+    {
+        "exposure_levels": (-1.0, -0.5, 0.0, 0.5, 1.0),
+        "order_cost_bps": (1.0, 0.5, 1.5),
+        "sub_actions": 3,
+        "barriers": True,
+        "diversity_penalty": 0.1,
+        "risk_penalty_scale": 0.5,
+    }
+)
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
