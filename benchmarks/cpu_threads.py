@@ -18,6 +18,11 @@ import multiprocessing as mp
 import os
 import time
 
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
+
 
 def _spin() -> None:
     while True:
@@ -35,7 +40,7 @@ def measure(threads: int, steps: int) -> float:
 
     torch.set_num_threads(threads)
     n = CPU_DEFAULTS["num_envs"]
-    env = gym.make_vec("GpuTrading-v0", num_envs=n, device="cpu")
+    env = gym.make_vec("GpuTrading-v0", num_envs=n, device="cpu", config=SOURCE)
     model = GpuDQN(
         "DuelingPolicy",
         env,

@@ -1,6 +1,8 @@
 """Env-step throughput: the CUDA backend, the NumPy backend, and gymnasium's SyncVectorEnv.
 
-Everything is measured in one run, side by side, with the same data and random actions:
+Everything is measured in one run, side by side, with the same data and random actions, in the
+source design's env (``EnvConfig.source_design()``: 45 actions, barriers, both penalties; the env
+docs/PERFORMANCE.md's figures were measured in):
 
     python3 -m benchmarks.env_throughput                 # all backends this machine has
     python3 -m benchmarks.env_throughput --backends numpy sync --out results.json
@@ -28,6 +30,8 @@ from benchmarks.run_info import commit
 from gpu_runtime.device import cuda_available
 from gpu_trading_env import MarketData
 from gpu_trading_env.throughput import (
+    BENCH_CONFIG,
+    BENCH_CONFIG_NAME,
     bench_cuda,
     bench_numpy,
     bench_output_modes,
@@ -106,9 +110,14 @@ def main() -> None:
         "gpu": gpu,
         "cpu": platform.processor() or platform.machine(),
         "data": repr(data),
+        "env": BENCH_CONFIG_NAME,
+        "env_config": BENCH_CONFIG.to_dict(),
         "cpu_count": os.cpu_count(),
     }
-    print(f"# env throughput  commit={meta['commit']}  gpu={gpu}  cpus={meta['cpu_count']}")
+    print(
+        f"# env throughput  commit={meta['commit']}  gpu={gpu}  cpus={meta['cpu_count']}  "
+        f"env={BENCH_CONFIG_NAME}"
+    )
     for line in format_rows(rows):
         print(line)
     if args.out:

@@ -33,6 +33,10 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks.train_throughput import _model
 from gpu_runtime.precision import PRECISIONS
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
 
 NUM_ENVS = 4096
 
@@ -195,7 +199,9 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=45, help="functions or kernels listed per table")
     p.add_argument("--trace", default=None, help="write Chrome traces (path ending in .json)")
     args = p.parse_args()
-    env = TradingVectorEnv(num_envs=NUM_ENVS, device="cuda", data=MarketData.default())
+    env = TradingVectorEnv(
+        num_envs=NUM_ENVS, device="cuda", data=MarketData.default(), config=SOURCE
+    )
     model = _model(env, "cuda", 2_000_000, train_precision=args.precision)
     if args.act_precision is not None:
         from agents.rollouts.fused import FusedRollout

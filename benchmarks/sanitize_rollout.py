@@ -17,6 +17,10 @@ import torch as th
 from agents import GpuDQN
 from agents.rollouts.monolithic import MonolithicRollout
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
 
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument("--device", default="cuda")
@@ -31,6 +35,7 @@ args = parser.parse_args()
 data = MarketData.synthetic(kind="regime", n_bars=1500, n_instruments=2, seed=5)
 N = 300  # not a multiple of the block size
 kw = dict(
+    config=SOURCE,
     num_envs=N,
     data=data,
     episode_length=25,

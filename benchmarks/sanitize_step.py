@@ -13,6 +13,10 @@ import numpy as np
 import torch
 
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
 
 N = 1000
 data = MarketData.synthetic(kind="gbm", n_bars=800, n_instruments=3, seed=1)
@@ -20,6 +24,7 @@ rng = np.random.default_rng(0)
 for mode in ("same_step", "next_step", "disabled"):
     for sizing in ("units", "equity"):
         kw = dict(data=data, episode_length=20, autoreset_mode=mode, sizing=sizing, leverage=2.0)
+        kw["config"] = SOURCE
         env = TradingVectorEnv(num_envs=N, device="cuda", **kw)
         ref = TradingVectorEnv(num_envs=N, device="cpu", **kw)
         d, h = env.config.curiosity_state_dims, env.config.curiosity_hidden

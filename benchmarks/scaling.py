@@ -186,7 +186,10 @@ def _worker(rank: int, world: int, port: int, args: argparse.Namespace, out_dir:
         )
     data = MarketData.default()
     train, test = data.split(0.8)
-    config = EnvConfig(episode_length=200, diversity_penalty=0.0, risk_penalty_scale=0.0)
+    # The source design's 45 actions and barriers: docs/SCALING.md's gradient size is theirs.
+    config = EnvConfig.source_design(
+        episode_length=200, diversity_penalty=0.0, risk_penalty_scale=0.0
+    )
     per_year = bars_per_year(data.instrument(0).timestamps)
     step = args.num_envs * world  # env-steps of one vector step, all ranks
 

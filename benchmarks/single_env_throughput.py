@@ -24,6 +24,10 @@ import numpy as np
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from benchmarks.run_info import commit
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
 
 
 def _block_rate(env: gym.Env, actions: np.ndarray) -> float:
@@ -44,7 +48,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
 
-    envs = {"GpuTrading-v0": gym.make("GpuTrading-v0").unwrapped}
+    envs = {"GpuTrading-v0": gym.make("GpuTrading-v0", config=SOURCE).unwrapped}
     note = None
     try:
         import gym_anytrading  # noqa: F401  (registers stocks-v0)

@@ -34,6 +34,10 @@ import numpy as np
 
 from agents.replay.segment_tree import make_tree
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
 
 MODES = ("same_step", "next_step", "disabled")
 
@@ -58,6 +62,7 @@ def soak_env(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         episode_length=args.episode_length,
         autoreset_mode=mode,
         copy_outputs=args.owned,
+        config=SOURCE,
     )
     n = env.num_envs
     d, h = env.config.curiosity_state_dims, env.config.curiosity_hidden

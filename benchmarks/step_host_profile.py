@@ -25,7 +25,11 @@ import numpy as np
 from benchmarks.run_info import commit
 from gpu_runtime.device import current_stream
 from gpu_trading_env import MarketData
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.vector_env import TradingVectorEnv
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
 
 
 def main() -> None:
@@ -40,8 +44,8 @@ def main() -> None:
 
     data = MarketData.default()
     n = args.envs
-    owned = TradingVectorEnv(n, "cuda", data=data)
-    zero = TradingVectorEnv(n, "cuda", data=data, copy_outputs=False)
+    owned = TradingVectorEnv(n, "cuda", data=data, config=SOURCE)
+    zero = TradingVectorEnv(n, "cuda", data=data, copy_outputs=False, config=SOURCE)
     table = torch.randint(0, 45, (16, n), device="cuda")
     rows = list(table)
     for env in (owned, zero):

@@ -36,6 +36,10 @@ from agents.algorithm.policies import DuelingDQNPolicy
 from benchmarks.run_info import commit
 from gpu_runtime.device import cuda_available
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties), that of docs/PERFORMANCE.md.
+SOURCE = EnvConfig.source_design()
 
 
 def _sync() -> None:
@@ -64,7 +68,7 @@ def bench_rollout(
 ) -> dict:
     from agents.rollouts.fused import FusedRollout
 
-    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data, config=SOURCE)
     env.reset(seed=0)
     model = _model(env, "cuda", buffer_size=num_envs * (steps + 8))
     ro = FusedRollout(model, seed=0, act_precision=precision, cuda_graph=graph)
@@ -89,7 +93,7 @@ def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list
     """Wall time per call of each part of one fused step (synchronised), to show where it goes."""
     from agents.rollouts.fused import FusedRollout
 
-    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data, config=SOURCE)
     env.reset(seed=0)
     model = _model(env, "cuda", buffer_size=num_envs * (3 * reps + 16))
     ro = FusedRollout(model, seed=0, cuda_graph=False)
@@ -131,7 +135,7 @@ def bench_rollout_parts(data: MarketData, num_envs: int, reps: int = 50) -> list
 def bench_monolithic(data: MarketData, num_envs: int, steps: int) -> dict:
     from agents.rollouts.monolithic import MonolithicRollout
 
-    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data, config=SOURCE)
     env.reset(seed=0)
     model = _model(env, "cuda", buffer_size=1024)
     mono = MonolithicRollout(model, seed=0)
@@ -205,7 +209,7 @@ def bench_sb3_cpu(data: MarketData, timesteps: int, num_envs: int, batch_size: i
     from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
 
     th.set_num_threads(2)  # the reference is a 2-core machine
-    env = SB3VecEnv(TradingVectorEnv(num_envs=num_envs, device="cpu", data=data))
+    env = SB3VecEnv(TradingVectorEnv(num_envs=num_envs, device="cpu", data=data, config=SOURCE))
     model = DQN(
         DuelingDQNPolicy,
         env,
@@ -239,7 +243,9 @@ def _filled_model(
     captured: bool,
     precision: str = "tf32",
 ) -> GpuDQN:
-    env = TradingVectorEnv(num_envs=1024, device=device if device == "cuda" else "cpu", data=data)
+    env = TradingVectorEnv(
+        num_envs=1024, device=device if device == "cuda" else "cpu", data=data, config=SOURCE
+    )
     env.reset(seed=0)
     model = _model(
         env,
@@ -383,7 +389,7 @@ def main() -> None:
 def portfolio_rows(data: MarketData, n_instruments: int, gpu: bool) -> list[dict]:
     """``--portfolio K``: the single env's learn row and the portfolio env's, same settings."""
     if not gpu:  # a smoke run of both rows on the CPU
-        env = TradingVectorEnv(num_envs=16, device="cpu", data=data)
+        env = TradingVectorEnv(num_envs=16, device="cpu", data=data, config=SOURCE)
         single = bench_learn(
             data, "GpuDQN.learn, CPU", env, "cpu", 2000, buffer_size=50_000, batch_size=256
         )
@@ -393,7 +399,7 @@ def portfolio_rows(data: MarketData, n_instruments: int, gpu: bool) -> list[dict
                 n_instruments, 16, 2000, device="cpu", buffer_size=50_000, batch_size=256
             ),
         ]
-    env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+    env = TradingVectorEnv(num_envs=4096, device="cuda", data=data, config=SOURCE)
     single = bench_learn(
         data,
         "GpuDQN.learn, fused rollout, captured (bf16, default)",
@@ -435,7 +441,7 @@ def learner_rows(data: MarketData, args: argparse.Namespace, gpu: bool) -> list[
             rows.extend(
                 bench_train_step(data, 2**21, [0.01, 1.0], 4096, "cuda", captured, precision)
             )
-        fused_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        fused_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data, config=SOURCE)
         rows.append(
             bench_learn(
                 data,
@@ -447,7 +453,7 @@ def learner_rows(data: MarketData, args: argparse.Namespace, gpu: bool) -> list[
             )
         )
     if gpu and not args.defaults_only:
-        tf32_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        tf32_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data, config=SOURCE)
         rows.append(
             bench_learn(
                 data,
@@ -459,7 +465,7 @@ def learner_rows(data: MarketData, args: argparse.Namespace, gpu: bool) -> list[
                 train_precision="tf32",
             )
         )
-        eager_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        eager_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data, config=SOURCE)
         rows.append(
             bench_learn(
                 data,
@@ -471,7 +477,7 @@ def learner_rows(data: MarketData, args: argparse.Namespace, gpu: bool) -> list[
                 captured_train=False,
             )
         )
-        host_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+        host_env = TradingVectorEnv(num_envs=4096, device="cuda", data=data, config=SOURCE)
         rows.append(
             bench_learn(
                 data,
@@ -485,7 +491,7 @@ def learner_rows(data: MarketData, args: argparse.Namespace, gpu: bool) -> list[
         )
     rows.append(bench_sb3_cpu(data, 2000 if args.quick else 20_000, 16, 256))
     if args.quick:
-        env = TradingVectorEnv(num_envs=16, device="cpu", data=data)
+        env = TradingVectorEnv(num_envs=16, device="cpu", data=data, config=SOURCE)
         rows.append(
             bench_learn(
                 data, "GpuDQN.learn, CPU", env, "cpu", 2000, buffer_size=50_000, batch_size=256

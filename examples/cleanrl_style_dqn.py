@@ -40,8 +40,6 @@ env = TradingVectorEnv(
     array_type="torch",
     episode_length=200,
     autoreset_mode="same_step",  # final_obs in the step that ends an episode
-    diversity_penalty=0.0,
-    risk_penalty_scale=0.0,
 )
 n_obs, n_act, n = env.single_observation_space.shape[0], env.single_action_space.n, args.num_envs
 

@@ -29,8 +29,9 @@ graph = torch.cuda.CUDAGraph()
 with torch.cuda.graph(graph):
     env.step_into(actions, out)
 
+n = env.single_action_space.n  # 3 by default: short, flat, long
 for _ in range(1000):
-    actions.copy_(torch.randint(0, 45, (4096,), device="cuda"))  # or your policy, captured too
+    actions.copy_(torch.randint(0, n, (4096,), device="cuda"))  # or your policy, captured too
     graph.replay()  # one env step: out["obs"], out["reward"], out["done"], ... updated
 env.check_errors()  # invalid actions are recorded on the GPU; this raises them (one sync)
 print("mean reward of the last step:", float(out["reward"].mean()))

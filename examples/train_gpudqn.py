@@ -19,8 +19,6 @@ envs = gym.make_vec(
     device="cuda" if gpu else "cpu",
     data=train,
     episode_length=200,
-    diversity_penalty=0.0,
-    risk_penalty_scale=0.0,
 )
 model = GpuDQN(
     "DuelingPolicy",

@@ -56,8 +56,6 @@ envs = gym.make_vec(
     device=device,
     data=train,
     episode_length=200,
-    diversity_penalty=0.0,
-    risk_penalty_scale=0.0,
 )
 total = args.total_steps or (24_000_000 if gpu else 100_000)
 model = GpuDQN(

@@ -19,6 +19,11 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties).
+SOURCE = EnvConfig.source_design()
+
 OUT = Path(os.environ.get("OUT", "."))
 
 
@@ -73,7 +78,9 @@ def worker(rank, variant, init, deadline):
             kw.update(compile_train=False)
         elif variant == "nofused_captured":
             kw.update(fused_rollout=False)
-        env = gym.make_vec("GpuTrading-v0", num_envs=512, device=dev, episode_length=100)
+        env = gym.make_vec(
+            "GpuTrading-v0", num_envs=512, device=dev, episode_length=100, config=SOURCE
+        )
         model = GpuDQN(
             "DuelingPolicy",
             env,

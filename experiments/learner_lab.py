@@ -29,6 +29,10 @@ import torch as th
 
 from benchmarks.train_throughput import _model, profile_train_step
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties).
+SOURCE = EnvConfig.source_design()
 
 
 def _sync() -> None:
@@ -61,7 +65,7 @@ def bench_steps(data: MarketData, names: list[str], reps: int = 300) -> list[dic
     rows = []
     for name in names:
         try:
-            env = TradingVectorEnv(num_envs=1024, device="cuda", data=data)
+            env = TradingVectorEnv(num_envs=1024, device="cuda", data=data, config=SOURCE)
             env.reset(seed=0)
             model = _model(env, "cuda", 2_000_000, **_variant(name))
             model._setup_learn(total_timesteps=1)
@@ -121,7 +125,7 @@ def bench_learn(data: MarketData, names: list[str], freqs: list[int]) -> list[di
     for name in names:
         for k in freqs:
             try:
-                env = TradingVectorEnv(num_envs=4096, device="cuda", data=data)
+                env = TradingVectorEnv(num_envs=4096, device="cuda", data=data, config=SOURCE)
                 model = _model(
                     env, "cuda", 2_000_000, train_freq=k, gradient_steps=k, **_variant(name)
                 )

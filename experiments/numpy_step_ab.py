@@ -2,8 +2,8 @@
 the code's or the machine's?
 
 Each checkout runs in its own process with its own ``sys.path`` (``OMP_NUM_THREADS=1``); the
-processes take turns in blocks of ``--steps`` steps of ``TradingVectorEnv(num_envs, "cpu")``
-with seeded random actions, so a slow phase of a shared machine hits them alike. Prints the
+processes take turns in blocks of ``--steps`` steps of ``TradingVectorEnv(num_envs, "cpu")`` in
+the source design's env with seeded random actions, so a slow phase of a shared machine hits them alike. Prints the
 median block's env-steps/s of each and its ratio to the first::
 
     git worktree add /tmp/old a1ca480
@@ -20,16 +20,30 @@ import sys
 import time
 from pathlib import Path
 
+SOURCE_DESIGN = {
+    "exposure_levels": (-1.0, -0.5, 0.0, 0.5, 1.0),
+    "order_cost_bps": (1.0, 0.5, 1.5),
+    "sub_actions": 3,
+    "barriers": True,
+    "diversity_penalty": 0.1,
+    "risk_penalty_scale": 0.5,
+}
+
 
 def worker(root: str, num_envs: int, steps: int, copy_outputs: bool) -> None:
     """One side: build the env from ``root``'s packages, then time a block per stdin line."""
     sys.path.insert(0, root)
     import numpy as np
 
-    from gpu_trading_env import MarketData
+    from gpu_trading_env import EnvConfig, MarketData
     from gpu_trading_env.vector_env import TradingVectorEnv
 
-    env = TradingVectorEnv(num_envs, "cpu", data=MarketData.default(), copy_outputs=copy_outputs)
+    # The source design's env (EnvConfig.source_design()) spelled out, so that checkouts before
+    # and after EnvConfig's defaults changed step the same env.
+    config = EnvConfig(**SOURCE_DESIGN)
+    env = TradingVectorEnv(
+        num_envs, "cpu", data=MarketData.default(), config=config, copy_outputs=copy_outputs
+    )
     env.reset(seed=0)
     actions = np.random.default_rng(0).integers(0, 45, (16, num_envs))
     for k in range(10):

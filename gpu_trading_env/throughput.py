@@ -3,7 +3,9 @@
 Used by ``gpu-trading-env bench`` and by ``benchmarks/env_throughput.py``. Each function steps
 one env with random actions cycling through 16 rows and returns a row of figures:
 ``env_steps_per_s`` (num_envs * steps / wall time, GPU work included) and ``host_us_per_step``
-(Python + launch time per ``env.step``).
+(Python + launch time per ``env.step``). Every env is :data:`BENCH_CONFIG`, the source design's
+(``EnvConfig.source_design()``: 45 actions, the triple barrier and both penalties, so every part
+of the step runs), the env docs/PERFORMANCE.md's figures were measured in.
 """
 
 from __future__ import annotations
@@ -13,11 +15,23 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData
 from gpu_trading_env.env import TradingEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
 
-__all__ = ["bench_cuda", "bench_numpy", "bench_output_modes", "bench_sync", "format_rows"]
+__all__ = [
+    "BENCH_CONFIG",
+    "bench_cuda",
+    "bench_numpy",
+    "bench_output_modes",
+    "bench_sync",
+    "format_rows",
+]
+
+# The env every benchmark steps (named in the reports as BENCH_CONFIG_NAME).
+BENCH_CONFIG = EnvConfig.source_design()
+BENCH_CONFIG_NAME = "EnvConfig.source_design()"
 
 OUTPUT_MODES = ("owned", "zero-copy", "step_into")
 
@@ -25,7 +39,7 @@ OUTPUT_MODES = ("owned", "zero-copy", "step_into")
 def bench_cuda(data: MarketData, num_envs: int, steps: int) -> dict:
     import torch
 
-    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data)
+    env = TradingVectorEnv(num_envs=num_envs, device="cuda", data=data, config=BENCH_CONFIG)
     env.reset(seed=0)
     actions = torch.randint(0, env.single_action_space.n, (16, num_envs), device="cuda")
     acts = [env.backend.prepare_actions(a) for a in actions]
@@ -60,7 +74,7 @@ def bench_cuda(data: MarketData, num_envs: int, steps: int) -> dict:
 
 
 def bench_numpy(data: MarketData, num_envs: int, steps: int) -> dict:
-    env = TradingVectorEnv(num_envs=num_envs, device="cpu", data=data)
+    env = TradingVectorEnv(num_envs=num_envs, device="cpu", data=data, config=BENCH_CONFIG)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     actions = rng.integers(0, env.single_action_space.n, (16, num_envs))
@@ -70,10 +84,12 @@ def bench_numpy(data: MarketData, num_envs: int, steps: int) -> dict:
 
 
 def bench_sync(data: MarketData, num_envs: int, steps: int) -> dict:
-    env = gym.vector.SyncVectorEnv([lambda: TradingEnv(data=data) for _ in range(num_envs)])
+    env = gym.vector.SyncVectorEnv(
+        [lambda: TradingEnv(data=data, config=BENCH_CONFIG) for _ in range(num_envs)]
+    )
     env.reset(seed=0)
     rng = np.random.default_rng(0)
-    actions = rng.integers(0, 45, (16, num_envs))
+    actions = rng.integers(0, BENCH_CONFIG.n_actions, (16, num_envs))
     return _timed_steps("gymnasium.SyncVectorEnv(TradingEnv)", env, actions, num_envs, steps)
 
 
@@ -83,7 +99,9 @@ def bench_outputs(
     """Full ``env.step`` through the Gymnasium API, returning arrays the caller owns (the
     default: written into one block allocated per step) or the zero-copy double buffer
     (``copy_outputs=False``)."""
-    env = TradingVectorEnv(num_envs, device, data=data, copy_outputs=copy_outputs)
+    env = TradingVectorEnv(
+        num_envs, device, data=data, config=BENCH_CONFIG, copy_outputs=copy_outputs
+    )
     env.reset(seed=0)
     label = f"{device.split(':')[0]} step, {'owned' if copy_outputs else 'zero-copy'} outputs"
     if device == "cpu":
@@ -135,7 +153,9 @@ def bench_output_modes(
     time per step (``host_us_per_step``: the Python loop alone; on CUDA, without waiting for the
     GPU) and its env-steps/s (on CUDA, until the GPU is done with the block).
     """
-    kw = {} if autoreset_mode is None else {"autoreset_mode": autoreset_mode}
+    kw: dict = {"config": BENCH_CONFIG}
+    if autoreset_mode is not None:
+        kw["autoreset_mode"] = autoreset_mode
     envs = {
         m: TradingVectorEnv(num_envs, device, data=data, copy_outputs=(m != "zero-copy"), **kw)
         for m in modes
@@ -144,10 +164,10 @@ def bench_output_modes(
     if cuda:
         import torch
 
-        actions = torch.randint(0, 45, (16, num_envs), device=device)
+        actions = torch.randint(0, BENCH_CONFIG.n_actions, (16, num_envs), device=device)
         sync = torch.cuda.synchronize
     else:
-        actions = np.random.default_rng(0).integers(0, 45, (16, num_envs))
+        actions = np.random.default_rng(0).integers(0, BENCH_CONFIG.n_actions, (16, num_envs))
 
         def sync() -> None:
             return None

@@ -22,7 +22,9 @@ def test_batch_rows_are_the_single_backtests(episode_length: int) -> None:
     # Tight barriers and short episodes: episodes end at different bars in different rows,
     # many of them holding a position (closed at the market order's cost).
     data = MarketData.synthetic(kind="regime", n_bars=1500, n_instruments=1, seed=3)
-    config = EnvConfig(episode_length=episode_length, profit_target_bps=40.0, stop_loss_bps=30.0)
+    config = EnvConfig.source_design(
+        episode_length=episode_length, profit_target_bps=40.0, stop_loss_bps=30.0
+    )
     k = 4
     singles = [
         backtest(_random(s, config.n_actions), data, config, per_year=8766) for s in range(k)

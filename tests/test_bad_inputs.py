@@ -34,6 +34,7 @@ def make_env() -> TradingVectorEnv:
         episode_length=10,
         curiosity_state_dims=STATE_DIMS,
         curiosity_hidden=HIDDEN,
+        config=EnvConfig.source_design(),  # actions 36 and 20: long and half short
     )
     env.reset(seed=5)
     rng = np.random.default_rng(0)

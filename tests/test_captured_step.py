@@ -17,12 +17,18 @@ from agents import GpuDQN
 from agents.algorithm.capturable_adam import adam_update, plain_optimizer_state
 from agents.algorithm.captured_step import CapturedTrainStep, captured_train_unsupported
 from agents.algorithm.compiled_or_eager import CompiledOrEager, with_own_code
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _model(device: str, num_envs: int = 8, **kw) -> GpuDQN:
-    env = gym.make_vec("GpuTrading-v0", num_envs=num_envs, device=device, episode_length=100)
+    env = gym.make_vec(
+        "GpuTrading-v0", num_envs=num_envs, device=device, episode_length=100, config=SOURCE
+    )
     params = dict(
         learning_starts=0,
         batch_size=32,

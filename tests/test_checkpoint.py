@@ -15,12 +15,18 @@ import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN, PrioritizedReplayBuffer
 from agents.replay.prioritized_buffer import LinearBetaSchedule
 from gpu_trading_env.atomic_file import atomic_write
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_env(num_envs: int = 8, seed: int = 3):
-    env = gym.make_vec("GpuTrading-v0", num_envs=num_envs, device="cpu", episode_length=50)
+    env = gym.make_vec(
+        "GpuTrading-v0", num_envs=num_envs, device="cpu", episode_length=50, config=SOURCE
+    )
     env.reset(seed=seed)
     return env
 
@@ -253,7 +259,7 @@ def test_fused_rollout_graph_on_the_last_device() -> None:
     import warnings
 
     dev = f"cuda:{th.cuda.device_count() - 1}"
-    env = gym.make_vec("GpuTrading-v0", num_envs=256, device=dev, episode_length=30)
+    env = gym.make_vec("GpuTrading-v0", num_envs=256, device=dev, episode_length=30, config=SOURCE)
     model = GpuDQN(
         "DuelingPolicy", env, buffer_size=20_000, learning_starts=512, batch_size=64, seed=0,
         device=dev, curiosity=True, curiosity_train_freq=2, curiosity_batch_size=64,

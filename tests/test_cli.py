@@ -239,6 +239,8 @@ def test_bench_runs_from_the_package(in_tmp, capsys):
     assert cli.main(["bench", "--steps", "3"]) == 0
     out = capsys.readouterr().out
     assert "numpy" in out and "SyncVectorEnv" in out
+    # The env measured is named: the source design's, that of docs/PERFORMANCE.md's figures.
+    assert "env EnvConfig.source_design()" in out
 
 
 def test_walkforward_default_windows_train_on_half_the_bars():
@@ -502,8 +504,8 @@ def test_an_argument_error_does_not_import_torch():
 
 
 def test_eval_runs_a_model_in_its_saved_action_layout(in_tmp, capsys):
-    """A model trained with EnvConfig's 45 actions is evaluated in them without --env (its
-    file carries its EnvConfig); an --env that changes the layout is one line naming both
+    """A model trained with the source design's 45 actions is evaluated in them without --env
+    (its file carries its EnvConfig); an --env that changes the layout is one line naming both
     counts, not an action error mid-run."""
     _csv(in_tmp / "t.csv", n=WARMUP_BARS + 300)
     layout = [

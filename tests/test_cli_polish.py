@@ -173,8 +173,12 @@ def _learn_and_count_tables(capsys, **learn_kwargs) -> int:
 
     import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
     from agents import GpuDQN
+    from gpu_trading_env import EnvConfig
 
-    envs = gym.make_vec("GpuTrading-v0", num_envs=16, device="cpu")
+    # The source design's barriers end episodes within a few bars: many episodes a run.
+    envs = gym.make_vec(
+        "GpuTrading-v0", num_envs=16, device="cpu", config=EnvConfig.source_design()
+    )
     model = GpuDQN(
         "DuelingPolicy", envs, batch_size=32, buffer_size=20_000, learning_starts=16_000,
         train_freq=1, verbose=1,

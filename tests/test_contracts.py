@@ -13,6 +13,7 @@ from agents.replay.device_buffer import DeviceReplayBuffer
 from gpu_trading_env.backends.base import Backend
 from gpu_trading_env.backends.cuda_backend import CudaBackend, KernelArgs
 from gpu_trading_env.backends.numpy_backend import NumpyBackend
+from gpu_trading_env.core.config import EnvConfig
 
 
 def test_backends_implement_the_declared_contract():
@@ -44,8 +45,9 @@ def test_numpy_prepare_actions_names_the_bad_action():
 @pytest.mark.parametrize("dtype", ["i1", "i2", "<i4", "<i8", ">i8", "u1", "u4", "u8"])
 def test_numpy_prepare_actions_range_check_for_every_integer_dtype(dtype: str) -> None:
     """The range check reads signed actions of 4 or 8 bytes as unsigned (one reduction):
-    negative ones, the most negative included, and strided arrays are still refused."""
-    env = gym.make_vec("GpuTrading-v0", num_envs=3, device="cpu")
+    negative ones, the most negative included, and strided arrays are still refused (in the
+    source design's 45 actions, so that 7 and 9 are valid)."""
+    env = gym.make_vec("GpuTrading-v0", num_envs=3, device="cpu", config=EnvConfig.source_design())
     backend = env.unwrapped.backend if hasattr(env, "unwrapped") else env.backend
     n = backend.config.n_actions
     kind = np.dtype(dtype)

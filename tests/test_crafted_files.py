@@ -439,7 +439,7 @@ def _nan_reward(arrays, manifest, ref):
         (lambda m: m["state"].update(full=True), None, "0 on written slots"),
         (lambda m: m["state"].update(pos=10**9), None, "pos = 1000000000 is invalid"),
         (lambda m: m["state"].update(pos=-1), None, "pos = -1 is invalid"),
-        (None, _action_out_of_range, "actions hold values outside 0..44"),
+        (None, _action_out_of_range, "actions hold values outside 0..2"),
         (None, _nan_reward, "rewards hold NaN"),
         (lambda m: m["state"].update(buffer_size=10**9), None, "observations has shape"),
         (lambda m: m["tree"]["__dict__"].update(capacity=10**12), None, "tree has capacity"),

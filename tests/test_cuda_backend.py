@@ -12,6 +12,8 @@ from gpu_trading_env import EnvConfig, MarketData, TradingVectorEnv
 from gpu_trading_env.backends.base import CuriosityWeights
 
 pytestmark = pytest.mark.gpu
+# The kernel is checked in the source design's env: 45 actions, barriers, both penalties.
+SOURCE = EnvConfig.source_design()
 
 N_ENVS = 1024
 N_STEPS = 2000
@@ -20,7 +22,7 @@ N_STEPS = 2000
 def _random_config(
     rng: np.random.Generator, curiosity: bool, sizing: str = "units"
 ) -> tuple[EnvConfig, dict]:
-    cfg = EnvConfig(
+    cfg = EnvConfig.source_design(
         fill=str(rng.choice(["close", "next_open"])),
         barriers=bool(rng.integers(2)),
         profit_target_bps=float(rng.uniform(20, 150)),
@@ -132,7 +134,7 @@ def test_cuda_vector_env_torch_outputs_and_action_types():
     import cupy as cp
     import torch
 
-    env = TradingVectorEnv(num_envs=512, device="cuda", episode_length=50)
+    env = TradingVectorEnv(num_envs=512, device="cuda", episode_length=50, config=SOURCE)
     obs, _ = env.reset(seed=3)
     assert isinstance(obs, torch.Tensor) and obs.is_cuda and obs.dtype == torch.float32
     assert obs.shape == (512, env.single_observation_space.shape[0])
@@ -146,17 +148,19 @@ def test_cuda_vector_env_torch_outputs_and_action_types():
         assert reward.is_cuda and terminated.dtype == torch.bool and truncated.is_cuda
         assert info["reward_components"].shape == (512, 5)
         torch.testing.assert_close(info["reward_components"].sum(1), reward, rtol=1e-5, atol=1e-6)
-    cenv = TradingVectorEnv(num_envs=64, device="cuda", array_type="cupy", episode_length=50)
+    cenv = TradingVectorEnv(
+        num_envs=64, device="cuda", array_type="cupy", episode_length=50, config=SOURCE
+    )
     obs, _ = cenv.reset(seed=0)
     assert isinstance(obs, cp.ndarray)
 
 
 def test_cuda_vector_env_matches_cpu_env_through_gym_api():
     cpu = TradingVectorEnv(
-        num_envs=256, device="cpu", episode_length=40, autoreset_mode="next_step"
+        num_envs=256, device="cpu", episode_length=40, autoreset_mode="next_step", config=SOURCE
     )
     gpu = TradingVectorEnv(
-        num_envs=256, device="cuda", episode_length=40, autoreset_mode="next_step"
+        num_envs=256, device="cuda", episode_length=40, autoreset_mode="next_step", config=SOURCE
     )
     o1, _ = cpu.reset(seed=5, options={"start_index": 7})
     o2, _ = gpu.reset(seed=5, options={"start_index": 7})
@@ -174,7 +178,7 @@ def test_cuda_vector_env_matches_cpu_env_through_gym_api():
 def test_cuda_invalid_action_raises_at_check():
     import torch
 
-    env = TradingVectorEnv(num_envs=128, device="cuda", episode_length=50)
+    env = TradingVectorEnv(num_envs=128, device="cuda", episode_length=50, config=SOURCE)
     env.reset(seed=0)
     a = torch.zeros(128, dtype=torch.int64, device="cuda")
     a[17] = 45
@@ -189,8 +193,8 @@ def test_cuda_graph_capture_replays_step():
     """The step kernel launched on torch's stream can be captured in a CUDA graph."""
     import torch
 
-    env = TradingVectorEnv(num_envs=4096, device="cuda", episode_length=100)
-    twin = TradingVectorEnv(num_envs=4096, device="cuda", episode_length=100)
+    env = TradingVectorEnv(num_envs=4096, device="cuda", episode_length=100, config=SOURCE)
+    twin = TradingVectorEnv(num_envs=4096, device="cuda", episode_length=100, config=SOURCE)
     env.reset(seed=1)
     twin.reset(seed=1)
     actions = torch.randint(0, 45, (4096,), device="cuda")
@@ -225,7 +229,7 @@ def test_cuda_matches_numpy_at_every_launch_width(n: int, market: MarketData):
     from gpu_trading_env.backends.cuda_backend import CudaBackend
     from gpu_trading_env.backends.numpy_backend import NumpyBackend
 
-    cfg = EnvConfig(episode_length=7, autoreset_mode="same_step")
+    cfg = EnvConfig.source_design(episode_length=7, autoreset_mode="same_step")
     ref = NumpyBackend(market, cfg, n)
     gpu = CudaBackend(market, cfg, n)
     rng = np.random.default_rng(n)

@@ -28,6 +28,10 @@ from torch import nn
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import GpuDQN
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -47,7 +51,9 @@ SMOOTH = {"double_q": False, "policy_kwargs": {"activation_fn": nn.Tanh}}
 
 
 def make_model(**kwargs) -> GpuDQN:
-    env = gym.make_vec("GpuTrading-v0", num_envs=NUM_ENVS, device="cpu", episode_length=50)
+    env = gym.make_vec(
+        "GpuTrading-v0", num_envs=NUM_ENVS, device="cpu", episode_length=50, config=SOURCE
+    )
     params = dict(
         learning_rate=1e-3,
         learning_starts=256,
@@ -298,7 +304,9 @@ def test_not_distributed_changes_nothing() -> None:
 
 
 def _fused_model(device: str, **kwargs) -> GpuDQN:
-    env = gym.make_vec("GpuTrading-v0", num_envs=512, device=device, episode_length=100)
+    env = gym.make_vec(
+        "GpuTrading-v0", num_envs=512, device=device, episode_length=100, config=SOURCE
+    )
     params = dict(
         learning_starts=5_120,
         train_freq=1,

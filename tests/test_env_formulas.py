@@ -1,8 +1,9 @@
 """Each formula of docs/ENV_SPEC.md pinned on tiny hand-made markets.
 
 Every expected number is computed by hand in the test (the arithmetic is in the comments);
-nothing here calls the backend's helpers. Unless a test says otherwise the env has
-initial_capital 1000, max_position 10, barriers off, diversity and risk penalties off, and
+nothing here calls the backend's helpers. Every env is the source design's
+(EnvConfig.source_design(): 45 actions, barriers, penalties), and unless a test says otherwise
+with initial_capital 1000, max_position 10, barriers off, diversity and risk penalties off, and
 autoreset disabled, so that one formula is visible at a time.
 
 Actions: a = e*9 + o*3 + k with exposure index e (0: -1, 1: -0.5, 2: 0, 3: +0.5, 4: +1),
@@ -45,7 +46,8 @@ def make_env(close, open=None, start=0, n_features=4, **overrides) -> TradingVec
         "curiosity_state_dims": min(32, n_features + 3),
         **overrides,
     }
-    env = TradingVectorEnv(1, "cpu", data=hand_market(close, open, n_features=n_features), **cfg)
+    data = hand_market(close, open, n_features=n_features)
+    env = TradingVectorEnv(1, "cpu", data=data, config=EnvConfig.source_design(**cfg))
     env.reset(seed=0, options={"start_index": start})
     return env
 
@@ -572,16 +574,14 @@ def test_curiosity_weights_torch_layout_checked():
 
 def test_components_sum_to_reward_on_a_random_trajectory():
     data = MarketData.synthetic("gbm", n_bars=400, seed=3)
-    env = TradingVectorEnv(
-        8,
-        "cpu",
-        data=data,
+    config = EnvConfig.source_design(
         episode_length=40,
         max_holding_bars=5,
         profit_target_bps=30.0,
         stop_loss_bps=20.0,
         diversity_window=6,
     )
+    env = TradingVectorEnv(8, "cpu", data=data, config=config)
     rng = np.random.default_rng(0)
     w1, b1, w2, b2 = (
         rng.normal(0, 0.05, s).astype(np.float32) for s in ((64, 35), (64,), (32, 64), (32,))
@@ -654,11 +654,13 @@ def test_ruin_terminates():
 def test_time_barrier_does_not_end_a_single_env_episode():
     env = TradingEnv(
         data=hand_market([100.0, 100.0, 100.0, 102.0, 102.0]),
-        initial_capital=C0,
-        max_position=10.0,
-        max_holding_bars=1,
-        episode_length=4,
-        curiosity_state_dims=7,
+        config=EnvConfig.source_design(
+            initial_capital=C0,
+            max_position=10.0,
+            max_holding_bars=1,
+            episode_length=4,
+            curiosity_state_dims=7,
+        ),
     )
     env.reset(seed=0, options={"start_index": 0})
     labels = []
@@ -705,15 +707,10 @@ def test_observation_of_a_short():
     ],
 )
 def test_max_position_default(close, capital, expected):
-    env = TradingVectorEnv(
-        1,
-        "cpu",
-        data=hand_market(close),
-        initial_capital=capital,
-        episode_length=1,
-        curiosity_state_dims=7,
-        autoreset_mode="disabled",
+    config = EnvConfig.source_design(
+        initial_capital=capital, episode_length=1, curiosity_state_dims=7, autoreset_mode="disabled"
     )
+    env = TradingVectorEnv(1, "cpu", data=hand_market(close), config=config)
     assert env.max_position == expected
     env.reset(seed=0, options={"start_index": 0})
     r = step(env, act(HALF_LONG))
@@ -726,9 +723,20 @@ def test_max_position_explicit():
     assert step(env, act(LONG)).position == 2.5
 
 
-def test_config_default_layout():
-    cfg = EnvConfig()
-    assert cfg.n_actions == 45
+def test_source_design_layout():
+    """The source design's preset: 45 actions, the triple barrier and both penalties on; the
+    defaults (the env train recommends) hold three exposures at one order type."""
+    cfg = EnvConfig.source_design()
+    assert cfg.n_actions == 45 and cfg.barriers
+    assert (cfg.diversity_penalty, cfg.risk_penalty_scale, cfg.sub_actions) == (0.1, 0.5, 3)
+    assert cfg.order_cost_bps == (1.0, 0.5, 1.5)
+    assert cfg.exposure_levels == (-1.0, -0.5, 0.0, 0.5, 1.0)
+    assert EnvConfig.source_design(barriers=False, episode_length=7) == cfg.replace(
+        barriers=False, episode_length=7
+    )
+    with pytest.raises(TypeError, match=r"no field\(s\) \['barrier'\]"):
+        EnvConfig.source_design(barrier=False)
+    assert EnvConfig().n_actions == 3 and not EnvConfig().barriers
     assert cfg.decode_action(act(HALF_LONG, 2, 1)) == (HALF_LONG, 2, 1)
     assert cfg.encode_action(SHORT, 1, 2) == act(SHORT, 1, 2)
 

@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.gpu
 
@@ -37,6 +41,7 @@ def test_fused_rollout_matches_step_by_step_host_rollout():
 
     data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=4)
     kw = dict(
+        config=SOURCE,
         num_envs=N_ENVS,
         device="cuda",
         data=data,
@@ -107,7 +112,7 @@ def test_graph_steps_follow_the_curiosity_bonus_turned_on_and_off():
     from gpu_trading_env.core.constants import N_CATEGORIES
 
     data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=4)
-    kw = dict(num_envs=256, device="cuda", data=data, episode_length=30)
+    kw = dict(num_envs=256, device="cuda", data=data, episode_length=30, config=SOURCE)
     rollouts = []
     for cuda_graph in (True, False):
         env = TradingVectorEnv(**kw, autoreset_mode="same_step")
@@ -152,7 +157,7 @@ def test_kernels_compiled_in_the_background_are_the_ones_the_fused_path_loads():
     for spec in fused_path_kernels():
         assert (spec, 0) in ready, spec[0].name
     data = MarketData.synthetic(kind="planted", n_bars=2000, seed=1)
-    env = TradingVectorEnv(num_envs=64, device="cuda", data=data, episode_length=50)
+    env = TradingVectorEnv(num_envs=64, device="cuda", data=data, episode_length=50, config=SOURCE)
     _model(env).learn(64 * 40)
     fused_sources = {spec[0] for spec in fused_path_kernels()}
     again = [s for s, _ in compiled_modules()[len(ready) :] if s[0] in fused_sources]

@@ -20,15 +20,22 @@ import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from agents import CuriosityModel, DuelingDQNPolicy, GpuDQN, PrioritizedReplayBuffer
 from agents.algorithm.policies import DuelingQNetwork
 from gpu_trading_env import TradingVectorEnv
-from gpu_trading_env.core.config import action_table
+from gpu_trading_env.core.config import EnvConfig, action_table
 from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_env(num_envs: int = 16, episode_length: int = 100) -> TradingVectorEnv:
     return gym.make_vec(
-        "GpuTrading-v0", num_envs=num_envs, device="cpu", episode_length=episode_length
+        "GpuTrading-v0",
+        num_envs=num_envs,
+        device="cpu",
+        episode_length=episode_length,
+        config=SOURCE,
     )
 
 
@@ -303,7 +310,7 @@ def test_fused_heads_match_the_two_sequentials_on_cuda(arch, fusable: bool) -> N
 
 
 def test_curiosity_model_matches_env_bonus_and_learns() -> None:
-    env = TradingVectorEnv(8, "cpu", episode_length=50, autoreset_mode="same_step")
+    env = TradingVectorEnv(8, "cpu", episode_length=50, autoreset_mode="same_step", config=SOURCE)
     cfg = env.config
     table = action_table(cfg).category
     th.manual_seed(0)
@@ -359,19 +366,19 @@ def test_curiosity_needs_a_trading_env() -> None:
 
 
 def test_n_step_returns_are_refused_with_the_prioritized_buffer() -> None:
-    env = TradingVectorEnv(2, "cpu")
+    env = TradingVectorEnv(2, "cpu", config=SOURCE)
     with pytest.raises(ValueError, match=r"n_steps = 3 is invalid with PrioritizedReplayBuffer"):
         GpuDQN("DuelingPolicy", env, buffer_size=100, n_steps=3, device="cpu")
 
 
 def test_switches_the_env_to_same_step_autoreset() -> None:
-    env = TradingVectorEnv(2, "cpu", autoreset_mode="next_step")
+    env = TradingVectorEnv(2, "cpu", autoreset_mode="next_step", config=SOURCE)
     GpuDQN("DuelingPolicy", env, buffer_size=100, device="cpu")
     assert env.autoreset_mode.name == "SAME_STEP"
 
 
 def test_single_gym_env_with_curiosity() -> None:
-    env = gym.make("GpuTrading-v0", episode_length=50)
+    env = gym.make("GpuTrading-v0", episode_length=50, config=SOURCE)
     model = make_model(
         env=env,
         learning_starts=50,
@@ -425,7 +432,9 @@ def test_collect_rollouts_delegates_to_fused_rollout_on_cuda(monkeypatch) -> Non
 
 @pytest.mark.gpu
 def test_fused_rollout_trains_with_finite_loss_and_saves_on_cuda(tmp_path) -> None:
-    env = gym.make_vec("GpuTrading-v0", num_envs=1024, device="cuda", episode_length=100)
+    env = gym.make_vec(
+        "GpuTrading-v0", num_envs=1024, device="cuda", episode_length=100, config=SOURCE
+    )
     model = GpuDQN(
         "DuelingPolicy",
         env,
@@ -459,7 +468,7 @@ def test_fused_rollout_trains_with_finite_loss_and_saves_on_cuda(tmp_path) -> No
 def test_compile_train_must_be_a_bool() -> None:
     import gymnasium as gym
 
-    env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu")
+    env = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu", config=SOURCE)
     with pytest.raises(TypeError, match="compile_train = 'yes' is invalid"):
         GpuDQN("DuelingPolicy", env, buffer_size=100, device="cpu", compile_train="yes")
 

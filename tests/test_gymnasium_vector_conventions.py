@@ -55,6 +55,10 @@ from hand_market import hand_market
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from gpu_trading_env import TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 EPISODE = 3  # the counting env's max_count
 FLAT = 2 * 9  # exposure 0 at the first order type: no trade, no barrier, no ruin
@@ -100,6 +104,7 @@ def make(
         episode_length=episode,
         barriers=False,
         curiosity_state_dims=7,
+        config=SOURCE,
         **kw,
     )
 
@@ -753,6 +758,7 @@ def test_info_equals_sync_vector_env_of_single_envs(
     the barriers end them at different steps, and a partial reset staggers them further."""
     t = np.arange(9)
     kw = {"data": hand_market(list(100.0 + 5.0 * np.sin(t) + t)), "episode_length": 8}
+    kw |= {"config": SOURCE}
     kw |= {"curiosity_state_dims": 7, "profit_target_bps": 30.0, "stop_loss_bps": 30.0}
     sync = gym.vector.SyncVectorEnv(
         [lambda: gym.make("GpuTrading-v0", **kw) for _ in range(4)], autoreset_mode=mode

@@ -24,7 +24,11 @@ from gymnasium.vector import AutoresetMode
 
 import gpu_trading_env  # noqa: F401  (registers GpuTrading-v0)
 from gpu_trading_env import TradingEnv, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 ROOT = Path(__file__).resolve().parent.parent
 EP_LEN = 12
@@ -33,6 +37,7 @@ N = 4
 
 def make(num_envs: int = N, **kwargs) -> TradingVectorEnv:
     kwargs.setdefault("episode_length", EP_LEN)
+    kwargs.setdefault("config", SOURCE)
     return TradingVectorEnv(num_envs, "cpu", **kwargs)
 
 
@@ -48,6 +53,7 @@ def replay(seed: int, actions: np.ndarray, extra_resets: int = 0, **kwargs) -> d
     chosen on, ``next_obs`` the true next observation (an episode's last one at dones).
     ``extra_resets``: resets without a seed after the seeded one, as some libraries do."""
     kwargs.setdefault("episode_length", EP_LEN)
+    kwargs.setdefault("config", SOURCE)
     env = TradingVectorEnv(actions.shape[1], "cpu", autoreset_mode="disabled", **kwargs)
     obs, _ = env.reset(seed=seed)
     for _ in range(extra_resets):
@@ -115,7 +121,7 @@ def test_arrays_of_five_steps_stay_unchanged(mode: str, array_type: str) -> None
 @pytest.mark.parametrize("array_type", ["torch", "cupy"])
 def test_arrays_of_five_steps_stay_unchanged_cuda(mode: str, array_type: str) -> None:
     env = TradingVectorEnv(
-        4096, "cuda", autoreset_mode=mode, episode_length=2, array_type=array_type
+        4096, "cuda", autoreset_mode=mode, episode_length=2, array_type=array_type, config=SOURCE
     )
 
     def host(a):
@@ -200,26 +206,33 @@ def test_call_get_attr_set_attr() -> None:
 
 def test_keywords_as_gymnasium_envs() -> None:
     with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'frameskip'"):
-        TradingVectorEnv(2, frameskip=4)
+        TradingVectorEnv(2, frameskip=4, config=SOURCE)
     with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'frameskip'"):
-        TradingEnv(frameskip=4)
-    single = gym.make("GpuTrading-v0", device="cpu", episode_length=EP_LEN)
+        TradingEnv(frameskip=4, config=SOURCE)
+    single = gym.make("GpuTrading-v0", device="cpu", episode_length=EP_LEN, config=SOURCE)
     assert single.observation_space.shape == single.unwrapped.observation_space.shape
     for mode in ("sync", "async", "vector_entry_point"):
         venv = gym.make_vec(
-            "GpuTrading-v0", num_envs=2, vectorization_mode=mode, device="cpu", render_mode=None
+            "GpuTrading-v0",
+            num_envs=2,
+            vectorization_mode=mode,
+            device="cpu",
+            render_mode=None,
+            config=SOURCE,
         )
         obs, _ = venv.reset(seed=0)
         assert obs.shape[0] == 2
         venv.close()
     with pytest.raises(ValueError, match="render_mode"):
-        TradingVectorEnv(2, render_mode="human")
+        TradingVectorEnv(2, render_mode="human", config=SOURCE)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "vector_entry_point"])
 def test_make_vec_max_episode_steps_truncates_in_every_mode(mode: str) -> None:
     """Gymnasium passes ``max_episode_steps`` to vector entry points; it means TimeLimit."""
-    venv = gym.make_vec("GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10)
+    venv = gym.make_vec(
+        "GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10, config=SOURCE
+    )
     flat = np.full(N, make(1).config.encode_action(2))  # flat: no barrier ends it early
     venv.reset(seed=0)
     for t in range(1, 21):  # two episodes: NEXT_STEP, so step 11 is the reset step
@@ -230,7 +243,9 @@ def test_make_vec_max_episode_steps_truncates_in_every_mode(mode: str) -> None:
             np.testing.assert_array_equal(reward, 0.0)
     venv.close()
     rng = np.random.default_rng(4)
-    venv = gym.make_vec("GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10)
+    venv = gym.make_vec(
+        "GpuTrading-v0", num_envs=N, vectorization_mode=mode, max_episode_steps=10, config=SOURCE
+    )
     venv.reset(seed=1)
     length = np.zeros(N, dtype=int)
     prev_done = np.zeros(N, dtype=bool)
@@ -244,7 +259,9 @@ def test_make_vec_max_episode_steps_truncates_in_every_mode(mode: str) -> None:
 
 def test_max_episode_steps_is_the_episode_length_and_checked() -> None:
     """In the vector entry point it is the env's own limit: data equal to episode_length=10."""
-    limited = gym.make_vec("GpuTrading-v0", num_envs=N, max_episode_steps=10, episode_length=50)
+    limited = gym.make_vec(
+        "GpuTrading-v0", num_envs=N, max_episode_steps=10, episode_length=50, config=SOURCE
+    )
     plain = make(episode_length=10)
     assert limited.config.episode_length == 10
     assert make(max_episode_steps=100, episode_length=7).config.episode_length == 7
@@ -383,7 +400,7 @@ def test_gymnasium_next_step_loop_data_equals_a_plain_env() -> None:
     rewards and statistics equal a plain env's; the step after a done is the reset step."""
     seed, steps = 9, 150
     env = gym.wrappers.vector.RecordEpisodeStatistics(
-        gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN)
+        gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN, config=SOURCE)
     )
     ref = make(autoreset_mode="disabled")
     obs, _ = env.reset(seed=seed)
@@ -421,7 +438,9 @@ def test_gymnasium_next_step_loop_data_equals_a_plain_env() -> None:
 
 
 def test_gymnasium_single_env_record_episode_statistics() -> None:
-    env = gym.wrappers.RecordEpisodeStatistics(gym.make("GpuTrading-v0", episode_length=EP_LEN))
+    env = gym.wrappers.RecordEpisodeStatistics(
+        gym.make("GpuTrading-v0", episode_length=EP_LEN, config=SOURCE)
+    )
     env.reset(seed=0)
     episodes = 0
     for _ in range(300):
@@ -589,7 +608,9 @@ def test_evaluate_policy_and_eval_callback_with_gpudqn(one_torch_thread, recwarn
     from agents import GpuDQN
 
     model = GpuDQN(
-        "DuelingPolicy", gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN), seed=0
+        "DuelingPolicy",
+        gym.make_vec("GpuTrading-v0", num_envs=N, episode_length=EP_LEN, config=SOURCE),
+        seed=0,
     )
     rec = RecordingVectorEnv(make(N))
     returns, lengths = evaluate_policy(
@@ -601,7 +622,7 @@ def test_evaluate_policy_and_eval_callback_with_gpudqn(one_torch_thread, recwarn
     )
     assert not [w for w in recwarn if "Monitor" in str(w.message)]
 
-    eval_env = gym.make_vec("GpuTrading-v0", num_envs=2, episode_length=EP_LEN)
+    eval_env = gym.make_vec("GpuTrading-v0", num_envs=2, episode_length=EP_LEN, config=SOURCE)
     callback = EvalCallback(
         GpuDQN.make_eval_env(eval_env),
         eval_freq=25,
@@ -636,7 +657,7 @@ def test_torchrl_gym_wrapper_collector(one_torch_thread) -> None:
 
     from gpu_trading_env.integrations.torchrl_env import make_torchrl_env
 
-    env = make_torchrl_env(num_envs=N, episode_length=EP_LEN)
+    env = make_torchrl_env(num_envs=N, episode_length=EP_LEN, config=SOURCE)
     check_env_specs(env)
     collector = Collector(env, policy=None, frames_per_batch=N * 300, total_frames=N * 600)
     batches = 0
@@ -654,7 +675,7 @@ def test_torchrl_make_torchrl_env_data_equals_a_plain_env(one_torch_thread) -> N
 
     from gpu_trading_env.integrations.torchrl_env import make_torchrl_env
 
-    env = make_torchrl_env(num_envs=N, episode_length=EP_LEN)
+    env = make_torchrl_env(num_envs=N, episode_length=EP_LEN, config=SOURCE)
     env.set_seed(5)
     collector = Collector(env, policy=None, frames_per_batch=N * 100, total_frames=N * 100)
     td = next(iter(collector))
@@ -693,7 +714,7 @@ def test_torchrl_gym_env_by_id_with_num_envs_is_refused(one_torch_thread) -> Non
         GymEnv("GpuTrading-v0", num_envs=2, episode_length=EP_LEN)
     single = GymEnv("GpuTrading-v0", episode_length=EP_LEN)  # a single env stays allowed
     assert single.batch_size == torch.Size([])
-    TradingEnv(episode_length=EP_LEN)  # and so does the env outside TorchRL
+    TradingEnv(episode_length=EP_LEN, config=SOURCE)  # and so does the env outside TorchRL
 
 
 # ------------------------------------------------------------------ skrl
@@ -790,7 +811,7 @@ def test_skrl_dqn_stores_the_true_final_observations(one_torch_thread) -> None:
     from gpu_trading_env.integrations.skrl_env import make_skrl_env, with_final_observations
 
     timesteps = 300
-    env = make_skrl_env(num_envs=N, episode_length=8)
+    env = make_skrl_env(num_envs=N, episode_length=8, config=SOURCE)
     agent = skrl_dqn(env, timesteps, with_final_observations(DQN))
     seed = config.torch.key  # what skrl's wrapper resets with
     cfg = {"timesteps": timesteps, "headless": True, "disable_progressbar": True}
@@ -905,7 +926,12 @@ def test_cleanrl_style_loop_data_equals_a_plain_env() -> None:
     bootstrap target; stored transitions and episode returns equal a plain env's."""
     seed, steps = 4, 120
     env = TradingVectorEnv(
-        N, "cpu", array_type="torch", episode_length=EP_LEN, autoreset_mode="same_step"
+        N,
+        "cpu",
+        array_type="torch",
+        episode_length=EP_LEN,
+        autoreset_mode="same_step",
+        config=SOURCE,
     )
     obs, _ = env.reset(seed=seed)
     gen = torch.Generator().manual_seed(0)

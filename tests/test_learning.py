@@ -23,8 +23,9 @@ from gpu_trading_env.data.synthetic import planted_rule_exposure
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-# Penalties off: the test isolates whether the agent learns the pnl signal.
-CONFIG = EnvConfig(episode_length=200, diversity_penalty=0.0, risk_penalty_scale=0.0)
+# The source design's 45 actions and barriers (its recorded figures' env), penalties off: the
+# test isolates whether the agent learns the pnl signal.
+CONFIG = EnvConfig.source_design(episode_length=200, diversity_penalty=0.0, risk_penalty_scale=0.0)
 HYPER = dict(
     learning_rate=5e-4,
     buffer_size=4_000_000,

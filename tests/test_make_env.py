@@ -35,6 +35,7 @@ TRAINED = EnvConfig(
     barriers=False,
     episode_length=40,
 )
+SOURCE = EnvConfig.source_design()
 # What the model records: the adapter GpuDQN wraps a vector env in switches it to SAME_STEP.
 AS_TRAINED = TRAINED.replace(autoreset_mode="same_step")
 
@@ -107,11 +108,11 @@ def test_load_make_env_predict(saved, tmp_path) -> None:
 
 
 def test_a_mismatched_env_is_one_line_pointing_to_make_env(saved) -> None:
-    """The default env (54 observation values, 45 actions) against the model (55 and 3):
+    """The source design's env (54 observation values, 45 actions) against the model (55 and 3):
     set_env, load(env=...), learn and predict each say so in one line that names both shapes
     and model.make_env, instead of SB3's shape errors."""
     model = GpuDQN.load(saved, device="cpu")
-    default = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu")
+    default = gym.make_vec("GpuTrading-v0", num_envs=2, device="cpu", config=SOURCE)
     obs, _ = default.reset(seed=0)
     both = r"shape \(54,\) and 45 actions.*shape \(55,\) and 3 actions.*model\.make_env\("
     calls = {
@@ -262,9 +263,7 @@ def test_a_deployed_baseline_carries_the_config_it_was_evaluated_in(tmp_path, mo
     trained = json.loads((tmp_path / "b" / "metrics.json").read_text())
     model = GpuDQN.load(tmp_path / "b" / "model.zip", device="cpu", tensorboard_log=None)
     assert model.input_selection["kept"] == []
-    from agents.cli.options import TRAIN_ENV_DEFAULTS
-
-    train_config = EnvConfig(episode_length=50, **TRAIN_ENV_DEFAULTS)
+    train_config = EnvConfig(episode_length=50)  # train's env: EnvConfig's defaults
     assert model.env_config == baseline_config(train_config)
     bars = MarketData.from_csv(tmp_path / "g.csv")
     env = model.make_env(bars, num_envs=2)
@@ -303,10 +302,8 @@ def test_a_trained_network_replaced_by_its_baseline_carries_the_baselines_config
     assert cli.main([*TINY, "--data", "g.csv", "--all-inputs", "--out", "b"]) == 0
     trained = json.loads((tmp_path / "b" / "metrics.json").read_text())
     assert trained["kept_policy"] == "hold long" and trained["timesteps"] > 0
-    from agents.cli.options import TRAIN_ENV_DEFAULTS
-
     model = GpuDQN.load(tmp_path / "b" / "model.zip", device="cpu", tensorboard_log=None)
-    assert model.env_config == baseline_config(EnvConfig(episode_length=50, **TRAIN_ENV_DEFAULTS))
+    assert model.env_config == baseline_config(EnvConfig(episode_length=50))
     assert cli.main(["eval", "--model", "b/model.zip", "--data", "g.csv", "--out", "e"]) == 0
     evaluated = json.loads((tmp_path / "e" / "metrics.json").read_text())
     assert evaluated["strategy"] == trained["strategy"]

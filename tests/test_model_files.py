@@ -401,3 +401,20 @@ def test_files_written_before_the_agents_rooms_still_load(trained: GpuDQN, tmp_p
     assert loaded.policy_class is type(trained.policy)
     for name, value in trained.policy.state_dict().items():
         assert th.equal(loaded.policy.state_dict()[name], value), name
+
+
+def test_a_model_saved_with_the_old_defaults_builds_the_env_it_was_trained_on() -> None:
+    """tests/data holds a file saved by version 0.1.0 (commit ef105a8) from
+    ``gym.make_vec("GpuTrading-v0", ...)`` with no config, when EnvConfig's defaults were the
+    source design's. The file records every field, so it loads and builds that env, not
+    today's defaults: 45 actions, barriers and both penalties on."""
+    from gpu_trading_env import EnvConfig, MarketData
+
+    path = ROOT / "tests/data/model_saved_by_0.1.0_default_env.zip"
+    model = GpuDQN.load(path, device="cpu")
+    old = EnvConfig.source_design(episode_length=20, autoreset_mode="same_step")
+    assert model.env_config == old != EnvConfig(episode_length=20, autoreset_mode="same_step")
+    env = model.make_env(MarketData.synthetic("planted", 300, seed=0, phi=0.3), num_envs=2)
+    assert env.config == old and env.single_action_space == gym.spaces.Discrete(45)
+    actions, _ = model.predict(env.reset(seed=0)[0], deterministic=True)
+    assert actions.shape == (2,) and all(0 <= a < 45 for a in actions.tolist())

@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 
 from gpu_trading_env import MarketData, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 
 def test_finished_episodes_in_step_order_newest_kept():
@@ -48,6 +52,7 @@ def test_monolithic_transitions_match_the_reference_env():
 
     data = MarketData.synthetic(kind="regime", n_bars=3000, n_instruments=2, seed=5)
     kw = dict(
+        config=SOURCE,
         num_envs=256,
         data=data,
         episode_length=25,
@@ -110,7 +115,7 @@ def test_monolithic_transitions_match_the_reference_env():
 def test_gpudqn_trains_and_counts_episodes_with_the_monolithic_rollout():
     from agents import GpuDQN
 
-    env = TradingVectorEnv(num_envs=512, device="cuda", episode_length=50)
+    env = TradingVectorEnv(num_envs=512, device="cuda", episode_length=50, config=SOURCE)
     model = GpuDQN(
         "DuelingPolicy",
         env,

@@ -13,6 +13,10 @@ import numpy as np
 import pytest
 
 from gpu_trading_env import TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 N = 32
 HOLD_STEPS = 8
@@ -33,7 +37,9 @@ def _address(a) -> int:
 
 
 def _env(device: str, array_type: str, mode: str = "next_step") -> TradingVectorEnv:
-    env = TradingVectorEnv(N, device, array_type=array_type, autoreset_mode=mode, episode_length=5)
+    env = TradingVectorEnv(
+        N, device, array_type=array_type, autoreset_mode=mode, episode_length=5, config=SOURCE
+    )
     env.reset(seed=3)
     return env
 
@@ -142,6 +148,7 @@ def _check_same_step_final_obs(device: str, array_type: str) -> None:
         autoreset_mode="same_step",
         episode_length=5,
         copy_outputs=False,
+        config=SOURCE,
     )
     ref.reset(seed=3)
     ended = 0

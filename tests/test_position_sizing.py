@@ -47,7 +47,8 @@ def two_instruments(close_a: list[float], close_b: list[float]) -> MarketData:
 
 def make(data: MarketData, num_envs: int = 1, **overrides) -> TradingVectorEnv:
     cfg = {**QUIET, "episode_length": int(data.bars_per_instrument.min()) - 1, **overrides}
-    env = TradingVectorEnv(num_envs, "cpu", data=data, **cfg)
+    # The source design's 45-action layout: SHORT, FLAT, HALF_LONG and LONG above index it.
+    env = TradingVectorEnv(num_envs, "cpu", data=data, config=EnvConfig.source_design(**cfg))
     env.reset(seed=0, options={"start_index": 0})
     return env
 

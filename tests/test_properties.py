@@ -198,6 +198,7 @@ def test_next_step_and_same_step_report_each_episode_once(mode: str) -> None:
         autoreset_mode=mode,
         curiosity_state_dims=4,
         barriers=False,
+        config=EnvConfig.source_design(),  # actions 18 and 20: flat in its 45-action layout
     )
     env.reset(seed=0)
     flags = [env.step(np.array([18, 20]))[4]["_episode_return"].copy() for _ in range(8)]

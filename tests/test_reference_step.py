@@ -138,7 +138,7 @@ def test_the_numpy_step_takes_each_reward_part_from_core_reward(monkeypatch, par
     from gpu_trading_env.core import reward
     from gpu_trading_env.core.constants import COMPONENT_NAMES
 
-    config = EnvConfig(
+    config = EnvConfig.source_design(  # barriers and penalties on: every part is exercised
         risk_threshold=0.0,
         risk_penalty_scale=0.5,
         diversity_window=1,

@@ -138,7 +138,7 @@ def test_actions_of_another_shape_with_n_elements_are_refused():
         env.step(np.array([[1, 2], [3, 4]]))
     with pytest.raises(ValueError, match=r"shape \(1, 4\)"):
         env.step(np.array([[1, 2, 3, 4]]))
-    env.step(np.array([[1], [2], [3], [4]]))  # the (N, 1) column of some RL libraries
+    env.step(np.array([[1], [2], [0], [1]]))  # the (N, 1) column of some RL libraries
 
 
 def test_integral_float_actions_are_refused_by_the_vector_and_the_single_env():

@@ -10,12 +10,12 @@ import gpu_trading_env  # noqa: F401
 
 
 def test_rgb_array_frames_follow_the_episode():
-    env = gym.make("GpuTrading-v0", render_mode="rgb_array", episode_length=100, barriers=False)
+    env = gym.make("GpuTrading-v0", render_mode="rgb_array", episode_length=100)  # Discrete(3)
     env.reset(seed=0)
     first = env.render()
     assert first.shape == (320, 480, 3) and first.dtype == np.uint8
     for i in range(40):
-        env.step(36 if i < 20 else 0)  # long, then short
+        env.step(2 if i < 20 else 0)  # long, then short
     frame = env.render()
     assert not np.array_equal(first, frame)
     top = frame[: int(320 * 0.62)]

@@ -16,13 +16,19 @@ from agents import CheckpointEvery, GpuDQN
 from agents.files.checkpoint import checkpoint_extra, resolve_checkpoint
 from agents.files.safe_archive import ArchiveError
 from gpu_runtime.device import to_numpy
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.core.state import STATE_FIELDS
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make_env(device: str = "cpu", num_envs: int = 4):
-    return gym.make_vec("GpuTrading-v0", num_envs=num_envs, device=device, episode_length=30)
+    return gym.make_vec(
+        "GpuTrading-v0", num_envs=num_envs, device=device, episode_length=30, config=SOURCE
+    )
 
 
 def make_model(env, device: str = "cpu", **kwargs) -> GpuDQN:

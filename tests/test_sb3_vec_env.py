@@ -13,7 +13,11 @@ from stable_baselines3.common.env_checker import check_env
 from stable_baselines3.common.monitor import Monitor
 
 from gpu_trading_env import TradingEnv, TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.integrations.sb3_vec_env import SB3VecEnv
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 N = 8
 EPISODE_LENGTH = 64
@@ -21,7 +25,7 @@ EPISODE_LENGTH = 64
 
 @pytest.fixture
 def venv() -> SB3VecEnv:
-    return SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH))
+    return SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, config=SOURCE))
 
 
 @pytest.mark.parametrize(
@@ -72,7 +76,9 @@ def test_step_arrays_shared_mask_is_read_once_per_step(monkeypatch) -> None:
     GPU each read is a device-to-host copy), not once per key."""
     import gpu_trading_env.integrations.sb3_vec_env as sb3_vec_env
 
-    env = TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="same_step")
+    env = TradingVectorEnv(
+        N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="same_step", config=SOURCE
+    )
     venv = SB3VecEnv(env)
     venv.reset()
     masks = []  # the step arrays' mask of each step (a new one where an episode ended)
@@ -94,7 +100,9 @@ def test_step_arrays_shared_mask_is_read_once_per_step(monkeypatch) -> None:
 def test_terminal_observation_and_timelimit_flags(venv: SB3VecEnv) -> None:
     """Compare with the same env run without autoreset, resetting ended envs by hand."""
     seed = 11
-    ref = TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="disabled")
+    ref = TradingVectorEnv(
+        N, "cpu", episode_length=EPISODE_LENGTH, autoreset_mode="disabled", config=SOURCE
+    )
     venv.seed(seed)
     obs = venv.reset()
     ref_obs, _ = ref.reset(seed=[seed + i for i in range(N)])
@@ -130,7 +138,7 @@ def test_terminal_observation_and_timelimit_flags(venv: SB3VecEnv) -> None:
 
 
 def test_seed_and_options_are_passed_on_reset(venv: SB3VecEnv) -> None:
-    other = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH))
+    other = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, config=SOURCE))
     venv.seed(5)
     other.seed(5)
     np.testing.assert_array_equal(venv.reset(), other.reset())
@@ -169,7 +177,7 @@ def test_attr_and_method_access(venv: SB3VecEnv) -> None:
 
 def test_switches_the_trading_env_to_same_step() -> None:
     for mode in ("next_step", "disabled"):
-        venv = TradingVectorEnv(2, "cpu", autoreset_mode=mode, episode_length=4)
+        venv = TradingVectorEnv(2, "cpu", autoreset_mode=mode, episode_length=4, config=SOURCE)
         sb3 = SB3VecEnv(gym.wrappers.vector.RecordEpisodeStatistics(venv))
         assert venv.autoreset_mode == AutoresetMode.SAME_STEP
         assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
@@ -188,7 +196,7 @@ def test_rejects_a_vector_env_that_cannot_reset_in_the_same_step() -> None:
 
 
 def test_keep_info_false_keeps_sb3_keys() -> None:
-    venv = SB3VecEnv(TradingVectorEnv(4, "cpu", episode_length=8), keep_info=False)
+    venv = SB3VecEnv(TradingVectorEnv(4, "cpu", episode_length=8, config=SOURCE), keep_info=False)
     venv.reset()
     flat = venv.venv.config.encode_action(2)  # no position, so no barrier ends it early
     for _ in range(8):
@@ -203,12 +211,12 @@ def test_keep_info_false_keeps_sb3_keys() -> None:
 def test_single_env_passes_sb3_check_env(render_mode: str | None) -> None:
     # The render check closes the env and then resets it again (CartPole-v1 passes): close()
     # used to make every later reset raise.
-    env = TradingEnv(render_mode=render_mode)
+    env = TradingEnv(render_mode=render_mode, config=SOURCE)
     check_env(env, warn=True, skip_render_check=False)
     weights = _curiosity_weights(env)
     env.set_curiosity_weights(*weights)
     obs, _ = env.reset(seed=5)
-    ref = TradingEnv(render_mode=render_mode)
+    ref = TradingEnv(render_mode=render_mode, config=SOURCE)
     ref.set_curiosity_weights(*weights)
     np.testing.assert_array_equal(obs, ref.reset(seed=5)[0])
     for a in (1, 2, 0, 3):  # the reopened env steps as a new one, curiosity bonus included
@@ -224,8 +232,8 @@ def _curiosity_weights(env: TradingEnv) -> tuple[np.ndarray, ...]:
 
 @pytest.mark.gpu
 def test_cuda_env_matches_numpy_env_through_adapter() -> None:
-    cpu = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH))
-    gpu = SB3VecEnv(TradingVectorEnv(N, "cuda", episode_length=EPISODE_LENGTH))
+    cpu = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=EPISODE_LENGTH, config=SOURCE))
+    gpu = SB3VecEnv(TradingVectorEnv(N, "cuda", episode_length=EPISODE_LENGTH, config=SOURCE))
     cpu.seed(2)
     gpu.seed(2)
     np.testing.assert_allclose(gpu.reset(), cpu.reset(), rtol=1e-5, atol=1e-6)
@@ -268,7 +276,7 @@ def _flat(env) -> int:
 )
 def test_refuses_observation_wrappers_it_would_bypass(wrap) -> None:
     """Switching to SAME_STEP under them would hand SB3 untransformed terminal observations."""
-    env = TradingVectorEnv(N, "cpu", episode_length=8)
+    env = TradingVectorEnv(N, "cpu", episode_length=8, config=SOURCE)
     wrapped = wrap(env)
     with pytest.raises(ValueError, match=type(wrapped).__name__ + r".*VecNormalize\(SB3VecEnv"):
         SB3VecEnv(wrapped)
@@ -279,8 +287,10 @@ def test_vec_normalize_normalises_terminal_observations() -> None:
     """The way the refusal names: normalise on the SB3 side, terminal observations included."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    norm = VecNormalize(SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=8)), norm_reward=False)
-    plain = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=8))
+    norm = VecNormalize(
+        SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=8, config=SOURCE)), norm_reward=False
+    )
+    plain = SB3VecEnv(TradingVectorEnv(N, "cpu", episode_length=8, config=SOURCE))
     norm.seed(3)
     plain.seed(3)
     norm.reset()
@@ -306,7 +316,7 @@ def test_vec_normalize_normalises_terminal_observations() -> None:
 
 def test_reward_wrappers_are_kept_and_record_episode_statistics_follows_the_switch() -> None:
     """RecordEpisodeStatistics built over NEXT_STEP counts SAME_STEP episodes right after it."""
-    env = TradingVectorEnv(N, "cpu", episode_length=8)
+    env = TradingVectorEnv(N, "cpu", episode_length=8, config=SOURCE)
     stats = gym.wrappers.vector.RecordEpisodeStatistics(env)
     sb3 = SB3VecEnv(gym.wrappers.vector.ClipReward(stats, min_reward=-1.0, max_reward=1.0))
     assert env.autoreset_mode == AutoresetMode.SAME_STEP
@@ -341,10 +351,11 @@ def test_same_step_sync_and_async_vector_envs_report_episodes(mode: str) -> None
         vectorization_mode=mode,
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
         episode_length=6,
+        config=SOURCE,
     )
     sb3 = SB3VecEnv(venv)
     assert sb3.env_is_wrapped(Monitor)[0] == (mode == "sync")
-    replay = [TradingEnv(episode_length=6) for _ in range(n)]
+    replay = [TradingEnv(episode_length=6, config=SOURCE) for _ in range(n)]
     sb3.seed(seed)
     obs = sb3.reset()
     for i, env in enumerate(replay):
@@ -384,6 +395,7 @@ def test_sb3_and_gpudqn_log_episodes_of_a_same_step_sync_vector_env(algo: str) -
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
         episode_length=10,
+        config=SOURCE,
     )
     if algo == "PPO":
         model = PPO("MlpPolicy", SB3VecEnv(venv), n_steps=16, batch_size=32, n_epochs=1, seed=0)

@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 
 from gpu_trading_env import TradingVectorEnv
+from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.core.state import OUTPUT_FIELDS
+
+# The source design's env (45 actions, barriers, penalties): all of the step is exercised.
+SOURCE = EnvConfig.source_design()
 
 MODES = ["same_step", "next_step", "disabled"]
 N = 64
@@ -56,6 +60,7 @@ def _assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
 
 
 def _env(device: str, mode: str, **kw) -> TradingVectorEnv:
+    kw.setdefault("config", SOURCE)
     return TradingVectorEnv(N, device, autoreset_mode=mode, episode_length=7, **kw)
 
 
@@ -160,11 +165,17 @@ def test_cuda_owned_zero_copy_and_step_into_agree(mode: str, array_type: str) ->
     n = 4096
     envs = [
         TradingVectorEnv(
-            n, "cuda", autoreset_mode=mode, episode_length=7, array_type=array_type, copy_outputs=c
+            n,
+            "cuda",
+            autoreset_mode=mode,
+            episode_length=7,
+            array_type=array_type,
+            copy_outputs=c,
+            config=SOURCE,
         )
         for c in (True, False)
     ]
-    into = TradingVectorEnv(n, "cuda", autoreset_mode=mode, episode_length=7)
+    into = TradingVectorEnv(n, "cuda", autoreset_mode=mode, episode_length=7, config=SOURCE)
     for e in (*envs, into):
         e.reset(seed=5)
     out = into.make_outputs()
@@ -185,8 +196,8 @@ def test_cuda_graph_captures_step_into_and_replays_like_eager(mode: str) -> None
     import torch
 
     n, steps = 4096, 60
-    captured = TradingVectorEnv(n, "cuda", autoreset_mode=mode, episode_length=7)
-    eager = TradingVectorEnv(n, "cuda", autoreset_mode=mode, episode_length=7)
+    captured = TradingVectorEnv(n, "cuda", autoreset_mode=mode, episode_length=7, config=SOURCE)
+    eager = TradingVectorEnv(n, "cuda", autoreset_mode=mode, episode_length=7, config=SOURCE)
     captured.reset(seed=9)
     eager.reset(seed=9)
     plan = torch.as_tensor(_actions(captured.single_action_space.n, n, steps + 1), device="cuda")
@@ -226,7 +237,7 @@ def _into_record_view(out: dict, mode: str) -> list[np.ndarray]:
 def test_cuda_step_into_checks_outputs_and_defers_bad_actions() -> None:
     import torch
 
-    env = TradingVectorEnv(256, "cuda")
+    env = TradingVectorEnv(256, "cuda", config=SOURCE)
     env.reset(seed=0)
     out = env.make_outputs()
     acts = torch.zeros(256, dtype=torch.int64, device="cuda")

@@ -17,6 +17,7 @@ from agents import cli
 from agents.cli.options import UsageError, validate
 from agents.pipelines.train_config import (
     CPU_TORCH_THREADS,
+    EPISODE_LENGTH,
     WALKFORWARD_CPU_TIMESTEPS,
     TrainConfig,
     TrainConfigError,
@@ -25,7 +26,10 @@ from agents.pipelines.train_config import (
     option_name,
     parse_int,
     setting,
+    train_env_config,
+    train_options_parser,
 )
+from gpu_trading_env import EnvConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,6 +123,30 @@ def test_no_training_default_is_written_in_the_parser_or_the_training_code() -> 
         assert "CPU_DEFAULTS = {" not in text and "GPU_DEFAULTS = {" not in text, path.name
         assert "TRAIN_ENV_DEFAULTS = {" not in text, path.name
         assert not re.search(r"default=3e-4|default=0\.5\b|default=0\.4\b", text), path.name
+
+
+def test_train_trains_in_envconfigs_defaults() -> None:
+    """One source of env defaults: the commands' env (train, walkforward, the zoo) is
+    EnvConfig's defaults with the episode length and --env overrides, and those defaults are
+    the recommended env: short, flat, long at 1 bp, the return after costs as the reward."""
+    args = _subparser("train").parse_args([])
+    assert args.env is None and args.episode_length is None
+    assert cli.env_config(args) == EnvConfig(episode_length=EPISODE_LENGTH)
+    zoo = train_options_parser().parse_args([])
+    assert train_env_config(zoo.episode_length, zoo.env) == EnvConfig(episode_length=EPISODE_LENGTH)
+    default = EnvConfig()
+    assert (default.exposure_levels, default.order_cost_bps, default.n_actions) == (
+        (-1.0, 0.0, 1.0),
+        (1.0,),
+        3,
+    )
+    assert not default.barriers and default.diversity_penalty == default.risk_penalty_scale == 0
+    import agents.pipelines.train_config as module
+
+    assert not hasattr(module, "TRAIN_ENV_DEFAULTS")  # no second set of env defaults
+    # --env overrides reach the source design's fields one by one.
+    pairs = ["barriers=True", "sub_actions=3"]
+    assert train_env_config(50, pairs) == EnvConfig(episode_length=50, barriers=True, sub_actions=3)
 
 
 def test_the_derived_settings_of_the_model() -> None:

@@ -41,7 +41,9 @@ def make(num_envs=3, mode="same_step", n_instruments=1, n_bars=N_BARS, **kw) -> 
         **kw,
     }
     data = hand_market(wavy_close(n_bars), n_instruments=n_instruments)
-    return TradingVectorEnv(num_envs, "cpu", data=data, **cfg)
+    # The source design's 45 actions (act() above) and its shaping, so the autoreset and seeding
+    # contracts are checked with every part of the step that carries state across steps.
+    return TradingVectorEnv(num_envs, "cpu", data=data, config=EnvConfig.source_design(**cfg))
 
 
 def bar_of(obs: np.ndarray) -> np.ndarray:
@@ -517,7 +519,8 @@ def test_sb3_check_env():
 
 
 def test_single_env_step_after_done_raises():
-    env = TradingEnv(data=hand_market(wavy_close(8)), episode_length=3, curiosity_state_dims=7)
+    config = EnvConfig.source_design(episode_length=3, curiosity_state_dims=7)
+    env = TradingEnv(data=hand_market(wavy_close(8)), config=config)
     with pytest.raises(RuntimeError, match="reset"):
         env.step(0)
     obs, info = env.reset(seed=0, options={"start_index": 0})

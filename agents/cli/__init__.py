@@ -28,7 +28,6 @@ from agents.cli.data import is_synthetic, load_data, per_year_of
 from agents.cli.options import (
     DEBUG_HELP,
     PROG,
-    TRAIN_ENV_DEFAULTS,
     UsageError,
     env_config,
     parse_env_overrides,
@@ -50,7 +49,6 @@ __all__ = [
     "DEBUG_HELP",
     "GPU_DEFAULTS",
     "PROG",
-    "TRAIN_ENV_DEFAULTS",
     "WALKFORWARD_CPU_TIMESTEPS",
     "UsageError",
     "build_parser",

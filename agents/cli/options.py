@@ -19,7 +19,6 @@ from agents.pipelines.train_config import (
     option_fields,
     option_name,
 )
-from agents.pipelines.train_config import TRAIN_ENV_DEFAULTS as TRAIN_ENV_DEFAULTS
 from gpu_runtime.device import cuda_available
 from gpu_trading_env.core.config import EnvConfig
 
@@ -52,8 +51,8 @@ def resolve_device(name: str) -> str:
 
 
 def parse_env_overrides(pairs: list[str] | None) -> dict[str, Any]:
-    """``["key=value", ...]`` into EnvConfig overrides over :data:`TRAIN_ENV_DEFAULTS` (values
-    parsed as Python literals)."""
+    """``["key=value", ...]`` into EnvConfig overrides of its defaults (values parsed as Python
+    literals)."""
     try:
         return train_config.parse_env_overrides(pairs)
     except ValueError as exc:

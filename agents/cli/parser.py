@@ -12,7 +12,6 @@ from typing import Any, NoReturn
 from agents.cli.options import DEBUG_HELP, PROG
 from agents.pipelines.train_config import (
     EPISODE_LENGTH,
-    TRAIN_ENV_DEFAULTS,
     TRAIN_FRACTION,
     WALKFORWARD_CPU_TIMESTEPS,
     add_training_options,
@@ -244,9 +243,9 @@ def _env_options(
         "--env",
         nargs="*",
         metavar="FIELD=VALUE",
-        help="EnvConfig overrides (docs/ENV_SPEC.md) (default: EnvConfig's, with "
-        + ", ".join(f"{k}={v}" for k, v in TRAIN_ENV_DEFAULTS.items())
-        + ")",
+        help="EnvConfig overrides of its defaults (docs/ENV_SPEC.md, 'Configuration': 3 "
+        "actions, short, flat and long at 1 bp; no triple barrier, diversity or risk penalty), "
+        "e.g. barriers=True",
     )
     _out_options(p, "report folder")
 

@@ -3,9 +3,10 @@
 Each field holds its default, its help text and, where the CPU and a GPU differ, both defaults
 (:class:`Setting`, the field's metadata). The options of ``train`` and ``walkforward`` and their
 help are generated from the fields (:func:`add_training_options`), and the zoo reads the same
-options through :func:`train_options_parser`. The commands' env defaults (:data:`TRAIN_ENV_DEFAULTS`,
-:data:`EPISODE_LENGTH`) and split (:data:`TRAIN_FRACTION`) are here too. Kept apart from the training code so that the
-command line can show these defaults in its help without importing torch.
+options through :func:`train_options_parser`. The commands' episode length
+(:data:`EPISODE_LENGTH`; their env is EnvConfig's defaults with the ``--env`` overrides) and split
+(:data:`TRAIN_FRACTION`) are here too. Kept apart from the training code so that the command line
+can show these defaults in its help without importing torch.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ __all__ = [
     "CPU_TORCH_THREADS",
     "EPISODE_LENGTH",
     "PORTFOLIO_BUFFER_SIZE",
-    "TRAIN_ENV_DEFAULTS",
     "TRAIN_FRACTION",
     "WALKFORWARD_CPU_TIMESTEPS",
     "Setting",
@@ -52,33 +52,6 @@ TRAIN_FRACTION = 0.8
 # --episode-length of the commands that build an env from their options (eval's default is the
 # model's own).
 EPISODE_LENGTH = 200
-
-# The commands' own env defaults: the reward is the portfolio's return after costs. EnvConfig
-# keeps the source design's shaping on, and each term pays for something other than the return:
-# - the diversity penalty fires on any two-sided strategy whose long/short mix is not exactly
-#   balanced, and on staying out;
-# - the risk penalty arrives one step after the trade that caused it;
-# - the triple barrier's reward scale halves the loss of a bar that hits the stop and adds half
-#   to one that hits the profit target, so every barrier hit pays about half its move: being in
-#   a volatile market pays whatever its direction, and the agent traded a driftless random walk;
-#   the barriers themselves close positions that the strategy meant to hold.
-# All three stay available through --env (e.g. --env barriers=True).
-# The actions are three exposure levels (short, flat, long) at the market order's cost. EnvConfig's 45 actions
-# hold each exposure nine times (three order types that differ only in cost, three sub-actions
-# that change nothing), and a Q-learner estimates each of the 45 from the transitions that took
-# it: a ninth of the data per estimate, and argmax over nine noisy copies. On the market zoo
-# that is the difference between finding an edge of a few basis points and trading noise.
-TRAIN_ENV_DEFAULTS = {
-    "diversity_penalty": 0.0,
-    "risk_penalty_scale": 0.0,
-    "barriers": False,
-    "order_cost_bps": (1.0,),
-    "sub_actions": 1,
-    # Short, flat, long: each exposure's value is learned from a third of the transitions
-    # instead of a fifth; the half exposures added nothing on the zoo's markets that the
-    # weak edges did not pay for (experiments/README.md, "Validation window and actions").
-    "exposure_levels": (-1.0, 0.0, 1.0),
-}
 
 
 class TrainConfigError(ValueError):
@@ -537,12 +510,12 @@ def train_options_parser() -> argparse.ArgumentParser:
 
 
 def parse_env_overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
-    """``["key=value", ...]`` into EnvConfig overrides over :data:`TRAIN_ENV_DEFAULTS` (values
-    parsed as Python literals).
+    """``["key=value", ...]`` into EnvConfig overrides of its defaults (values parsed as Python
+    literals).
 
     :raises ValueError: on a pair that is not ``FIELD=VALUE`` with FIELD one of EnvConfig's.
     """
-    out = dict(TRAIN_ENV_DEFAULTS)
+    out: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, raw = pair.partition("=")
         if not sep or key not in config_field_names():
@@ -558,8 +531,8 @@ def parse_env_overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 
 def train_env_config(episode_length: int, pairs: Sequence[str] | None) -> EnvConfig:
-    """The commands' EnvConfig: ``episode_length`` and the ``--env`` overrides over
-    :data:`TRAIN_ENV_DEFAULTS`.
+    """The commands' EnvConfig: EnvConfig's defaults (the recommended env), ``episode_length``
+    and the ``--env`` overrides.
 
     :raises ValueError: on a bad override or a value EnvConfig refuses.
     """

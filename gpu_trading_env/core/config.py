@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,35 @@ _AUTORESET_ALIASES = {
 }
 
 
+# The source design's env where it differs from EnvConfig's defaults (EnvConfig.source_design).
+# The defaults are the env `train` recommends: the reward is the portfolio's return after costs,
+# and each shaping term of the source design pays for something other than the return:
+# - the diversity penalty fires on any two-sided strategy whose long/short mix is not exactly
+#   balanced, and on staying out;
+# - the risk penalty arrives one step after the trade that caused it;
+# - the triple barrier's reward scale halves the loss of a bar that hits the stop and adds half
+#   to one that hits the profit target, so every barrier hit pays about half its move: being in
+#   a volatile market pays whatever its direction, and the agent traded a driftless random walk;
+#   the barriers themselves close positions that the strategy meant to hold.
+# The source design's 45 actions hold each exposure nine times (three order types that differ
+# only in cost, three sub-actions that change nothing), and a Q-learner estimates each of the 45
+# from the transitions that took it: a ninth of the data per estimate, and argmax over nine noisy
+# copies. On the market zoo that is the difference between finding an edge of a few basis points
+# and trading noise. Short, flat, long: each exposure's value is learned from a third of the
+# transitions instead of a fifth; the half exposures added nothing on the zoo's markets that the
+# weak edges did not pay for (experiments/README.md, "Validation window and actions").
+SOURCE_DESIGN: Mapping[str, Any] = MappingProxyType(
+    {
+        "exposure_levels": (-1.0, -0.5, 0.0, 0.5, 1.0),
+        "order_cost_bps": (1.0, 0.5, 1.5),
+        "sub_actions": 3,
+        "barriers": True,
+        "diversity_penalty": 0.1,
+        "risk_penalty_scale": 0.5,
+    }
+)
+
+
 def _fail(name: str, value: Any, allowed: str) -> None:
     raise ValueError(f"EnvConfig.{name} = {value!r} is invalid: allowed is {allowed}")
 
@@ -66,7 +96,11 @@ class EnvConfig:
     """Static parameters of the trading environment.
 
     Money is in the data's quote currency, positions in units of the instrument, rates in basis
-    points (1 bp = 1e-4) unless a field says otherwise. Defaults reproduce the source design.
+    points (1 bp = 1e-4) unless a field says otherwise. The defaults are the recommended env, the
+    one ``gpu-trading-env train`` trains in: ``Discrete(3)`` actions (short, flat, long) at one
+    order type of 1 bp, reward = the portfolio's return after costs (no triple barrier, no
+    diversity or risk penalty). :meth:`source_design` gives the source design's env: 45 actions
+    (5 exposures x 3 order types x 3 sub-actions), the triple barrier and both penalties on.
     """
 
     initial_capital: float = 100_000.0
@@ -74,12 +108,14 @@ class EnvConfig:
     max_position: float | None = None
     """Units held at exposure 1.0 with ``sizing="units"``; ``None``: per instrument,
     floor(initial_capital / that instrument's median close), at least 1."""
-    exposure_levels: tuple[float, ...] = (-1.0, -0.5, 0.0, 0.5, 1.0)
+    exposure_levels: tuple[float, ...] = (-1.0, 0.0, 1.0)
     """Target exposure of each action group, as a fraction of ``max_position`` (each in [-1, 1])."""
-    order_cost_bps: tuple[float, ...] = (1.0, 0.5, 1.5)
-    """Cost rate of each order type, bps of traded notional (market, limit, aggressive)."""
-    sub_actions: int = 3
-    """Size of the third action factor ``k``; it changes no trade (kept for the 45-action layout)."""
+    order_cost_bps: tuple[float, ...] = (1.0,)
+    """Cost rate of each order type, bps of traded notional (the source design's three: market,
+    limit, aggressive)."""
+    sub_actions: int = 1
+    """Size of the third action factor ``k``; it changes no trade (3 in the source design's
+    45-action layout)."""
     reserve_pct: float = 0.0
     """Cash reserve, percent of the pre-trade portfolio value, that buys may not spend ([0, 100))."""
     spread: float = 0.0
@@ -87,7 +123,7 @@ class EnvConfig:
     fill: str = "close"
     """``"close"``: trade at bar t's close; ``"next_open"``: trade at bar t+1's open."""
 
-    barriers: bool = True
+    barriers: bool = False
     """Enable the triple barrier (profit, stop, time)."""
     profit_target_bps: float = 100.0
     """Distance of the profit barrier from the entry price (bps, > 0)."""
@@ -102,7 +138,7 @@ class EnvConfig:
     """Length of the ring of recent action categories per env (1..4096)."""
     diversity_threshold_bits: float = 1.0
     """Penalty when the ring's Shannon entropy (bits) is below this ([0, log2(3)])."""
-    diversity_penalty: float = 0.1
+    diversity_penalty: float = 0.0
     """Size of the diversity penalty (>= 0); the reward component is its negative."""
     diversity_min_entries: int = 3
     """No penalty while the ring holds fewer entries than this (>= 1)."""
@@ -118,7 +154,7 @@ class EnvConfig:
 
     risk_threshold: float = 0.8
     """Risk penalty applies when |position feature| exceeds this (>= 0)."""
-    risk_penalty_scale: float = 0.5
+    risk_penalty_scale: float = 0.0
     """Risk penalty = scale * (|position feature| - threshold) (>= 0)."""
 
     episode_length: int = 500
@@ -220,6 +256,18 @@ class EnvConfig:
     def n_actions(self) -> int:
         """Size of the ``Discrete`` action space: levels x order types x sub-actions."""
         return len(self.exposure_levels) * len(self.order_cost_bps) * self.sub_actions
+
+    @classmethod
+    def source_design(cls, **changes: Any) -> EnvConfig:
+        """The source design's env (the defaults of earlier versions): ``Discrete(45)`` actions (5
+        exposures x 3 order types of 1, 0.5 and 1.5 bps x 3 sub-actions), the triple barrier,
+        the diversity penalty 0.1 and the risk penalty 0.5 on (:data:`SOURCE_DESIGN`), the other
+        fields at their defaults; ``changes`` of any field on top, validated as the constructor
+        validates.
+
+        :raises TypeError: on an unknown field name.
+        """
+        return cls().replace(**{**SOURCE_DESIGN, **changes})
 
     def replace(self, **changes: Any) -> EnvConfig:
         """A copy with ``changes`` applied (validated again); unknown names raise TypeError."""
