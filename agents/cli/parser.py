@@ -36,7 +36,7 @@ ADVANCED_OPTIONS = frozenset(
         "--cross-fit", "--curiosity", "--verbose", "--torch-threads", "--eval-every",
         "--checkpoint-every", "--align", "--no-branch-rewards", "--no-instrument-encoder",
         "--no-flat-unpredicted", "--no-branch-inputs", "--sort", "--duplicates", "--skip-empty",
-        "--thousands", "--decimal", "--sep", "--max-filled", "--buffer-size",
+        "--thousands", "--decimal", "--sep", "--max-filled",
     }
 )  # fmt: skip
 
