@@ -54,7 +54,7 @@ from agents.algorithm.hyperparameters import (
     replay_buffer_arguments,
 )
 from agents.algorithm.policies import DuelingDQNPolicy
-from agents.algorithm.saved_env import check_observation
+from agents.algorithm.saved_env import check_observation, portfolio_setup_of
 from agents.algorithm.sb3_integration import (
     find_portfolio_env,
     find_trading_env,
@@ -359,6 +359,10 @@ class GpuDQN(
         self._env_config: dict[str, Any] | None = None
         if _init_setup_model and self.trading_env is not None:
             self.env_config = self.trading_env.config
+        # Saved with the model: the portfolio env it acts on (GpuDQN.make_env rebuilds it).
+        self.portfolio_setup: dict[str, Any] | None = None
+        if _init_setup_model and self.portfolio_env is not None:
+            self.portfolio_setup = portfolio_setup_of(self.portfolio_env)
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
         # Saved with the model: the layout (a model loaded without env rebuilds its curiosity
