@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.cli.portfolio_report import PortfolioPage, portfolio_lead
+from agents.cli.report import PortfolioPage, portfolio_lead
 from agents.cli.report import single_lead
 from agents.cli.walkforward import walkforward_lead
 from agents.pipelines.deployment import OUTCOMES, describe_deployment, describe_unconfirmed
