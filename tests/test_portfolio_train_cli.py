@@ -355,3 +355,26 @@ def test_walkforward_portfolio_reports_each_folds_kept_policy(tmp_path, capsys) 
 def test_walkforward_portfolio_refuses_bad_options(three_files, extra, message, capsys) -> None:
     argv = ["walkforward", "--data", *three_files, *extra]
     assert message in _error(argv, capsys)
+
+
+def test_eval_takes_the_kind_from_the_model_file_without_its_run_folder(tmp_path, three_files):
+    """A model of three instruments saved by the library (no metrics.json beside it) is
+    evaluated on its three files by eval without --portfolio, in the env its file records."""
+    import gymnasium as gym
+
+    from agents import GpuDQN
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+    from gpu_trading_env.data.portfolio_data import PortfolioData
+
+    data = PortfolioData.from_files(three_files)
+    env = gym.make_vec(
+        "GpuPortfolio-v0", num_envs=2, data=data, config=PortfolioConfig(episode_length=30)
+    )
+    model = GpuDQN("DuelingPolicy", env, learning_starts=10, buffer_size=100, batch_size=8)
+    model.learn(30)
+    model.save(tmp_path / "m.zip")
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", str(tmp_path / "m.zip"), "--data", *three_files]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["kind"] == "portfolio" and metrics["instruments"] == ["A", "B", "C"]

@@ -102,14 +102,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Backtest a saved model on the evaluated bars, in the env :meth:`GpuDQN.env_setup` gives
     (the data with the model's input selection, the model's saved EnvConfig with the
     ``--env`` fields and ``--episode-length`` given on the command line); a file saved without
-    an EnvConfig is evaluated in the command line's env."""
+    an EnvConfig is evaluated in the command line's env. A model of several instruments is
+    evaluated on them (:func:`_eval_portfolio`), by its run's metrics.json or its own file."""
     if args.portfolio:
-        return _eval_portfolio(args)
+        return _eval_portfolio(args, saved_portfolio_setup(Path(args.model)))
     from agents.cli.options import parse_env_overrides
     from agents.pipelines.backtest_policies import greedy_policy, known_rule
 
-    data, part, per_year = evaluated_instrument(args)
     model = _load_model(args)
+    if model.portfolio_setup is not None:  # a model of several, its metrics.json not beside it
+        return _eval_portfolio(args, model.portfolio_setup, model)
+    data, part, per_year = evaluated_instrument(args)
     if model.env_config is not None:
         given = {pair.partition("=")[0] for pair in args.env or []}
         overrides = {k: v for k, v in parse_env_overrides(args.env).items() if k in given}
@@ -279,9 +282,10 @@ def saved_portfolio_setup(model: Path) -> dict[str, Any]:
         raise UsageError(f"--model {model}: {path} holds no valid run settings ({exc})") from None
 
 
-def _eval_portfolio(args: argparse.Namespace) -> int:
-    """eval of a model of several instruments: on the bars of ``--data`` (its instruments, in
-    its order) in its own env, the columns it does not see zeroed."""
+def _eval_portfolio(args: argparse.Namespace, setup: dict[str, Any], model: Any = None) -> int:
+    """eval of a model of several instruments (``setup``: its env, as ``GpuDQN.portfolio_setup``;
+    ``model``: loaded already, or None) on the bars of ``--data`` (its instruments, in its
+    order) in its own env, the columns it does not see zeroed."""
     from agents.algorithm.saved_env import portfolio_env_setup
     from agents.pipelines.portfolio_training import greedy_level_policy
 
@@ -295,14 +299,13 @@ def _eval_portfolio(args: argparse.Namespace) -> int:
                 f"{option} is invalid with eval --portfolio (a model of several instruments): it "
                 "is evaluated on every instrument it trained on, in its own env; leave it out"
             )
-    setup = saved_portfolio_setup(Path(args.model))
     names = f"--model {args.model} (trained on {', '.join(setup['instruments'])})"
     data = load_data(args)
     try:
         seen, env = portfolio_env_setup(portfolio_data_of(args, data, names), setup, {})
     except (TypeError, ValueError) as exc:
         raise UsageError(f"--model {args.model}: {exc}") from None
-    model = _load_model(args)
+    model = _load_model(args) if model is None else model
     nvec = getattr(model.action_space, "nvec", None)
     if nvec is None or tuple(nvec) != (env.n_levels,) * seen.n_instruments:
         raise UsageError(
