@@ -382,3 +382,32 @@ def test_load_make_env_of_files_and_predict_for_every_k(tmp_path, k) -> None:
     if k > 1:
         with pytest.raises(ValueError, match=r"this model trades \['A', 'B', 'C'\]"):
             model.make_env(files[:2])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s.update(instruments=["A", "B"]), r"has 2 instruments of 3 levels"),
+        (lambda s: s.update(kept=["Z:logret_1"]), r"kept columns \['Z:logret_1'\] of no"),
+        (lambda s: s["env"]["__dict__"].update(leverage=-1.0), r"PortfolioConfig\.leverage ="),
+        (lambda s: s["env"]["__dict__"].update(gamma=0.9), r"unexpected keyword argument"),
+    ],
+)
+def test_a_crafted_portfolio_setup_is_refused_on_load(tmp_path, change, message) -> None:
+    """Valid checksums, a forged portfolio env: one error naming the file and the attribute."""
+    from random_bars import write_daily_bar_csv
+
+    files = [
+        str(write_daily_bar_csv(tmp_path / f"{s}.csv", 420, seed=i))
+        for i in range(3)
+        for s in "ABC"[i]
+    ]
+    _train_and_save(files, tmp_path / "m.zip")
+
+    def edit(manifest: dict) -> None:
+        change(manifest["data"]["portfolio_setup"]["__dict__"])  # a dict is {"__dict__": ...}
+
+    path = rewrite(tmp_path / "m.zip", edit, out=tmp_path / "forged.zip")
+    with pytest.raises(ArchiveError, match=rf"forged\.zip.*'portfolio_setup'.*{message}") as err:
+        GpuDQN.load(path, device="cpu")
+    assert "\n" not in str(err.value)

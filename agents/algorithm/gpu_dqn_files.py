@@ -162,6 +162,9 @@ def _check_portfolio_setup(setup: Any, action_space: Any, where: str) -> None:
         names, kept = setup["instruments"], setup["kept"]
         if not all(isinstance(n, str) for n in [*names, *(kept or [])]):
             raise ValueError("instruments and kept columns must be names")
+        strays = [k for k in kept or [] if k.partition(":")[0] not in names]
+        if strays:
+            raise ValueError(f"kept columns {strays} of no instrument of {names}")
     except (KeyError, TypeError, ValueError) as exc:
         raise ArchiveError(
             f"{where}, attribute 'portfolio_setup' (the portfolio env): {exc}"
