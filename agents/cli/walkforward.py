@@ -1,4 +1,5 @@
-"""``gpu-trading-env walkforward``: rolling folds, seeds, and the stitched out-of-sample report."""
+"""``gpu-trading-env walkforward``: rolling folds, seeds, and the stitched out-of-sample report;
+on several instruments (:func:`_walkforward_portfolio`), train's run of several on each fold."""
 
 from __future__ import annotations
 
@@ -359,11 +360,8 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
 
 
 def _refuse_portfolio_options(args: argparse.Namespace) -> None:
-    for option, given in (
-        ("--instrument", args.instrument is not None),
-        ("--warm-start", args.warm_start),
-        ("--no-confirm", getattr(args, "no_confirm", False)),
-    ):
+    """Refuse the options of one instrument's walkforward and train (one line naming it)."""
+    for option, given in (("--warm-start", args.warm_start), ("--no-confirm", args.no_confirm)):
         if given:
             raise UsageError(
                 f"{option} is invalid with walkforward --portfolio (several instruments): every "
