@@ -792,6 +792,9 @@ class GpuDQN(
             # What the model learns on from here is the env its file describes.
             te = self.trading_env
             self.env_config = None if te is None else te.config
+            if self.portfolio_env is not None:  # the columns it sees are the pipeline's to say
+                kept = (self.portfolio_setup or {}).get("kept")
+                self.portfolio_setup = portfolio_setup_of(self.portfolio_env, kept)
         if log_interval is None:
             every = LogEveryPercent(total_timesteps)
             if callback is None:

@@ -86,7 +86,7 @@ def env_config(args: argparse.Namespace) -> EnvConfig:
 
 
 def portfolio_env(args: argparse.Namespace) -> Any:
-    """The PortfolioConfig of ``train --portfolio``: ``--episode-length`` and the ``--env``
+    """The PortfolioConfig of a run of several instruments: ``--episode-length`` and the ``--env``
     overrides of PortfolioConfig's fields."""
     from agents.pipelines.portfolio_train_config import portfolio_env_config
 
