@@ -378,3 +378,26 @@ def test_eval_takes_the_kind_from_the_model_file_without_its_run_folder(tmp_path
     assert cli.main([*argv, "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["kind"] == "portfolio" and metrics["instruments"] == ["A", "B", "C"]
+
+
+def test_one_long_format_file_of_several_symbols_takes_the_path_of_several(tmp_path, capsys):
+    """One file holding three symbols is three instruments: backtest takes the path of several
+    without --portfolio; --instrument picks one."""
+    import pandas as pd
+    from random_bars import random_ohlcv
+
+    n = WARMUP_BARS + 200
+    frames = []
+    for k, sym in enumerate("XYZ"):
+        f = random_ohlcv(n, seed=k, capitalised=True)
+        f.insert(0, "Symbol", sym)
+        f.insert(0, "Date", pd.bdate_range("2020-01-01", periods=n).strftime("%Y-%m-%d"))
+        frames.append(f)
+    path = tmp_path / "long.csv"
+    pd.concat(frames).to_csv(path, index=False)
+    assert cli.main(["backtest", "--data", str(path), "--out", str(tmp_path / "all")]) == 0
+    metrics = json.loads((tmp_path / "all" / "metrics.json").read_text())
+    assert metrics["kind"] == "portfolio" and metrics["instruments"] == ["X", "Y", "Z"]
+    argv = ["backtest", "--data", str(path), "--instrument", "Y", "--out", str(tmp_path / "y")]
+    assert cli.main(argv) == 0
+    assert json.loads((tmp_path / "y" / "metrics.json").read_text())["instrument"] == "Y"
