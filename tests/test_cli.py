@@ -361,7 +361,7 @@ def test_annualisation_follows_the_evaluated_instrument(in_tmp, capsys):
     _csv(in_tmp / "HOURLY.csv", n=WARMUP_BARS + 600, hourly=True, seed=1)
     argv = ["backtest", "--data", "DAILY.csv", "HOURLY.csv", "--train-fraction", "0"]
     assert cli.main(argv + ["--instrument", "HOURLY", "--out", "h"]) == 0
-    assert cli.main(argv + ["--out", "d"]) == 0
+    assert cli.main(argv + ["--instrument", "DAILY", "--out", "d"]) == 0
     hourly = json.loads((in_tmp / "h" / "metrics.json").read_text())
     daily = json.loads((in_tmp / "d" / "metrics.json").read_text())
     assert hourly["bars_per_year"] == pytest.approx(8766, rel=0.01)
@@ -393,18 +393,14 @@ TINY_TRAIN += ["--eval-every", "300", "--episode-length", "50", "--no-progress"]
 
 
 @pytest.mark.slow
-def test_train_says_which_instruments_trained_and_which_was_evaluated(in_tmp, capsys):
-    """Two instruments: by default both train and the first is evaluated, and the command
-    says so; --instrument trains and evaluates the one named."""
+def test_two_files_train_one_policy_over_both_and_instrument_picks_one(in_tmp, capsys):
+    """Two files are two instruments: train takes the path of several (one policy over both,
+    whose timestamps must agree or --align ffill put them on one grid); --instrument trains and
+    evaluates the one named."""
     _csv(in_tmp / "AAA.csv", n=WARMUP_BARS + 300)
     _csv(in_tmp / "BBB.csv", n=WARMUP_BARS + 300, hourly=True, seed=1)
     data = ["--data", "AAA.csv", "BBB.csv"]
-    assert cli.main(TINY_TRAIN + data + ["--out", "both"]) == 0
-    assert "training on 2 instruments (AAA, BBB); evaluating on AAA" in capsys.readouterr().out
-    m = json.loads((in_tmp / "both" / "metrics.json").read_text())
-    assert m["instruments"] == {"trained": ["AAA", "BBB"], "evaluated": "AAA"}
-    assert m["instrument"] == "AAA"
-    assert "Trained on AAA, BBB; evaluated on AAA" in (in_tmp / "both" / "index.html").read_text()
+    _fails(capsys, TINY_TRAIN + data, "instrument 'BBB' disagrees with instrument 'AAA'", "ffill")
     assert cli.main(TINY_TRAIN + data + ["--instrument", "BBB", "--out", "one"]) == 0
     m = json.loads((in_tmp / "one" / "metrics.json").read_text())
     assert m["instruments"] == {"trained": ["BBB"], "evaluated": "BBB"}

@@ -332,3 +332,79 @@ def test_load_make_env_predict_on_cuda(saved) -> None:
         default = gym.make_vec("GpuTrading-v0", num_envs=4, device="cuda")
         o, _ = default.reset(seed=0)
         model.predict(o.cpu().numpy())
+
+
+def _train_and_save(files: list[str], path: Path) -> None:
+    """A GpuDQN trained a few steps on the env of ``files`` (one: GpuTrading-v0; several:
+    GpuPortfolio-v0, one instrument each), saved to ``path``."""
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+    from gpu_trading_env.data.loaders import load_bars
+    from gpu_trading_env.data.portfolio_data import PortfolioData
+
+    if len(files) == 1:
+        env = gym.make_vec("GpuTrading-v0", num_envs=4, data=load_bars(files[0]), config=TRAINED)
+    else:
+        data = PortfolioData.from_files(files)
+        config = PortfolioConfig(episode_length=40, cost_bps=2.0)
+        env = gym.make_vec("GpuPortfolio-v0", num_envs=4, data=data, config=config)
+    model = GpuDQN("DuelingPolicy", env, learning_starts=20, buffer_size=200, batch_size=16, seed=0)
+    model.learn(60)
+    model.save(path)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_load_make_env_of_files_and_predict_for_every_k(tmp_path, k) -> None:
+    """``GpuDQN.load(path).make_env(files)`` then ``predict``, one call for any number of
+    instruments: the K = 3 model gets its GpuPortfolio-v0 env of its saved config, not a
+    GpuTrading-v0 env."""
+    from random_bars import write_daily_bar_csv
+
+    from gpu_trading_env.portfolio_env import PortfolioVectorEnv
+
+    files = [
+        str(write_daily_bar_csv(tmp_path / f"{s}.csv", 420, seed=i))
+        for i, s in enumerate("ABC"[:k])
+    ]
+    _train_and_save(files, tmp_path / "m.zip")
+    model = GpuDQN.load(tmp_path / "m.zip", device="cpu")
+    env = model.make_env(files, num_envs=2)
+    assert isinstance(env, PortfolioVectorEnv if k > 1 else TradingVectorEnv)
+    if k > 1:
+        assert model.portfolio_setup["instruments"] == ["A", "B", "C"]
+        assert env.config.episode_length == 40 and env.config.cost_bps == 2.0
+    obs, _ = env.reset(seed=0)
+    actions, _ = model.predict(obs, deterministic=True)
+    assert actions.shape == ((2, k) if k > 1 else (2,))
+    env.step(actions)
+    if k > 1:
+        with pytest.raises(ValueError, match=r"this model trades \['A', 'B', 'C'\]"):
+            model.make_env(files[:2])
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s.update(instruments=["A", "B"]), r"has 2 instruments of 3 levels"),
+        (lambda s: s.update(kept=["Z:logret_1"]), r"kept columns \['Z:logret_1'\] of no"),
+        (lambda s: s["env"]["__dict__"].update(leverage=-1.0), r"PortfolioConfig\.leverage ="),
+        (lambda s: s["env"]["__dict__"].update(gamma=0.9), r"unexpected keyword argument"),
+    ],
+)
+def test_a_crafted_portfolio_setup_is_refused_on_load(tmp_path, change, message) -> None:
+    """Valid checksums, a forged portfolio env: one error naming the file and the attribute."""
+    from random_bars import write_daily_bar_csv
+
+    files = [
+        str(write_daily_bar_csv(tmp_path / f"{s}.csv", 420, seed=i))
+        for i in range(3)
+        for s in "ABC"[i]
+    ]
+    _train_and_save(files, tmp_path / "m.zip")
+
+    def edit(manifest: dict) -> None:
+        change(manifest["data"]["portfolio_setup"]["__dict__"])  # a dict is {"__dict__": ...}
+
+    path = rewrite(tmp_path / "m.zip", edit, out=tmp_path / "forged.zip")
+    with pytest.raises(ArchiveError, match=rf"forged\.zip.*'portfolio_setup'.*{message}") as err:
+        GpuDQN.load(path, device="cpu")
+    assert "\n" not in str(err.value)

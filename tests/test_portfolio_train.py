@@ -291,6 +291,11 @@ def test_flat_unpredicted_holds_the_unpredicted_instruments_flat(tmp_path) -> No
         obs = rng.normal(size=(16, model.observation_space.shape[0])).astype(np.float32)
         actions, _ = model.predict(obs, deterministic=True)
         np.testing.assert_array_equal(actions[:, 0], np.full(16, FLAT))
+        # The saved model records the columns it sees: its env zeroes the others.
+        assert model.portfolio_setup["kept"] == result.inputs.kept_names() == ["N0:f1"]
+        env = model.make_env(leading, num_envs=2)
+        obs, _ = env.reset(seed=0)
+        assert env.data.features[:, 1].max() == 0.0 and env.data.features[:, 0, 1].any()
 
 
 def test_flat_unpredicted_defaults_on() -> None:

@@ -1,5 +1,6 @@
-"""``gpu-trading-env train --portfolio``: its files and report on a tiny budget, and each bad
-input refused as one line naming it (CPU)."""
+"""``train``, ``eval``, ``backtest`` and ``walkforward`` of several instruments, chosen by the
+number of ``--data`` files (eval: by the model's run) with or without ``--portfolio``: their
+files and reports on a tiny budget, and each bad input refused as one line naming it (CPU)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ def test_train_portfolio_writes_model_metrics_and_report(tmp_path, three_files, 
         "train",
         "--data",
         *three_files,
-        "--portfolio",
         "--all-inputs",
         "--out",
         str(out),
@@ -66,7 +66,7 @@ def test_the_learners_switches_reach_the_run_and_the_saved_model(tmp_path, three
     from agents.algorithm.policies import BranchingDuelingQNetwork, InstrumentEncoderQNetwork
 
     out = tmp_path / "run"
-    argv = ["train", "--data", *three_files, "--portfolio", "--all-inputs", "--out", str(out)]
+    argv = ["train", "--data", *three_files, "--all-inputs", "--out", str(out)]
     argv += [*TINY, "--no-branch-rewards", "--no-instrument-encoder", "--no-flat-unpredicted"]
     assert cli.main(argv) == 0
     config = json.loads((out / "metrics.json").read_text())["config"]
@@ -85,21 +85,16 @@ def _error(argv: list[str], capsys) -> str:
     return err
 
 
-def test_one_csv_is_refused(three_files, capsys) -> None:
-    err = _error(["train", "--data", three_files[0], "--portfolio", *TINY], capsys)
-    assert "--portfolio needs two or more instruments" in err and "(A)" in err
-
-
 def test_no_data_is_refused(capsys) -> None:
     err = _error(["train", "--portfolio", *TINY], capsys)
-    assert "--portfolio needs --data with two or more files" in err
+    assert "--portfolio needs two or more instruments, no --data" in err
 
 
 def test_misaligned_files_name_the_instrument_and_timestamp(tmp_path, capsys) -> None:
     n = WARMUP_BARS + 300
     a = write_daily_bar_csv(tmp_path / "A.csv", n)
     b = write_daily_bar_csv(tmp_path / "B.csv", n + 1, seed=1)
-    err = _error(["train", "--data", str(a), str(b), "--portfolio", *TINY], capsys)
+    err = _error(["train", "--data", str(a), str(b), *TINY], capsys)
     assert "instrument 'B' disagrees with instrument 'A' at timestamp" in err
     assert "align='ffill'" in err
 
@@ -109,7 +104,7 @@ def test_align_ffill_puts_misaligned_files_on_one_grid(tmp_path, capsys) -> None
     a = write_daily_bar_csv(tmp_path / "A.csv", n)
     b = write_daily_bar_csv(tmp_path / "B.csv", n + 1, seed=1)
     out = tmp_path / "run"
-    argv = ["train", "--data", str(a), str(b), "--portfolio", "--align", "ffill"]
+    argv = ["train", "--data", str(a), str(b), "--align", "ffill"]
     assert cli.main([*argv, "--out", str(out), *TINY]) == 0
     assert json.loads((out / "metrics.json").read_text())["splits"]["test"][1] == n + 1 - (
         WARMUP_BARS
@@ -133,18 +128,18 @@ def test_align_ffill_refuses_files_whose_dates_barely_overlap(tmp_path, capsys) 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--align", "ffill"], "--align ffill is invalid without --portfolio"),
+        (["--instrument", "A", "--align", "ffill"], "--align ffill is invalid with one instrument"),
         (["--max-filled", "0.5"], "--max-filled is invalid without --align ffill"),
-        (["--portfolio", "--cross-fit"], "--cross-fit is invalid with --portfolio"),
-        (["--portfolio", "--instrument", "A"], "--instrument is invalid with --portfolio"),
-        (["--portfolio", "--env", "cost_bps=-1"], "PortfolioConfig.cost_bps = -1.0 is invalid"),
-        (["--portfolio", "--env", "order_cost_bps=(1,)"], "--env 'order_cost_bps=(1,)' is invalid"),
+        (["--cross-fit"], "--cross-fit is invalid with several instruments (--portfolio)"),
+        (["--portfolio", "--instrument", "A"], "--instrument is invalid with several instruments"),
+        (["--env", "cost_bps=-1"], "PortfolioConfig.cost_bps = -1.0 is invalid"),
+        (["--env", "order_cost_bps=(1,)"], "--env 'order_cost_bps=(1,)' is invalid"),
         (["--portfolio", "--env", "cost_bps=(1, 2)"], "PortfolioConfig.cost_bps = (1.0, 2.0)"),
-        (["--portfolio", "--episode-length", "400"], "episode_length = 400 is invalid for the"),
-        (["--portfolio", "--gamma", "2"], "--gamma 2.0 is invalid: allowed is a number in (0, 1]"),
-        (["--no-branch-rewards"], "--no-branch-rewards is invalid without --portfolio"),
-        (["--no-instrument-encoder"], "--no-instrument-encoder is invalid without --portfolio"),
-        (["--no-flat-unpredicted"], "--no-flat-unpredicted is invalid without --portfolio"),
+        (["--episode-length", "400"], "episode_length = 400 is invalid for the"),
+        (["--gamma", "2"], "--gamma 2.0 is invalid: allowed is a number in (0, 1]"),
+        (["--instrument", "A", "--no-branch-rewards"], "--no-branch-rewards is invalid with one"),
+        (["--instrument", "B", "--no-instrument-encoder"], "--no-instrument-encoder is invalid"),
+        (["--instrument", "C", "--no-flat-unpredicted"], "--no-flat-unpredicted is invalid with"),
     ],
 )
 def test_bad_options_are_one_line_each(three_files, extra, message, capsys) -> None:
@@ -152,25 +147,46 @@ def test_bad_options_are_one_line_each(three_files, extra, message, capsys) -> N
     assert message in _error(argv, capsys)
 
 
+def test_portfolio_is_refused_where_it_contradicts_the_files(three_files, capsys) -> None:
+    """--portfolio with one instrument (one file, or --instrument) is one line naming it."""
+    err = _error(["train", "--data", three_files[0], "--portfolio", *TINY], capsys)
+    assert "--portfolio needs two or more instruments, --data " in err and "one (A)" in err
+    err = _error(["backtest", "--data", three_files[0], "--portfolio"], capsys)
+    assert "--portfolio needs two or more instruments" in err
+
+
 def test_eval_portfolio_repeats_the_runs_test_backtest(tmp_path, three_files, capsys) -> None:
     run = tmp_path / "run"
-    argv = ["train", "--data", *three_files, "--portfolio", "--all-inputs", "--out", str(run)]
+    argv = ["train", "--data", *three_files, "--all-inputs", "--out", str(run)]
     assert cli.main([*argv, *TINY]) == 0
     trained = json.loads((run / "metrics.json").read_text())
-    out = tmp_path / "eval"
-    base = ["eval", "--portfolio", "--model", str(run / "model.zip")]
-    argv = [*base, "--data", *three_files]
-    assert cli.main([*argv, "--out", str(out)]) == 0
-    assert "verdict: the saved model" in capsys.readouterr().out
-    evaluated = json.loads((out / "metrics.json").read_text())
-    # eval's default --train-fraction skips the bars train trained on: the same test window.
-    assert evaluated["window"] == trained["splits"]["test"]
-    assert evaluated["model_backtest"]["total_return"] == trained["test"]["kept"]["total_return"]
-    assert (out / "index.html").is_file() and (out / "positions.png").is_file()
+    # The model's own kind, without --portfolio (given, it is the same).
+    for i, base in enumerate((["eval"], ["eval", "--portfolio"])):
+        base = [*base, "--model", str(run / "model.zip")]
+        argv = [*base, "--data", *three_files]
+        assert cli.main([*argv, "--out", str(tmp_path / f"eval{i}")]) == 0
+        assert "verdict: the saved model" in capsys.readouterr().out
+        evaluated = json.loads((tmp_path / f"eval{i}" / "metrics.json").read_text())
+        # eval's default --train-fraction skips the bars train trained on: the same test window.
+        assert evaluated["window"] == trained["splits"]["test"]
+        kept = trained["test"]["kept"]["total_return"]
+        assert evaluated["model_backtest"]["total_return"] == kept
+    assert (tmp_path / "eval0" / "index.html").is_file()
     err = _error([*base, "--data", *three_files[::-1]], capsys)
-    assert "--data holds the instruments ['C', 'B', 'A'], the model was trained on" in err
+    assert (
+        "the data holds the instruments ['C', 'B', 'A']; this model trades ['A', 'B', 'C']" in err
+    )
+    err = _error(["eval", "--model", str(run), "--data", three_files[0]], capsys)
+    assert f"--model {run / 'model.zip'} (trained on A, B, C) needs two or more instruments" in err
     err = _error([*argv, "--env", "cost_bps=2"], capsys)
-    assert "--env is invalid with eval --portfolio" in err
+    assert "--env is invalid with eval --portfolio (a model of several instruments)" in err
+    # The model builds its own env from the files in one call, the kept columns applied.
+    from agents import GpuDQN
+
+    model = GpuDQN.load(run / "model.zip", device="cpu")
+    env = model.make_env(three_files, num_envs=2)
+    assert env.config.episode_length == 50
+    assert model.predict(env.reset(seed=0)[0], deterministic=True)[0].shape == (2, 3)
 
 
 def test_eval_portfolio_refuses_a_model_without_a_portfolio_run(tmp_path, three_files, capsys):
@@ -178,7 +194,7 @@ def test_eval_portfolio_refuses_a_model_without_a_portfolio_run(tmp_path, three_
     argv = ["eval", "--portfolio", "--model", str(tmp_path / "model.zip"), "--data", *three_files]
     assert "metrics.json, which is missing" in _error(argv, capsys)
     (tmp_path / "metrics.json").write_text(json.dumps({"kind": None}))
-    assert "is not a train --portfolio run's" in _error(argv, capsys)
+    assert "is not the run of a train of several instruments" in _error(argv, capsys)
     with open(tmp_path / "metrics.json", "r+b") as fh:  # a sparse file past the cap: not read
         fh.truncate(MAX_SIDE_FILE_BYTES + 1)
     assert f"has more than {MAX_SIDE_FILE_BYTES} bytes" in _error(argv, capsys)
@@ -201,7 +217,7 @@ def test_backtest_portfolio_holds_the_rule_in_every_instrument(tmp_path, three_f
     from gpu_trading_env.data.portfolio_data import PortfolioData
 
     out = tmp_path / "bt"
-    argv = ["backtest", "--data", *three_files, "--portfolio", "--out", str(out)]
+    argv = ["backtest", "--data", *three_files, "--out", str(out)]
     assert cli.main(argv) == 0
     assert "rule buy_and_hold" in capsys.readouterr().out
     metrics = json.loads((out / "metrics.json").read_text())
@@ -222,8 +238,8 @@ def test_backtest_portfolio_holds_the_rule_in_every_instrument(tmp_path, three_f
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--exposure", "0.5"], "--exposure 0.5 is invalid with --portfolio: allowed is one of"),
-        (["--rule", "planted"], "--rule planted is invalid with --portfolio"),
+        (["--exposure", "0.5"], "--exposure 0.5 is invalid with --portfolio (several instrum"),
+        (["--rule", "planted"], "--rule planted is invalid with --portfolio (several instrum"),
         (["--instrument", "A"], "--instrument is invalid with backtest --portfolio"),
     ],
 )
@@ -299,7 +315,7 @@ def test_walkforward_portfolio_reports_each_folds_kept_policy(tmp_path, capsys) 
     n = WARMUP_BARS + 600
     files = [str(write_daily_bar_csv(tmp_path / f"{s}.csv", n, seed=i)) for i, s in enumerate("AB")]
     out = tmp_path / "wf"
-    argv = ["walkforward", "--data", *files, "--portfolio", "--all-inputs", "--folds", "2"]
+    argv = ["walkforward", "--data", *files, "--all-inputs", "--folds", "2"]
     argv += ["--seeds", "0", "1", "--out", str(out), *TINY]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
@@ -337,5 +353,51 @@ def test_walkforward_portfolio_reports_each_folds_kept_policy(tmp_path, capsys) 
     ],
 )
 def test_walkforward_portfolio_refuses_bad_options(three_files, extra, message, capsys) -> None:
-    argv = ["walkforward", "--data", *three_files, "--portfolio", *extra]
+    argv = ["walkforward", "--data", *three_files, *extra]
     assert message in _error(argv, capsys)
+
+
+def test_eval_takes_the_kind_from_the_model_file_without_its_run_folder(tmp_path, three_files):
+    """A model of three instruments saved by the library (no metrics.json beside it) is
+    evaluated on its three files by eval without --portfolio, in the env its file records."""
+    import gymnasium as gym
+
+    from agents import GpuDQN
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+    from gpu_trading_env.data.portfolio_data import PortfolioData
+
+    data = PortfolioData.from_files(three_files)
+    env = gym.make_vec(
+        "GpuPortfolio-v0", num_envs=2, data=data, config=PortfolioConfig(episode_length=30)
+    )
+    model = GpuDQN("DuelingPolicy", env, learning_starts=10, buffer_size=100, batch_size=8)
+    model.learn(30)
+    model.save(tmp_path / "m.zip")
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", str(tmp_path / "m.zip"), "--data", *three_files]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["kind"] == "portfolio" and metrics["instruments"] == ["A", "B", "C"]
+
+
+def test_one_long_format_file_of_several_symbols_takes_the_path_of_several(tmp_path, capsys):
+    """One file holding three symbols is three instruments: backtest takes the path of several
+    without --portfolio; --instrument picks one."""
+    import pandas as pd
+    from random_bars import random_ohlcv
+
+    n = WARMUP_BARS + 200
+    frames = []
+    for k, sym in enumerate("XYZ"):
+        f = random_ohlcv(n, seed=k, capitalised=True)
+        f.insert(0, "Symbol", sym)
+        f.insert(0, "Date", pd.bdate_range("2020-01-01", periods=n).strftime("%Y-%m-%d"))
+        frames.append(f)
+    path = tmp_path / "long.csv"
+    pd.concat(frames).to_csv(path, index=False)
+    assert cli.main(["backtest", "--data", str(path), "--out", str(tmp_path / "all")]) == 0
+    metrics = json.loads((tmp_path / "all" / "metrics.json").read_text())
+    assert metrics["kind"] == "portfolio" and metrics["instruments"] == ["X", "Y", "Z"]
+    argv = ["backtest", "--data", str(path), "--instrument", "Y", "--out", str(tmp_path / "y")]
+    assert cli.main(argv) == 0
+    assert json.loads((tmp_path / "y" / "metrics.json").read_text())["instrument"] == "Y"

@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.cli.portfolio_report import PortfolioPage, portfolio_lead
-from agents.cli.report import single_lead
+from agents.cli.report import PortfolioPage, portfolio_lead, single_lead
 from agents.cli.walkforward import walkforward_lead
 from agents.pipelines.deployment import OUTCOMES, describe_deployment, describe_unconfirmed
 from gpu_trading_env.reports.report import LEAD_WORDS, lead_sentence, write_html

@@ -264,3 +264,30 @@ def test_report_files_keep_their_columns_and_values(tmp_path: Path) -> None:
     assert first["total_return"] == {"mean": -0.5, "std": 0.0, "min": -0.5, "max": -0.5}
     assert doc["ranked_by"].startswith("mean validation Sharpe of the kept models")
     assert (doc["data"], doc["failed"], doc["wall_seconds"]) == ("Data: DAILY.csv.", 1, 7.0)
+
+
+def test_sweep_of_several_files_trains_one_policy_over_them(tmp_path, capsys) -> None:
+    """Three --data files: each run is train's run of several instruments, and the sweep reads
+    its figures as those of one instrument's run (the kept policy's test return)."""
+    from random_bars import write_daily_bar_csv
+
+    from gpu_trading_env.data.features import WARMUP_BARS
+
+    files = [
+        str(write_daily_bar_csv(tmp_path / f"{s}.csv", WARMUP_BARS + 300, seed=i))
+        for i, s in enumerate("ABC")
+    ]
+    out = tmp_path / "sweep"
+    code = main(
+        ["sweep", "--seeds", "0", "--devices", "cpu", "--out", str(out), "--no-progress", "--",
+         "--timesteps", "1000", "--num-envs", "4", "--batch-size", "32", "--net-width", "8",
+         "--torch-threads", "1", "--all-inputs", "--data", *files, "--episode-length", "50"]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    (setting,) = json.loads((out / "sweep.json").read_text())["settings"]
+    assert setting["finished"] == 1
+    (m,) = [json.loads((Path(r["out"]) / "metrics.json").read_text()) for r in setting["runs"]]
+    assert m["kind"] == "portfolio" and m["instruments"] == ["A", "B", "C"]
+    assert setting["total_return"]["mean"] == pytest.approx(m["test"]["kept"]["total_return"])
+    assert "out of sample" in printed

@@ -54,7 +54,7 @@ from agents.algorithm.hyperparameters import (
     replay_buffer_arguments,
 )
 from agents.algorithm.policies import DuelingDQNPolicy
-from agents.algorithm.saved_env import check_observation
+from agents.algorithm.saved_env import check_observation, portfolio_setup_of
 from agents.algorithm.sb3_integration import (
     find_portfolio_env,
     find_trading_env,
@@ -363,6 +363,10 @@ class GpuDQN(
         if _init_setup_model and self.trading_env is not None:
             self.env_config = self.trading_env.config
             self.extra_features = list(self.trading_env.data.metadata.get("extra_features", []))
+        # Saved with the model: the portfolio env it acts on (GpuDQN.make_env rebuilds it).
+        self.portfolio_setup: dict[str, Any] | None = None
+        if _init_setup_model and self.portfolio_env is not None:
+            self.portfolio_setup = portfolio_setup_of(self.portfolio_env)
         self.curiosity_model: CuriosityModel | None = None
         self._curiosity: CuriosityTraining | None = None
         # Saved with the model: the layout (a model loaded without env rebuilds its curiosity
@@ -793,6 +797,9 @@ class GpuDQN(
             te = self.trading_env
             self.env_config = None if te is None else te.config
             self.extra_features = [] if te is None else te.data.metadata.get("extra_features", [])
+            if self.portfolio_env is not None:  # the columns it sees are the pipeline's to say
+                kept = (self.portfolio_setup or {}).get("kept")
+                self.portfolio_setup = portfolio_setup_of(self.portfolio_env, kept)
         if log_interval is None:
             every = LogEveryPercent(total_timesteps)
             if callback is None:

@@ -32,7 +32,7 @@ from agents.algorithm.hyperparameters import (
     check_flag,
 )
 from agents.algorithm.policies import DuelingDQNPolicy, resolve_dueling_arch
-from agents.algorithm.saved_env import EnvSetup, check_spaces, env_setup
+from agents.algorithm.saved_env import EnvSetup, check_spaces, env_setup, portfolio_env_setup
 from agents.files.model_files import WeightsOnlyFiles
 from agents.files.safe_archive import ArchiveError
 from agents.files.saved_inputs import InputSelection
@@ -153,6 +153,34 @@ def check_dqn_file_attributes(
             "column names"
         )
     _check_env_config(data.get("_env_config"), data["action_space"], where)
+    _check_portfolio_setup(data.get("portfolio_setup"), data["action_space"], where)
+
+
+def _check_portfolio_setup(setup: Any, action_space: Any, where: str) -> None:
+    """The saved ``portfolio_setup``: None, or a PortfolioConfig's fields, K instrument names
+    and the kept columns (None or names), of the model's K branches of n_levels actions."""
+    if setup is None:
+        return
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+
+    try:
+        config = PortfolioConfig(**setup["env"])
+        names, kept = setup["instruments"], setup["kept"]
+        if not all(isinstance(n, str) for n in [*names, *(kept or [])]):
+            raise ValueError("instruments and kept columns must be names")
+        strays = [k for k in kept or [] if k.partition(":")[0] not in names]
+        if strays:
+            raise ValueError(f"kept columns {strays} of no instrument of {names}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArchiveError(
+            f"{where}, attribute 'portfolio_setup' (the portfolio env): {exc}"
+        ) from None
+    nvec = tuple(int(n) for n in getattr(action_space, "nvec", ()))
+    if nvec != (config.n_levels,) * len(names):
+        raise ArchiveError(
+            f"{where}, attribute 'portfolio_setup' (the portfolio env) has {len(names)} "
+            f"instruments of {config.n_levels} levels; the model's action space is {action_space}"
+        )
 
 
 def _check_env_config(fields: Any, action_space: Any, where: str) -> None:
@@ -307,8 +335,9 @@ class GpuDQNFiles(WeightsOnlyFiles):
 
     def extra_saved_attributes(self) -> tuple[str, ...]:
         """``input_selection``: the inputs a pipeline chose for the network (a dict);
-        ``extra_features``: the data's own columns beside the built-in features (a list)."""
-        return ("input_selection", "extra_features")
+        ``extra_features``: the data's own columns beside the built-in features (a list);
+        ``portfolio_setup``: a portfolio model's env (``saved_env.portfolio_setup_of``)."""
+        return ("input_selection", "extra_features", "portfolio_setup")
 
     # ------------------------------------------------------------------ the env it acts on
     @property
@@ -367,7 +396,7 @@ class GpuDQNFiles(WeightsOnlyFiles):
 
     def make_env(
         self,
-        data: MarketData | str | os.PathLike[str],
+        data: Any,
         num_envs: int = 1,
         device: str = "cpu",
         config: EnvConfig | None = None,
@@ -383,9 +412,30 @@ class GpuDQNFiles(WeightsOnlyFiles):
         ``model = GpuDQN.load("run/model.zip"); env = model.make_env("bars.csv");
         obs, _ = env.reset(seed=0); actions, _ = model.predict(obs, deterministic=True)``
 
-        :param config: as in :meth:`env_setup`.
-        :raises ValueError: as :meth:`env_setup`.
+        A portfolio model (one trained on ``GpuPortfolio-v0``) gets a
+        :class:`~gpu_trading_env.portfolio_env.PortfolioVectorEnv` of its saved PortfolioConfig
+        over ``data``: its K instruments' files (a list, in the model's order), MarketData or
+        PortfolioData, the columns it does not see set to zero.
+
+        :param config: as in :meth:`env_setup` (a single-instrument model's).
+        :raises ValueError: as :meth:`env_setup`; for a portfolio model, one line naming its
+            instruments where ``data`` holds others.
         """
+        portfolio = getattr(self, "portfolio_setup", None)
+        if portfolio is not None:
+            from gpu_trading_env.portfolio_env import PortfolioVectorEnv
+
+            bars, cfg = portfolio_env_setup(data, portfolio, overrides)
+            env = PortfolioVectorEnv(num_envs, device=device, data=bars, config=cfg)
+            check_spaces(
+                env.single_observation_space,
+                env.single_action_space,
+                self.observation_space,
+                self.action_space,
+            )
+            return env  # type: ignore[return-value]
+        if isinstance(data, list | tuple) and len(data) == 1:
+            data = data[0]  # one instrument's file, given as the list of K = 1 files
         setup = self.env_setup(data, config, **overrides)
         return TradingVectorEnv(num_envs, device=device, data=setup.data, config=setup.config)
 

@@ -11,6 +11,7 @@ SB3's own shape errors do not say where the right env comes from. Both come from
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,8 @@ __all__ = [
     "check_observation",
     "check_spaces",
     "env_setup",
+    "portfolio_env_setup",
+    "portfolio_setup_of",
     "space_text",
 ]
 
@@ -196,3 +199,67 @@ def env_setup(
             )
         )
     return EnvSetup(data=bars, config=cfg)
+
+
+def portfolio_setup_of(env: Any, kept: list[str] | None = None) -> dict[str, Any]:
+    """What a model trained on a portfolio env saves to rebuild it (JSON form): the env's
+    ``PortfolioConfig`` fields (``env``), its K ``instruments`` in order and the
+    ``instrument:feature`` columns the model sees (``kept``; None: every column)."""
+    fields = dataclasses.asdict(env.config)
+    fields = {k: getattr(v, "name", v) for k, v in fields.items()}
+    fields = {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+    return {"env": fields, "instruments": list(env.data.instruments), "kept": kept}
+
+
+def _portfolio_data(data: Any) -> Any:
+    """PortfolioData of ``data``: PortfolioData, MarketData, one file or a list of files (one
+    instrument each)."""
+    from gpu_trading_env.data.portfolio_data import PortfolioData
+
+    if isinstance(data, PortfolioData):
+        return data
+    if isinstance(data, MarketData):
+        return PortfolioData.from_market_data(data)
+    paths = [data] if isinstance(data, str | os.PathLike) else list(data)
+    if not paths or not all(isinstance(p, str | os.PathLike) for p in paths):
+        raise TypeError(
+            f"data of type {type(data).__name__} is invalid: allowed is PortfolioData, "
+            "MarketData or the CSV/Parquet files of the model's instruments, one each"
+        )
+    return PortfolioData.from_files(paths)
+
+
+def portfolio_env_setup(
+    data: Any, setup: dict[str, Any], overrides: dict[str, Any]
+) -> tuple[Any, Any]:
+    """``(PortfolioData, PortfolioConfig)`` of the portfolio env a model acts on: ``data``
+    (see :func:`_portfolio_data`) with the columns the model does not see set to zero, in the
+    saved config with ``overrides`` of its fields.
+
+    :raises ValueError: one line naming the model's instruments where ``data`` holds others
+        (or another order), or a column it sees that the data has no feature of.
+    """
+    from gpu_trading_env.core.portfolio_config import PortfolioConfig
+
+    bars = _portfolio_data(data)
+    want = list(setup["instruments"])
+    if list(bars.instruments) != want:
+        raise ValueError(
+            f"the data holds the instruments {list(bars.instruments)}; this model trades {want}: "
+            f"pass {len(want)} files of bars, one per instrument, in that order"
+        )
+    kept = setup.get("kept")
+    if kept is not None:
+        mask = np.zeros(bars.features.shape[1:], dtype=bool)
+        for name in kept:
+            instrument, _, feature = name.partition(":")
+            if feature not in bars.feature_names:
+                raise ValueError(
+                    f"the model sees column {name!r}, which the data has no feature of: pass "
+                    "bars with the features it was trained on"
+                )
+            mask[want.index(instrument), bars.feature_names.index(feature)] = True
+        features = np.ascontiguousarray(np.where(mask[None], bars.features, 0), dtype=np.float32)
+        features.flags.writeable = False
+        bars = dataclasses.replace(bars, features=features)
+    return bars, PortfolioConfig(**{**setup["env"], **overrides})

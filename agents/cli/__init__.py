@@ -4,6 +4,7 @@ its common options and names the advanced ones, ``--help-all`` explains every on
 
     gpu-trading-env train --out runs/quickstart      # GpuDQN on the built-in data, then a report
     gpu-trading-env walkforward --data prices.csv    # rolling folds on your own bars
+    gpu-trading-env train --data A.csv B.csv C.csv   # one policy over three instruments
     gpu-trading-env sweep --grid gamma=0.5,0.9 --seeds 0 1 2   # settings x seeds, all GPUs
     gpu-trading-env zoo --small                       # seeded markets with known best rules
     gpu-trading-env eval --model runs/quickstart/model.zip --data prices.csv

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from agents.cli.options import PROG, UsageError
+from agents.cli.options import PROG, UsageError, portfolio_env
 
 # The options that say how to read --data files (dest names), refused without --data.
 FILE_OPTIONS = (
@@ -107,3 +107,39 @@ def split_data(data: Any, fraction: float, what: str) -> tuple[Any, Any]:
         return data.split(fraction)
     except ValueError as exc:
         raise UsageError(f"--train-fraction {fraction}: {exc}; {what}") from None
+
+
+def runs_portfolio(args: argparse.Namespace, data: Any) -> bool:
+    """Whether the command takes the K-instrument path (``GpuPortfolio-v0``): ``data`` holds
+    several instruments (files, or symbols of one long-format file) and no ``--instrument``
+    picks one. ``--portfolio`` is the same request, refused by :func:`portfolio_data_of` with
+    one instrument. Where the data alone says so, ``args.config`` becomes its PortfolioConfig."""
+    if not args.portfolio and args.instrument is None and data.n_instruments > 1:
+        args.portfolio = True
+        args.config = portfolio_env(args)
+    return bool(args.portfolio)
+
+
+def portfolio_data_of(args: argparse.Namespace, data: Any, model: str = "") -> Any:
+    """The PortfolioData of ``data`` (``--data``, loaded) on one grid, ``--align`` applied.
+
+    :param model: the instruments a model was trained on, for the message of too few.
+    :raises UsageError: without ``--data``, with fewer than two instruments, or where the
+        instruments' timestamps differ (the data layer's error, naming the instrument and the
+        first timestamp) and ``--align`` is not given.
+    """
+    from gpu_trading_env.data.portfolio_data import PortfolioData
+
+    if not args.data or data.n_instruments < 2:
+        held = "no --data (the built-in market is one instrument)"
+        if args.data:
+            held = f"--data {' '.join(args.data)} holds one ({data.instruments[0]})"
+        raise UsageError(
+            f"{model or '--portfolio'} needs two or more instruments, {held}: pass a file per "
+            "instrument, --data A.csv B.csv ..."
+        )
+    try:
+        mf = {} if getattr(args, "max_filled", None) is None else {"max_filled": args.max_filled}
+        return PortfolioData.from_market_data(data, align=args.align, **mf)
+    except ValueError as exc:
+        raise UsageError(f"--data: {exc}") from None

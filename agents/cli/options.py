@@ -85,7 +85,7 @@ def env_config(args: argparse.Namespace) -> EnvConfig:
 
 
 def portfolio_env(args: argparse.Namespace) -> Any:
-    """The PortfolioConfig of ``train --portfolio``: ``--episode-length`` and the ``--env``
+    """The PortfolioConfig of a run of several instruments: ``--episode-length`` and the ``--env``
     overrides of PortfolioConfig's fields."""
     from agents.pipelines.portfolio_train_config import portfolio_env_config
 
@@ -206,28 +206,57 @@ def validate(args: argparse.Namespace) -> None:
         args.model = resolve_model_path(args.model)
     if getattr(args, "device", None) is not None:
         args.device = resolve_device(args.device)
-    if getattr(args, "features", None) and getattr(args, "portfolio", False):
+    if hasattr(args, "episode_length"):
+        _check_portfolio_switches(args)
+        # A portfolio's env is a PortfolioConfig (zoo --portfolio builds its own).
+        args.config = portfolio_env(args) if args.portfolio else env_config(args)
+
+
+def _check_portfolio_switches(args: argparse.Namespace) -> None:
+    """Set ``args.portfolio``: the K-instrument path, by the number of instruments (several
+    ``--data`` files and no ``--instrument``; eval: the model's run), or ``--portfolio``.
+    Refuse the portfolio's own options on the one-instrument path."""
+    if args.command == "eval":
+        args.portfolio = args.portfolio or saved_kind(args.model) == "portfolio"
+    else:
+        several = len(args.data or []) > 1 and args.instrument is None
+        args.portfolio = args.portfolio or several
+    if args.portfolio:
+        if getattr(args, "features", None):
+            raise UsageError(
+                "--features is invalid with --portfolio or several instruments: the portfolio env reads the "
+                "built-in features only (train one instrument with --features, or leave it out)"
+            )
+        return
+    if getattr(args, "align", None) is not None:
         raise UsageError(
-            "--features is invalid with --portfolio: the portfolio env reads the built-in "
-            "features only (train one instrument with --features, or leave it out)"
+            "--align ffill is invalid with one instrument: it aligns the instruments of several "
+            "--data files (or --portfolio)"
         )
-    if getattr(args, "align", None) is not None and not args.portfolio:
-        raise UsageError("--align ffill is invalid without --portfolio: it aligns a portfolio")
     for flag in (
         "no_branch_rewards",
         "no_instrument_encoder",
         "no_flat_unpredicted",
         "no_branch_inputs",
     ):
-        if getattr(args, flag, False) and not args.portfolio:
-            option = "--" + flag.replace("_", "-")
+        if getattr(args, flag, False):
             raise UsageError(
-                f"{option} is invalid without --portfolio: it switches off a part of the "
-                "portfolio's branching learner"
+                f"--{flag.replace('_', '-')} is invalid with one instrument: it switches off a "
+                "part of the branching learner of several instruments"
             )
-    if hasattr(args, "episode_length"):
-        # train --portfolio's env is a PortfolioConfig (zoo --portfolio builds its own).
-        args.config = portfolio_env(args) if getattr(args, "portfolio", False) else env_config(args)
+
+
+def saved_kind(model: Path) -> str | None:
+    """The ``kind`` the run folder of ``model`` records in its ``metrics.json`` (``"portfolio"``
+    for a run of several instruments); None where there is no such file or it is unreadable
+    (the model's load says what is wrong)."""
+    from agents.files.side_files import ArchiveError, read_side_json
+
+    try:
+        metrics = read_side_json(Path(model).parent / "metrics.json")
+    except (OSError, ValueError, ArchiveError):  # the model's own load reports what is wrong
+        return None
+    return metrics.get("kind") if isinstance(metrics, dict) else None
 
 
 def resolve_model_path(given: str) -> Path:

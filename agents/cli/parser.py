@@ -295,29 +295,30 @@ def _add_train(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.Help
     t.add_argument(
         "--instrument",
         default=None,
-        help="train and evaluate on this instrument alone (default: train on every instrument "
-        "of the data, evaluate on the first)",
+        help="train and evaluate on this instrument alone (default: one policy over every "
+        "instrument of the data, on GpuPortfolio-v0 where there are several)",
     )
-    _portfolio_options(
-        t,
-        "train one policy over every instrument of --data (a file each) on GpuPortfolio-v0, "
-        "an exposure level per instrument; --env takes PortfolioConfig's fields "
-        "(docs/ENV_SPEC.md, 'Portfolio env') (default: one instrument per env)",
-        learner=True,
-    )
+    _portfolio_options(t, learner=True)
 
 
-def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = False) -> None:
-    """The ``portfolio`` group: ``--portfolio`` (``what`` it does) and ``--align``; with
-    ``learner``, the branching learner's switches (``PortfolioTrainConfig``'s ``branch_rewards``,
-    ``instrument_encoder``, ``flat_unpredicted`` and ``branch_inputs``, all on by default)."""
+def _portfolio_options(p: argparse.ArgumentParser, learner: bool = False) -> None:
+    """The ``portfolio`` group: ``--portfolio`` and ``--align``; with ``learner``, the branching
+    learner's switches (``PortfolioTrainConfig``'s ``branch_rewards``, ``instrument_encoder``,
+    ``flat_unpredicted`` and ``branch_inputs``, all on by default). The path of several
+    instruments is chosen by their number (eval: by the model's run), ``--portfolio`` or not."""
     g = p.add_argument_group("portfolio")
-    g.add_argument("--portfolio", action="store_true", help=what)
+    g.add_argument(
+        "--portfolio",
+        action="store_true",
+        help="insist on the path of several instruments (GpuPortfolio-v0; --env takes "
+        "PortfolioConfig's fields, docs/ENV_SPEC.md): refused with one instrument; several "
+        "--data files (eval: a model of several) take it without (default: by their number)",
+    )
     g.add_argument(
         "--align",
         choices=["ffill"],
         default=None,
-        help="with --portfolio: put the instruments on the union of their timestamps, a missing "
+        help="several instruments: put them on the union of their timestamps, a missing "
         "bar being the previous close with volume 0 (default: refuse instruments whose "
         "timestamps differ)",
     )
@@ -334,25 +335,25 @@ def _portfolio_options(p: argparse.ArgumentParser, what: str, learner: bool = Fa
     g.add_argument(
         "--no-branch-rewards",
         action="store_true",
-        help="with --portfolio: every branch's TD target from the whole portfolio's reward "
+        help="several instruments: every branch's TD target from the whole portfolio's reward "
         "(default: each branch's from its own instrument's share of it)",
     )
     g.add_argument(
         "--no-instrument-encoder",
         action="store_true",
-        help="with --portfolio: the branching dueling network alone (default: beside it one "
+        help="several instruments: the branching dueling network alone (default: beside it one "
         "encoder shared by the instruments, agents/algorithm/policies.py)",
     )
     g.add_argument(
         "--no-flat-unpredicted",
         action="store_true",
-        help="with --portfolio: the kept network trades every instrument (default: it holds "
+        help="several instruments: the kept network trades every instrument (default: it holds "
         "flat each instrument whose next return no kept input predicts)",
     )
     g.add_argument(
         "--no-branch-inputs",
         action="store_true",
-        help="with --portfolio: no head of a branch's own on the other instruments' columns "
+        help="several instruments: no head of a branch's own on the other instruments' columns "
         "that predict its instrument (default: each branch reads them directly, a follower "
         "its leader's)",
     )
@@ -405,14 +406,8 @@ def _add_walkforward(
         "test bars, in return and in Sharpe at the one-sided 20%% level; otherwise its "
         "baseline)",
     )
-    w.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
-    _portfolio_options(
-        w,
-        "train --portfolio on each fold of the instruments of --data (one file each), the "
-        "test windows stitched beside flat and equal-weight buy-and-hold (default: one "
-        "instrument)",
-        learner=True,
-    )
+    w.add_argument("--instrument", default=None, help="instrument to use (default: every one)")
+    _portfolio_options(w, learner=True)
 
 
 def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:
@@ -435,12 +430,7 @@ def _add_eval(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpF
         "for files from a source you trust (default: weights-only files)",
     )
     e.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
-    _portfolio_options(
-        e,
-        "backtest a model that train --portfolio saved on the instruments of --data (the "
-        "model's, in its order), in the env of its run's metrics.json (default: a "
-        "single-instrument model)",
-    )
+    _portfolio_options(e)
 
 
 def _add_backtest(
@@ -463,14 +453,10 @@ def _add_backtest(
         "--exposure",
         type=float,
         default=1.0,
-        help="exposure of the rule, in [-1, 1]; with --portfolio one of the env's exposure levels",
+        help="exposure of the rule, in [-1, 1]; on several instruments one of the env's levels",
     )
-    b.add_argument("--instrument", default=None, help="instrument to use (default: the first)")
-    _portfolio_options(
-        b,
-        "backtest --rule buy_and_hold in every instrument of --data (one file each) through the "
-        "portfolio env, beside flat and equal-weight buy-and-hold (default: one instrument)",
-    )
+    b.add_argument("--instrument", default=None, help="instrument to use (default: every one)")
+    _portfolio_options(b)
 
 
 def _add_sweep(sub: argparse._SubParsersAction[_Parser], fmt: type[argparse.HelpFormatter]) -> None:

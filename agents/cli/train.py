@@ -12,9 +12,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agents.cli.data import load_data, per_year_of, split_data
+from agents.cli.data import (
+    is_synthetic,
+    load_data,
+    per_year_of,
+    portfolio_data_of,
+    runs_portfolio,
+    split_data,
+)
 from agents.cli.options import PROG, UsageError, tensorboard_installed
-from agents.cli.report import single_report
+from agents.cli.report import describe_data, portfolio_report, single_report
 from agents.cli.run_folder import CHECKPOINTS, claim_out
 from agents.pipelines.train_config import CPU_TORCH_THREADS as CPU_TORCH_THREADS
 from agents.pipelines.train_config import WALKFORWARD_CPU_TIMESTEPS as WALKFORWARD_CPU_TIMESTEPS
@@ -177,28 +184,14 @@ def interrupted_note(out: Path, args: argparse.Namespace) -> str:
 def _split_for_training(
     args: argparse.Namespace, data: Any
 ) -> tuple[Any, Any, float, dict[str, Any]]:
-    """``(train_data, evaluated, per_year, instruments)``: the training bars of every
-    instrument used (``--instrument``'s alone where given), the first instrument's test bars
-    the report is of, their bars a year and the instruments by role; says so where several
-    instruments train."""
-    used = data if args.instrument is None else data.instrument(args.instrument)
-    train_data, test_data = split_data(
+    """``(train_data, evaluated, per_year, instruments)``: the training and test bars of the one
+    instrument (``--instrument``'s where given), their bars a year and the instrument by role."""
+    used = data.instrument(args.instrument or 0)
+    train_data, evaluated = split_data(
         used, args.train_fraction, "pass a fraction that leaves bars on both sides"
     )
-    # Training steps through every instrument of `used`; the report is of the first alone.
-    evaluated = test_data.instrument(0)
-    per_year = per_year_of(args, evaluated)
-    instruments = {
-        "trained": list(train_data.instruments),
-        "evaluated": evaluated.instruments[0],
-    }
-    if len(instruments["trained"]) > 1:
-        print(
-            f"training on {len(instruments['trained'])} instruments "
-            f"({', '.join(instruments['trained'])}); evaluating on {instruments['evaluated']} "
-            "(--instrument NAME trains and evaluates one)"
-        )
-    return train_data, evaluated, per_year, instruments
+    instruments = {"trained": list(train_data.instruments), "evaluated": used.instruments[0]}
+    return train_data, evaluated, per_year_of(args, evaluated), instruments
 
 
 def _check_checkpoint_options(args: argparse.Namespace, settings: TrainConfig) -> None:
@@ -314,13 +307,11 @@ def _vs_known_rule(run: TrainResult, rule: Any) -> dict[str, float | None]:
 def cmd_train(args: argparse.Namespace) -> int:
     """``train``: train on one split, keep the snapshot best on validation (or a baseline),
     save model.zip and write the out-of-sample report; exit 0."""
-    if args.portfolio:
-        from agents.cli.portfolio_train import cmd_train_portfolio
-
-        return cmd_train_portfolio(args)
     from agents.pipelines.backtest_policies import known_rule
 
     data = load_data(args)
+    if runs_portfolio(args, data):
+        return _train_portfolio(args, data)
     train_data, evaluated, per_year, instruments = _split_for_training(args, data)
     settings = train_settings(args, args.device, CPU_DEFAULTS["timesteps"])
     _check_checkpoint_options(args, settings)
@@ -355,4 +346,73 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(
             "TensorBoard logs not written: tensorboard is not installed (pip install tensorboard)"
         )
+    return 0
+
+
+# train's options that the run of several instruments has no use for, and their defaults: given
+# there they are refused rather than ignored.
+SINGLE_ENV_OPTIONS: dict[str, tuple[str, Any]] = {
+    "resume": ("--resume", None),
+    "checkpoint_every": ("--checkpoint-every", None),
+    "instrument": ("--instrument", None),
+    "cross_fit": ("--cross-fit", False),
+    "curiosity": ("--curiosity", False),
+}
+
+
+def check_portfolio_options(args: argparse.Namespace) -> None:
+    """Refuse train's single-env options on several instruments, one line naming the option."""
+    for dest, (option, default) in SINGLE_ENV_OPTIONS.items():
+        if getattr(args, dest, default) != default:
+            raise UsageError(
+                f"{option} is invalid with several instruments (--portfolio): it applies to "
+                "one instrument's train; leave it out"
+            )
+    if args.predictability_level != TrainConfig().predictability_level:
+        raise UsageError(
+            f"--predictability-level {args.predictability_level} is invalid with several "
+            "instruments (--portfolio): their validation test has no input selection; leave it out"
+        )
+
+
+def _train_portfolio(args: argparse.Namespace, data: Any) -> int:
+    """train on several instruments: one policy over them on ``GpuPortfolio-v0``
+    (:func:`~agents.pipelines.portfolio_training.train_portfolio`), model.zip, metrics.json
+    and the report; exit 0."""
+    from agents.pipelines.portfolio_training import (
+        PortfolioTrainConfig,
+        PortfolioTrainConfigError,
+        check_portfolio_run,
+        train_portfolio,
+    )
+
+    check_portfolio_options(args)
+    pdata = portfolio_data_of(args, data)
+    try:
+        config = PortfolioTrainConfig.from_options(args, env=args.config)
+        check_portfolio_run(pdata, config.resolved(args.device))
+    except (PortfolioTrainConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    out = claim_out(args, "train")
+    result = train_portfolio(
+        pdata,
+        config,
+        seed=args.seed,
+        device=args.device,
+        out=out,
+        progress=not args.no_progress,
+        per_year=args.bars_per_year,
+    )
+    notes = [
+        describe_data(data),
+        f"Instruments on one grid of {pdata.n_bars:,} bars"
+        + (" (forward-filled where one had no bar: --align ffill)" if args.align else "")
+        + f"; fit, validation and test bars: {result.splits.to_dict()}.",
+        "Costs are in every curve: "
+        f"{result.config.env.cost_bps} bps of each instrument's traded notional; buy and hold "
+        "pays them once, to buy.",
+        f"Sharpe ratios annualised with {result.test.per_year:,.1f} bars a year, zero risk-free "
+        "rate.",
+    ]
+    portfolio_report(out, result, notes, synthetic=is_synthetic(data))
     return 0

@@ -1,4 +1,5 @@
-"""``gpu-trading-env walkforward``: rolling folds, seeds, and the stitched out-of-sample report."""
+"""``gpu-trading-env walkforward``: rolling folds, seeds, and the stitched out-of-sample report;
+on several instruments (:func:`_walkforward_portfolio`), train's run of several on each fold."""
 
 from __future__ import annotations
 
@@ -9,11 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.cli.data import is_synthetic, load_data, per_year_of
+from agents.cli.data import is_synthetic, load_data, per_year_of, portfolio_data_of, runs_portfolio
 from agents.cli.options import UsageError
-from agents.cli.report import report_notes, results_table, summary_lines
+from agents.cli.report import (
+    PortfolioPage,
+    describe_data,
+    report_notes,
+    results_table,
+    summary_lines,
+    write_portfolio_page,
+)
 from agents.cli.run_folder import claim_out
-from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, train_settings
+from agents.cli.train import WALKFORWARD_CPU_TIMESTEPS, check_portfolio_options, train_settings
 from agents.pipelines.deployment import resolution_text
 from agents.pipelines.train_config import TrainConfig
 
@@ -305,14 +313,12 @@ def _print_summary(
 
 def cmd_walkforward(args: argparse.Namespace) -> int:
     """``walkforward``: train and test every fold and seed, write the stitched report; exit 0."""
-    if args.portfolio:
-        from agents.cli.portfolio_walkforward import cmd_walkforward_portfolio
-
-        return cmd_walkforward_portfolio(args)
     from agents.pipelines.walkforward import walk_forward
     from gpu_trading_env.reports.report import write_html, write_json
 
     data = load_data(args)
+    if runs_portfolio(args, data):
+        return _walkforward_portfolio(args, data)
     one = data.instrument(args.instrument or 0)
     per_year = per_year_of(args, one)
     test_bars = _test_bars(args, one)
@@ -347,4 +353,116 @@ def cmd_walkforward(args: argparse.Namespace) -> int:
     print(lead)
     _print_summary(res, one.instruments[0], args, rows, synthetic)
     print(f"report: {page}  (metrics: {out / 'metrics.json'})")
+    return 0
+
+
+# ------------------------------------------------------------------ several instruments
+
+
+def _refuse_portfolio_options(args: argparse.Namespace) -> None:
+    """Refuse the options of one instrument's walkforward and train (one line naming it)."""
+    for option, given in (("--warm-start", args.warm_start), ("--no-confirm", args.no_confirm)):
+        if given:
+            raise UsageError(
+                f"{option} is invalid with walkforward --portfolio (several instruments): every "
+                "instrument is traded, each fold trains from scratch and deploys what train "
+                "deploys; leave it out"
+            )
+    check_portfolio_options(args)
+
+
+def fold_lines(result: Any) -> list[str]:
+    """One line per fold and seed: the test window, the policy kept and why, its test return
+    beside equal-weight buy-and-hold's of the same bars."""
+    lines = []
+    for run in result.runs:
+        f = run.fold.to_dict(result.timestamps)
+        r = run.result
+        lines.append(
+            f"Fold {run.fold.index + 1} (test {f['test_dates'][0][:10]} to "
+            f"{f['test_dates'][1][:10]}), seed {run.seed}: {r.reason}; out of sample "
+            f"{100 * r.test.total_return:+.1f}% against flat's 0.0% and equal-weight "
+            f"buy-and-hold's {100 * r.test_buy_and_hold.total_return:+.1f}%."
+        )
+    return lines
+
+
+def _verdict(result: Any) -> str:
+    kept = sum(r.result.kept == "network" for r in result.runs)
+    returns = ", ".join(f"{100 * bt.total_return:+.1f}%" for bt in result.stitched.values())
+    which = (
+        f"no edge found: flat in all {len(result.runs)} (fold, seed) pairs"
+        if kept == 0
+        else f"a network kept in {kept} of {len(result.runs)} (fold, seed) pairs, flat in the others"
+    )
+    return (
+        f"{which}; stitched out of sample {returns} (seed by seed) against equal-weight "
+        f"buy-and-hold's {100 * result.buy_and_hold.total_return:+.1f}% and flat's 0.0%"
+    )
+
+
+def _walkforward_portfolio(args: argparse.Namespace, data: Any) -> int:
+    """walkforward on several instruments: train's run of several instruments on each fold
+    (every fold's windows checked first), each fold's kept policy and its reason, the test
+    windows stitched per seed beside flat and equal-weight buy-and-hold; exit 0."""
+    from agents.pipelines.portfolio_train_config import (
+        PortfolioTrainConfig,
+        PortfolioTrainConfigError,
+    )
+    from agents.pipelines.portfolio_walkforward import (
+        check_folds,
+        portfolio_folds,
+        walk_forward_portfolio,
+    )
+
+    _refuse_portfolio_options(args)
+    pdata = portfolio_data_of(args, data)
+    options = argparse.Namespace(**{**vars(args), "train_fraction": None})
+    try:
+        config = PortfolioTrainConfig.from_options(options, env=args.config)
+    except PortfolioTrainConfigError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        folds = portfolio_folds(
+            pdata.n_bars, args.folds, args.train_bars, args.test_bars, args.rolling
+        )
+        check_folds(pdata, config, folds)
+    except ValueError as exc:
+        raise UsageError(f"{exc} (--folds, --train-bars, --test-bars)") from None
+    out = claim_out(args, "walkforward")
+
+    def done(run: Any) -> None:
+        r = run.result
+        print(
+            f"fold {run.fold.index + 1}/{len(folds)} seed {run.seed}: {r.kept} kept, test "
+            f"{100 * r.test.total_return:+.1f}% ({r.seconds:.1f} s)",
+            flush=True,
+        )
+
+    result = walk_forward_portfolio(
+        pdata,
+        config,
+        folds,
+        args.seeds,
+        device=args.device,
+        per_year=args.bars_per_year,
+        on_run=done,
+    )
+    rows = [(f"seed {s} (stitched)", bt) for s, bt in result.stitched.items()]
+    rows += [("flat", result.flat), ("equal-weight buy and hold", result.buy_and_hold)]
+    first = args.seeds[0]
+    page = PortfolioPage(
+        title=f"Walk-forward portfolio of {pdata.n_instruments} instruments, out-of-sample",
+        heading=f"the {len(folds)} test windows stitched",
+        verdict=_verdict(result),
+        rows=rows,
+        weights=(result.stitched[int(first)], f"seed {first}, stitched"),
+        notes=[describe_data(data), *fold_lines(result)],
+        metrics=result.to_dict(),
+        capital=float(config.env.initial_capital),
+        synthetic=is_synthetic(data),
+        deployed=f"a network in {sum(r.result.kept == 'network' for r in result.runs)} of "
+        f"{len(result.runs)} (fold, seed) runs, else flat (seed {first})",
+    )
+    write_portfolio_page(out, page)
     return 0

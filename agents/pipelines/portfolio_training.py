@@ -592,6 +592,8 @@ def train_portfolio(
     seen = data if inputs is None else inputs.apply(data)
     env, (a, b, n) = config.env, (splits.fit_stop, splits.val_stop, splits.n_bars)
     model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device, inputs)
+    if inputs is not None:  # the saved model's env sees these columns alone (make_env)
+        model.portfolio_setup = {**model.portfolio_setup, "kept": inputs.kept_names()}
     if inputs is not None and inputs.n_kept == 0:
         set_flat_policy(model, flat_level(env))
         choice = _untrained_choice(data, config, splits, per_year, device)

@@ -160,8 +160,24 @@ def _run_one(run: SweepRun, common: Sequence[str], device: str) -> RunResult:
     metrics = None
     path = run.out / "metrics.json"
     if rc == 0 and path.is_file():
-        metrics = read_side_json(path)
+        metrics = run_figures(read_side_json(path))
     return RunResult(run, rc, device, wall, metrics)
+
+
+def run_figures(metrics: Any) -> Any:
+    """A train run's metrics.json, where the run was of several instruments (``"kind":
+    "portfolio"``) with the figures under the names of one instrument's run: the kept policy's
+    test and validation figures as ``strategy``, equal-weight buy-and-hold's as
+    ``buy_and_hold``; so the sweep reads every run alike."""
+    if not isinstance(metrics, dict) or metrics.get("kind") != "portfolio":
+        return metrics
+    test, val = metrics["test"], metrics["validation"]
+    return {
+        **metrics,
+        "strategy": test["kept"],
+        "buy_and_hold": test["buy_and_hold"],
+        "validation": {**val, "strategy": val["kept"]},
+    }
 
 
 def run_sweep(
