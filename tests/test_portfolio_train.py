@@ -340,7 +340,7 @@ def test_branch_columns_leave_an_instruments_own_columns_to_the_shared_encoder()
 
 
 def test_reason_names_the_validation_test_that_kept_flat() -> None:
-    from agents.pipelines.baseline_policies import GateVerdict
+    from agents.pipelines.deployment import GateVerdict
     from agents.pipelines.portfolio_training import _reason
 
     check = {"difference": 10.3, "low": 3.8, "high": 12.8, "level": 0.9, "candidates": 5}

@@ -21,18 +21,20 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.baseline_policies import (
+    baseline_action,
+    baseline_backtest,
+    set_baseline_policy,
+)
+from agents.pipelines.deployment import (
     GATE_LEVEL,
     BaselineChoice,
     GateVerdict,
     ValidationReturns,
-    baseline_action,
-    baseline_backtest,
     choose_baseline,
+    describe_deployment,
     features_predict_returns,
     network_beats_baseline,
-    set_baseline_policy,
 )
-from agents.pipelines.deployment import describe_deployment
 from agents.pipelines.input_selection import InputSelection, apply_inputs, select_inputs
 from agents.pipelines.model_builder import (
     auto_reward_scale,

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from agents.pipelines.baseline_policies import (
+from agents.pipelines.deployment import (
     GATE_LEVEL,
     GateVerdict,
     ValidationReturns,
+    interval_text,
     network_beats_baseline,
 )
-from agents.pipelines.deployment import interval_text
 from agents.pipelines.portfolio_backtest import (
     GreedyDevicePolicy,
     LevelPolicy,

@@ -11,13 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.pipelines.baseline_policies import (
-    GATE_LEVEL,
-    HOLD_PART_LEVEL,
-    PREDICTABLE_P_VALUE,
-    baseline_action,
-    baseline_backtest,
-)
+from agents.pipelines.baseline_policies import baseline_action, baseline_backtest
+from agents.pipelines.deployment import GATE_LEVEL, HOLD_PART_LEVEL, PREDICTABLE_P_VALUE
 from agents.pipelines.input_selection import InputSelection
 from agents.pipelines.snapshot_training import backtest_snapshots, train_with_snapshots
 from agents.pipelines.train_config import TrainSettings
