@@ -36,8 +36,8 @@ best policy that has nothing to fit:
    ``PREDICTABLE_P_VALUE`` (a one-sided level of an eighth: "predictable"). A validation Sharpe
    barely above zero allowing for the choice is not enough.
 5. **K instruments** (``train --portfolio``): step 1 on each instrument's own training bars
-   gives a baseline portfolio (flat, hold long or hold short per instrument, as levels the
-   portfolio env acts), and steps 2 and 3 judge the network against it: a network that beats
+   (its whole-window test at ``GATE_LEVEL``'s error over K) gives a baseline portfolio (flat,
+   hold long or hold short per instrument, as levels the portfolio env acts); steps 2 and 3 judge the network against it: a network that beats
    flat but not the holds of drifting instruments is not deployed.
 
 Costs are in every curve, so a network that trades an edge too small to pay for its turnover
@@ -78,9 +78,12 @@ __all__ = [
     "BaselineChoice",
     "Deployment",
     "GateVerdict",
+    "PortfolioBaseline",
     "ValidationReturns",
     "choose_baseline",
+    "choose_portfolio_baseline",
     "describe_deployment",
+    "describe_portfolio_deployment",
     "describe_unconfirmed",
     "drift_baseline",
     "features_predict_returns",
@@ -186,11 +189,12 @@ def choose_baseline(train: MarketData, config: EnvConfig, per_year: float) -> Ba
     return drift_baseline(baseline_backtest("hold long", train, config, per_year).returns, per_year)
 
 
-def drift_baseline(r: np.ndarray, per_year: float) -> BaselineChoice:
+def drift_baseline(r: np.ndarray, per_year: float, level: float = GATE_LEVEL) -> BaselineChoice:
     """Step 1's rule on ``r`` (float [T]), the per-bar returns of holding long over the training
-    bars: hold long where they beat flat over the whole window and in each of its ``HOLD_PARTS``
-    parts, hold short where they lose to it in all, flat otherwise."""
-    ci = sharpe_difference_interval(r, np.zeros_like(r), per_year, level=GATE_LEVEL)
+    bars: hold long where they beat flat over the whole window (the two-sided ``level``
+    interval) and in each of its ``HOLD_PARTS`` parts, hold short where they lose to it in all,
+    flat otherwise."""
+    ci = sharpe_difference_interval(r, np.zeros_like(r), per_year, level=level)
     parts: tuple[dict[str, float], ...] = ()
     if len(r) >= 4 * HOLD_PARTS:
         parts = tuple(
@@ -687,4 +691,151 @@ def describe_unconfirmed(
         f"{OUTCOMES['not_confirmed']}: {what} (the network passed the validation gate, but {why})",
         (*deployment.details, f"train's verdict on this fold: {deployment.headline}"),
         True,
+    )
+
+
+@dataclass(frozen=True)
+class PortfolioBaseline:
+    """Step 1 on each of K instruments' own training bars: the baseline portfolio (step 5).
+
+    :param instruments: the K names.
+    :param choices: each instrument's :class:`BaselineChoice`, in that order.
+    """
+
+    instruments: tuple[str, ...]
+    choices: tuple[BaselineChoice, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Each instrument's baseline: ``"flat"``, ``"hold long"`` or ``"hold short"``."""
+        return tuple(c.name for c in self.choices)
+
+    @property
+    def name(self) -> str:
+        """The portfolio's name: the instruments' one baseline where they share it, else
+        ``"baseline"`` (a mix of holds and flat)."""
+        names = set(self.names)
+        return names.pop() if len(names) == 1 else "baseline"
+
+    def zip(self) -> list[tuple[str, str]]:
+        """``[(instrument, its baseline), ...]``."""
+        return list(zip(self.instruments, self.names, strict=True))
+
+    def words(self) -> str:
+        """``"A hold long, B flat"``: each instrument's baseline."""
+        return ", ".join(f"{i} {n}" for i, n in zip(self.instruments, self.names, strict=True))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "instruments": {
+                i: c.to_dict() for i, c in zip(self.instruments, self.choices, strict=True)
+            },
+        }
+
+
+def choose_portfolio_baseline(
+    hold: np.ndarray, per_year: float, instruments: Sequence[str]
+) -> PortfolioBaseline:
+    """Step 1 per instrument (:func:`drift_baseline`): ``hold`` float [T, K] holds each
+    instrument's per-bar returns of holding it long over the training bars (costs in). The
+    whole window's test is at ``GATE_LEVEL``'s error shared among the K instruments
+    (Bonferroni): K drifts are tested, and with K = 8 random walks one of them would pass the
+    single test about one time in three."""
+    hold = np.asarray(hold, dtype=np.float64)
+    if hold.ndim != 2 or hold.shape[1] != len(instruments):
+        raise ValueError(
+            f"hold of shape {hold.shape} is invalid: allowed is [T, {len(instruments)}] (one "
+            "column of returns per instrument)"
+        )
+    level = 1.0 - (1.0 - GATE_LEVEL) / hold.shape[1]
+    choices = tuple(drift_baseline(hold[:, k], per_year, level) for k in range(hold.shape[1]))
+    return PortfolioBaseline(tuple(instruments), choices)
+
+
+def describe_portfolio_deployment(
+    kept: str,
+    baseline: PortfolioBaseline,
+    gate: GateVerdict | None,
+    *,
+    fallback: bool = True,
+    validation_sharpe: float = float("nan"),
+    deflated: dict[str, Any] | None = None,
+    resolution: dict[str, Any] | None = None,
+    overfitting: dict[str, Any] | None = None,
+) -> Deployment:
+    """Word the outcome of one ``train --portfolio`` run (step 5): the headline is the run's
+    one-line reason, beginning with what was kept; the details name each instrument's baseline
+    and why, then the deflated Sharpe, the gate's resolution and the PBO as ``train``'s do.
+
+    :param kept: ``"network"`` or ``baseline.name``.
+    :param gate: the validation test of the best snapshot against the baseline portfolio; None
+        where no network was trained (no input kept).
+    :param validation_sharpe: the best snapshot's validation Sharpe.
+    """
+    details = [
+        f"{i}: {_baseline_sentence(c.to_dict())}"
+        for i, c in zip(baseline.instruments, baseline.choices, strict=True)
+    ]
+    name = baseline.name
+    if deflated is not None:
+        details.append(
+            f"Deflated Sharpe ratio of the network's validation returns: {deflated['dsr']:.2f} "
+            f"(the probability that its true Sharpe is above the best of {deflated['n_trials']} "
+            "trials with no edge; trials: input columns tested x snapshots)."
+        )
+    details += [] if resolution is None else [resolution_text(resolution, kept, name)]
+    details += [] if overfitting is None else [overfitting_text(overfitting)]
+    side = "flat" if name == "flat" else f"the baseline ({baseline.words()})"
+    if gate is None:
+        headline = (
+            f"{kept} kept: no (instrument, feature) column predicts an instrument's next return on "
+            "the training bars, so no network was trained (--all-inputs trains one on every "
+            f"feature); baseline per instrument: {baseline.words()}"
+        )
+        outcome = "no_input" if name == "flat" else "drift_no_input"
+        return Deployment(kept, outcome, headline, tuple(details), False)
+    headline = _portfolio_reason(kept, name, side, gate, fallback, validation_sharpe)
+    if kept == "network":
+        outcome = "network" if fallback else "no_fallback"
+    else:
+        outcome = "not_held" if name == "flat" else "drift_not_held"
+    return Deployment(kept, outcome, headline, tuple(details), True)
+
+
+def _portfolio_reason(
+    kept: str, name: str, side: str, gate: GateVerdict, fallback: bool, sharpe: float
+) -> str:
+    """The portfolio's one line: what was kept, and which condition of the gate decided."""
+    check = gate.validation_vs_flat
+    halves = ", ".join(f"{h:+.2f}" for h in gate.halves) or "too few bars"
+    evidence = (
+        f"validation Sharpe {sharpe:.2f}, reality-check {GATE_LEVEL:.0%} interval "
+        f"[{check['low']:.2f}, {check['high']:.2f}] over {check['candidates']} snapshots"
+    )
+    if name != "flat":
+        evidence += f", minus {side}'s {interval_text(gate.validation)}"
+    evidence += f", halves {halves}"
+    if kept == "network" and not fallback:
+        return f"network kept without the test against {side} (--no-fallback): {evidence}"
+    if kept == "network":
+        return f"network kept: it beats {side} on the validation bars ({evidence})"
+    if gate.beat_flat_by is None:
+        return (
+            f"{kept} kept: the best snapshot does not beat flat on the validation bars ({evidence})"
+        )
+    if name != "flat" and not gate.validation["low"] > 0.0:
+        return (
+            f"{kept} kept: the best snapshot beats flat but not {side} on the validation bars "
+            f"({evidence})"
+        )
+    if not gate.held_in_halves:
+        return (
+            f"{kept} kept: the best snapshot beats {name if name == 'flat' else side} but not in "
+            f"each half of the validation bars ({evidence})"
+        )
+    last = interval_text(gate.third_tests[-1]) if gate.third_tests else "too few bars"
+    return (
+        f"{kept} kept: the best snapshot beats {name if name == 'flat' else side} but not in the "
+        f"last third of the validation bars ({last}; {evidence})"
     )
