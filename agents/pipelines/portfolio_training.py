@@ -671,6 +671,32 @@ def _evidence(
     }
 
 
+def _train_and_judge(
+    model: Any,
+    data: PortfolioData,
+    seen: PortfolioData,
+    config: PortfolioTrainConfig,
+    splits: PortfolioSplits,
+    per_year: float | None,
+    device: str,
+    baseline: PortfolioBaseline,
+    inputs: PortfolioInputs | None,
+    progress: bool,
+) -> tuple[_Choice, Any, float]:
+    """Train ``model`` and judge its snapshots (:func:`_judge`), or, where the input selection
+    kept nothing, make it act the baseline untrained: ``(choice, snapshot callback or None,
+    training seconds)``."""
+    if inputs is not None and inputs.n_kept == 0:
+        set_flat_policy(model, baseline_levels(baseline, config))
+        return _untrained_choice(data, config, splits, per_year, device, baseline), None, 0.0
+    cb, train_seconds = _learn(model, config, progress)
+    held_flat = None
+    if config.flat_unpredicted and inputs is not None:
+        held_flat = ~inputs.predicted
+    choice = _judge(model, cb, seen, config, splits, per_year, device, baseline, inputs, held_flat)
+    return choice, cb, train_seconds
+
+
 def train_portfolio(
     data: PortfolioData,
     config: PortfolioTrainConfig,
@@ -707,18 +733,9 @@ def train_portfolio(
     env, (a, b, n) = config.env, (splits.fit_stop, splits.val_stop, splits.n_bars)
     model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device, inputs)
     baseline = training_baseline(data, config, splits.val_stop, per_year)
-    if inputs is not None and inputs.n_kept == 0:
-        set_flat_policy(model, baseline_levels(baseline, config))
-        choice = _untrained_choice(data, config, splits, per_year, device, baseline)
-        cb, train_seconds = None, 0.0
-    else:
-        cb, train_seconds = _learn(model, config, progress)
-        held_flat = None
-        if config.flat_unpredicted and inputs is not None:
-            held_flat = ~inputs.predicted
-        choice = _judge(
-            model, cb, seen, config, splits, per_year, device, baseline, inputs, held_flat
-        )
+    choice, cb, train_seconds = _train_and_judge(
+        model, data, seen, config, splits, per_year, device, baseline, inputs, progress
+    )
     model.env.close()
     keep_network = choice.deployment.kept == "network"
     result = PortfolioTrainResult(
