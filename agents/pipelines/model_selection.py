@@ -6,7 +6,7 @@ window is held out as a validation window; every ``eval_every`` env steps the we
 as a snapshot (:mod:`agents.pipelines.snapshot_training`), and after training every snapshot's
 greedy policy is backtested on it (costs in, all snapshots side by side); the weights with the
 best validation Sharpe are kept (:mod:`agents.pipelines.snapshot_selection`), and the fallback
-of :mod:`agents.pipelines.baseline_policies` decides whether the network or a baseline is
+of :mod:`agents.pipelines.deployment` decides whether the network or a baseline is
 deployed. The out-of-sample window is evaluated for the same snapshots, for the learning curve
 only. The model is built in :mod:`agents.pipelines.model_builder`, a resumed run checked by
 :mod:`agents.pipelines.run_identity`.
@@ -95,7 +95,7 @@ def train_selected(
     :returns: the run (:class:`~agents.pipelines.train_result.TrainResult`); its ``model`` holds
         the kept policy: the snapshot best on validation, or, with ``settings.fallback``, the
         parameter-free baseline where that snapshot does not beat it on validation (``kept``
-        names which; ``gate`` holds the evidence, see :mod:`agents.pipelines.baseline_policies`).
+        names which; ``gate`` holds the evidence, see :mod:`agents.pipelines.deployment`).
     """
     from agents.rollouts.fused import start_compiling_kernels
 
