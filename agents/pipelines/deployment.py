@@ -782,7 +782,7 @@ def describe_portfolio_deployment(
         details.append(
             f"Deflated Sharpe ratio of the network's validation returns: {deflated['dsr']:.2f} "
             f"(the probability that its true Sharpe is above the best of {deflated['n_trials']} "
-            "trials with no edge; trials: input columns tested x snapshots)."
+            "trials with no edge; trials: (column, instrument) input tests x snapshots)."
         )
     details += [] if resolution is None else [resolution_text(resolution, kept, name)]
     details += [] if overfitting is None else [overfitting_text(overfitting)]

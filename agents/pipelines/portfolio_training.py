@@ -654,11 +654,13 @@ def _evidence(
     baseline: PortfolioBaseline,
     inputs: PortfolioInputs | None,
 ) -> dict[str, Any]:
-    """``train``'s figures on the choice: the deflated Sharpe ratio (trials: the input columns
-    tested times the snapshots), the smallest edge the gate detects, and the probability of
-    backtest overfitting among the snapshots and the baselines."""
+    """``train``'s figures on the choice: the deflated Sharpe ratio (trials: the input
+    selection's tests times the snapshots), the smallest edge the gate detects, and the
+    probability of backtest overfitting among the snapshots and the baselines."""
     returns = [r.returns for r in runs]
-    tested = 1 if inputs is None else int(inputs.kept.size)
+    # As train counts each feature tested against its instrument's return, each (column,
+    # instrument) test of the selection is a trial.
+    tested = 1 if inputs is None else int(inputs.z.size)
     deflated = deflated_sharpe(runs[chosen], runs, None, runs[chosen].per_year, tested)
     edge = gate_resolution(len(returns[chosen]), runs[chosen].per_year, baseline.name, returns)
     bases = [np.zeros_like(val_base.returns)]
