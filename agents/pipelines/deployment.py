@@ -814,7 +814,7 @@ def _portfolio_reason(
         f"[{check['low']:.2f}, {check['high']:.2f}] over {check['candidates']} snapshots"
     )
     if name != "flat":
-        evidence += f", minus {side}'s {interval_text(gate.validation)}"
+        evidence += f", minus the baseline's {interval_text(gate.validation)}"
     evidence += f", halves {halves}"
     if kept == "network" and not fallback:
         return f"network kept without the test against {side} (--no-fallback): {evidence}"
