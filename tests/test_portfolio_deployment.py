@@ -148,3 +148,13 @@ def test_baseline_kept_without_a_network_is_worded_per_instrument() -> None:
     assert words.outcome == "no_input" and not words.trained
     assert words.headline.startswith("flat kept: no (instrument, feature) column predicts")
     assert "no network was trained" in words.headline
+
+
+def test_both_pipelines_keep_what_the_gate_and_the_fallback_say() -> None:
+    from agents.pipelines.deployment import GateVerdict, kept_policy
+
+    ci = {"difference": 0.5, "low": -0.1, "high": 1.1, "level": 0.9, "candidates": 3}
+    failed = GateVerdict(False, "hold long", ci, ci)
+    assert kept_policy(failed) == "hold long"
+    assert kept_policy(failed, fallback=False) == "network"
+    assert kept_policy(GateVerdict(True, "baseline", ci, ci)) == "network"

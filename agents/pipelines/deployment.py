@@ -88,6 +88,7 @@ __all__ = [
     "drift_baseline",
     "features_predict_returns",
     "interval_text",
+    "kept_policy",
     "network_beats_baseline",
     "overfitting_text",
     "resolution_text",
@@ -285,6 +286,13 @@ def network_beats_baseline(
         half_tests,
         third_tests,
     )
+
+
+def kept_policy(verdict: GateVerdict, fallback: bool = True) -> str:
+    """What is deployed after the gate: ``"network"`` where ``verdict`` keeps it or the
+    fallback is off (``--no-fallback``), else the baseline it was judged against
+    (``verdict.baseline``). ``train`` and ``train --portfolio`` both decide here."""
+    return "network" if verdict.keep_network or not fallback else verdict.baseline
 
 
 def _parts_difference(

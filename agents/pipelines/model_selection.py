@@ -33,6 +33,7 @@ from agents.pipelines.deployment import (
     choose_baseline,
     describe_deployment,
     features_predict_returns,
+    kept_policy,
     network_beats_baseline,
 )
 from agents.pipelines.input_selection import InputSelection, apply_inputs, select_inputs
@@ -256,11 +257,11 @@ def _deployed(
     inputs = None if selection is None else selection.to_dict()
     model.input_selection = inputs
     deployed, deployed_val = runs.test_runs[best], runs.val_runs[best]
-    if settings.fallback and not verdict.keep_network:
-        set_baseline_policy(model, choice.name, config)
+    kept = kept_policy(verdict, settings.fallback)
+    if kept != "network":
+        set_baseline_policy(model, kept, config)
         deployed = runs.base_test
         deployed_val = runs.base_val
-    kept = "network" if deployed is runs.test_runs[best] else choice.name
     gate = {**verdict.to_dict(), "hold_vs_flat_on_training_window": choice.hold_vs_flat}
     vs_bh = vs_buy_and_hold(runs.val_runs[best], runs.per_year)
     deflated = deflated_sharpe(runs.val_runs[best], runs.val_runs, selection, runs.per_year)

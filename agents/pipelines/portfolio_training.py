@@ -30,6 +30,7 @@ from agents.pipelines.deployment import (
     ValidationReturns,
     choose_portfolio_baseline,
     describe_portfolio_deployment,
+    kept_policy,
     network_beats_baseline,
 )
 from agents.pipelines.portfolio_backtest import (
@@ -613,7 +614,7 @@ def _judge(
         runs[chosen].per_year,
         candidates=candidates,
     )
-    kept = "network" if gate.keep_network or not config.fallback else baseline.name
+    kept = kept_policy(gate, config.fallback)
     model.policy.load_state_dict(cb.snapshots[chosen][2])
     if held_flat is not None and held_flat.any():
         for q in (model.q_net, model.q_net_target):
