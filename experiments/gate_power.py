@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from agents.pipelines.baseline_policies import GATE_LEVEL
+from agents.pipelines.deployment import GATE_LEVEL
 from agents.pipelines.zoo import MARKETS_BY_NAME, ZooBudget, market_data, train_args
 from gpu_trading_env.data.synthetic import planted_rule_exposure
 from gpu_trading_env.reports.backtest import backtest, exposure_policy

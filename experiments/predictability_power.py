@@ -1,6 +1,6 @@
 """How often does the fallback's predictability test reject, with and without an edge?
 
-Step 3 of the fallback (``agents/pipelines/baseline_policies.py``) lowers the validation bar a
+Step 3 of the fallback (``agents/pipelines/deployment.py``) lowers the validation bar a
 network must clear where the training bars' features predict the next return: the robust Wald
 test of the regression slopes (``features_predict_returns``) rejects at ``PREDICTABILITY_LEVEL``.
 This script draws markets of the zoo's size (20,000 bars, the first 80% tested, as ``train``
@@ -33,7 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from agents.pipelines.baseline_policies import PREDICTABILITY_LEVEL, features_predict_returns
+from agents.pipelines.deployment import PREDICTABILITY_LEVEL, features_predict_returns
 from agents.pipelines.input_selection import SELECTION_LEVEL, select_inputs
 from gpu_trading_env.data.market_data import MarketData
 

@@ -8,18 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agents.pipelines.baseline_policies import (
-    HOLD_PARTS,
-    PREDICTABLE_P_VALUE,
-    baseline_backtest,
-    choose_baseline,
-    network_beats_baseline,
-)
+from agents.pipelines.baseline_policies import baseline_backtest
 from agents.pipelines.deployment import (
+    HOLD_PARTS,
     OUTCOMES,
+    PREDICTABLE_P_VALUE,
+    choose_baseline,
     describe_deployment,
     describe_unconfirmed,
     interval_text,
+    network_beats_baseline,
 )
 from gpu_trading_env.core.config import EnvConfig
 from gpu_trading_env.data.market_data import MarketData

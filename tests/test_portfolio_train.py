@@ -345,8 +345,21 @@ def test_branch_columns_leave_an_instruments_own_columns_to_the_shared_encoder()
 
 
 def test_reason_names_the_validation_test_that_kept_flat() -> None:
-    from agents.pipelines.baseline_policies import GateVerdict
-    from agents.pipelines.portfolio_training import _reason
+    from agents.pipelines.deployment import (
+        BaselineChoice,
+        GateVerdict,
+        PortfolioBaseline,
+        describe_portfolio_deployment,
+    )
+
+    drift = {"difference": 0.1, "low": -0.4, "high": 0.6, "level": 0.9}
+    flat = PortfolioBaseline(("A", "B"), (BaselineChoice("flat", drift),) * 2)
+
+    def _reason(kept: str, gate: GateVerdict, fallback: bool, sharpe: float) -> str:
+        deployment = describe_portfolio_deployment(
+            kept, flat, gate, fallback=fallback, validation_sharpe=sharpe
+        )
+        return deployment.headline
 
     check = {"difference": 10.3, "low": 3.8, "high": 12.8, "level": 0.9, "candidates": 5}
     third = {"difference": 3.36, "low": -0.42, "high": 7.52, "level": 0.6}

@@ -228,7 +228,7 @@ GATE_BARS = 240
 def _gate_pass_rate(sr_per_bar: float, reps: int, seed: int) -> float:
     """Share of ``reps`` iid normal return series (``GATE_BARS`` bars, Sharpe ``sr_per_bar``)
     that the deployment gate keeps over a flat baseline."""
-    from agents.pipelines.baseline_policies import ValidationReturns, network_beats_baseline
+    from agents.pipelines.deployment import ValidationReturns, network_beats_baseline
 
     flat = ValidationReturns(np.zeros(GATE_BARS))
     draws = 0.01 * (np.random.default_rng(seed).standard_normal((reps, GATE_BARS)) + sr_per_bar)
@@ -240,7 +240,7 @@ def _gate_pass_rate(sr_per_bar: float, reps: int, seed: int) -> float:
 
 
 def test_detectable_edge_matches_the_gates_simulated_power_and_size():
-    from agents.pipelines.baseline_policies import GATE_LEVEL, HOLD_PART_LEVEL
+    from agents.pipelines.deployment import GATE_LEVEL, HOLD_PART_LEVEL
 
     edge = detectable_edge(
         GATE_BARS,

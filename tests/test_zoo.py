@@ -12,12 +12,14 @@ import pytest
 from agents.pipelines.baseline_policies import (
     BASELINE_EXPOSURE,
     baseline_action,
-    choose_baseline,
-    features_predict_returns,
-    network_beats_baseline,
     set_constant_policy,
 )
-from agents.pipelines.deployment import describe_deployment
+from agents.pipelines.deployment import (
+    choose_baseline,
+    describe_deployment,
+    features_predict_returns,
+    network_beats_baseline,
+)
 from agents.pipelines.zoo import MARKETS_BY_NAME, SMALL, market_data, reference_exposures, run_one
 from gpu_trading_env import EnvConfig, MarketData
 from gpu_trading_env.data.synthetic import (

@@ -400,6 +400,8 @@ def series(result: PortfolioTrainResult) -> list[tuple[str, PortfolioBacktest]]:
         rows.append(("network (not kept)", result.test_network))
     else:
         rows.append(("flat", result.test_flat))
+    if result.kept == "network" and result.baseline and result.baseline.name != "flat":
+        rows.append((f"baseline ({result.baseline.words()})", result.test_baseline))
     rows.append(("equal-weight buy and hold", result.test_buy_and_hold))
     return rows
 
@@ -536,14 +538,14 @@ def portfolio_report(
     """
     network = result.kept == "network"
     shown = result.test if network else result.test_network
-    which = "kept network" if network else "network (not kept: flat holds none)"
+    which = "kept network" if network else f"network (not kept: {result.kept} is)"
     page = PortfolioPage(
         title=f"GpuDQN portfolio of {len(result.instruments)} instruments, out-of-sample",
         heading="out-of-sample",
         verdict=result.reason,
         rows=series(result),
         weights=(shown, which),
-        notes=notes,
+        notes=[*(result.deployment.details if result.deployment else ()), *notes],
         metrics=result.to_dict(),
         capital=float(result.config.env.initial_capital),
         synthetic=synthetic,

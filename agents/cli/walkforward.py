@@ -390,10 +390,12 @@ def fold_lines(result: Any) -> list[str]:
 def _verdict(result: Any) -> str:
     kept = sum(r.result.kept == "network" for r in result.runs)
     returns = ", ".join(f"{100 * bt.total_return:+.1f}%" for bt in result.stitched.values())
+    # A fold keeps its baseline, flat unless an instrument's training bars held a drift.
+    base = "flat" if all(r.result.kept in ("network", "flat") for r in result.runs) else "baselines"
     which = (
-        f"no edge found: flat in all {len(result.runs)} (fold, seed) pairs"
+        f"no edge found: {base} in all {len(result.runs)} (fold, seed) pairs"
         if kept == 0
-        else f"a network kept in {kept} of {len(result.runs)} (fold, seed) pairs, flat in the others"
+        else f"a network kept in {kept} of {len(result.runs)} (fold, seed) pairs, {base} in the others"
     )
     return (
         f"{which}; stitched out of sample {returns} (seed by seed) against equal-weight "
@@ -462,7 +464,7 @@ def _walkforward_portfolio(args: argparse.Namespace, data: Any) -> int:
         capital=float(config.env.initial_capital),
         synthetic=is_synthetic(data),
         deployed=f"a network in {sum(r.result.kept == 'network' for r in result.runs)} of "
-        f"{len(result.runs)} (fold, seed) runs, else flat (seed {first})",
+        f"{len(result.runs)} (fold, seed) runs, else the baseline (seed {first})",
     )
     write_portfolio_page(out, page)
     return 0

@@ -25,7 +25,7 @@ The two families split :data:`SELECTION_LEVEL` between them (half each), so wher
 predicts the returns the network sees any input at all in at most 1% of markets. The columns not
 kept stay in the observation as zeros, so the observation's shape does not depend on the data.
 The selection's family-wise p-value is the fallback's predictability test (step 4 of
-:mod:`agents.pipelines.baseline_policies`).
+:mod:`agents.pipelines.deployment`).
 
 The selection is saved with the model (``model.input_selection``), and
 :func:`apply_inputs` gives new bars the same inputs (``GpuDQN.make_env`` and

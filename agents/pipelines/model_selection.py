@@ -6,7 +6,7 @@ window is held out as a validation window; every ``eval_every`` env steps the we
 as a snapshot (:mod:`agents.pipelines.snapshot_training`), and after training every snapshot's
 greedy policy is backtested on it (costs in, all snapshots side by side); the weights with the
 best validation Sharpe are kept (:mod:`agents.pipelines.snapshot_selection`), and the fallback
-of :mod:`agents.pipelines.baseline_policies` decides whether the network or a baseline is
+of :mod:`agents.pipelines.deployment` decides whether the network or a baseline is
 deployed. The out-of-sample window is evaluated for the same snapshots, for the learning curve
 only. The model is built in :mod:`agents.pipelines.model_builder`, a resumed run checked by
 :mod:`agents.pipelines.run_identity`.
@@ -21,18 +21,21 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.baseline_policies import (
+    baseline_action,
+    baseline_backtest,
+    set_baseline_policy,
+)
+from agents.pipelines.deployment import (
     GATE_LEVEL,
     BaselineChoice,
     GateVerdict,
     ValidationReturns,
-    baseline_action,
-    baseline_backtest,
     choose_baseline,
+    describe_deployment,
     features_predict_returns,
+    kept_policy,
     network_beats_baseline,
-    set_baseline_policy,
 )
-from agents.pipelines.deployment import describe_deployment
 from agents.pipelines.input_selection import InputSelection, apply_inputs, select_inputs
 from agents.pipelines.model_builder import (
     auto_reward_scale,
@@ -93,7 +96,7 @@ def train_selected(
     :returns: the run (:class:`~agents.pipelines.train_result.TrainResult`); its ``model`` holds
         the kept policy: the snapshot best on validation, or, with ``settings.fallback``, the
         parameter-free baseline where that snapshot does not beat it on validation (``kept``
-        names which; ``gate`` holds the evidence, see :mod:`agents.pipelines.baseline_policies`).
+        names which; ``gate`` holds the evidence, see :mod:`agents.pipelines.deployment`).
     """
     from agents.rollouts.fused import start_compiling_kernels
 
@@ -254,11 +257,11 @@ def _deployed(
     inputs = None if selection is None else selection.to_dict()
     model.input_selection = inputs
     deployed, deployed_val = runs.test_runs[best], runs.val_runs[best]
-    if settings.fallback and not verdict.keep_network:
-        set_baseline_policy(model, choice.name, config)
+    kept = kept_policy(verdict, settings.fallback)
+    if kept != "network":
+        set_baseline_policy(model, kept, config)
         deployed = runs.base_test
         deployed_val = runs.base_val
-    kept = "network" if deployed is runs.test_runs[best] else choice.name
     gate = {**verdict.to_dict(), "hold_vs_flat_on_training_window": choice.hold_vs_flat}
     vs_bh = vs_buy_and_hold(runs.val_runs[best], runs.per_year)
     deflated = deflated_sharpe(runs.val_runs[best], runs.val_runs, selection, runs.per_year)

@@ -1,14 +1,14 @@
 """One portfolio training run (``train_portfolio``): GpuDQN with the branching dueling head on
-``GpuPortfolio-v0``, its snapshots judged on validation bars against flat, the kept policy on
-the test bars.
+``GpuPortfolio-v0``, its snapshots judged on validation bars against the baseline portfolio,
+the kept policy on the test bars.
 
 The aligned bars are split in time (:class:`PortfolioSplits`): the network trains on the first
 part, a snapshot of its weights is taken every ``snapshot_every`` env steps and each is
-backtested on the validation bars after it; the best there is kept only where it beats flat,
-allowing for the choice among the snapshots (White's reality check at the single env's
-``GATE_LEVEL``, :func:`agents.pipelines.baseline_policies.network_beats_baseline`), in each
-half of the validation bars and in their last third. Otherwise the run keeps flat, and the
-saved model acts flat. The test bars come last and judge nothing.
+backtested on the validation bars after it. The baseline is chosen per instrument on its
+training bars (flat, hold long or hold short) and the best snapshot is kept only where it
+passes ``train``'s gate against that baseline portfolio (:mod:`agents.pipelines.deployment`,
+step 5). Otherwise the run keeps the baseline, and the saved model acts its levels. The test
+bars come last and judge nothing.
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from agents.pipelines.baseline_policies import (
-    GATE_LEVEL,
+from agents.pipelines.deployment import (
+    Deployment,
     GateVerdict,
+    PortfolioBaseline,
     ValidationReturns,
+    choose_portfolio_baseline,
+    describe_portfolio_deployment,
+    kept_policy,
     network_beats_baseline,
 )
-from agents.pipelines.deployment import interval_text
 from agents.pipelines.portfolio_backtest import (
     GreedyDevicePolicy,
     LevelPolicy,
@@ -44,7 +47,13 @@ from agents.pipelines.portfolio_train_config import (
     PortfolioTrainConfig,
     PortfolioTrainConfigError,
 )
+from agents.pipelines.snapshot_selection import (
+    deflated_sharpe,
+    gate_resolution,
+    overfitting_probability,
+)
 from gpu_trading_env.data.portfolio_data import PortfolioData
+from gpu_trading_env.reports.metrics import bars_per_year
 
 __all__ = [
     "MIN_WINDOW_BARS",
@@ -55,23 +64,21 @@ __all__ = [
     "PortfolioTrainResult",
     "backtest_portfolio",
     "backtest_portfolios",
+    "baseline_levels",
     "buy_and_hold_portfolio",
     "check_portfolio_run",
     "greedy_level_policy",
+    "hold_returns",
     "portfolio_reward_scale",
     "portfolio_splits",
     "set_flat_branches",
     "set_flat_policy",
     "slice_portfolio",
     "train_portfolio",
+    "training_baseline",
     "write_portfolio_run",
 ]
 
-# Why flat is kept where the input selection keeps nothing.
-_NO_INPUT_REASON = (
-    "flat kept: no (instrument, feature) column predicts an instrument's next return on the "
-    "training bars, so no network was trained (--all-inputs trains one on every feature)"
-)
 # Bars of the validation and the test window at least: the validation test splits its returns
 # in halves of at least four (the bootstrap's minimum).
 MIN_WINDOW_BARS = 10
@@ -208,11 +215,16 @@ def _last_advantage_layer(net: Any) -> Any:
     return [m for m in net.advantage_head if isinstance(m, BranchLinear | th.nn.Linear)][-1]
 
 
-def set_flat_policy(model: Any, level: int) -> None:
-    """Make a branching dueling ``model`` act ``level`` in every branch on every observation:
-    each branch's last advantage layer (or the one shared by the branches) becomes ``A_d =
-    one_hot(level)`` (zero weights, a unit bias); the trunk and the value head stay as trained,
-    and the model saves and loads as any other."""
+def set_flat_policy(model: Any, level: int | np.ndarray) -> None:
+    """Make a branching dueling ``model`` act ``level`` on every observation: one level for
+    every branch (an int), or one a branch (int [K]: a baseline portfolio's levels). Each
+    branch's last advantage layer (or the one shared by the branches) becomes ``A_d =
+    one_hot(level_d)`` (zero weights, a unit bias); the trunk and the value head stay as
+    trained, and the model saves and loads as any other.
+
+    :raises TypeError: where the head is not branching, or (levels differing by branch) its last
+        advantage layer is shared by the branches.
+    """
     import torch as th
 
     from agents.algorithm.policies import BranchLinear
@@ -223,8 +235,16 @@ def set_flat_policy(model: Any, level: int) -> None:
         # instrument encoder's shared head).
         if not (isinstance(last, BranchLinear) or last.out_features == net.n_levels):
             raise TypeError("set_flat_policy needs a branching head of hidden advantage layers")
-        if not 0 <= int(level) < last.out_features:
-            raise ValueError(f"level = {level!r} is invalid: allowed is 0..{last.out_features - 1}")
+        levels = np.asarray(level, dtype=np.int64).reshape(-1)
+        n = int(net.n_levels)
+        if levels.size == 0 or not ((levels >= 0) & (levels < n)).all():
+            raise ValueError(f"level = {level!r} is invalid: allowed is 0..{n - 1}, or K such")
+        per_branch = levels.size > 1 and not (levels == levels[0]).all()
+        if per_branch and not isinstance(last, BranchLinear):
+            raise TypeError(
+                f"level = {level!r} differs by branch: it needs each branch's own last advantage "
+                "layer, not one shared by the branches"
+            )
         # The other advantages added to it (the instrument encoder's shared head, the evidence
         # head) go to zero.
         shared = []
@@ -235,7 +255,10 @@ def set_flat_policy(model: Any, level: int) -> None:
             for layer in (last, *shared):
                 layer.weight.zero_()
                 layer.bias.zero_()
-            last.bias[..., int(level)] = 1.0  # [K, L] per branch, or [L] shared by them
+            if per_branch:
+                last.bias[th.arange(levels.size), th.as_tensor(levels)] = 1.0  # [K, L]
+            else:
+                last.bias[..., int(levels[0])] = 1.0  # [K, L] per branch, or [L] shared by them
 
 
 # The flat level's advantage bias in a branch held flat (set_flat_branches): far above any
@@ -267,16 +290,22 @@ class PortfolioTrainResult:
     """What :func:`train_portfolio` did and found.
 
     Attributes:
-        kept: ``"network"`` or ``"flat"``: the policy the saved model acts.
-        reason: one line saying why.
+        kept: ``"network"`` or the baseline portfolio's name (``"flat"``, ``"hold long"``,
+            ``"hold short"``, or ``"baseline"`` where the instruments' differ): the policy the
+            saved model acts.
+        reason: one line saying why (``deployment.headline``).
         validation, test: the kept policy's backtests of the validation and test bars.
         validation_flat, test_flat: flat's there (zero returns: no trade).
         validation_network, test_network: the best snapshot's there, kept or not (flat's
             where no network was trained).
         test_buy_and_hold: equal-weight buy-and-hold of the test bars.
         validation_buy_and_hold: the same of the validation bars.
-        gate: the validation test (``GateVerdict``) of the best snapshot against flat; None
-            where no network was trained.
+        gate: the validation test (``GateVerdict``) of the best snapshot against the baseline
+            portfolio; None where no network was trained.
+        baseline: each instrument's baseline on the training bars (``PortfolioBaseline``);
+            ``validation_baseline``, ``test_baseline`` its backtests; ``deployment`` the
+            outcome in words, per instrument; ``evidence`` the deflated Sharpe ratio, the
+            smallest edge the gate detects and the probability of backtest overfitting.
         snapshot_steps: env steps of each snapshot; ``snapshot_sharpes`` their validation
             Sharpe; ``chosen_snapshot`` the best's index (None: no network trained).
         inputs: the input selection (None with ``select_inputs=False``).
@@ -309,6 +338,11 @@ class PortfolioTrainResult:
     seconds: float
     train_seconds: float
     inputs: PortfolioInputs | None = None
+    baseline: PortfolioBaseline | None = None
+    validation_baseline: PortfolioBacktest | None = None
+    test_baseline: PortfolioBacktest | None = None
+    deployment: Deployment | None = None
+    evidence: dict[str, Any] | None = None
     model: Any = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -334,6 +368,9 @@ class PortfolioTrainResult:
                 "buy_and_hold": self.test_buy_and_hold.to_dict(),
             },
             "gate": None if self.gate is None else self.gate.to_dict(),
+            "baseline": self._baseline_dict(),
+            "deployment": None if self.deployment is None else self.deployment.to_dict(),
+            **(self.evidence or {}),
             "inputs": None if self.inputs is None else self.inputs.to_dict(),
             "snapshots": [
                 {"step": s, "validation_sharpe": v}
@@ -345,6 +382,16 @@ class PortfolioTrainResult:
             "train_seconds": self.train_seconds,
             "config": self.config.to_dict(),
         }
+
+    def _baseline_dict(self) -> dict[str, Any] | None:
+        """Each instrument's baseline and the evidence for it, with the baseline portfolio's
+        validation and test backtests."""
+        if self.baseline is None:
+            return None
+        out = self.baseline.to_dict()
+        for window, run in (("validation", self.validation_baseline), ("test", self.test_baseline)):
+            out[window] = None if run is None else run.to_dict()
+        return out
 
 
 def _model(
@@ -431,35 +478,6 @@ def _learn(model: Any, config: PortfolioTrainConfig, progress: bool) -> tuple[An
     return cb, seconds
 
 
-def _reason(kept: str, gate: GateVerdict, fallback: bool, sharpe: float) -> str:
-    """One line: what was kept and why."""
-    check = gate.validation_vs_flat
-    halves = ", ".join(f"{h:+.2f}" for h in gate.halves) or "too few bars"
-    evidence = (
-        f"validation Sharpe {sharpe:.2f}, reality-check {GATE_LEVEL:.0%} interval "
-        f"[{check['low']:.2f}, {check['high']:.2f}] over {check['candidates']} snapshots, "
-        f"halves {halves}"
-    )
-    if kept == "network" and not fallback:
-        return f"network kept without the test against flat (--no-fallback): {evidence}"
-    if kept == "network":
-        return f"network kept: it beats flat on the validation bars ({evidence})"
-    if gate.beat_flat_by is None:
-        return (
-            f"flat kept: the best snapshot does not beat flat on the validation bars ({evidence})"
-        )
-    if not gate.held_in_halves:
-        return (
-            "flat kept: the best snapshot beats flat but not in each half of the validation bars "
-            f"({evidence})"
-        )
-    last = interval_text(gate.third_tests[-1]) if gate.third_tests else "too few bars"
-    return (
-        "flat kept: the best snapshot beats flat but not in the last third of the validation "
-        f"bars ({last}; {evidence})"
-    )
-
-
 def _start_torch(config: PortfolioTrainConfig, device: str) -> None:
     if str(device) == "cpu" and config.torch_threads is not None:
         import torch
@@ -471,8 +489,7 @@ def _start_torch(config: PortfolioTrainConfig, device: str) -> None:
 class _Choice:
     """What the validation bars decided: the kept policy, why, and the backtests."""
 
-    kept: str
-    reason: str
+    deployment: Deployment
     gate: GateVerdict | None
     chosen: int | None
     sharpes: tuple[float, ...]
@@ -480,11 +497,50 @@ class _Choice:
     test_network: PortfolioBacktest
     validation_flat: PortfolioBacktest
     test_flat: PortfolioBacktest
+    validation_baseline: PortfolioBacktest
+    test_baseline: PortfolioBacktest
+    evidence: dict[str, Any]
 
 
 def _flat_levels(data: PortfolioData, config: PortfolioTrainConfig) -> np.ndarray:
     """int64 [T, K]: the flat level at every bar."""
     return np.full((data.n_bars, data.n_instruments), flat_level(config.env), dtype=np.int64)
+
+
+def hold_returns(data: PortfolioData, config: PortfolioTrainConfig, stop: int) -> np.ndarray:
+    """float64 [stop - 1, K]: each instrument's per-bar returns of holding it long over bars
+    ``0 .. stop - 1``, its entry cost (the instrument's rate) paid in the first step as
+    :func:`buy_and_hold_portfolio` pays it."""
+    close = np.asarray(data.close[:stop], dtype=np.float64)
+    equity = close / (close[0] * (1.0 + config.env.cost_rates(data.n_instruments)))
+    equity[0] = 1.0
+    return equity[1:] / equity[:-1] - 1.0
+
+
+def training_baseline(
+    data: PortfolioData, config: PortfolioTrainConfig, stop: int, per_year: float | None
+) -> PortfolioBaseline:
+    """Each instrument's baseline on the training bars ``0 .. stop - 1`` (fit and validation),
+    by ``train``'s rule (:func:`~agents.pipelines.deployment.choose_portfolio_baseline`)."""
+    year = per_year if per_year is not None else bars_per_year(np.asarray(data.timestamps[:stop]))
+    return choose_portfolio_baseline(hold_returns(data, config, stop), year, data.instruments)
+
+
+def baseline_levels(baseline: PortfolioBaseline, config: PortfolioTrainConfig) -> np.ndarray:
+    """int64 [K]: the level each instrument's baseline acts: flat's, the top exposure level for
+    hold long and the bottom one for hold short (where no level has that sign, flat's).
+
+    With the gross-exposure cap (``max_leverage``) the held instruments share the capital
+    equally, rebalanced each bar as the env trades to its targets."""
+    exposures = np.asarray(config.env.exposure_levels, dtype=np.float64)
+    flat = flat_level(config.env)
+    top, bottom = int(np.argmax(exposures)), int(np.argmin(exposures))
+    pick = {
+        "flat": flat,
+        "hold long": top if exposures[top] > 0.0 else flat,
+        "hold short": bottom if exposures[bottom] < 0.0 else flat,
+    }
+    return np.array([pick[n] for n in baseline.names], dtype=np.int64)
 
 
 def _untrained_choice(
@@ -493,16 +549,34 @@ def _untrained_choice(
     splits: PortfolioSplits,
     per_year: Any,
     device: str,
+    baseline: PortfolioBaseline,
 ) -> _Choice:
-    """Flat kept without a network (no input kept): flat's backtests stand for the network's."""
+    """The baseline kept without a network (no input kept): its backtests stand for the
+    network's."""
     flat = _flat_levels(data, config)
+    base = np.broadcast_to(baseline_levels(baseline, config), flat.shape).copy()
     a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
-    val = backtest_portfolio(flat, data, config.env, a, b, per_year, device)
-    test = backtest_portfolio(flat, data, config.env, b, n, per_year, device)
-    return _Choice("flat", _NO_INPUT_REASON, None, None, (), val, test, val, test)
+    val_flat, val_base = backtest_portfolios([flat, base], data, config.env, a, b, per_year, device)
+    test_flat, test_base = backtest_portfolios(
+        [flat, base], data, config.env, b, n, per_year, device
+    )
+    deployment = describe_portfolio_deployment(baseline.name, baseline, None)
+    return _Choice(
+        deployment,
+        None,
+        None,
+        (),
+        val_base,
+        test_base,
+        val_flat,
+        test_flat,
+        val_base,
+        test_base,
+        {},
+    )
 
 
-def _choose(
+def _judge(
     model: Any,
     cb: Any,
     data: PortfolioData,
@@ -510,51 +584,120 @@ def _choose(
     splits: PortfolioSplits,
     per_year: float | None,
     device: str,
+    baseline: PortfolioBaseline,
+    inputs: PortfolioInputs | None = None,
     held_flat: np.ndarray | None = None,
 ) -> _Choice:
-    """Backtest every snapshot on the validation bars, keep the best where it beats flat
-    (``model`` then holds its weights, else acts flat), and backtest it on the test bars; flat
-    is the last row of each batch. ``held_flat`` (bool [K]): branches every snapshot holds flat
-    (``set_flat_branches``) before it is judged."""
+    """Backtest every snapshot, flat and the baseline portfolio on the validation bars; keep the
+    best snapshot where it passes the gate against the baseline (``model`` then holds its
+    weights, else acts the baseline's levels), and backtest it on the test bars. ``held_flat``
+    (bool [K]): branches every snapshot holds flat (``set_flat_branches``) before it is judged."""
     env, flat = config.env, _flat_levels(data, config)
+    levels = baseline_levels(baseline, config)
+    base = np.broadcast_to(levels, flat.shape).copy()
     a, b, n = splits.fit_stop, splits.val_stop, splits.n_bars
     nets = [net for _, net, _ in cb.snapshots]
     if held_flat is not None and held_flat.any():
         for net in nets:
             set_flat_branches(net, held_flat, flat_level(env))
     policies = [greedy_level_policy(net, device) for net in nets]
-    *runs, val_flat = backtest_portfolios(policies + [flat], data, env, a, b, per_year, device)
+    *runs, val_flat, val_base = backtest_portfolios(
+        policies + [flat, base], data, env, a, b, per_year, device
+    )
     sharpes = tuple(r.sharpe for r in runs)
     chosen = _best(sharpes)
     candidates = [ValidationReturns(r.returns) for r in runs]
     gate = network_beats_baseline(
         candidates[chosen],
-        ValidationReturns(val_flat.returns),
-        "flat",
+        ValidationReturns(val_base.returns),
+        baseline.name,
         runs[chosen].per_year,
         candidates=candidates,
     )
-    kept = "network" if gate.keep_network or not config.fallback else "flat"
+    kept = kept_policy(gate, config.fallback)
     model.policy.load_state_dict(cb.snapshots[chosen][2])
     if held_flat is not None and held_flat.any():
         for q in (model.q_net, model.q_net_target):
             set_flat_branches(q, held_flat, flat_level(env))
-    if kept == "flat":
-        set_flat_policy(model, flat_level(env))
-    test_net, test_flat = backtest_portfolios(
-        [policies[chosen], flat], data, env, b, n, per_year, device
+    if kept != "network":
+        set_flat_policy(model, levels)
+    test_net, test_flat, test_base = backtest_portfolios(
+        [policies[chosen], flat, base], data, env, b, n, per_year, device
+    )
+    evidence = _evidence(runs, chosen, val_base, baseline, inputs)
+    deployment = describe_portfolio_deployment(
+        kept,
+        baseline,
+        gate,
+        fallback=config.fallback,
+        validation_sharpe=sharpes[chosen],
+        **evidence,
     )
     return _Choice(
-        kept=kept,
-        reason=_reason(kept, gate, config.fallback, sharpes[chosen]),
-        gate=gate,
-        chosen=chosen,
-        sharpes=sharpes,
-        validation_network=runs[chosen],
-        test_network=test_net,
-        validation_flat=val_flat,
-        test_flat=test_flat,
+        deployment,
+        gate,
+        chosen,
+        sharpes,
+        runs[chosen],
+        test_net,
+        val_flat,
+        test_flat,
+        val_base,
+        test_base,
+        evidence,
     )
+
+
+def _evidence(
+    runs: list[PortfolioBacktest],
+    chosen: int,
+    val_base: PortfolioBacktest,
+    baseline: PortfolioBaseline,
+    inputs: PortfolioInputs | None,
+) -> dict[str, Any]:
+    """``train``'s figures on the choice: the deflated Sharpe ratio (trials: the input
+    selection's tests times the snapshots), the smallest edge the gate detects, and the
+    probability of backtest overfitting among the snapshots and the baselines."""
+    returns = [r.returns for r in runs]
+    # As train counts each feature tested against its instrument's return, each (column,
+    # instrument) test of the selection is a trial.
+    tested = 1 if inputs is None else int(inputs.z.size)
+    deflated = deflated_sharpe(runs[chosen], runs, None, runs[chosen].per_year, tested)
+    edge = gate_resolution(len(returns[chosen]), runs[chosen].per_year, baseline.name, returns)
+    bases = [np.zeros_like(val_base.returns)]
+    if baseline.name != "flat":
+        bases.append(val_base.returns)
+    return {
+        "deflated": None if deflated is None else deflated.to_dict(),
+        "resolution": None if edge is None else edge.to_dict(),
+        "overfitting": overfitting_probability(returns + bases),
+    }
+
+
+def _train_and_judge(
+    model: Any,
+    data: PortfolioData,
+    seen: PortfolioData,
+    config: PortfolioTrainConfig,
+    splits: PortfolioSplits,
+    per_year: float | None,
+    device: str,
+    baseline: PortfolioBaseline,
+    inputs: PortfolioInputs | None,
+    progress: bool,
+) -> tuple[_Choice, Any, float]:
+    """Train ``model`` and judge its snapshots (:func:`_judge`), or, where the input selection
+    kept nothing, make it act the baseline untrained: ``(choice, snapshot callback or None,
+    training seconds)``."""
+    if inputs is not None and inputs.n_kept == 0:
+        set_flat_policy(model, baseline_levels(baseline, config))
+        return _untrained_choice(data, config, splits, per_year, device, baseline), None, 0.0
+    cb, train_seconds = _learn(model, config, progress)
+    held_flat = None
+    if config.flat_unpredicted and inputs is not None:
+        held_flat = ~inputs.predicted
+    choice = _judge(model, cb, seen, config, splits, per_year, device, baseline, inputs, held_flat)
+    return choice, cb, train_seconds
 
 
 def train_portfolio(
@@ -594,23 +737,17 @@ def train_portfolio(
     model = _model(slice_portfolio(seen, 0, splits.fit_stop), config, seed, device, inputs)
     if inputs is not None:  # the saved model's env sees these columns alone (make_env)
         model.portfolio_setup = {**model.portfolio_setup, "kept": inputs.kept_names()}
-    if inputs is not None and inputs.n_kept == 0:
-        set_flat_policy(model, flat_level(env))
-        choice = _untrained_choice(data, config, splits, per_year, device)
-        cb, train_seconds = None, 0.0
-    else:
-        cb, train_seconds = _learn(model, config, progress)
-        held_flat = None
-        if config.flat_unpredicted and inputs is not None:
-            held_flat = ~inputs.predicted
-        choice = _choose(model, cb, seen, config, splits, per_year, device, held_flat)
+    baseline = training_baseline(data, config, splits.val_stop, per_year)
+    choice, cb, train_seconds = _train_and_judge(
+        model, data, seen, config, splits, per_year, device, baseline, inputs, progress
+    )
     model.env.close()
-    keep_network = choice.kept == "network"
+    keep_network = choice.deployment.kept == "network"
     result = PortfolioTrainResult(
-        kept=choice.kept,
-        reason=choice.reason,
-        validation=choice.validation_network if keep_network else choice.validation_flat,
-        test=choice.test_network if keep_network else choice.test_flat,
+        kept=choice.deployment.kept,
+        reason=choice.deployment.headline,
+        validation=choice.validation_network if keep_network else choice.validation_baseline,
+        test=choice.test_network if keep_network else choice.test_baseline,
         validation_flat=choice.validation_flat,
         test_flat=choice.test_flat,
         validation_network=choice.validation_network,
@@ -630,6 +767,11 @@ def train_portfolio(
         seconds=time.perf_counter() - t0,
         train_seconds=float(train_seconds),
         inputs=inputs,
+        baseline=baseline,
+        validation_baseline=choice.validation_baseline,
+        test_baseline=choice.test_baseline,
+        deployment=choice.deployment,
+        evidence=choice.evidence,
         model=model,
     )
     if out is not None:

@@ -11,13 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.pipelines.baseline_policies import (
-    GATE_LEVEL,
-    HOLD_PART_LEVEL,
-    PREDICTABLE_P_VALUE,
-    baseline_action,
-    baseline_backtest,
-)
+from agents.pipelines.baseline_policies import baseline_action, baseline_backtest
+from agents.pipelines.deployment import GATE_LEVEL, HOLD_PART_LEVEL, PREDICTABLE_P_VALUE
 from agents.pipelines.input_selection import InputSelection
 from agents.pipelines.snapshot_training import backtest_snapshots, train_with_snapshots
 from agents.pipelines.train_config import TrainSettings
@@ -71,16 +66,19 @@ def deflated_sharpe(
     snapshots: list[BacktestResult],
     selection: InputSelection | None,
     per_year: float,
+    inputs_tested: int | None = None,
 ) -> DeflatedSharpe | None:
     """The deflated Sharpe ratio of the chosen snapshot's validation returns: trials are the
     inputs the selection tested times the snapshots, the variance of the trials' Sharpe ratios
-    the snapshots' (per bar); None where it cannot be computed (too few bars, no variance)."""
+    the snapshots' (per bar); None where it cannot be computed (too few bars, no variance).
+    ``inputs_tested`` overrides the count of inputs tested (a portfolio's input columns)."""
     try:
         from gpu_trading_env.reports.sharpe_inference import deflated_sharpe_ratio
     except ImportError:  # a tree without the module reports no deflated ratio
         return None
 
-    inputs_tested = (len(selection.feature_names) + 1) if selection is not None else 1
+    if inputs_tested is None:
+        inputs_tested = (len(selection.feature_names) + 1) if selection is not None else 1
     per_bar = np.array([sharpe(r.returns, 1.0) for r in snapshots], dtype=np.float64)
     per_bar = per_bar[np.isfinite(per_bar)]
     variance = float(np.var(per_bar, ddof=1)) if len(per_bar) > 1 else 0.0

@@ -235,16 +235,16 @@ class TrainConfig:
         check=(lambda v: v in PRECISION_SETTINGS, ", ".join(PRECISION_SETTINGS)),
         choices=tuple(PRECISION_SETTINGS),
     )
-    # False keeps the best snapshot whatever it earned (agents.pipelines.baseline_policies).
+    # False keeps the best snapshot whatever it earned (agents.pipelines.deployment).
     fallback: bool = _setting(
         True,
         "keep the network even where it does not beat the best parameter-free policy (flat, "
         "hold long or hold short) on the validation window (default: that policy is kept then; "
-        "agents/pipelines/baseline_policies.py)",
+        "agents/pipelines/deployment.py)",
         option="--no-fallback",
         negated=True,
     )
-    # 0: off (agents.pipelines.baseline_policies).
+    # 0: off (agents.pipelines.deployment).
     predictability_level: float = _setting(
         0.01,
         "where the network's inputs predict the next bar's return on the training bars at this "

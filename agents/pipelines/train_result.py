@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.files.saved_inputs import InputSelection
-from agents.pipelines.baseline_policies import BaselineChoice
-from agents.pipelines.deployment import Deployment
+from agents.pipelines.deployment import BaselineChoice, Deployment
 from gpu_trading_env.reports.backtest import BacktestResult
 from gpu_trading_env.reports.sharpe_inference import DeflatedSharpe, DetectableEdge
 

@@ -28,12 +28,8 @@ from typing import Any
 import numpy as np
 
 from agents.pipelines.backtest_policies import known_rule, random_policy
-from agents.pipelines.baseline_policies import (
-    HOLD_PART_LEVEL,
-    baseline_backtest,
-    set_baseline_policy,
-)
-from agents.pipelines.deployment import describe_unconfirmed
+from agents.pipelines.baseline_policies import baseline_backtest, set_baseline_policy
+from agents.pipelines.deployment import HOLD_PART_LEVEL, describe_unconfirmed
 from agents.pipelines.model_selection import TrainResult, train_selected
 from agents.pipelines.train_settings import TrainSettings
 from agents.pipelines.walkforward_result import StitchedCurves, WalkForwardFold, WalkForwardResult
