@@ -390,7 +390,7 @@ def test_a_tensor_larger_than_its_stored_bytes_is_refused_before_a_network_is_bu
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_weights_are_refused_naming_the_tensor(model_file, value) -> None:
     def poison(policy):
-        policy["q_net.advantage_head.2.bias"][3] = value
+        policy["q_net.advantage_head.2.bias"][-1] = value
 
     _edit_params(model_file, poison)
     with pytest.raises(

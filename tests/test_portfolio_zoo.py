@@ -21,15 +21,12 @@ from agents.pipelines.portfolio_zoo import (
     PortfolioZooRun,
     baseline_lines,
     check_targets,
-    instrument_baselines,
     markdown_table,
     rule_and_flat_levels,
     run_portfolio_one,
     write_portfolio_report,
 )
 from gpu_trading_env.core.portfolio_config import PortfolioConfig
-from gpu_trading_env.data.market_data import MarketData
-from gpu_trading_env.data.portfolio_data import PortfolioData
 from gpu_trading_env.data.portfolio_markets import portfolio_market
 
 _REAL_CI_PACKAGES = all(importlib.util.find_spec(m) for m in ("arch", "gym_anytrading"))
@@ -237,34 +234,6 @@ def test_real_target_needs_the_mean_and_every_run_near_the_baseline() -> None:
     assert baseline_lines([_run("ar1_k8", 0)]) == ""
 
 
-def _drifting(name: str, mu: float, seed: int) -> MarketData:
-    data = MarketData.synthetic("gbm", 600, seed=seed, mu=mu, sigma=0.002)
-    return MarketData(
-        features=data.features, open=data.open, high=data.high, low=data.low,
-        close=data.close, volume=data.volume, timestamps=data.timestamps,
-        instrument_offsets=[0, data.n_bars], instruments=[name],
-        feature_names=data.feature_names,
-    )  # fmt: skip
-
-
-def test_instrument_baselines_are_train_s_choice_per_instrument() -> None:
-    from agents.pipelines.baseline_policies import choose_baseline
-    from gpu_trading_env.core.portfolio_config import single_instrument_config
-
-    parts = [_drifting("up", 1e-3, 0), _drifting("still", 0.0, 1), _drifting("down", -1e-3, 2)]
-    data = PortfolioData.from_market_data(parts)
-    env = PortfolioConfig(cost_bps=(1.0, 2.0, 3.0))
-    choices = instrument_baselines(data, env, 400, 252.0)
-    assert [(n, c.name) for n, c in choices] == [
-        ("up", "hold long"),
-        ("still", "flat"),
-        ("down", "hold short"),
-    ]
-    alone = choose_baseline(parts[2].slice_bars(0, 400), single_instrument_config(env, 3.0), 252.0)
-    assert choices[2][1] == alone
-
-
-@needs_real
 def test_real_portfolio_is_its_series_on_their_common_dates() -> None:
     from gpu_trading_env.data.real_series import load_real_portfolio, load_real_series
 

@@ -31,12 +31,10 @@ DESCRIPTION = (
 ADVANCED_OPTIONS = frozenset(
     {
         "--date-format", "--timestamp-unit", "--time-column", "--symbol-column", "--column",
-        "--fill-volume", "--final-learning-rate", "--gradient-steps", "--train-precision",
-        "--predictability-level", "--net-width", "--weight-decay", "--reward-scale",
-        "--cross-fit", "--curiosity", "--verbose", "--torch-threads", "--eval-every",
-        "--checkpoint-every", "--align", "--no-branch-rewards", "--no-instrument-encoder",
-        "--no-flat-unpredicted", "--no-branch-inputs", "--sort", "--duplicates", "--skip-empty",
-        "--thousands", "--decimal", "--sep", "--max-filled",
+        "--fill-volume", "--checkpoint-every", "--align", "--no-branch-rewards",
+        "--no-instrument-encoder", "--no-flat-unpredicted", "--no-branch-inputs", "--sort",
+        "--duplicates", "--skip-empty", "--thousands", "--decimal", "--sep", "--max-filled",
+        "--prices",
     }
 )  # fmt: skip
 
@@ -72,8 +70,13 @@ class _Parser(argparse.ArgumentParser):
         return action
 
     def advanced_actions(self) -> list[argparse.Action]:
-        """This parser's options of :data:`ADVANCED_OPTIONS`."""
-        return [a for a in self._actions if ADVANCED_OPTIONS.intersection(a.option_strings)]
+        """This parser's options of :data:`ADVANCED_OPTIONS` and the advanced training settings
+        (``train_config.ADVANCED_SETTINGS``)."""
+        return [
+            a
+            for a in self._actions
+            if getattr(a, "advanced", False) or ADVANCED_OPTIONS.intersection(a.option_strings)
+        ]
 
     def format_help(self, every_option: bool = False) -> str:
         """The help; a subcommand's without the usage block's every option and, unless

@@ -11,10 +11,10 @@ and every run (drawing, training, backtests) within :data:`RUN_SECONDS_TARGET` s
 
 Its real suite (``zoo --portfolio --real``, :data:`PORTFOLIO_REAL_MARKETS`) holds the real daily
 series of ``gpu_trading_env.data.real_series.REAL_PORTFOLIOS``, the same bars for every seed.
-Their reference is the **baseline**: per instrument, the one ``train`` would hold that series
-to alone (``choose_baseline`` on the instrument's training bars: hold long, hold short or
-flat), all held at once in the portfolio env (a constant level each, the gross cap sharing
-the capital). The target is the single real series': the deployed policy's mean test return
+Their reference is the run's own **baseline**: per instrument, the one ``train`` holds that
+series to alone (``deployment.choose_portfolio_baseline`` on the instrument's training bars:
+hold long, hold short or flat), all held at once in the portfolio env (a constant level each,
+the gross cap sharing the capital). The target is the single real series': the deployed policy's mean test return
 >= the baseline's mean - 2%, and no run more than ``REAL_RUN_SHORTFALL`` below its baseline.
 
 A run (one market, one seed) draws the market with that seed, trains ``train_portfolio`` with
@@ -57,7 +57,6 @@ __all__ = [
     "PortfolioZooRun",
     "baseline_lines",
     "check_targets",
-    "instrument_baselines",
     "markdown_table",
     "rule_and_flat_levels",
     "run_portfolio_one",
@@ -264,78 +263,36 @@ def rule_and_flat_levels(
     return rule, flat
 
 
-def instrument_baselines(
-    data: Any, env: Any, stop: int, per_year: float
-) -> tuple[tuple[str, Any], ...]:
-    """Per instrument, the baseline ``train`` would hold it to alone: ``choose_baseline`` on
-    its bars ``0 .. stop - 1`` (the training bars) in ``single_instrument_config`` of ``env``
-    at its cost rate.
-
-    :returns: ``(instrument, BaselineChoice)`` per instrument, in the data's order.
-    """
-    from agents.pipelines.baseline_policies import choose_baseline
-    from gpu_trading_env.core.portfolio_config import single_instrument_config
-    from gpu_trading_env.data.market_data import MarketData
-
-    out = []
-    for k, name in enumerate(data.instruments):
-        bars = MarketData(
-            features=data.features[:stop, k],
-            **{c: getattr(data, c)[:stop, k] for c in ("open", "high", "low", "close", "volume")},
-            timestamps=data.timestamps[:stop],
-            instrument_offsets=[0, stop],
-            instruments=[name],
-            feature_names=data.feature_names,
-        )
-        bps = 1e4 * float(env.cost_rates(data.n_instruments)[k])
-        out.append((name, choose_baseline(bars, single_instrument_config(env, bps), per_year)))
-    return tuple(out)
-
-
-def _baseline_reason(name: str, choice: Any) -> str:
-    """One instrument's baseline and its evidence on the training bars, in words."""
-    from agents.pipelines.baseline_policies import GATE_LEVEL, HOLD_PART_LEVEL, HOLD_PARTS
-
-    ci = choice.hold_vs_flat
-    parts = ", ".join(f"[{p['low']:+.2f}, {p['high']:+.2f}]" for p in choice.parts) or "none"
-    return (
-        f"{name} {choice.name}: hold minus flat Sharpe on the training bars "
-        f"[{ci['low']:+.2f}, {ci['high']:+.2f}] ({GATE_LEVEL:.0%}), in its {HOLD_PARTS} parts "
-        f"({1 - 2 * HOLD_PART_LEVEL:.0%}) {parts}"
-    )
-
-
 def _references(
     market: PortfolioZooMarket, data: Any, result: Any, device: str
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """The market's rule (a real market's: its baseline) and flat, backtested on the agent's
-    test bars, and the run's baseline fields (a real market's; none elsewhere)."""
+    """The market's rule (a real market's: the run's own per-instrument baseline) and flat on
+    the agent's test bars, and the run's baseline fields (a real market's; none elsewhere)."""
     from agents.pipelines.portfolio_backtest import backtest_portfolios
     from agents.pipelines.zoo import return_difference_interval
 
     agent, env = result.test, result.config.env
-    fields: dict[str, Any] = {}
     if market.kind == "real":
-        from agents.pipelines.baseline_policies import BASELINE_EXPOSURE
-        from gpu_trading_env.data.portfolio_markets import exposure_levels as to_levels
-
-        choices = instrument_baselines(data, env, agent.start, agent.per_year)
-        exposure = np.array([BASELINE_EXPOSURE[c.name] for _, c in choices])
-        rule_levels = to_levels(np.tile(exposure, (data.n_bars, 1)), env.exposure_levels)
-        flat_levels = to_levels(np.zeros(rule_levels.shape), env.exposure_levels)
-        fields["baseline"] = ", ".join(f"{n} {c.name}" for n, c in choices)
-        fields["baseline_reason"] = "; ".join(_baseline_reason(n, c) for n, c in choices)
-    else:
-        rule_levels, flat_levels = rule_and_flat_levels(market, data, env.exposure_levels)
+        # The run's own baseline: each instrument's, chosen on its training bars by the rule
+        # train holds one instrument to (agents/pipelines/deployment.py).
+        rule, flat = result.test_baseline, result.test_flat
+        diff = return_difference_interval(agent.returns, rule.returns)
+        return (
+            rule,
+            flat,
+            {
+                "baseline": result.baseline.words(),
+                "baseline_reason": "; ".join(result.deployment.details[: len(data.instruments)]),
+                "return_vs_baseline": diff["difference"],
+                "return_vs_baseline_low": diff["low"],
+                "return_vs_baseline_high": diff["high"],
+            },
+        )
+    rule_levels, flat_levels = rule_and_flat_levels(market, data, env.exposure_levels)
     rule, flat = backtest_portfolios(
         [rule_levels, flat_levels], data, env, agent.start, agent.stop, agent.per_year, device
     )
-    if market.kind == "real":
-        diff = return_difference_interval(agent.returns, rule.returns)
-        fields["return_vs_baseline"] = diff["difference"]
-        fields["return_vs_baseline_low"] = diff["low"]
-        fields["return_vs_baseline_high"] = diff["high"]
-    return rule, flat, fields
+    return rule, flat, {}
 
 
 def run_portfolio_one(
@@ -627,7 +584,7 @@ def baseline_lines(rows: Sequence[PortfolioZooRow]) -> str:
         return ""
     lines = [
         "\nThe baseline (real markets): per instrument, the one `train` would hold that "
-        "series to alone, chosen on the run's training bars (`choose_baseline`); the table's "
+        "series to alone, chosen on the run's training bars (`choose_portfolio_baseline`); the table's "
         "rule columns are its figures.\n"
     ]
     for r in real:

@@ -465,6 +465,17 @@ def option_help(f: dataclasses.Field[Any], timesteps_cpu: int | None = None) -> 
     return text
 
 
+# The settings a command's --help names in one line and --help-all explains (the parser's
+# ADVANCED_OPTIONS holds the other commands' options).
+ADVANCED_SETTINGS = frozenset(
+    {
+        "buffer_size", "gradient_steps", "final_learning_rate", "gamma", "eval_every",
+        "train_precision", "predictability_level", "net_width", "weight_decay", "reward_scale",
+        "cross_fit", "curiosity", "verbose", "torch_threads",
+    }
+)  # fmt: skip
+
+
 def add_training_options(
     p: argparse.ArgumentParser,
     timesteps_help: str | None = None,
@@ -492,7 +503,8 @@ def add_training_options(
             if s.choices:
                 kwargs["choices"] = list(s.choices)
             kwargs["default"] = s.option_default if s.option_default is not None else f.default
-        g.add_argument(option_name(f), **kwargs)
+        action = g.add_argument(option_name(f), **kwargs)
+        action.advanced = f.name in ADVANCED_SETTINGS  # read by the parser's --help
 
 
 def train_options_parser() -> argparse.ArgumentParser:
