@@ -26,38 +26,11 @@ from agents.pipelines.portfolio_training import (
     train_portfolio,
     training_baseline,
 )
-from gpu_trading_env.data.market_data import MarketData
-from gpu_trading_env.data.portfolio_data import PortfolioData
-from tests.test_portfolio_train import TINY, bars
+from tests.test_portfolio_train import TINY, drifting
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SHORT, FLAT, LONG = 0, 1, 2
-
-
-def drifting(drifts: tuple[float, ...], n_bars: int = 400, seed: int = 0) -> PortfolioData:
-    """K random walks with these per-bar log drifts (sd 1%), features of pure noise."""
-    rng = np.random.default_rng(seed)
-    steps = rng.normal(0, 0.01, size=(n_bars, len(drifts))) + np.asarray(drifts)
-    close = 100.0 * np.exp(np.cumsum(steps, axis=0))
-    parts = []
-    for j in range(len(drifts)):
-        m = bars(f"T{j}", close[:, j])
-        parts.append(
-            MarketData(
-                features=rng.normal(size=(n_bars, 2)).astype(np.float32),
-                open=m.open,
-                high=m.high,
-                low=m.low,
-                close=m.close,
-                volume=m.volume,
-                timestamps=m.timestamps,
-                instrument_offsets=m.instrument_offsets,
-                instruments=m.instruments,
-                feature_names=m.feature_names,
-            )
-        )
-    return PortfolioData.from_market_data(parts)
 
 
 def test_each_instrument_gets_the_baseline_of_its_own_training_bars() -> None:

@@ -174,13 +174,16 @@ def test_splits_are_chronological_and_refuse_short_windows() -> None:
     np.testing.assert_array_equal(part.close, [[110.0, 50.0], [99.0, 55.0]])
 
 
-def noise_data(n_bars: int = 400, k: int = 2, seed: int = 0) -> PortfolioData:
-    """K random walks with no edge (features of pure noise)."""
+def drifting(
+    drifts: tuple[float, ...], n_bars: int = 400, seed: int = 0, prefix: str = "T"
+) -> PortfolioData:
+    """K random walks with these per-bar log drifts (sd 1%), features of pure noise."""
     rng = np.random.default_rng(seed)
-    close = 100.0 * np.exp(np.cumsum(rng.normal(0, 0.01, size=(n_bars, k)), axis=0))
+    steps = rng.normal(0, 0.01, size=(n_bars, len(drifts))) + np.asarray(drifts)
+    close = 100.0 * np.exp(np.cumsum(steps, axis=0))
     parts = []
-    for j in range(k):
-        m = bars(f"N{j}", close[:, j])
+    for j in range(len(drifts)):
+        m = bars(f"{prefix}{j}", close[:, j])
         parts.append(
             MarketData(
                 features=rng.normal(size=(n_bars, 2)).astype(np.float32),
@@ -196,6 +199,11 @@ def noise_data(n_bars: int = 400, k: int = 2, seed: int = 0) -> PortfolioData:
             )
         )
     return PortfolioData.from_market_data(parts)
+
+
+def noise_data(n_bars: int = 400, k: int = 2, seed: int = 0) -> PortfolioData:
+    """K random walks with no edge (features of pure noise)."""
+    return drifting((0.0,) * k, n_bars, seed, prefix="N")
 
 
 TINY = PortfolioTrainConfig(
