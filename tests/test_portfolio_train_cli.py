@@ -56,6 +56,11 @@ def test_train_portfolio_writes_model_metrics_and_report(tmp_path, three_files, 
     assert metrics["config"]["env"]["episode_length"] == 50
     assert metrics["config"]["branch_rewards"] and metrics["config"]["instrument_encoder"]
     assert metrics["config"]["flat_unpredicted"]
+    # metrics.json documents itself: every top-level key in words, every figure's unit.
+    keys, units = metrics["schema"]["keys"], metrics["schema"]["units"]
+    assert set(keys) == set(metrics) and "undocumented" not in keys.values(), keys
+    for block in (metrics["test"]["kept"], *metrics["figures"].values()):
+        assert set(block) <= set(units), set(block) - set(units)
     page = (out / "index.html").read_text()
     assert page.index("Verdict: ") < page.index("<table>")
     assert "equal-weight buy and hold" in page

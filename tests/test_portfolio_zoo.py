@@ -22,12 +22,14 @@ from agents.pipelines.portfolio_zoo import (
     baseline_lines,
     check_targets,
     markdown_table,
+    portfolio_zoo_lead,
     rule_and_flat_levels,
     run_portfolio_one,
     write_portfolio_report,
 )
 from gpu_trading_env.core.portfolio_config import PortfolioConfig
 from gpu_trading_env.data.portfolio_markets import portfolio_market
+from gpu_trading_env.reports.report import LEAD_WORDS
 
 _REAL_CI_PACKAGES = all(importlib.util.find_spec(m) for m in ("arch", "gym_anytrading"))
 needs_real = pytest.mark.skipif(
@@ -136,6 +138,27 @@ def test_small_budget_is_a_valid_config() -> None:
     assert isinstance(config.env, PortfolioConfig)
 
 
+def test_report_opens_with_the_lead_sentence(tmp_path) -> None:
+    rows = [
+        _run("ar1_k8", 0, agent_return=0.1, agent_sharpe=8.0),
+        _run("lead_lag_k32", 0, kept="flat", agent_return=0.0, agent_sharpe=float("nan")),
+        FailedPortfolioZooRun("ar1_k8", 1, "cpu", "ValueError: boom", "Traceback ..."),
+    ]
+    lead = portfolio_zoo_lead(rows)
+    assert len(lead.split()) <= LEAD_WORDS, lead
+    assert lead == (
+        "Deployed a network in 1 of 2 runs, 2 markets: mean out of sample +5.0% (Sharpe 8.00) "
+        "vs flat +0.0%, buy-and-hold +1.0% (Sharpe 0.50), known rule +12.0% (Sharpe 10.00)."
+    )
+    files = write_portfolio_report(rows, tmp_path, "gpu-trading-env zoo --portfolio", {})
+    assert files.markdown.read_text().splitlines()[2] == lead  # first, below the title
+    # A real market's reference is its baseline; no finished run is said so.
+    real = _run("ar1_k8", 0, baseline="sp500 hold long", rule_return=0.02, rule_sharpe=0.3)
+    assert "baseline +2.0% (Sharpe 0.30)." in portfolio_zoo_lead([real])
+    assert "known rule" not in portfolio_zoo_lead([real])
+    assert portfolio_zoo_lead(rows[2:]) == "No run finished: all 1 failed (see portfolio_zoo.csv)."
+
+
 def test_zoo_portfolio_command_writes_the_report(tmp_path, capsys) -> None:
     from agents.cli import main
 
@@ -149,6 +172,8 @@ def test_zoo_portfolio_command_writes_the_report(tmp_path, capsys) -> None:
     assert "common_factor_k8 seed 0: agent Sharpe" in captured.out
     assert captured.out.startswith("portfolio zoo, smoke test: --small checks the pipeline")
     assert "| common random-walk factor, no edge, K = 8 | 1 |" in captured.out
+    lead = captured.out.split("\n| market |")[0].splitlines()[-1]  # the line above the table
+    assert lead.startswith("Deployed ") and "known rule" in lead, captured.out
     doc = json.loads((out / "portfolio_zoo.json").read_text())
     assert doc["meta"]["small"] is True and doc["runs"][0]["market"] == "common_factor_k8"
     assert doc["targets"][0]["met"] is (doc["runs"][0]["agent_return"] >= -0.03)

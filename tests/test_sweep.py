@@ -174,6 +174,9 @@ def test_sweep_trains_every_run_and_reports_their_mean(tmp_path, capsys, small_b
     assert setting["total_return"]["mean"] == pytest.approx(sum(returns) / 2)
     assert all((Path(r["out"]) / "index.html").is_file() for r in setting["runs"])
     assert summary["train_options"][:2] == ["--timesteps", "1000"]
+    # sweep.json documents itself: every top-level key in words.
+    keys = summary["schema"]["keys"]
+    assert set(keys) == set(summary) and "undocumented" not in keys.values(), keys
     assert "gamma=0.9" in printed and (out / "index.html").is_file()
 
 

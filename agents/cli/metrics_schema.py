@@ -1,6 +1,8 @@
 """The ``schema`` key of a report's metrics.json (``train``, ``eval``, ``backtest``: one
-instrument; ``walkforward``): what each top-level key holds, and the unit of each field of a
-figures block (``gpu_trading_env.reports.metrics.METRIC_UNITS``)."""
+instrument; ``walkforward``; ``train`` of several instruments) and of sweep.json: what each
+top-level key holds, and the unit of each field of a figures block
+(``gpu_trading_env.reports.metrics.METRIC_UNITS``, a portfolio backtest's
+:data:`PORTFOLIO_UNITS`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,14 @@ from typing import Any
 
 from gpu_trading_env.reports.metrics import METRIC_UNITS
 
-__all__ = ["METRICS_KEYS", "WALKFORWARD_KEYS", "metrics_schema"]
+__all__ = [
+    "METRICS_KEYS",
+    "PORTFOLIO_TRAIN_KEYS",
+    "PORTFOLIO_UNITS",
+    "SWEEP_KEYS",
+    "WALKFORWARD_KEYS",
+    "metrics_schema",
+]
 
 _FIGURES = "figures block (fields and units: schema.units)"
 
@@ -97,10 +106,84 @@ WALKFORWARD_KEYS: dict[str, str] = {
 }
 
 
+# The fields of a portfolio backtest's block (``PortfolioBacktest.to_dict``) that are not
+# METRIC_UNITS' names; its total_return, sharpe, max_drawdown and bars_per_year are.
+PORTFOLIO_UNITS: dict[str, str] = {
+    "start": "the window's first bar (index into the data's bars)",
+    "stop": "the bar after the window's last (index into the data's bars)",
+    "ruined": "whether the value fell to 0 or below (bool)",
+    "costs_by_instrument": "each instrument's trading costs over the window (currency, the "
+    "initial capital's)",
+}
+
+_BACKTESTS = "portfolio backtest blocks (fields and units: schema.units)"
+
+# Every top-level key of the metrics.json of ``train`` on several instruments
+# (``PortfolioTrainResult.to_dict`` and the report's figures), in words.
+PORTFOLIO_TRAIN_KEYS: dict[str, str] = {
+    "schema": "this description",
+    "kind": "'portfolio': a run of several instruments",
+    "kept": "the deployed policy: 'network', 'flat' or 'baseline'",
+    "reason": "why it was deployed, in words",
+    "instruments": "the instruments traded, in the policy's order",
+    "seed": "the run's random seed",
+    "device": "the device trained on",
+    "splits": "the fit, validation and test windows ([start, stop): indices into the bars)",
+    "validation": f"kept, flat, network and buy_and_hold (equal weight) on the validation "
+    f"window: {_BACKTESTS}",
+    "test": f"the same on the test window (out of sample): {_BACKTESTS}",
+    "gate": "the validation test that chose network or baseline (Sharpe differences, "
+    "annualised, with their intervals), or null",
+    "baseline": "per instrument, the parameter-free policy chosen on its training bars and "
+    f"why; the baseline portfolio's validation and test {_BACKTESTS}; or null",
+    "deployment": "what was deployed and why: kept, outcome, headline, details, trained",
+    "deflated": "deflated Sharpe ratio of the network's validation returns (dsr: a "
+    "probability; sr, sr0: per-bar Sharpe ratios), or null",
+    "resolution": "the smallest annualised Sharpe edge the gate detects with the given power "
+    "at its level in the validation bars (sharpe, bars, level, power, ...), or null",
+    "overfitting": "the probability of backtest overfitting (CSCV) of the choice among "
+    "snapshots and baselines (pbo: fraction, or null with the reason it is not computable)",
+    "inputs": "the input selection: kept inputs, p-values, bars; null where all were kept",
+    "snapshots": "each snapshot's env step and validation Sharpe (annualised)",
+    "chosen_snapshot": "the selected snapshot's index into snapshots, or null",
+    "reward_scale": "the factor the rewards were multiplied by in training",
+    "seconds": "wall-clock seconds of the whole run",
+    "train_seconds": "wall-clock seconds of training",
+    "config": "every training setting and the env configuration",
+    "figures": "the report table's test-window curves by legend, costs in: figures blocks "
+    "(fields and units: schema.units)",
+    "notes": "the report's lines on the deployment and the data, in words",
+}
+
+# Every top-level key of sweep.json (``SweepSummary.to_dict``), in words.
+SWEEP_KEYS: dict[str, str] = {
+    "schema": "this description",
+    "settings": "each setting of the grid, best rank first: setting (train options), label, "
+    "runs (each run's exit code, device, folders and figures), finished, failed (counts), "
+    "rank, and per figure its mean, std, min and max over the seeds: validation_sharpe "
+    "(annualised), validation_return, validation_buy_and_hold, total_return (out of sample), "
+    "test_buy_and_hold, test_costs_paid (fractions of the initial capital), vs_known_rule "
+    "(ratio), train_seconds (seconds)",
+    "runs": "runs in all (count)",
+    "failed": "runs that gave no metrics.json (count)",
+    "ranked_by": "what ranks the settings, in words",
+    "data": "the first finished run's data fields (see its metrics.json's schema), or null",
+    "order_cost_bps": "that run's cost of each order type, basis points of the traded notional",
+    "devices": "the device slots the runs ran on",
+    "runs_per_device": "runs at a time on each device (count)",
+    "seeds": "every setting's seeds",
+    "train_options": "the train options every run got",
+    "wall_seconds": "the sweep's wall-clock seconds",
+}
+
+
 def metrics_schema(
-    metrics: dict[str, Any], documented: dict[str, str] = METRICS_KEYS
+    metrics: dict[str, Any],
+    documented: dict[str, str] = METRICS_KEYS,
+    units: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``{"keys": {key: meaning}, "units": {field: unit}}`` for the keys of ``metrics`` (their
-    meanings from ``documented``; a key it lacks is said to be undocumented, not dropped)."""
+    meanings from ``documented``; a key it lacks is said to be undocumented, not dropped), the
+    units METRIC_UNITS' and ``units``' (a report's other figure fields)."""
     keys = {k: documented.get(k, "undocumented") for k in ("schema", *metrics)}
-    return {"keys": keys, "units": dict(METRIC_UNITS)}
+    return {"keys": keys, "units": {**METRIC_UNITS, **(units or {})}}

@@ -141,6 +141,7 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
         baseline_lines,
         check_targets,
         markdown_table,
+        portfolio_zoo_lead,
         run_portfolio_zoo,
         write_portfolio_report,
     )
@@ -187,6 +188,7 @@ def cmd_portfolio_zoo(args: argparse.Namespace) -> int:
         "wall_seconds": time.perf_counter() - start,
     }
     files = write_portfolio_report(rows, out, command, meta)
+    print(portfolio_zoo_lead(rows))
     print(markdown_table(check_targets(rows)) + baseline_lines(rows), end="")
     print(f"report: {files.markdown}  (every run: {files.csv}, {files.json})")
     return 1 if any(isinstance(r, FailedPortfolioZooRun) for r in rows) else 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agents.cli.data import is_synthetic
-from agents.cli.metrics_schema import metrics_schema
+from agents.cli.metrics_schema import PORTFOLIO_TRAIN_KEYS, PORTFOLIO_UNITS, metrics_schema
 from gpu_trading_env.core.config import EnvConfig
 
 if TYPE_CHECKING:
@@ -475,6 +475,7 @@ class PortfolioPage:
     synthetic: bool = False
     deployed: str = ""
     window: str = "out of sample"
+    keys: dict[str, str] | None = None  # metrics.json's top-level keys in words: its ``schema``
 
 
 def portfolio_lead(page: PortfolioPage, figures: list[tuple[str, dict[str, Any]]]) -> str:
@@ -498,6 +499,8 @@ def write_portfolio_page(out: Path, page: PortfolioPage) -> Path:
 
     figures = [(label, _metrics(bt, page.capital)) for label, bt in page.rows]
     metrics = {**page.metrics, "figures": dict(figures), "notes": page.notes}
+    if page.keys is not None:
+        metrics["schema"] = metrics_schema(metrics, page.keys, PORTFOLIO_UNITS)
     write_json(metrics, out / "metrics.json")
     curves = {f"{label}, costs in (Sharpe {bt.sharpe:.2f})": bt.equity for label, bt in page.rows}
     images = []
@@ -550,5 +553,6 @@ def portfolio_report(
         capital=float(result.config.env.initial_capital),
         synthetic=synthetic,
         deployed="a network" if network else f"{result.kept} (no validated edge)",
+        keys=PORTFOLIO_TRAIN_KEYS,
     )
     return write_portfolio_page(out, page)

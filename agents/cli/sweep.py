@@ -15,6 +15,7 @@ import io
 import time
 from typing import Any
 
+from agents.cli.metrics_schema import SWEEP_KEYS, metrics_schema
 from agents.cli.options import UsageError
 from agents.cli.run_folder import claim_out
 from agents.cli.run_progress import RunProgress
@@ -167,7 +168,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         wall_seconds=time.perf_counter() - start,
     )
     summary = dataclasses.replace(aggregate(results), launch=launch)
-    paths = write_report(summary, out)
+    paths = write_report(summary, out, metrics_schema(summary.to_dict(), SWEEP_KEYS))
     print(summary_table(summary))
     print(f"report: {paths['html']}  (data: {paths['json']}, {paths['csv']})")
     if summary.failed:

@@ -58,6 +58,7 @@ __all__ = [
     "baseline_lines",
     "check_targets",
     "markdown_table",
+    "portfolio_zoo_lead",
     "rule_and_flat_levels",
     "run_portfolio_one",
     "run_portfolio_zoo",
@@ -599,11 +600,36 @@ def baseline_lines(rows: Sequence[PortfolioZooRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def portfolio_zoo_lead(rows: Sequence[PortfolioZooRow]) -> str:
+    """The report's first sentence (``reports.report.lead_sentence``): how many runs deployed
+    a network, and the deployed policy's mean test figures over the finished runs beside flat,
+    equal-weight buy-and-hold and the reference (the known rule; a real market's baseline)."""
+    from gpu_trading_env.reports.report import FLAT_FIGURES, lead_sentence
+
+    ok = [r for r in rows if isinstance(r, PortfolioZooRun)]
+    if not ok:
+        return f"No run finished: all {len(rows)} failed (see portfolio_zoo.csv)."
+
+    def mean(policy: str) -> dict[str, float | None]:
+        return {
+            "total_return": _mean([getattr(r, f"{policy}_return") for r in ok]),
+            "sharpe": _mean([getattr(r, f"{policy}_sharpe") for r in ok]),
+        }
+
+    real = sum(bool(r.baseline) for r in ok)
+    reference = "baseline" if real == len(ok) else "known rule" if not real else "rule/baseline"
+    networks = sum(r.kept == "network" for r in ok)
+    markets = len({r.market for r in ok})
+    deployed = f"a network in {networks} of {len(ok)} runs, {markets} markets"
+    against = {"flat": FLAT_FIGURES, "buy-and-hold": mean("hold"), reference: mean("rule")}
+    return lead_sentence(deployed, mean("agent"), against, window="mean out of sample")
+
+
 def write_portfolio_report(
     rows: Sequence[PortfolioZooRow], out: str | Path, command: str, meta: dict[str, Any]
 ) -> PortfolioZooFiles:
     """``portfolio_zoo.csv`` (every run, a failed one with its error), ``portfolio_zoo.md``
-    (the command and the targets' table) and ``portfolio_zoo.json`` (``meta``, runs and
+    (its first sentence, :func:`portfolio_zoo_lead`, the command and the targets' table) and ``portfolio_zoo.json`` (``meta``, runs and
     targets) in the folder ``out``."""
     import csv
     import json
@@ -622,7 +648,7 @@ def write_portfolio_report(
             d.pop("traceback", None)
             writer.writerow({k: d.get(k, "") for k in CSV_COLUMNS})
     text = (
-        f"# Portfolio zoo\n\n```bash\n{command}\n```\n\n{markdown_table(checks)}"
+        f"# Portfolio zoo\n\n{portfolio_zoo_lead(rows)}\n\n```bash\n{command}\n```\n\n{markdown_table(checks)}"
         f"{baseline_lines(rows)}"
     )
     atomic_write_text(files.markdown, text)

@@ -362,14 +362,20 @@ def summary_table(summary: SweepSummary) -> str:
     return "\n".join(notes + table)
 
 
-def write_report(summary: SweepSummary, out: Path) -> dict[str, Path]:
-    """``sweep.json`` (everything), ``sweep.csv`` (one row per setting), ``sweep.png`` (mean
+def write_report(
+    summary: SweepSummary, out: Path, schema: dict[str, Any] | None = None
+) -> dict[str, Path]:
+    """``sweep.json`` (everything, and ``schema`` where given: its keys in words, the command's
+    ``agents.cli.metrics_schema``), ``sweep.csv`` (one row per setting), ``sweep.png`` (mean
     out-of-sample return per setting, each seed a dot, the bar's whisker one standard
     deviation) and ``index.html`` linking them and every run's own report."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {k: out / f"sweep.{k}" for k in ("json", "csv", "png")}
     paths["html"] = out / "index.html"
-    atomic_write_text(paths["json"], json.dumps(summary.to_dict(), indent=2))
+    doc = summary.to_dict()
+    if schema is not None:
+        doc["schema"] = schema
+    atomic_write_text(paths["json"], json.dumps(doc, indent=2))
     with atomic_write(paths["csv"], "w") as fh:
         w = csv.writer(fh)
         w.writerow(
