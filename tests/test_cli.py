@@ -485,6 +485,22 @@ def test_report_states_data_warmup_and_annualisation_in_words(in_tmp, capsys):
     assert "turnover / yr" in head and "hit rate" not in head and "exposure" not in head
 
 
+def test_report_says_which_close_a_yahoo_export_used(in_tmp, capsys):
+    """A file with both Close and Adj Close: the page's data sentence names the close used."""
+    df = pd.read_csv(_csv(in_tmp / "Y.csv", n=WARMUP_BARS + 300))
+    df.insert(5, "Adj Close", df["Close"] * 0.5)
+    df.to_csv(in_tmp / "Y.csv", index=False)
+    assert cli.main(["backtest", "--data", "Y.csv", "--out", "a"]) == 0
+    assert (
+        "Prices adjusted: close is &#x27;Adj Close&#x27;" in (in_tmp / "a/index.html").read_text()
+    )
+    assert cli.main(["backtest", "--data", "Y.csv", "--prices", "raw", "--out", "r"]) == 0
+    assert "&#x27;Adj Close&#x27; unused: --prices raw)" in (in_tmp / "r/index.html").read_text()
+    _csv(in_tmp / "C.csv", n=WARMUP_BARS + 300)
+    assert cli.main(["backtest", "--data", "C.csv", "--out", "c"]) == 0
+    assert "Prices " not in (in_tmp / "c/index.html").read_text()
+
+
 def test_an_argument_error_does_not_import_torch():
     """The command's module and its parser load without torch and SB3 (seconds on a busy
     2-core machine), so a mistyped option answers at once."""
