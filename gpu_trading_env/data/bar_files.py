@@ -597,7 +597,7 @@ def _numbers(
 
 
 def _number_fix(text: str) -> str:
-    """The option that reads ``text`` as a number, where one does."""
+    """The option that reads ``text`` as a number, where one does; else the edit that fixes it."""
     text = text.strip()
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", text):
         return "; pass --thousands ',' (read_csv_kwargs={'thousands': ','})"
@@ -608,7 +608,7 @@ def _number_fix(text: str) -> str:
         )
     if re.fullmatch(r"[-+]?\d+,\d+", text):
         return "; pass --decimal ',' (read_csv_kwargs={'decimal': ','})"
-    return ""
+    return ": write a plain number there (such as 1234.5), or delete that line"
 
 
 def _with_lines(message: str, frames: list[tuple[Path, pd.DataFrame]]) -> str:
