@@ -463,6 +463,11 @@ def test_missing_volume_names_the_fill_option_and_the_option_fills_it(in_tmp, ca
     )
     _fails(capsys, ["backtest", "--data", "FX.csv", "--fill-volume", "-1"], "--fill-volume -1.0")
     assert cli.main(["backtest", "--data", "FX.csv", "--fill-volume", "0", "--out", "r"]) == 0
+    # An export with no volume column at all (FX, an index) takes the same option.
+    df.drop(columns="Volume").to_csv(path, index=False)
+    _fails(capsys, ["backtest", "--data", "FX.csv"], "no 'volume' column", "--fill-volume 0")
+    assert cli.main(["backtest", "--data", "FX.csv", "--fill-volume", "0", "--out", "v"]) == 0
+    assert "FX.csv: no volume column: every volume is 0" in capsys.readouterr().err
 
 
 def test_report_states_data_warmup_and_annualisation_in_words(in_tmp, capsys):
