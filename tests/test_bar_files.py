@@ -123,6 +123,7 @@ def test_a_bad_value_fails_the_same_naming_file_line_and_column(tmp_path):
     messages = errors_of_all_three(path)
     assert len(set(messages)) == 1, messages
     assert "bad_value.csv, line 6, column 'close': 'n/a?' is not a number" in messages[0]
+    assert messages[0].endswith("write a plain number there (such as 1234.5), or delete that line")
 
 
 def test_an_unknown_file_type_fails_the_same_naming_what_is_allowed(tmp_path):

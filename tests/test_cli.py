@@ -463,6 +463,11 @@ def test_missing_volume_names_the_fill_option_and_the_option_fills_it(in_tmp, ca
     )
     _fails(capsys, ["backtest", "--data", "FX.csv", "--fill-volume", "-1"], "--fill-volume -1.0")
     assert cli.main(["backtest", "--data", "FX.csv", "--fill-volume", "0", "--out", "r"]) == 0
+    # An export with no volume column at all (FX, an index) takes the same option.
+    df.drop(columns="Volume").to_csv(path, index=False)
+    _fails(capsys, ["backtest", "--data", "FX.csv"], "no 'volume' column", "--fill-volume 0")
+    assert cli.main(["backtest", "--data", "FX.csv", "--fill-volume", "0", "--out", "v"]) == 0
+    assert "FX.csv: no volume column: every volume is 0" in capsys.readouterr().err
 
 
 def test_report_states_data_warmup_and_annualisation_in_words(in_tmp, capsys):
@@ -483,6 +488,22 @@ def test_report_states_data_warmup_and_annualisation_in_words(in_tmp, capsys):
     m |= {"sortino": 1.2, "max_drawdown": 0.1}
     head = results_table([("a", m), ("b", {**m, "turnover": 3.0})])[0]
     assert "turnover / yr" in head and "hit rate" not in head and "exposure" not in head
+
+
+def test_report_says_which_close_a_yahoo_export_used(in_tmp, capsys):
+    """A file with both Close and Adj Close: the page's data sentence names the close used."""
+    df = pd.read_csv(_csv(in_tmp / "Y.csv", n=WARMUP_BARS + 300))
+    df.insert(5, "Adj Close", df["Close"] * 0.5)
+    df.to_csv(in_tmp / "Y.csv", index=False)
+    assert cli.main(["backtest", "--data", "Y.csv", "--out", "a"]) == 0
+    assert (
+        "Prices adjusted: close is &#x27;Adj Close&#x27;" in (in_tmp / "a/index.html").read_text()
+    )
+    assert cli.main(["backtest", "--data", "Y.csv", "--prices", "raw", "--out", "r"]) == 0
+    assert "&#x27;Adj Close&#x27; unused: --prices raw)" in (in_tmp / "r/index.html").read_text()
+    _csv(in_tmp / "C.csv", n=WARMUP_BARS + 300)
+    assert cli.main(["backtest", "--data", "C.csv", "--out", "c"]) == 0
+    assert "Prices " not in (in_tmp / "c/index.html").read_text()
 
 
 def test_an_argument_error_does_not_import_torch():
@@ -559,6 +580,8 @@ def test_top_level_help_names_every_command_without_markup():
 def test_help_fits_two_screens_and_help_all_explains_every_option(capsys):
     for name, p in _subcommands().items():
         short = p.format_help()
+        # eval's required --model read "(default: None)"; None says nothing to a reader.
+        assert "default: None" not in p.format_help(every_option=True), name
         assert len(short.splitlines()) <= 100, (name, len(short.splitlines()))
         full = p.format_help(every_option=True)
         for action in p._actions:

@@ -45,7 +45,10 @@ def test_train_writes_a_report_without_tensorboard(tmp_path, monkeypatch, capsys
     assert metrics["timesteps"] >= 2000
     assert (out / "model.zip").exists() and (out / "equity_curve.png").exists()
     assert not (out / "tensorboard").exists()
-    assert "tensorboard is not installed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "tensorboard is not installed" in printed
+    # The summary ends with the report folder, as README's "What you should see" says.
+    assert printed.strip().splitlines()[-1].startswith(f"report: {out / 'index.html'}")
     # The page says what the saved model acts as, and metrics.json holds the evidence.
     page = html.unescape((out / "index.html").read_text())
     assert f"Verdict: {metrics['deployment']['headline']}" in page

@@ -138,11 +138,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows ``(default: X)`` unless the help text already says what the default is."""
+    """Shows ``(default: X)`` unless the help text already says what the default is, the
+    option is required, or X is None (which tells a reader nothing)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "(default" in text:
+        if "(default" in text or action.required or action.default is None:
             return text
         return super()._get_help_string(action)
 

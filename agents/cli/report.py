@@ -106,10 +106,13 @@ def describe_data(data: Any) -> str:
         files = [Path(p).name for p in data.metadata.get("paths", [])]
         source = ", ".join(files) or "a DataFrame"
     per = [_span(data.instrument(k)) for k in range(data.n_instruments)]
+    # Which close the figures are of matters only where the file had a choice of two.
+    basis = str(getattr(data, "price_basis", None) or "")
+    prices = f" Prices {basis}." if basis.startswith("adjusted") or "unused" in basis else ""
     if data.n_instruments == 1:
-        return f"Data: {source}; instrument {names}: {per[0]}."
+        return f"Data: {source}; instrument {names}: {per[0]}.{prices}"
     each = "; ".join(f"{n}: {p}" for n, p in zip(data.instruments, per, strict=True))
-    return f"Data: {source}; {data.n_instruments} instruments ({each})."
+    return f"Data: {source}; {data.n_instruments} instruments ({each}).{prices}"
 
 
 def data_fields(data: Any) -> dict[str, Any]:

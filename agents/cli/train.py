@@ -328,6 +328,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     rule = known_rule(evaluated, args.config)
     if rule is not None:
         extra.update(_vs_known_rule(run, rule))
+    # Before the summary, so that its last line is the report folder (as README shows).
+    if settings.tensorboard_log is None:
+        print(
+            "TensorBoard logs not written: tensorboard is not installed (pip install tensorboard)"
+        )
     single_report(
         out,
         run.test,
@@ -342,10 +347,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         evaluated=evaluated,
         trained=instruments["trained"],
     )
-    if settings.tensorboard_log is None:
-        print(
-            "TensorBoard logs not written: tensorboard is not installed (pip install tensorboard)"
-        )
     return 0
 
 

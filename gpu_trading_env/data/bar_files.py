@@ -414,6 +414,10 @@ def _normalise(
             i = int(np.argmax(sym.isna().to_numpy()))
             raise DataError(f"{path}, line {i + 2}, column {sym_col!r}: no instrument name")
         out["instrument"] = sym.astype(str).astype("category").array
+    if "volume" not in lower and "volume" not in mapping and rows.fill_volume is not None:
+        # A file with no volume at all (FX, an index) takes --fill-volume as empty cells do.
+        df, lower = df.assign(volume=np.nan), {**lower, "volume": "volume"}
+        notes.append(f"{path}: no volume column: every volume is {rows.fill_volume:g}")
     cols = {field: _field_column(df, lower, path, mapping, field) for field in OHLCV}
     adj, raw_close = _adjusted_close(df, lower, path, mapping, rows.prices, cols["close"])
     if adj is not None:
@@ -463,6 +467,7 @@ def _field_column(
         raise DataError(
             f"{path}: no {field!r} column among {list(map(str, df.columns))}: "
             f"pass --column {field}=NAME"
+            + (", or --fill-volume 0 if the file has none (fill_volume=0)" * (field == "volume"))
         )
     return col
 
@@ -597,7 +602,7 @@ def _numbers(
 
 
 def _number_fix(text: str) -> str:
-    """The option that reads ``text`` as a number, where one does."""
+    """The option that reads ``text`` as a number, where one does; else the edit that fixes it."""
     text = text.strip()
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", text):
         return "; pass --thousands ',' (read_csv_kwargs={'thousands': ','})"
@@ -608,7 +613,7 @@ def _number_fix(text: str) -> str:
         )
     if re.fullmatch(r"[-+]?\d+,\d+", text):
         return "; pass --decimal ',' (read_csv_kwargs={'decimal': ','})"
-    return ""
+    return ": write a plain number there (such as 1234.5), or delete that line"
 
 
 def _with_lines(message: str, frames: list[tuple[Path, pd.DataFrame]]) -> str:

@@ -45,7 +45,8 @@ def load_bars(
     :param symbol_column: the instrument column of a long-format file (default: found by name).
     :param columns: ``{field: column}`` for fields named otherwise in the file.
     :param fill_volume: the volume of bars whose volume is missing (empty, NaN, N/A), e.g. 0 for
-        FX or index files that leave it out on some bars; None (the default) refuses them.
+        FX or index files that leave it out on some bars, and of every bar of a file with no
+        volume column; None (the default) refuses them.
     :param features: ``"builtin"`` or a list of the file's columns to use as the features (see
         ``MarketData.from_dataframe``).
     :param extra_features: the file's columns to add to the built-in features (a signal, a
