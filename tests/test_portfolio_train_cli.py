@@ -174,6 +174,7 @@ def test_eval_portfolio_repeats_the_runs_test_backtest(tmp_path, three_files, ca
         evaluated = json.loads((tmp_path / f"eval{i}" / "metrics.json").read_text())
         # eval's default --train-fraction skips the bars train trained on: the same test window.
         assert evaluated["window"] == trained["splits"]["test"]
+        assert "undocumented" not in evaluated["schema"]["keys"].values()
         kept = trained["test"]["kept"]["total_return"]
         assert evaluated["model_backtest"]["total_return"] == kept
     assert (tmp_path / "eval0" / "index.html").is_file()
@@ -227,6 +228,7 @@ def test_backtest_portfolio_holds_the_rule_in_every_instrument(tmp_path, three_f
     assert "rule buy_and_hold" in capsys.readouterr().out
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["kind"] == "portfolio" and metrics["rule"] == "buy_and_hold"
+    assert "undocumented" not in metrics["schema"]["keys"].values()
     pdata = PortfolioData.from_market_data(load_bars(three_files))
     start, stop = metrics["window"]
     assert start == int(0.8 * pdata.n_bars) and stop == pdata.n_bars
@@ -335,6 +337,7 @@ def test_walkforward_portfolio_reports_each_folds_kept_policy(tmp_path, capsys) 
     assert printed.count("fold ") >= 4 and verdict in printed
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["kind"] == "portfolio_walkforward" and metrics["seeds"] == [0, 1]
+    assert "undocumented" not in metrics["schema"]["keys"].values()
     folds = metrics["folds"]
     assert len(folds) == 2 and folds[0]["test"][1] == folds[1]["test"][0]
     for fold in folds:

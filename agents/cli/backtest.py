@@ -23,6 +23,7 @@ from agents.cli.data import (
     runs_portfolio,
     split_data,
 )
+from agents.cli.metrics_schema import PORTFOLIO_BACKTEST_KEYS
 from agents.cli.options import UsageError
 from agents.cli.report import PortfolioPage, describe_data, single_report, write_portfolio_page
 from agents.cli.run_folder import claim_out
@@ -252,6 +253,7 @@ def portfolio_backtest_report(
         synthetic=is_synthetic(data),
         deployed=deployed,
         window=f"on {what}",
+        keys=PORTFOLIO_BACKTEST_KEYS,
     )
     write_portfolio_page(out, page)
     return 0

@@ -12,7 +12,9 @@ from gpu_trading_env.reports.metrics import METRIC_UNITS
 
 __all__ = [
     "METRICS_KEYS",
+    "PORTFOLIO_BACKTEST_KEYS",
     "PORTFOLIO_TRAIN_KEYS",
+    "PORTFOLIO_WALKFORWARD_KEYS",
     "PORTFOLIO_UNITS",
     "SWEEP_KEYS",
     "WALKFORWARD_KEYS",
@@ -174,6 +176,40 @@ SWEEP_KEYS: dict[str, str] = {
     "seeds": "every setting's seeds",
     "train_options": "the train options every run got",
     "wall_seconds": "the sweep's wall-clock seconds",
+}
+
+
+# Every top-level key of eval's and backtest's metrics.json on several instruments, in words.
+PORTFOLIO_BACKTEST_KEYS: dict[str, str] = {
+    "schema": "this description",
+    "kind": "'portfolio': a backtest of several instruments",
+    "model": "eval: the saved model backtested (path)",
+    "rule": "backtest: the rule held ('buy_and_hold')",
+    "exposure": "backtest: the rule's exposure in each instrument (fraction of the capital)",
+    "instruments": "the instruments traded, in the policy's order",
+    "window": "the evaluated bars ([start, stop): indices into the aligned bars)",
+    "model_backtest": f"eval: the saved model on the evaluated bars: {_BACKTESTS}",
+    "rule_backtest": f"backtest: the rule on the evaluated bars: {_BACKTESTS}",
+    "flat": f"flat on the same bars: {_BACKTESTS}",
+    "buy_and_hold": f"equal-weight buy and hold on the same bars: {_BACKTESTS}",
+    "figures": "the report table's rows by legend: each a figures block (schema.units)",
+    "notes": "the report's notes, in words",
+}
+
+# Every top-level key of walkforward's metrics.json on several instruments, in words.
+PORTFOLIO_WALKFORWARD_KEYS: dict[str, str] = {
+    "schema": "this description",
+    "kind": "'portfolio_walkforward': a walk-forward of several instruments",
+    "instruments": "the instruments traded, in the policy's order",
+    "seeds": "the seeds trained on every fold",
+    "folds": "each fold, numbered from 1: its train and test windows (indices and dates) and "
+    f"per seed the kept policy, its reason, gate and test {_BACKTESTS}",
+    "stitched": f"per seed, the kept policies' test windows as one path: {_BACKTESTS}",
+    "flat": f"flat over the stitched test windows: {_BACKTESTS}",
+    "buy_and_hold": f"equal-weight buy and hold over the same bars: {_BACKTESTS}",
+    "config": "the training settings and the env configuration",
+    "figures": "the report table's rows by legend: each a figures block (schema.units)",
+    "notes": "the report's notes, in words",
 }
 
 

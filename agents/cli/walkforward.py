@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agents.cli.data import is_synthetic, load_data, per_year_of, portfolio_data_of, runs_portfolio
+from agents.cli.metrics_schema import PORTFOLIO_WALKFORWARD_KEYS
 from agents.cli.options import UsageError
 from agents.cli.report import (
     PortfolioPage,
@@ -465,6 +466,7 @@ def _walkforward_portfolio(args: argparse.Namespace, data: Any) -> int:
         synthetic=is_synthetic(data),
         deployed=f"a network in {sum(r.result.kept == 'network' for r in result.runs)} of "
         f"{len(result.runs)} (fold, seed) runs, else the baseline (seed {first})",
+        keys=PORTFOLIO_WALKFORWARD_KEYS,
     )
     write_portfolio_page(out, page)
     return 0
