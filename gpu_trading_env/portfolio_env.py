@@ -23,7 +23,12 @@ from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_fie
 from gpu_trading_env.core.portfolio_state import PORTFOLIO_COMPONENT_NAMES, PortfolioStepOutputs
 from gpu_trading_env.data.portfolio_data import PortfolioData, as_portfolio_data
 from gpu_trading_env.env_setup import action_error, reset_options, seed_keys
-from gpu_trading_env.vector_env import check_reset_mask, check_start_index, limit_episode_length
+from gpu_trading_env.vector_env import (
+    OneObjectEnvAttrs,
+    check_reset_mask,
+    check_start_index,
+    limit_episode_length,
+)
 
 # The info arrays every step fills for every env, as (info key, step output field).
 PORTFOLIO_INFO_FIELDS = (
@@ -72,7 +77,7 @@ def resolve_portfolio_config(
     return base.replace(**overrides) if overrides else base
 
 
-class PortfolioVectorEnv(VectorEnv):
+class PortfolioVectorEnv(OneObjectEnvAttrs, VectorEnv):
     """N portfolio envs of K instruments stepped together.
 
     Args:
@@ -232,7 +237,3 @@ class PortfolioVectorEnv(VectorEnv):
         self.autoreset_mode = mode
         self.metadata["autoreset_mode"] = mode
         self._needs_reset = self._needs_reset or bool((self.backend.state.done_flag != 0).any())
-
-    def render(self) -> None:
-        """Nothing to draw (``render_mode`` is None)."""
-        return None

@@ -641,3 +641,31 @@ def test_sb3_ppo_on_the_portfolio_stores_what_the_env_gave() -> None:
             np.testing.assert_array_equal(seen[i], obs)
             ended += 1
     assert ended >= n * (steps // 7)
+
+
+def three_instruments(t: int = 40) -> list[MarketData]:
+    """Three instruments of ``t`` hourly bars each, with different price paths."""
+    steps = np.arange(t, dtype=np.float64)
+    return [bars(name, 100.0 + k * 10.0 + np.sin(steps + k)) for k, name in enumerate("ABC")]
+
+
+def test_call_get_attr_set_attr_render_as_the_single_env() -> None:
+    """K = 3: ``call``, ``get_attr`` and ``set_attr`` repeat one object's answer N times, as
+    ``TradingVectorEnv`` does; skrl's wrapper renders through ``call("render")``."""
+    env = PortfolioVectorEnv(4, data=three_instruments(), episode_length=5)
+    obs, _ = env.reset(seed=0)
+    assert env.get_attr("n_instruments") == (3,) * 4
+    np.testing.assert_array_equal(env.call("observe")[3], obs)
+    assert env.call("render") == (None,) * 4
+    assert env.call("num_envs") == (4,) * 4
+    env.set_attr("note", "x")
+    env.set_attr("note2", ["y"] * 4)
+    assert env.get_attr("note") == ("x",) * 4 and env.note2 == "y"
+    with pytest.raises(ValueError, match=r"set_attr\('note', values\) with 2 values"):
+        env.set_attr("note", ["a", "b"])
+    with pytest.raises(ValueError, match="differing values"):
+        env.set_attr("note", ["a", "a", "a", "b"])
+    pytest.importorskip("skrl")
+    from skrl.envs.wrappers.torch import wrap_env
+
+    assert wrap_env(env, wrapper="gymnasium").render() == (None,) * 4
