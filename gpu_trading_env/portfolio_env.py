@@ -23,6 +23,7 @@ from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_fie
 from gpu_trading_env.core.portfolio_state import PORTFOLIO_COMPONENT_NAMES, PortfolioStepOutputs
 from gpu_trading_env.data.portfolio_data import PortfolioData, as_portfolio_data
 from gpu_trading_env.env_setup import action_error, reset_options, seed_keys
+from gpu_trading_env.library_checks import warn_if_skrl_is_loaded
 from gpu_trading_env.vector_env import (
     OneObjectEnvAttrs,
     check_reset_mask,
@@ -146,6 +147,7 @@ class PortfolioVectorEnv(OneObjectEnvAttrs, VectorEnv):
             self._all_rows.flags.writeable = False
         self._seeded = False
         self._needs_reset = True
+        self._skrl_warned = False  # see library_checks.warn_if_skrl_is_loaded
 
     @property
     def reward_component_names(self) -> tuple[str, ...]:
@@ -158,6 +160,8 @@ class PortfolioVectorEnv(OneObjectEnvAttrs, VectorEnv):
         ``TradingVectorEnv.reset`` takes them (start_index counts bars of the grid)."""
         if self.closed:
             raise RuntimeError("reset() called after close(): build a new env")
+        if not self._skrl_warned:  # skrl would store the NEXT_STEP reset steps
+            self._skrl_warned = warn_if_skrl_is_loaded(self)
         options = reset_options(options)
         n = self.num_envs
         mask = check_reset_mask(options.get("reset_mask"), n)

@@ -669,3 +669,39 @@ def test_call_get_attr_set_attr_render_as_the_single_env() -> None:
     from skrl.envs.wrappers.torch import wrap_env
 
     assert wrap_env(env, wrapper="gymnasium").render() == (None,) * 4
+
+
+def test_skrl_warns_at_a_next_step_reset_and_make_skrl_env_routes_to_same_step() -> None:
+    """K = 3, as the single env: skrl's wrapper over a NEXT_STEP env warns once at its reset
+    (skrl would store the reset steps); ``make_skrl_env`` switches the env to SAME_STEP and its
+    ended rows carry ``final_obs``."""
+    pytest.importorskip("skrl")
+    import warnings
+
+    from skrl.envs.wrappers.torch import wrap_env
+
+    from gpu_trading_env.integrations.skrl_env import final_next_observations, make_skrl_env
+
+    raw = PortfolioVectorEnv(2, data=three_instruments(), episode_length=2)
+    with pytest.warns(UserWarning, match=r"skrl's Gymnasium wrapper is loaded.*NEXT_STEP"):
+        wrap_env(raw, wrapper="gymnasium").reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        raw.reset(seed=0)  # once per env; the seed keeps the draws below fixed
+        env = make_skrl_env(raw)
+        obs, _ = env.reset()
+    assert raw.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP
+    act = torch_actions(env.num_envs)
+    env.step(act)
+    nxt, _, term, trunc, info = env.step(act)  # episode_length 2: every env ends here
+    assert bool((term | trunc).all())
+    fixed = final_next_observations(nxt, term, trunc, info)
+    np.testing.assert_array_equal(fixed.numpy(), info["final_obs"])
+    assert fixed.shape == obs.shape == (2, 3 * 2 + 1 + 3)
+    assert not bool((fixed == nxt).all(-1).any())  # the last observations, not the new firsts
+
+
+def torch_actions(n: int):
+    import torch
+
+    return torch.full((n, 3), 1, dtype=torch.int64)
