@@ -105,7 +105,7 @@ def warn_if_skrl_is_loaded(env: Any) -> bool:
     look at the callers, which a reset does not take: the warning says "if". ``env.reset``
     calls this until it returns True, so each env warns once.
 
-    :param env: the :class:`~gpu_trading_env.TradingVectorEnv` being reset.
+    :param env: the ``TradingVectorEnv`` or ``PortfolioVectorEnv`` being reset.
     :return: True when it warned.
     """
     if env.autoreset_mode != AutoresetMode.NEXT_STEP:

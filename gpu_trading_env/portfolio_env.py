@@ -23,7 +23,13 @@ from gpu_trading_env.core.portfolio_config import PortfolioConfig, portfolio_fie
 from gpu_trading_env.core.portfolio_state import PORTFOLIO_COMPONENT_NAMES, PortfolioStepOutputs
 from gpu_trading_env.data.portfolio_data import PortfolioData, as_portfolio_data
 from gpu_trading_env.env_setup import action_error, reset_options, seed_keys
-from gpu_trading_env.vector_env import check_reset_mask, check_start_index, limit_episode_length
+from gpu_trading_env.library_checks import warn_if_skrl_is_loaded
+from gpu_trading_env.vector_env import (
+    OneObjectEnvAttrs,
+    check_reset_mask,
+    check_start_index,
+    limit_episode_length,
+)
 
 # The info arrays every step fills for every env, as (info key, step output field).
 PORTFOLIO_INFO_FIELDS = (
@@ -72,7 +78,7 @@ def resolve_portfolio_config(
     return base.replace(**overrides) if overrides else base
 
 
-class PortfolioVectorEnv(VectorEnv):
+class PortfolioVectorEnv(OneObjectEnvAttrs, VectorEnv):
     """N portfolio envs of K instruments stepped together.
 
     Args:
@@ -141,6 +147,7 @@ class PortfolioVectorEnv(VectorEnv):
             self._all_rows.flags.writeable = False
         self._seeded = False
         self._needs_reset = True
+        self._skrl_warned = False  # see library_checks.warn_if_skrl_is_loaded
 
     @property
     def reward_component_names(self) -> tuple[str, ...]:
@@ -153,6 +160,8 @@ class PortfolioVectorEnv(VectorEnv):
         ``TradingVectorEnv.reset`` takes them (start_index counts bars of the grid)."""
         if self.closed:
             raise RuntimeError("reset() called after close(): build a new env")
+        if not self._skrl_warned:  # skrl would store the NEXT_STEP reset steps
+            self._skrl_warned = warn_if_skrl_is_loaded(self)
         options = reset_options(options)
         n = self.num_envs
         mask = check_reset_mask(options.get("reset_mask"), n)
@@ -232,7 +241,3 @@ class PortfolioVectorEnv(VectorEnv):
         self.autoreset_mode = mode
         self.metadata["autoreset_mode"] = mode
         self._needs_reset = self._needs_reset or bool((self.backend.state.done_flag != 0).any())
-
-    def render(self) -> None:
-        """Nothing to draw (``render_mode`` is None)."""
-        return None

@@ -54,7 +54,50 @@ EPISODE_INFO_FIELDS = (("episode_return", "episode_return"), ("episode_length", 
 FINAL_KEYS = ("final_obs", "_final_obs", "final_info", "_final_info")
 
 
-class TradingVectorEnv(VectorEnv):
+class OneObjectEnvAttrs:
+    """``call``, ``get_attr``, ``set_attr`` and ``render`` of a vector env whose N envs are rows
+    of one object (``TradingVectorEnv``, ``PortfolioVectorEnv``): each attribute is read or set
+    once and the answer repeated N times, the shape ``SyncVectorEnv`` returns."""
+
+    num_envs: int
+
+    def render(self) -> None:
+        """Nothing to draw (``render_mode`` is None); returns None so that trainers that call
+        ``render()`` or ``call("render")`` every step (skrl's default) run unchanged."""
+        return None
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """``getattr(self, name)(*args, **kwargs)`` (or the attribute's value if not callable),
+        evaluated once (the N envs are rows of this one object) and repeated N times, the
+        shape ``SyncVectorEnv.call`` returns."""
+        value = getattr(self, name)
+        result = value(*args, **kwargs) if callable(value) else value
+        return (result,) * self.num_envs
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """``getattr(self, name)`` repeated N times (as ``SyncVectorEnv.get_attr``)."""
+        return (getattr(self, name),) * self.num_envs
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """``setattr(self, name, value)``: one value for all envs, or a list/tuple of N values
+        that are all equal (the envs share one object, so they cannot differ)."""
+        if isinstance(values, list | tuple):
+            if len(values) != self.num_envs:
+                raise ValueError(
+                    f"set_attr({name!r}, values) with {len(values)} values is invalid: allowed "
+                    f"is one value or {self.num_envs} values"
+                )
+            first = values[0]
+            if not all(_same_value(v, first) for v in values[1:]):
+                raise ValueError(
+                    f"set_attr({name!r}, values) with differing values is invalid: the "
+                    f"{self.num_envs} envs share one attribute; allowed is one value for all"
+                )
+            values = first
+        setattr(self, name, values)
+
+
+class TradingVectorEnv(OneObjectEnvAttrs, VectorEnv):
     """N independent trading episodes stepped together, on the CPU (NumPy) or a CUDA GPU.
 
     Args:
@@ -504,11 +547,6 @@ class TradingVectorEnv(VectorEnv):
         info["_episode_length"] = mask
         return info
 
-    def render(self) -> None:
-        """Nothing to draw (``render_mode`` is None); returns None so that trainers that call
-        ``render()`` or ``call("render")`` every step (skrl's default) run unchanged."""
-        return None
-
     def close_extras(self, **kwargs: Any) -> None:
         self._views.clear()
         self._infos.clear()
@@ -535,36 +573,6 @@ class TradingVectorEnv(VectorEnv):
         self._pool.clear()  # the owned outputs' layout has final_obs in SAME_STEP mode only
         waiting = bool((self.backend.state.done_flag != 0).any())
         self._needs_reset = self._needs_reset or waiting
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """``getattr(self, name)(*args, **kwargs)`` (or the attribute's value if not callable),
-        evaluated once (the N envs are rows of this one object) and repeated N times, the
-        shape ``SyncVectorEnv.call`` returns."""
-        value = getattr(self, name)
-        result = value(*args, **kwargs) if callable(value) else value
-        return (result,) * self.num_envs
-
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """``getattr(self, name)`` repeated N times (as ``SyncVectorEnv.get_attr``)."""
-        return (getattr(self, name),) * self.num_envs
-
-    def set_attr(self, name: str, values: Any) -> None:
-        """``setattr(self, name, value)``: one value for all envs, or a list/tuple of N values
-        that are all equal (the envs share one object, so they cannot differ)."""
-        if isinstance(values, list | tuple):
-            if len(values) != self.num_envs:
-                raise ValueError(
-                    f"set_attr({name!r}, values) with {len(values)} values is invalid: allowed "
-                    f"is one value or {self.num_envs} values"
-                )
-            first = values[0]
-            if not all(_same_value(v, first) for v in values[1:]):
-                raise ValueError(
-                    f"set_attr({name!r}, values) with differing values is invalid: the "
-                    f"{self.num_envs} envs share one attribute; allowed is one value for all"
-                )
-            values = first
-        setattr(self, name, values)
 
     # ------------------------------------------------------------------ extras
     @property

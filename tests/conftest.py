@@ -53,3 +53,24 @@ def small_bar_file(tmp_path):
     from gpu_trading_env.data.features import WARMUP_BARS
 
     return write_daily_bar_csv(tmp_path / "bars.csv", WARMUP_BARS + 400)
+
+
+@pytest.fixture(params=[1, 3], ids=["K1", "K3"])
+def vec_env_k(request):
+    """A factory ``(num_envs, **kwargs) -> VectorEnv`` of K instruments per env, both by their
+    ids: K = 1 ``gym.make_vec("GpuTrading-v0", ...)`` (Discrete actions), K = 3
+    ``gym.make_vec("GpuPortfolio-v0", ..., data=<3 small instruments>)`` (MultiDiscrete)."""
+    import gymnasium as gym
+
+    import gpu_trading_env  # noqa: F401 - registers the ids
+
+    def make(num_envs: int, **kwargs):
+        if request.param == 1:
+            return gym.make_vec("GpuTrading-v0", num_envs=num_envs, **kwargs)
+        from test_portfolio_env import three_instruments
+
+        data = three_instruments(200)
+        return gym.make_vec("GpuPortfolio-v0", num_envs=num_envs, data=data, **kwargs)
+
+    make.k = request.param
+    return make

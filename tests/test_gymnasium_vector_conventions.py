@@ -792,3 +792,36 @@ def test_info_equals_sync_vector_env_of_single_envs(
             for env in (sync, ours):
                 env.reset(options={"reset_mask": done})
     assert partial > 5 and ended > 10
+
+
+def test_reset_step_shapes_and_autoreset_modes_for_every_k(vec_env_k, mode: AutoresetMode) -> None:
+    """K = 1 and K = 3 built by id: the spaces' shapes, and each mode's step after the episodes
+    of 3 steps end (NEXT_STEP: a reset step with reward 0; SAME_STEP: final_obs; DISABLED: the
+    envs wait for a masked reset)."""
+    n = 4
+    env = vec_env_k(n, episode_length=3, autoreset_mode=mode)
+    assert env.metadata["autoreset_mode"] == mode
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == env.observation_space.shape == (n, env.single_observation_space.shape[0])
+    assert env.action_space.shape == ((n,) if vec_env_k.k == 1 else (n, 3))
+    for t in range(3):
+        obs, reward, term, trunc, info = env.step(env.action_space.sample())
+        assert obs.shape == env.observation_space.shape and obs.dtype == np.float32
+        assert reward.shape == term.shape == trunc.shape == (n,)
+        assert bool((term | trunc).all()) == (t == 2)
+    assert info["_episode_length"].all() and (info["episode_length"] == 3).all()
+    if mode == AutoresetMode.SAME_STEP:
+        assert info["_final_obs"].all() and info["final_obs"].shape == obs.shape
+        assert not np.array_equal(info["final_obs"], obs)
+    else:
+        assert "final_obs" not in info
+    if mode == AutoresetMode.DISABLED:
+        obs, _ = env.reset(options={"reset_mask": np.ones(n, dtype=bool)})
+    last = obs
+    obs, reward, term, trunc, info = env.step(env.action_space.sample())
+    if mode == AutoresetMode.NEXT_STEP:  # the reset step
+        assert (reward == 0).all() and not (term | trunc).any()
+        assert not info["_episode_length"].any()
+    else:
+        assert not np.array_equal(obs, last)
+    env.close()

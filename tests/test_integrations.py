@@ -998,3 +998,65 @@ def test_the_old_wrappers_path_gives_the_adapters_objects(monkeypatch) -> None:
         mode_switch.env_or_build,
         mode_switch.switch_to_same_step,
     )
+
+
+# ------------------------------------------------------------------ every K
+def test_torchrl_rollout_for_every_k(vec_env_k, one_torch_thread) -> None:
+    """K = 1 and K = 3 built by id, through make_torchrl_env (DISABLED, TorchRL resets): the
+    specs check out, episodes of 2 steps end every second step and chain otherwise."""
+    pytest.importorskip("torchrl")
+    from torchrl.envs.utils import check_env_specs
+
+    from gpu_trading_env.integrations.torchrl_env import make_torchrl_env
+
+    n = 3
+    env = make_torchrl_env(vec_env_k(n, episode_length=2))
+    check_env_specs(env)
+    td = env.rollout(6, break_when_any_done=False)
+    dim = env.observation_spec["observation"].shape[-1]
+    assert td["observation"].shape == (n, 6, dim) and td["next", "reward"].shape == (n, 6, 1)
+    done = td["next", "done"].squeeze(-1).numpy()
+    np.testing.assert_array_equal(done, np.tile([False, True] * 3, (n, 1)))
+    obs, nxt = td["observation"].numpy(), td["next", "observation"].numpy()
+    np.testing.assert_array_equal(nxt[:, 0], obs[:, 1])  # mid-episode steps chain
+
+
+def test_skrl_wrapper_step_for_every_k(vec_env_k, one_torch_thread) -> None:
+    """K = 1 and K = 3 built by id, through make_skrl_env: skrl's wrapper steps [N, K] actions,
+    returns [N, 1] rewards and flags, and info's final_obs at the episode ends."""
+    pytest.importorskip("skrl")
+    from gpu_trading_env.integrations.skrl_env import make_skrl_env
+
+    n = 3
+    raw = vec_env_k(n, episode_length=2)
+    env = make_skrl_env(raw)
+    obs, _ = env.reset()
+    assert obs.shape == (n, raw.single_observation_space.shape[0])
+    actions = torch.as_tensor(np.stack([raw.single_action_space.sample() for _ in range(n)]))
+    for t in range(2):
+        nxt, reward, term, trunc, info = env.step(actions.reshape(n, -1))
+        assert nxt.shape == obs.shape and reward.shape == term.shape == (n, 1)
+        assert bool((term | trunc).all()) == (t == 1)
+    assert np.asarray(info["final_obs"]).shape == tuple(obs.shape)
+    assert env.render() == (None,) * n
+
+
+def test_rllib_env_creator_for_every_k(vec_env_k, request) -> None:
+    """RLlib's registered creator (VECTOR_ENTRY_POINT: ``num_envs`` given) builds the env of K
+    instruments that the id builds."""
+    from gpu_trading_env.integrations.rllib_env import rllib_env_creator
+
+    if vec_env_k.k == 3:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="rllib_env_creator builds TradingVectorEnv/TradingEnv only: RLlib has no "
+                "route to GpuPortfolio-v0 yet (and the portfolio has no single gym.Env for "
+                "RLlib's SYNC/ASYNC modes)",
+            )
+        )
+    by_id = vec_env_k(2, episode_length=3)
+    data = by_id.unwrapped.data if vec_env_k.k == 3 else None
+    env = rllib_env_creator({"num_envs": 2, "episode_length": 3, "data": data})
+    assert env.single_action_space == by_id.single_action_space
+    assert env.single_observation_space == by_id.single_observation_space

@@ -641,3 +641,67 @@ def test_sb3_ppo_on_the_portfolio_stores_what_the_env_gave() -> None:
             np.testing.assert_array_equal(seen[i], obs)
             ended += 1
     assert ended >= n * (steps // 7)
+
+
+def three_instruments(t: int = 40) -> list[MarketData]:
+    """Three instruments of ``t`` hourly bars each, with different price paths."""
+    steps = np.arange(t, dtype=np.float64)
+    return [bars(name, 100.0 + k * 10.0 + np.sin(steps + k)) for k, name in enumerate("ABC")]
+
+
+def test_call_get_attr_set_attr_render_as_the_single_env() -> None:
+    """K = 3: ``call``, ``get_attr`` and ``set_attr`` repeat one object's answer N times, as
+    ``TradingVectorEnv`` does; skrl's wrapper renders through ``call("render")``."""
+    env = PortfolioVectorEnv(4, data=three_instruments(), episode_length=5)
+    obs, _ = env.reset(seed=0)
+    assert env.get_attr("n_instruments") == (3,) * 4
+    np.testing.assert_array_equal(env.call("observe")[3], obs)
+    assert env.call("render") == (None,) * 4
+    assert env.call("num_envs") == (4,) * 4
+    env.set_attr("note", "x")
+    env.set_attr("note2", ["y"] * 4)
+    assert env.get_attr("note") == ("x",) * 4 and env.note2 == "y"
+    with pytest.raises(ValueError, match=r"set_attr\('note', values\) with 2 values"):
+        env.set_attr("note", ["a", "b"])
+    with pytest.raises(ValueError, match="differing values"):
+        env.set_attr("note", ["a", "a", "a", "b"])
+    pytest.importorskip("skrl")
+    from skrl.envs.wrappers.torch import wrap_env
+
+    assert wrap_env(env, wrapper="gymnasium").render() == (None,) * 4
+
+
+def test_skrl_warns_at_a_next_step_reset_and_make_skrl_env_routes_to_same_step() -> None:
+    """K = 3, as the single env: skrl's wrapper over a NEXT_STEP env warns once at its reset
+    (skrl would store the reset steps); ``make_skrl_env`` switches the env to SAME_STEP and its
+    ended rows carry ``final_obs``."""
+    pytest.importorskip("skrl")
+    import warnings
+
+    from skrl.envs.wrappers.torch import wrap_env
+
+    from gpu_trading_env.integrations.skrl_env import final_next_observations, make_skrl_env
+
+    raw = PortfolioVectorEnv(2, data=three_instruments(), episode_length=2)
+    with pytest.warns(UserWarning, match=r"skrl's Gymnasium wrapper is loaded.*NEXT_STEP"):
+        wrap_env(raw, wrapper="gymnasium").reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        raw.reset(seed=0)  # once per env; the seed keeps the draws below fixed
+        env = make_skrl_env(raw)
+        obs, _ = env.reset()
+    assert raw.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP
+    act = torch_actions(env.num_envs)
+    env.step(act)
+    nxt, _, term, trunc, info = env.step(act)  # episode_length 2: every env ends here
+    assert bool((term | trunc).all())
+    fixed = final_next_observations(nxt, term, trunc, info)
+    np.testing.assert_array_equal(fixed.numpy(), info["final_obs"])
+    assert fixed.shape == obs.shape == (2, 3 * 2 + 1 + 3)
+    assert not bool((fixed == nxt).all(-1).any())  # the last observations, not the new firsts
+
+
+def torch_actions(n: int):
+    import torch
+
+    return torch.full((n, 3), 1, dtype=torch.int64)

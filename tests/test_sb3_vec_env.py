@@ -419,3 +419,23 @@ def test_the_error_for_a_next_step_sync_vector_env_advises_a_call_that_works() -
     for _ in range(4):
         _, _, dones, infos = venv.step(np.zeros(2, dtype=np.int64))
     assert dones.all() and all("terminal_observation" in i for i in infos)
+
+
+def test_wraps_every_k_with_terminal_observations_and_monitor_episodes(vec_env_k) -> None:
+    """K = 1 and K = 3 built by id: SB3VecEnv switches the NEXT_STEP env to SAME_STEP, gives
+    SB3's terminal_observation and Monitor-style episodes, and says it is Monitor-wrapped."""
+    n = 3
+    raw = vec_env_k(n, episode_length=2)
+    venv = SB3VecEnv(raw)
+    assert raw.unwrapped.autoreset_mode == AutoresetMode.SAME_STEP
+    obs = venv.reset()
+    assert obs.shape == (n, *venv.observation_space.shape)
+    actions = np.stack([venv.action_space.sample() for _ in range(n)])
+    for _ in range(2):
+        obs, rewards, dones, infos = venv.step(actions)
+    assert obs.shape == (n, *venv.observation_space.shape) and rewards.shape == (n,)
+    assert dones.all()
+    for info in infos:
+        assert info["terminal_observation"].shape == venv.observation_space.shape
+        assert info["TimeLimit.truncated"] and info["episode"]["l"] == 2
+    assert venv.env_is_wrapped(Monitor) == [True] * n

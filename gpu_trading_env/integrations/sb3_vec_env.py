@@ -39,6 +39,7 @@ from gpu_trading_env.integrations.mode_switch import (
     switch_to_same_step,
     wrapper_chain,
 )
+from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 __all__ = ["SB3VecEnv"]
@@ -59,7 +60,7 @@ def _reports_episodes(venv: GymVectorEnv) -> bool:
     if any(isinstance(w, RecordEpisodeStatistics) for w in wrapper_chain(venv)):
         return True
     raw = venv.unwrapped
-    if isinstance(raw, TradingVectorEnv):
+    if isinstance(raw, TradingVectorEnv | PortfolioVectorEnv):
         return True
     if isinstance(raw, SyncVectorEnv):  # sub-envs are in this process: look at them
         return all(_single_env_reports_episodes(env) for env in raw.envs)

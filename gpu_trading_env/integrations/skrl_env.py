@@ -29,6 +29,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector import VectorEnv as GymVectorEnv
 
 from gpu_trading_env.integrations.mode_switch import env_or_build, switch_to_same_step
+from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 __all__ = [
@@ -55,9 +56,10 @@ def make_skrl_env(
     as the next observation of every episode end.
 
     Args:
-        env: a :class:`TradingVectorEnv`, possibly under Gymnasium vector wrappers (switched to
-            ``SAME_STEP`` as :class:`~gpu_trading_env.integrations.sb3_vec_env.SB3VecEnv`
-            does), or None to build ``TradingVectorEnv(num_envs, device, **env_kwargs)``.
+        env: a :class:`TradingVectorEnv` or ``PortfolioVectorEnv``, possibly under Gymnasium
+            vector wrappers (switched to ``SAME_STEP`` as
+            :class:`~gpu_trading_env.integrations.sb3_vec_env.SB3VecEnv` does), or None to
+            build ``TradingVectorEnv(num_envs, device, **env_kwargs)``.
         num_envs: N, when ``env`` is None.
         device: the env's device, when ``env`` is None; skrl's tensors live there.
         env_kwargs: ``TradingVectorEnv`` keyword arguments, when ``env`` is None.
@@ -70,10 +72,11 @@ def make_skrl_env(
     from skrl.envs.wrappers.torch import wrap_env
 
     env = env_or_build("make_skrl_env", env, num_envs, device, "same_step", env_kwargs)
-    if not isinstance(env, GymVectorEnv) or not isinstance(env.unwrapped, TradingVectorEnv):
+    inner = env.unwrapped if isinstance(env, GymVectorEnv) else None
+    if not isinstance(inner, TradingVectorEnv | PortfolioVectorEnv):
         raise TypeError(
-            f"env of type {type(env).__name__} is invalid: allowed is a TradingVectorEnv "
-            "(possibly under Gymnasium vector wrappers) or None"
+            f"env of type {type(env).__name__} is invalid: allowed is a TradingVectorEnv or "
+            "PortfolioVectorEnv (possibly under Gymnasium vector wrappers) or None"
         )
     mode = env.metadata.get("autoreset_mode")
     if mode != AutoresetMode.SAME_STEP:

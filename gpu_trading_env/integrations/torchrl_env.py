@@ -19,11 +19,12 @@ from typing import Any
 from gymnasium.vector import AutoresetMode
 
 from gpu_trading_env.integrations.mode_switch import env_or_build
+from gpu_trading_env.portfolio_env import PortfolioVectorEnv
 from gpu_trading_env.vector_env import TradingVectorEnv
 
 
 def make_torchrl_env(
-    env: TradingVectorEnv | None = None,
+    env: TradingVectorEnv | PortfolioVectorEnv | None = None,
     *,
     num_envs: int = 1,
     device: Any = "cpu",
@@ -33,8 +34,8 @@ def make_torchrl_env(
     """A ``torchrl.envs.GymWrapper`` over a trading vector env in ``DISABLED`` autoreset mode.
 
     Args:
-        env: an existing :class:`TradingVectorEnv` (switched to ``DISABLED``; the wrapper resets
-            it), or None to build ``TradingVectorEnv(num_envs, device, **env_kwargs)``.
+        env: an existing :class:`TradingVectorEnv` or ``PortfolioVectorEnv`` (switched to
+            ``DISABLED``; the wrapper resets it), or None to build ``TradingVectorEnv(num_envs, device, **env_kwargs)``.
         num_envs: N, when ``env`` is None.
         device: the env's device, when ``env`` is None; also the TensorDicts' device.
         wrapper_kwargs: extra keyword arguments of ``GymWrapper``.
@@ -48,9 +49,10 @@ def make_torchrl_env(
     from torchrl.envs import GymWrapper
 
     env = env_or_build("make_torchrl_env", env, num_envs, device, "disabled", env_kwargs)
-    if not isinstance(env, TradingVectorEnv):
+    if not isinstance(env, TradingVectorEnv | PortfolioVectorEnv):
         raise TypeError(
-            f"env of type {type(env).__name__} is invalid: allowed is a TradingVectorEnv or None"
+            f"env of type {type(env).__name__} is invalid: allowed is a TradingVectorEnv, a "
+            "PortfolioVectorEnv or None"
         )
     env.set_autoreset_mode(AutoresetMode.DISABLED)
     kwargs = {"device": env.device, **(wrapper_kwargs or {})}
