@@ -210,7 +210,7 @@ def test_errors_name_file_line_and_column(tmp_path):
 
 
 # docs/RELIABILITY.md: load_bars' peak memory (traced Python allocations plus Arrow's pool) is at
-# most this many times the CSV's size (9.0x measured at 2e5 one-minute bars; 16.9x before).
+# most this many times the CSV's size (the measured multiples are there).
 MEMORY_BOUND = 10.0
 
 _PEAK_OF_LOADING = """
